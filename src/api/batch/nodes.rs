@@ -1,0 +1,132 @@
+//! `/pools/{id}/nodes`: the nodes of a pool, and files on them.
+
+use std::path::{Component, Path as FsPath};
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::pools::find;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::{rfc1123, rfc3339, BaseUrl};
+use crate::app::AppState;
+use crate::store::{self, nodes::NodeRow, pools::PoolRow};
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let pool = find(&app, &pool_id).await?;
+    let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    Ok(Json(
+        json!({"value": nodes.iter().map(|n| node_json(&pool, n, &base)).collect::<Vec<_>>()}),
+    ))
+}
+
+pub async fn get(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path((pool_id, node_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    Ok(Json(node_json(&pool, &node, &base)))
+}
+
+async fn find_node(app: &AppState, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
+    store::nodes::get(&app.db, pool.pk, node_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "NodeNotFound",
+                format!("The node {node_id:?} does not exist in pool {:?}.", pool.id),
+            )
+        })
+}
+
+/// A file under the node's root directory, e.g. `startup/stdout.txt` (the start task's output).
+pub async fn get_file(
+    State(app): State<Arc<AppState>>,
+    Path((pool_id, node_id, path)): Path<(String, String, String)>,
+) -> ApiResult<Response> {
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    let relative = FsPath::new(&path);
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return Err(ApiError::invalid_property(
+            "filePath",
+            &path,
+            "must be a relative path without '..'",
+        ));
+    }
+    let full = app.nodes_dir.join(&node.id).join(relative);
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "FileNotFound",
+            format!("The file {path:?} does not exist on node {node_id:?}."),
+        )
+    };
+    let meta = tokio::fs::symlink_metadata(&full)
+        .await
+        .map_err(|_| not_found())?;
+    if !meta.is_file() {
+        return Err(not_found());
+    }
+    let bytes = tokio::fs::read(&full).await.map_err(|_| not_found())?;
+    let modified = meta
+        .modified()
+        .map(chrono::DateTime::<chrono::Utc>::from)
+        .unwrap_or_else(|_| chrono::Utc::now());
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::LAST_MODIFIED, rfc1123(modified)),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+/// A node as Azure's `BatchNode` JSON.
+fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
+    let mut node = json!({
+        "id": n.id,
+        "url": format!("{base}/pools/{}/nodes/{}", pool.id, n.id),
+        "state": n.state,
+        "schedulingState": "enabled",
+        "stateTransitionTime": rfc3339(n.state_transition_time),
+        "allocationTime": rfc3339(n.allocation_time),
+        "ipAddress": n.ip_address.clone().unwrap_or_default(),
+        "affinityId": format!("TVM:{}", n.id),
+        "vmSize": pool.vm_size,
+        "totalTasksRun": n.total_tasks_run,
+        "runningTasksCount": 0,
+        "runningTaskSlotsCount": n.running_task_slots,
+        "totalTasksSucceeded": n.total_tasks_succeeded,
+        "isDedicated": true,
+        "nodeAgentInfo": {"version": concat!("batchpool/", env!("CARGO_PKG_VERSION")), "lastUpdateTime": rfc3339(n.allocation_time)},
+        "virtualMachineInfo": {"imageReference": pool.vm_config.as_ref().and_then(|c| c.get("imageReference")).cloned().unwrap_or(json!({}))},
+    });
+    if let Some(t) = n.last_boot_time {
+        node["lastBootTime"] = json!(rfc3339(t));
+    }
+    if let Some(start_task) = &pool.start_task {
+        node["startTask"] = start_task.clone();
+    }
+    if let Some(info) = &n.start_task_info {
+        node["startTaskInfo"] = info.clone();
+    }
+    if n.errors.as_array().is_some_and(|e| !e.is_empty()) {
+        node["errors"] = n.errors.clone();
+    }
+    node
+}

@@ -1,0 +1,194 @@
+//! Builds the server from its config: database (ours or the given one), migrations, runtime,
+//! the scheduler, and the HTTP listener. Runs until SIGINT/SIGTERM.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{RuntimeChoice, ServeConfig};
+use crate::domain::vm_size::VmSizeTable;
+use crate::postgres::EmbeddedPostgres;
+use crate::runtime::{docker, DockerRuntime, LocalRuntime, Runtime};
+use crate::{api, scheduler, store};
+
+/// What handlers need to know about this server's setup.
+pub struct Settings {
+    pub account: String,
+    pub default_image: String,
+    pub vm_sizes: VmSizeTable,
+    /// "publisher/offer/sku" (lower case) or an image id -> Docker image.
+    pub image_map: HashMap<String, String>,
+    pub max_nodes_per_pool: i32,
+}
+
+pub struct AppState {
+    pub db: PgPool,
+    pub settings: Settings,
+    /// The host directory that holds every node's root directory.
+    pub nodes_dir: PathBuf,
+    allocator_wake: Arc<Notify>,
+}
+
+impl AppState {
+    /// Tells the allocator that a pool changed.
+    pub fn wake_allocator(&self) {
+        self.allocator_wake.notify_one();
+    }
+}
+
+pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    let data_dir = std::path::absolute(&config.data_dir)?;
+    let settings = load_settings(&config)?;
+
+    let (embedded, options) = match &config.database_url {
+        Some(url) => (
+            None,
+            url.expose()
+                .parse::<PgConnectOptions>()
+                .context("DATABASE_URL is not a PostgreSQL URL")?,
+        ),
+        None => {
+            let pg = EmbeddedPostgres::start(&data_dir).await?;
+            let options = pg.connect_options();
+            (Some(pg), options)
+        }
+    };
+    let result = run(config, data_dir, settings, options).await;
+    if let Some(pg) = embedded {
+        pg.stop().await;
+    }
+    result
+}
+
+async fn run(
+    config: ServeConfig,
+    data_dir: PathBuf,
+    settings: Settings,
+    options: PgConnectOptions,
+) -> anyhow::Result<()> {
+    let db = PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(options)
+        .await
+        .context("connecting to PostgreSQL")?;
+    store::MIGRATOR
+        .run(&db)
+        .await
+        .context("running migrations")?;
+    let server_id = store::server_id(&db).await?;
+
+    let nodes_dir = data_dir.join("nodes");
+    std::fs::create_dir_all(&nodes_dir)?;
+    let runtime = Arc::new(choose_runtime(&config, nodes_dir.clone()).await?);
+    tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
+
+    let cancel = CancellationToken::new();
+    let wake = Arc::new(Notify::new());
+    let scheduler = tokio::spawn(scheduler::run(
+        db.clone(),
+        runtime,
+        server_id,
+        wake.clone(),
+        config.node_concurrency,
+        cancel.clone(),
+    ));
+
+    let state = Arc::new(AppState {
+        db: db.clone(),
+        settings,
+        nodes_dir,
+        allocator_wake: wake,
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    // On stdout, for people and for tests that start the server on port 0.
+    println!("batchpool listening on http://{addr}");
+    tracing::info!(%addr, "listening");
+
+    let shutdown = cancel.clone();
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            shutdown.cancel();
+        })
+        .await?;
+    cancel.cancel();
+    let _ = scheduler.await;
+    db.close().await;
+    Ok(())
+}
+
+fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
+    let mut vm_sizes = VmSizeTable::builtin();
+    if let Some(path) = &config.vm_sizes {
+        let json =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        vm_sizes = vm_sizes
+            .with_overrides(&json)
+            .with_context(|| format!("in {}", path.display()))?;
+    }
+    let image_map = match &config.image_map {
+        None => HashMap::new(),
+        Some(path) => {
+            let json = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let map: HashMap<String, String> =
+                serde_json::from_str(&json).with_context(|| format!("in {}", path.display()))?;
+            map.into_iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                .collect()
+        }
+    };
+    anyhow::ensure!(
+        config.max_nodes_per_pool >= 0,
+        "--max-nodes-per-pool must not be negative"
+    );
+    Ok(Settings {
+        account: config.account.clone(),
+        default_image: config.default_image.clone(),
+        vm_sizes,
+        image_map,
+        max_nodes_per_pool: config.max_nodes_per_pool,
+    })
+}
+
+async fn choose_runtime(config: &ServeConfig, nodes_dir: PathBuf) -> anyhow::Result<Runtime> {
+    let host = config.docker_host.as_deref();
+    match config.runtime {
+        RuntimeChoice::Local => Ok(Runtime::Local(LocalRuntime::new(nodes_dir))),
+        RuntimeChoice::Docker => Ok(Runtime::Docker(DockerRuntime::new(
+            docker::connect(host).await?,
+            nodes_dir,
+        ))),
+        RuntimeChoice::Auto => match docker::connect(host).await {
+            Ok(client) => {
+                tracing::info!("a Docker engine answers: nodes are containers");
+                Ok(Runtime::Docker(DockerRuntime::new(client, nodes_dir)))
+            }
+            Err(e) => {
+                tracing::warn!(reason = %format!("{e:#}"), "no Docker engine answers: using the local runtime (nodes are directories and processes)");
+                Ok(Runtime::Local(LocalRuntime::new(nodes_dir)))
+            }
+        },
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,118 @@
+//! Command line and environment. Everything the server reads from outside is read here, once.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "batchpool",
+    version,
+    about = "Self-hosted batch pools: the Azure Batch API over Docker nodes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the server.
+    Serve(ServeConfig),
+    /// Build the default node image from a static busybox, with no registry.
+    BuildNodeImage(BuildImageConfig),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeChoice {
+    /// Docker where an engine answers, else local.
+    Auto,
+    Docker,
+    Local,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on; port 0 picks a free one (the address is printed).
+    #[arg(long, env = "BATCHPOOL_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// PostgreSQL to use. Without it, the server runs its own in the data directory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<Secret>,
+
+    /// Where the server keeps its own PostgreSQL and the nodes' directories.
+    #[arg(long, env = "BATCHPOOL_DATA_DIR", default_value = "batchpool-data")]
+    pub data_dir: PathBuf,
+
+    #[arg(long, env = "BATCHPOOL_RUNTIME", value_enum, default_value = "auto")]
+    pub runtime: RuntimeChoice,
+
+    /// Docker engine address (unix:///var/run/docker.sock, tcp://...). Default: the local socket.
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
+
+    /// The account pools belong to until Shared Key accounts arrive.
+    #[arg(long, env = "BATCHPOOL_ACCOUNT", default_value = "batchpool")]
+    pub account: String,
+
+    /// The image a node runs when the pool names none (see README: image mapping).
+    #[arg(
+        long,
+        env = "BATCHPOOL_DEFAULT_IMAGE",
+        default_value = "batchpool/node:latest"
+    )]
+    pub default_image: String,
+
+    /// JSON file of extra vm sizes: {"name": {"vcpus": 1, "memoryMiB": 1024}}.
+    #[arg(long, env = "BATCHPOOL_VM_SIZES")]
+    pub vm_sizes: Option<PathBuf>,
+
+    /// JSON file mapping "publisher/offer/sku" (lower case) of an imageReference to a Docker image.
+    #[arg(long, env = "BATCHPOOL_IMAGE_MAP")]
+    pub image_map: Option<PathBuf>,
+
+    /// Quota: the most nodes one pool may have.
+    #[arg(long, env = "BATCHPOOL_MAX_NODES_PER_POOL", default_value_t = 100)]
+    pub max_nodes_per_pool: i32,
+
+    /// How many nodes the allocator creates or removes at once.
+    #[arg(long, env = "BATCHPOOL_NODE_CONCURRENCY", default_value_t = 16)]
+    pub node_concurrency: usize,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BuildImageConfig {
+    #[arg(long, default_value = "batchpool/node:latest")]
+    pub tag: String,
+    /// A statically linked busybox (Debian: busybox-static).
+    #[arg(long, default_value = "/bin/busybox")]
+    pub busybox: PathBuf,
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
+}
+
+/// A value that must not reach logs: Debug and Display print a placeholder.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
+}

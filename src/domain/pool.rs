@@ -1,0 +1,101 @@
+//! Pool and node states as Azure Batch spells them on the wire, and the rules between them.
+
+macro_rules! wire_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum!(PoolState { Active = "active", Deleting = "deleting" });
+
+wire_enum!(AllocationState { Steady = "steady", Resizing = "resizing", Stopping = "stopping" });
+
+wire_enum!(NodeFillType { Spread = "spread", Pack = "pack" });
+
+wire_enum!(
+    /// What happens to a node's running tasks when a resize removes it.
+    NodeDeallocationOption {
+        Requeue = "requeue",
+        Terminate = "terminate",
+        TaskCompletion = "taskcompletion",
+        RetainedData = "retaineddata",
+    }
+);
+
+wire_enum!(NodeState {
+    Creating = "creating",
+    Starting = "starting",
+    WaitingForStartTask = "waitingforstarttask",
+    StartTaskFailed = "starttaskfailed",
+    Idle = "idle",
+    Running = "running",
+    LeavingPool = "leavingpool",
+    Unusable = "unusable",
+    Offline = "offline",
+    Unknown = "unknown",
+});
+
+impl NodeState {
+    /// The order in which a shrinking pool gives up nodes: those doing nothing useful first.
+    pub fn removal_rank(self) -> u8 {
+        match self {
+            NodeState::Unusable
+            | NodeState::StartTaskFailed
+            | NodeState::Offline
+            | NodeState::Unknown => 0,
+            NodeState::Creating | NodeState::Starting | NodeState::WaitingForStartTask => 1,
+            NodeState::Idle => 2,
+            NodeState::Running => 3,
+            NodeState::LeavingPool => 4,
+        }
+    }
+
+    /// Whether the node's container exists and has been started: from then it is billed.
+    pub fn is_provisioned(self) -> bool {
+        !matches!(self, NodeState::Creating | NodeState::LeavingPool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_strings_round_trip() {
+        for s in NodeState::ALL {
+            assert_eq!(NodeState::parse(s.as_str()), Some(*s));
+        }
+        assert_eq!(
+            NodeState::parse("Idle"),
+            None,
+            "wire strings are exact and lower case"
+        );
+        assert_eq!(AllocationState::Steady.to_string(), "steady");
+    }
+
+    #[test]
+    fn idle_nodes_leave_before_running_ones() {
+        assert!(NodeState::Idle.removal_rank() < NodeState::Running.removal_rank());
+        assert!(NodeState::Unusable.removal_rank() < NodeState::Idle.removal_rank());
+    }
+}

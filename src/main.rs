@@ -1,0 +1,23 @@
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use batchpool::config::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(config) => batchpool::app::serve(config).await,
+        Command::BuildNodeImage(c) => {
+            let docker = batchpool::runtime::docker::connect(c.docker_host.as_deref()).await?;
+            batchpool::runtime::docker::build_busybox_image(&docker, &c.tag, &c.busybox).await?;
+            println!("built {}", c.tag);
+            Ok(())
+        }
+    }
+}

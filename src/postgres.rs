@@ -1,0 +1,172 @@
+//! The server's own PostgreSQL, for when no DATABASE_URL is given: a cluster in the data
+//! directory made with the server binaries on this machine, listening only on a unix socket in
+//! that directory (no TCP port), stopped when the server stops.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use sqlx::postgres::PgConnectOptions;
+use tokio::process::Command;
+
+const SUPERUSER: &str = "batchpool";
+const DATABASE: &str = "batchpool";
+const PORT: u16 = 5432;
+
+pub struct EmbeddedPostgres {
+    dir: PathBuf,
+    /// PostgreSQL refuses to run as root; when we are root it runs as this (uid, gid).
+    run_as: Option<(u32, u32)>,
+}
+
+impl EmbeddedPostgres {
+    /// Creates the cluster on first use and starts it, or uses the one still running after a
+    /// crash of a previous server.
+    pub async fn start(data_dir: &Path) -> anyhow::Result<Self> {
+        let dir = std::path::absolute(data_dir.join("postgres"))?;
+        let socket = dir.join(format!(".s.PGSQL.{PORT}"));
+        if socket.as_os_str().len() > 100 {
+            bail!("the data directory path is too long for a unix socket ({}); choose a shorter --data-dir", socket.display());
+        }
+        let pg = Self {
+            dir,
+            run_as: unprivileged_user()?,
+        };
+        if let Some((uid, gid)) = pg.run_as {
+            // Let the unprivileged user reach its directory through ours.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o711))?;
+            std::fs::create_dir_all(&pg.dir)?;
+            std::os::unix::fs::chown(&pg.dir, Some(uid), Some(gid))?;
+        }
+        if !pg.dir.join("PG_VERSION").exists() {
+            pg.init().await?;
+        }
+        if pg.pg_ctl(&["status"]).await?.success() {
+            tracing::info!(dir = %pg.dir.display(), "PostgreSQL already running; using it");
+        } else {
+            // A server killed with SIGKILL leaves postmaster.pid behind; pg_ctl copes with a stale one.
+            let log = pg.dir.join("postgres.log");
+            let log = log.to_str().context("non-UTF-8 path")?;
+            let status = pg.pg_ctl(&["start", "-w", "-t", "60", "-l", log]).await?;
+            if !status.success() {
+                bail!("PostgreSQL did not start; see {log}");
+            }
+            tracing::info!(dir = %pg.dir.display(), "started PostgreSQL on a unix socket");
+        }
+        pg.create_database().await?;
+        Ok(pg)
+    }
+
+    pub fn connect_options(&self) -> PgConnectOptions {
+        PgConnectOptions::new()
+            .socket(&self.dir)
+            .port(PORT)
+            .username(SUPERUSER)
+            .database(DATABASE)
+    }
+
+    pub async fn stop(&self) {
+        match self.pg_ctl(&["stop", "-m", "fast", "-w"]).await {
+            Ok(s) if s.success() => tracing::info!("stopped PostgreSQL"),
+            Ok(s) => tracing::warn!(%s, "pg_ctl stop failed"),
+            Err(e) => tracing::warn!(error = %e, "pg_ctl stop failed"),
+        }
+    }
+
+    async fn init(&self) -> anyhow::Result<()> {
+        tracing::info!(dir = %self.dir.display(), "creating a PostgreSQL cluster (first run)");
+        let dir = self.dir.to_str().context("non-UTF-8 path")?;
+        let out = self
+            .command("initdb")
+            .args([
+                "-D",
+                dir,
+                "-U",
+                SUPERUSER,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ])
+            .output()
+            .await
+            .context("running initdb (is PostgreSQL's server package installed?)")?;
+        if !out.status.success() {
+            bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        // Only the socket in the cluster's own directory; durability stays on (fsync is default).
+        let settings = format!(
+            "\n# batchpool: no TCP port, a socket only its owner (and root) can use\n\
+             listen_addresses = ''\nunix_socket_directories = '{dir}'\nunix_socket_permissions = 0700\nport = {PORT}\n\
+             max_connections = 100\n"
+        );
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("postgresql.conf"))?
+            .write_all(settings.as_bytes())?;
+        Ok(())
+    }
+
+    async fn create_database(&self) -> anyhow::Result<()> {
+        use sqlx::{ConnectOptions, Connection};
+        let mut conn = self
+            .connect_options()
+            .database("postgres")
+            .connect()
+            .await
+            .context("connecting to PostgreSQL")?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(DATABASE)
+                .fetch_one(&mut conn)
+                .await?;
+        if !exists {
+            sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
+                .execute(&mut conn)
+                .await?;
+        }
+        conn.close().await?;
+        Ok(())
+    }
+
+    async fn pg_ctl(&self, args: &[&str]) -> anyhow::Result<std::process::ExitStatus> {
+        let dir = self.dir.to_str().context("non-UTF-8 path")?;
+        self.command("pg_ctl")
+            .args(["-D", dir, "-s"])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await
+            .context("running pg_ctl")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.current_dir(&self.dir.parent().unwrap_or(&self.dir));
+        cmd
+    }
+}
+
+/// When running as root: the `postgres` user if the machine has one, else `nobody`.
+fn unprivileged_user() -> anyhow::Result<Option<(u32, u32)>> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    for name in ["postgres", "nobody"] {
+        let cname = std::ffi::CString::new(name)?;
+        // SAFETY: getpwnam takes a valid C string; the result is read at once, before any other
+        // call that could reuse its static buffer.
+        let pw = unsafe { libc::getpwnam(cname.as_ptr()) };
+        if !pw.is_null() {
+            let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+            return Ok(Some((uid, gid)));
+        }
+    }
+    bail!("running as root, and neither a postgres nor a nobody user exists to run PostgreSQL as")
+}

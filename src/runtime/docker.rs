@@ -1,0 +1,375 @@
+//! The `docker` runtime: each node is a long-lived container with the CPU and memory limits of
+//! its vmSize, never privileged, labelled with the installation, account, pool and node. Its root
+//! directory is a directory on this host bind-mounted at `/mnt/batch/tasks`, where Azure Batch
+//! puts it on Linux nodes; so the engine must share this host's filesystem (a local socket).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::{
+    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
+    LABEL_SERVER, WRAPPER,
+};
+
+/// AZ_BATCH_NODE_ROOT_DIR inside a node container.
+pub const NODE_ROOT: &str = "/mnt/batch/tasks";
+
+/// The container's main process: it only keeps the node alive, and exits at once on SIGTERM.
+const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+
+pub struct DockerRuntime {
+    docker: Docker,
+    pub(super) nodes_dir: PathBuf,
+}
+
+/// Connects to the engine at `host` (a `unix://` or `tcp://` address) or the local default, and
+/// agrees on an API version it speaks. Fails when no engine answers.
+pub async fn connect(host: Option<&str>) -> anyhow::Result<Docker> {
+    let docker = match host {
+        Some(h) if !h.is_empty() => Docker::connect_with_host(h),
+        _ => Docker::connect_with_local_defaults(),
+    }
+    .context("configuring the Docker client")?;
+    let docker = docker
+        .negotiate_version()
+        .await
+        .context("no Docker engine answers")?;
+    docker
+        .ping()
+        .await
+        .context("the Docker engine does not answer a ping")?;
+    Ok(docker)
+}
+
+fn container_name(server_id: &str, node_id: &str) -> String {
+    format!("batchpool-{server_id}-{node_id}")
+}
+
+fn status_of(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+impl DockerRuntime {
+    pub fn new(docker: Docker, nodes_dir: PathBuf) -> Self {
+        Self { docker, nodes_dir }
+    }
+
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub(super) async fn create_node(
+        &self,
+        spec: &NodeSpec,
+        root: &Path,
+    ) -> Result<NodeHandle, NodeError> {
+        let failed = |what: &str, e: bollard::errors::Error| NodeError {
+            code: "NodeCreationFailed",
+            message: format!("{what} for node {}: {e}", spec.node_id),
+        };
+        if let Err(e) = self.docker.inspect_image(&spec.image).await {
+            if status_of(&e) == Some(404) {
+                return Err(NodeError {
+                    code: "ImageNotFound",
+                    message: format!(
+                        "the image {:?} is not present on the Docker engine, and no registry is reachable to pull it; \
+                         build or load it on the engine (docker build / docker load), then resize the pool again",
+                        spec.image
+                    ),
+                });
+            }
+            return Err(failed("inspecting the image", e));
+        }
+        let name = container_name(&spec.server_id, &spec.node_id);
+        let labels = HashMap::from([
+            (LABEL_SERVER.to_string(), spec.server_id.clone()),
+            (LABEL_ACCOUNT.to_string(), spec.account.clone()),
+            (LABEL_POOL.to_string(), spec.pool_id.clone()),
+            (LABEL_NODE.to_string(), spec.node_id.clone()),
+        ]);
+        let memory = spec.memory_mib * 1024 * 1024;
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()]),
+            cmd: Some(vec![]),
+            hostname: Some(spec.node_id.replace('_', "-").chars().take(63).collect()),
+            working_dir: Some(NODE_ROOT.into()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                nano_cpus: Some((spec.vcpus * 1e9) as i64),
+                memory: Some(memory),
+                // No swap beyond the memory limit: a node has the memory of its size, no more.
+                memory_swap: Some(memory),
+                privileged: Some(false),
+                binds: Some(vec![format!("{}:{NODE_ROOT}", root.display())]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        match self.docker.create_container(Some(options), body).await {
+            Ok(_) => {}
+            // It exists: a previous run created it before it could record so. Adopt it.
+            Err(e) if status_of(&e) == Some(409) => {}
+            Err(e) => return Err(failed("creating the container", e)),
+        }
+        if let Err(e) = self.docker.start_container(&name, None).await {
+            // 304: already running.
+            if status_of(&e) != Some(304) {
+                return Err(failed("starting the container", e));
+            }
+        }
+        let info = self
+            .docker
+            .inspect_container(&name, None)
+            .await
+            .map_err(|e| failed("inspecting the container", e))?;
+        let ip_address = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|nets| {
+                nets.into_values()
+                    .find_map(|n| n.ip_address.filter(|ip| !ip.is_empty()))
+            })
+            .unwrap_or_default();
+        Ok(NodeHandle {
+            container_id: info.id.unwrap_or(name),
+            ip_address,
+        })
+    }
+
+    pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self
+            .docker
+            .remove_container(&container_name(server_id, node_id), Some(options))
+            .await
+        {
+            Err(e) if status_of(&e) != Some(404) => Err(e).context("removing the node's container"),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_SERVER}={server_id}")],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self.docker.list_containers(Some(options)).await?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| {
+                let node_id = c.labels.as_ref()?.get(LABEL_NODE)?.clone();
+                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
+                Some(FoundNode { node_id, running })
+            })
+            .collect())
+    }
+
+    pub(super) async fn exec(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        env: Vec<(String, String)>,
+    ) -> anyhow::Result<i64> {
+        let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let exec = self
+            .docker
+            .create_exec(
+                &container_name(server_id, node_id),
+                CreateExecOptions {
+                    cmd: Some(vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()]),
+                    env: Some(env),
+                    // Attached, so the stream ends when the command does; its output goes to files.
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("creating the exec")?;
+        if let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&exec.id, None).await?
+        {
+            while let Some(chunk) = output.next().await {
+                chunk.context("reading the exec stream")?;
+            }
+        }
+        // The stream ends as the process exits; the engine may take a moment to record the code.
+        for _ in 0..100 {
+            let inspect = self.docker.inspect_exec(&exec.id).await?;
+            if inspect.running != Some(true) {
+                return inspect
+                    .exit_code
+                    .context("the engine reported no exit code");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        anyhow::bail!("the engine still reports the command running after its output ended")
+    }
+}
+
+/// Builds a node image from a static busybox with no registry: `FROM scratch`, busybox and its
+/// applet links (`/bin/sh`, `/bin/sleep`, ...) copied in, through the engine's build API.
+pub async fn build_busybox_image(docker: &Docker, tag: &str, busybox: &Path) -> anyhow::Result<()> {
+    let binary =
+        std::fs::read(busybox).with_context(|| format!("reading {}", busybox.display()))?;
+    let context = busybox_build_context(&binary)?;
+    let options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let mut progress = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(step) = progress.next().await {
+        let step = step.context("building the node image")?;
+        if let Some(err) = step.error_detail.and_then(|d| d.message) {
+            anyhow::bail!("building the node image: {err}");
+        }
+    }
+    docker
+        .inspect_image(tag)
+        .await
+        .context("the built image is not there")?;
+    Ok(())
+}
+
+/// A tar build context: a Dockerfile and a root filesystem with busybox and its applet links.
+fn busybox_build_context(busybox: &[u8]) -> anyhow::Result<Vec<u8>> {
+    const DOCKERFILE: &str = "FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD [\"/bin/sh\"]\n";
+    const APPLETS: &[&str] = &[
+        "sh",
+        "ash",
+        "cat",
+        "echo",
+        "env",
+        "sleep",
+        "ls",
+        "mkdir",
+        "rm",
+        "cp",
+        "mv",
+        "touch",
+        "true",
+        "false",
+        "test",
+        "[",
+        "printf",
+        "pwd",
+        "grep",
+        "sed",
+        "awk",
+        "head",
+        "tail",
+        "wc",
+        "sort",
+        "date",
+        "id",
+        "kill",
+        "ps",
+        "seq",
+        "tr",
+        "cut",
+        "expr",
+        "stat",
+        "nproc",
+        "chmod",
+        "ln",
+        "uname",
+        "find",
+        "xargs",
+        "tee",
+        "dd",
+        "md5sum",
+        "sha256sum",
+        "basename",
+        "dirname",
+        "hostname",
+        "yes",
+        "timeout",
+        "du",
+        "df",
+        "gzip",
+        "tar",
+    ];
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut add = |path: &str,
+                   kind: tar::EntryType,
+                   mode: u32,
+                   data: &[u8],
+                   link: Option<&str>|
+     -> std::io::Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(data.len() as u64);
+        header.set_mtime(0);
+        if let Some(link) = link {
+            header.set_link_name(link)?;
+        }
+        header.set_path(path)?;
+        header.set_cksum();
+        tar.append(&header, data)
+    };
+    add(
+        "Dockerfile",
+        tar::EntryType::Regular,
+        0o644,
+        DOCKERFILE.as_bytes(),
+        None,
+    )?;
+    for dir in [
+        "rootfs",
+        "rootfs/bin",
+        "rootfs/tmp",
+        "rootfs/mnt",
+        "rootfs/mnt/batch",
+        "rootfs/mnt/batch/tasks",
+    ] {
+        add(
+            dir,
+            tar::EntryType::Directory,
+            if dir == "rootfs/tmp" { 0o1777 } else { 0o755 },
+            &[],
+            None,
+        )?;
+    }
+    add(
+        "rootfs/bin/busybox",
+        tar::EntryType::Regular,
+        0o755,
+        busybox,
+        None,
+    )?;
+    for applet in APPLETS {
+        add(
+            &format!("rootfs/bin/{applet}"),
+            tar::EntryType::Symlink,
+            0o777,
+            &[],
+            Some("busybox"),
+        )?;
+    }
+    Ok(tar.into_inner()?)
+}

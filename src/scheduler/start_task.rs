@@ -1,0 +1,110 @@
+//! Running a pool's start task on a node as it joins, with retries, and recording the outcome
+//! as Azure's `startTaskInfo`.
+
+use serde_json::{json, Value};
+
+use crate::api::batch::pools::StartTask;
+use crate::api::rfc3339;
+use crate::runtime::{ExecSpec, Runtime};
+
+/// Everything a start task needs to know about where it runs.
+pub struct Placement<'a> {
+    pub server_id: &'a str,
+    pub account: &'a str,
+    pub pool_id: &'a str,
+    pub node_id: &'a str,
+}
+
+pub struct Outcome {
+    pub succeeded: bool,
+    pub info: Value,
+}
+
+/// `AZ_BATCH_*` variables every command on a node sees.
+pub fn node_environment(runtime: &Runtime, at: &Placement<'_>) -> Vec<(String, String)> {
+    let root = runtime.node_root(at.node_id);
+    vec![
+        ("AZ_BATCH_ACCOUNT_NAME".into(), at.account.into()),
+        ("AZ_BATCH_POOL_ID".into(), at.pool_id.into()),
+        ("AZ_BATCH_NODE_ID".into(), at.node_id.into()),
+        ("AZ_BATCH_NODE_IS_DEDICATED".into(), "true".into()),
+        ("AZ_BATCH_NODE_ROOT_DIR".into(), root.clone()),
+        ("AZ_BATCH_NODE_SHARED_DIR".into(), format!("{root}/shared")),
+        (
+            "AZ_BATCH_NODE_STARTUP_DIR".into(),
+            format!("{root}/startup"),
+        ),
+    ]
+}
+
+/// Runs the start task until it succeeds or has used its retries; `on_attempt` is called with
+/// the running state before each attempt so that readers see it.
+pub async fn run<F, Fut>(
+    runtime: &Runtime,
+    at: &Placement<'_>,
+    task: &StartTask,
+    mut on_attempt: F,
+) -> Outcome
+where
+    F: FnMut(Value) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut env = node_environment(runtime, at);
+    env.extend(
+        task.environment_settings
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
+    );
+    let spec = ExecSpec {
+        command_line: task.command_line.clone().unwrap_or_default(),
+        task_dir: "startup".into(),
+        env,
+    };
+    let max_retries = task.max_task_retry_count.unwrap_or(0);
+    let start = chrono::Utc::now();
+    let mut retry_count = 0;
+    loop {
+        let mut info =
+            json!({"state": "running", "startTime": rfc3339(start), "retryCount": retry_count});
+        if retry_count > 0 {
+            info["lastRetryTime"] = json!(rfc3339(chrono::Utc::now()));
+        }
+        on_attempt(info.clone()).await;
+        let result = runtime.exec(at.server_id, at.node_id, &spec).await;
+        info["state"] = json!("completed");
+        info["endTime"] = json!(rfc3339(chrono::Utc::now()));
+        let failure = match &result {
+            Ok(0) => None,
+            Ok(code) => {
+                info["exitCode"] = json!(code);
+                Some(
+                    json!({"category": "usererror", "code": "FailureExitCode", "message": format!("The start task exited with code {code}")}),
+                )
+            }
+            Err(e) => Some(
+                json!({"category": "servererror", "code": "StartTaskFailedToRun", "message": format!("{e:#}")}),
+            ),
+        };
+        if let Ok(code) = result {
+            info["exitCode"] = json!(code);
+        }
+        match failure {
+            None => {
+                info["result"] = json!("success");
+                return Outcome {
+                    succeeded: true,
+                    info,
+                };
+            }
+            Some(f) if max_retries != -1 && retry_count >= max_retries => {
+                info["result"] = json!("failure");
+                info["failureInfo"] = f;
+                return Outcome {
+                    succeeded: false,
+                    info,
+                };
+            }
+            Some(_) => retry_count += 1,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The nodes table.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use crate::domain::pool::NodeState;
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct NodeRow {
+    pub pk: i64,
+    pub pool_pk: i64,
+    pub id: String,
+    pub state: String,
+    pub state_transition_time: DateTime<Utc>,
+    pub allocation_time: DateTime<Utc>,
+    pub last_boot_time: Option<DateTime<Utc>>,
+    pub ip_address: Option<String>,
+    pub container_id: Option<String>,
+    pub errors: Value,
+    pub start_task_info: Option<Value>,
+    pub running_task_slots: i32,
+    pub total_tasks_run: i32,
+    pub total_tasks_succeeded: i32,
+}
+
+impl NodeRow {
+    pub fn node_state(&self) -> NodeState {
+        NodeState::parse(&self.state).unwrap_or(NodeState::Unknown)
+    }
+}
+
+/// Records new nodes as `creating`, before any container exists, so a crash between the two
+/// leaves a row the next start completes rather than a container nobody knows of.
+pub async fn insert_creating(
+    db: impl PgExecutor<'_>,
+    pool_pk: i64,
+    ids: &[String],
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO nodes (pool_pk, id, state, state_transition_time, allocation_time) \
+         SELECT $1, unnest($2::text[]), 'creating', now(), now()",
+    )
+    .bind(pool_pk)
+    .bind(ids)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn list_for_pool(db: impl PgExecutor<'_>, pool_pk: i64) -> sqlx::Result<Vec<NodeRow>> {
+    sqlx::query_as("SELECT * FROM nodes WHERE pool_pk = $1 ORDER BY allocation_time, id")
+        .bind(pool_pk)
+        .fetch_all(db)
+        .await
+}
+
+pub async fn list_all(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<NodeRow>> {
+    sqlx::query_as("SELECT * FROM nodes ORDER BY pk")
+        .fetch_all(db)
+        .await
+}
+
+pub async fn get(db: impl PgExecutor<'_>, pool_pk: i64, id: &str) -> sqlx::Result<Option<NodeRow>> {
+    sqlx::query_as("SELECT * FROM nodes WHERE pool_pk = $1 AND id = $2")
+        .bind(pool_pk)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// Moves a node to `state` unless it is already leaving the pool (a removal always wins).
+pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE nodes SET state = $2, state_transition_time = now() \
+         WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2",
+    )
+    .bind(pk)
+    .bind(state.as_str())
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The container is up: record where it is and when it booted.
+pub async fn set_started(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    state: NodeState,
+    container_id: &str,
+    ip_address: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
+            last_boot_time = now(), errors = '[]' \
+         WHERE pk = $1 AND state <> 'leavingpool'",
+    )
+    .bind(pk)
+    .bind(state.as_str())
+    .bind(container_id)
+    .bind(ip_address)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The node could not be made: it is unusable and says why.
+pub async fn set_unusable(db: impl PgExecutor<'_>, pk: i64, errors: &Value) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE nodes SET state = 'unusable', state_transition_time = now(), errors = $2 \
+         WHERE pk = $1 AND state <> 'leavingpool'",
+    )
+    .bind(pk)
+    .bind(errors)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_start_task_info(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    info: &Value,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE nodes SET start_task_info = $2 WHERE pk = $1")
+        .bind(pk)
+        .bind(info)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks nodes as leaving; returns those that were not already.
+pub async fn mark_leaving(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "UPDATE nodes SET state = 'leavingpool', state_transition_time = now() \
+         WHERE pk = ANY($1) AND state <> 'leavingpool' RETURNING pk",
+    )
+    .bind(pks)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM nodes WHERE pk = $1")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! The pools table.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use crate::domain::pool::{AllocationState, PoolState};
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct PoolRow {
+    pub pk: i64,
+    pub account: String,
+    pub id: String,
+    pub display_name: Option<String>,
+    pub vm_size: String,
+    pub vcpus: f64,
+    pub memory_mib: i64,
+    pub image: String,
+    pub vm_config: Option<Value>,
+    pub start_task: Option<Value>,
+    pub task_slots_per_node: i32,
+    pub node_fill_type: String,
+    pub target_dedicated_nodes: i32,
+    pub resize_timeout_ticks: i64,
+    pub node_deallocation_option: String,
+    pub state: String,
+    pub state_transition_time: DateTime<Utc>,
+    pub allocation_state: String,
+    pub allocation_state_transition_time: DateTime<Utc>,
+    pub resize_errors: Value,
+    pub metadata: Value,
+    pub creation_time: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+    /// Nodes that exist and are not leaving the pool.
+    pub current_dedicated_nodes: i64,
+}
+
+/// What a client asked for when creating a pool, validated.
+#[derive(Debug)]
+pub struct NewPool {
+    pub account: String,
+    pub id: String,
+    pub display_name: Option<String>,
+    pub vm_size: String,
+    pub vcpus: f64,
+    pub memory_mib: i64,
+    pub image: String,
+    pub vm_config: Option<Value>,
+    pub start_task: Option<Value>,
+    pub task_slots_per_node: i32,
+    pub node_fill_type: String,
+    pub target_dedicated_nodes: i32,
+    pub resize_timeout_ticks: i64,
+    pub metadata: Value,
+}
+
+const SELECT: &str = "SELECT p.*, \
+    (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS current_dedicated_nodes \
+    FROM pools p";
+
+pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
+    // A pool with nodes to make starts out resizing; an empty one is steady at once.
+    let allocation = if p.target_dedicated_nodes > 0 {
+        AllocationState::Resizing
+    } else {
+        AllocationState::Steady
+    };
+    sqlx::query(
+        "INSERT INTO pools (account, id, display_name, vm_size, vcpus, memory_mib, image, vm_config, start_task, \
+            task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
+            state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now())",
+    )
+    .bind(&p.account)
+    .bind(&p.id)
+    .bind(&p.display_name)
+    .bind(&p.vm_size)
+    .bind(p.vcpus)
+    .bind(p.memory_mib)
+    .bind(&p.image)
+    .bind(&p.vm_config)
+    .bind(&p.start_task)
+    .bind(p.task_slots_per_node)
+    .bind(&p.node_fill_type)
+    .bind(p.target_dedicated_nodes)
+    .bind(p.resize_timeout_ticks)
+    .bind(allocation.as_str())
+    .bind(&p.metadata)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn get(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    id: &str,
+) -> sqlx::Result<Option<PoolRow>> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE p.account = $1 AND lower(p.id) = lower($2)"
+    ))
+    .bind(account)
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<PoolRow>> {
+    sqlx::query_as(&format!("{SELECT} WHERE p.pk = $1"))
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn list(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<Vec<PoolRow>> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE p.account = $1 ORDER BY lower(p.id)"
+    ))
+    .bind(account)
+    .fetch_all(db)
+    .await
+}
+
+/// Every pool of every account: what the allocator reconciles.
+pub async fn list_all(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<PoolRow>> {
+    sqlx::query_as(&format!("{SELECT} ORDER BY p.pk"))
+        .fetch_all(db)
+        .await
+}
+
+/// Why a change to a pool was refused.
+#[derive(Debug, PartialEq)]
+pub enum Refused {
+    NotFound,
+    BeingDeleted,
+    NotSteady(String),
+}
+
+/// The pool's state as seen just before a change, for the handler to explain a refusal.
+async fn refusal(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Result<Refused> {
+    let row: Option<(String, String)> = sqlx::query_as(
+        "SELECT state, allocation_state FROM pools WHERE account = $1 AND lower(id) = lower($2)",
+    )
+    .bind(account)
+    .bind(id)
+    .fetch_optional(db)
+    .await?;
+    Ok(match row {
+        None => Refused::NotFound,
+        Some((state, _)) if state == PoolState::Deleting.as_str() => Refused::BeingDeleted,
+        Some((_, allocation)) => Refused::NotSteady(allocation),
+    })
+}
+
+/// Starts a resize of a steady, active pool.
+pub async fn resize(
+    db: &sqlx::PgPool,
+    account: &str,
+    id: &str,
+    target: i32,
+    resize_timeout_ticks: Option<i64>,
+    deallocation: Option<&str>,
+) -> sqlx::Result<Result<(), Refused>> {
+    let done = sqlx::query(
+        "UPDATE pools SET target_dedicated_nodes = $3, \
+            resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
+            node_deallocation_option = coalesce($5, node_deallocation_option), \
+            allocation_state = 'resizing', allocation_state_transition_time = now(), \
+            resize_errors = '[]', last_modified = now() \
+         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' AND allocation_state = 'steady'",
+    )
+    .bind(account)
+    .bind(id)
+    .bind(target)
+    .bind(resize_timeout_ticks)
+    .bind(deallocation)
+    .execute(db)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(Ok(()));
+    }
+    refusal(db, account, id).await.map(Err)
+}
+
+/// Asks a resizing pool to stop. A steady pool has nothing to stop, which is not an error.
+pub async fn stop_resize(
+    db: &sqlx::PgPool,
+    account: &str,
+    id: &str,
+) -> sqlx::Result<Result<(), Refused>> {
+    let done = sqlx::query(
+        "UPDATE pools SET allocation_state = CASE WHEN allocation_state = 'resizing' THEN 'stopping' ELSE allocation_state END, \
+            allocation_state_transition_time = CASE WHEN allocation_state = 'resizing' THEN now() ELSE allocation_state_transition_time END, \
+            last_modified = now() \
+         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+    )
+    .bind(account)
+    .bind(id)
+    .execute(db)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(Ok(()));
+    }
+    refusal(db, account, id).await.map(Err)
+}
+
+/// Marks a pool for deletion; the allocator removes its nodes and then the row.
+pub async fn mark_deleting(
+    db: &sqlx::PgPool,
+    account: &str,
+    id: &str,
+) -> sqlx::Result<Result<(), Refused>> {
+    let done = sqlx::query(
+        "UPDATE pools SET state = 'deleting', state_transition_time = now(), last_modified = now(), \
+            target_dedicated_nodes = 0 \
+         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+    )
+    .bind(account)
+    .bind(id)
+    .execute(db)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(Ok(()));
+    }
+    refusal(db, account, id).await.map(Err)
+}
+
+/// Replaces the metadata and/or start task; `None` leaves a field as it is.
+pub async fn update_properties(
+    db: &sqlx::PgPool,
+    account: &str,
+    id: &str,
+    metadata: Option<&Value>,
+    start_task: Option<Option<&Value>>,
+) -> sqlx::Result<Result<(), Refused>> {
+    let done = sqlx::query(
+        "UPDATE pools SET metadata = coalesce($3, metadata), \
+            start_task = CASE WHEN $4 THEN $5 ELSE start_task END, last_modified = now() \
+         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+    )
+    .bind(account)
+    .bind(id)
+    .bind(metadata)
+    .bind(start_task.is_some())
+    .bind(start_task.flatten())
+    .execute(db)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(Ok(()));
+    }
+    refusal(db, account, id).await.map(Err)
+}
+
+pub async fn set_allocation_state(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    state: AllocationState,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE pools SET allocation_state = $2, allocation_state_transition_time = now(), last_modified = now() \
+         WHERE pk = $1 AND allocation_state <> $2",
+    )
+    .bind(pk)
+    .bind(state.as_str())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Adds a resize error (Azure's `ResizeError`: code, message, values).
+pub async fn add_resize_error(db: impl PgExecutor<'_>, pk: i64, error: &Value) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE pools SET resize_errors = resize_errors || jsonb_build_array($2::jsonb), last_modified = now() \
+         WHERE pk = $1 AND NOT resize_errors @> jsonb_build_array($2::jsonb)",
+    )
+    .bind(pk)
+    .bind(error)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM pools WHERE pk = $1")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}
