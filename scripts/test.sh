@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): prepares the machine (Docker engine, busybox-static,
+# a throwaway PostgreSQL; scripts/test-env.sh), then runs every test. Arguments go to cargo test,
+# e.g. scripts/test.sh --test pools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# shellcheck source=scripts/test-env.sh
+source scripts/test-env.sh
+: "${BATCHPOOL_TEST_DATABASE_URL:?scripts/test-env.sh did not provide a database}"
+export BATCHPOOL_TEST_DATABASE_URL
+
+if ! command -v cargo >/dev/null; then
+    echo "cargo is not installed: install Rust (https://rustup.rs) first" >&2
+    exit 1
+fi
+cargo test --locked "$@"

@@ -1,0 +1,431 @@
+//! Test harness: the real server as its own process, on a random port, with a fresh database
+//! and data directory, talked to over HTTP. Docker state is checked through the docker CLI.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const TEST_IMAGE: &str = "batchpool-test-node:latest";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rt {
+    Docker,
+    Local,
+}
+
+impl Rt {
+    fn name(self) -> &'static str {
+        match self {
+            Rt::Docker => "docker",
+            Rt::Local => "local",
+        }
+    }
+}
+
+pub struct TestServer {
+    pub runtime: Rt,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub data_dir: tempfile::TempDir,
+    /// None: the server runs its own PostgreSQL.
+    pub database_url: Option<String>,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+}
+
+/// The throwaway PostgreSQL the test script started (scripts/test-env.sh).
+fn admin_url() -> String {
+    std::env::var("BATCHPOOL_TEST_DATABASE_URL")
+        .expect("BATCHPOOL_TEST_DATABASE_URL is not set: run the tests through scripts/test.sh (see README)")
+}
+
+/// Makes a fresh database on the test server and returns its URL.
+pub async fn fresh_database() -> String {
+    let admin = admin_url();
+    let name = format!("bp_{}", uuid::Uuid::new_v4().simple());
+    let pool = sqlx::PgPool::connect(&admin)
+        .await
+        .expect("connecting to the test PostgreSQL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&pool)
+        .await
+        .expect("create database");
+    pool.close().await;
+    let mut url = reqwest::Url::parse(&admin).expect("admin URL");
+    url.set_path(&name);
+    url.to_string()
+}
+
+/// Builds the node image through the Docker API (our own `build-node-image`), once per process.
+fn ensure_test_image() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .args(["build-node-image", "--tag", TEST_IMAGE])
+            .output()
+            .expect("running build-node-image");
+        assert!(
+            out.status.success(),
+            "building the test image failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+impl TestServer {
+    pub async fn start(runtime: Rt) -> Self {
+        Self::start_with(runtime, Some(fresh_database().await), &[]).await
+    }
+
+    pub async fn start_with(runtime: Rt, database_url: Option<String>, extra: &[&str]) -> Self {
+        if runtime == Rt::Docker {
+            ensure_test_image();
+        }
+        let mut server = TestServer {
+            runtime,
+            base: String::new(),
+            http: reqwest::Client::new(),
+            data_dir: tempfile::Builder::new()
+                .prefix("bp")
+                .tempdir()
+                .expect("tempdir"),
+            database_url,
+            child: None,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.launch().await;
+        server
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.data_dir.path().join("server.log")
+    }
+
+    /// Starts the server process (again) with the same configuration and waits for its address.
+    pub async fn launch(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchpool"));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--runtime",
+            self.runtime.name(),
+            "--default-image",
+            TEST_IMAGE,
+        ])
+        .arg("--data-dir")
+        .arg(self.data_dir.path())
+        .args(&self.extra_args)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "info,sqlx=warn")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .kill_on_drop(true);
+        if let Some(url) = &self.database_url {
+            cmd.arg("--database-url").arg(url);
+        }
+        let mut child = cmd.spawn().expect("spawning batchpool");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("reading stdout") {
+                if let Some(addr) = line.strip_prefix("batchpool listening on ") {
+                    return addr.to_string();
+                }
+            }
+            panic!(
+                "the server exited before listening; log:\n{}",
+                self.log_tail()
+            );
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the server did not start listening in 60 s; log:\n{}",
+                self.log_tail()
+            )
+        });
+        self.base = line;
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .and_then(|c| c.id())
+            .expect("server running")
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub async fn kill(&mut self) {
+        let mut child = self.child.take().expect("server running");
+        child.kill().await.expect("kill");
+    }
+
+    /// SIGTERM, and the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("server running");
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe { libc::kill(child.id().expect("pid") as i32, libc::SIGTERM) };
+        tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .expect("graceful shutdown within 30 s")
+            .expect("wait")
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+
+    pub async fn db(&self) -> sqlx::PgPool {
+        let url = self
+            .database_url
+            .as_ref()
+            .expect("this server runs its own database");
+        sqlx::PgPool::connect(url)
+            .await
+            .expect("connecting to the test database")
+    }
+
+    pub async fn server_id(&self) -> String {
+        sqlx::query_scalar("SELECT server_id FROM installation")
+            .fetch_one(&self.db().await)
+            .await
+            .expect("server id")
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, json)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: &'static str) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::DELETE, path, None).await
+    }
+
+    pub async fn nodes(&self, pool: &str) -> Vec<Value> {
+        let (status, body) = self.get(&format!("/pools/{pool}/nodes")).await;
+        assert_eq!(status, 200, "{body}");
+        body["value"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until the pool is steady with `count` nodes, all in `state`; returns the nodes.
+    pub async fn wait_nodes(&self, pool: &str, count: usize, state: &str) -> Vec<Value> {
+        wait_for(&format!("pool {pool}: {count} nodes {state}"), || async {
+            let (_, p) = self.get(&format!("/pools/{pool}")).await;
+            let nodes = self.nodes(pool).await;
+            (p["allocationState"] == "steady"
+                && nodes.len() == count
+                && nodes.iter().all(|n| n["state"] == state))
+            .then_some(nodes)
+        })
+        .await
+    }
+
+    /// Node ids that exist on the runtime itself (containers, or local node directories).
+    pub async fn runtime_nodes(&self) -> Vec<String> {
+        let server_id = self.server_id().await;
+        match self.runtime {
+            Rt::Docker => docker_containers(&server_id)
+                .into_iter()
+                .map(|c| {
+                    c["Config"]["Labels"]["batchpool.node"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect(),
+            Rt::Local => local_nodes(&self.data_dir.path().join("nodes"), &server_id),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- server log ----\n{}", self.log_tail());
+        }
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        if self.runtime == Rt::Docker && self.database_url.is_some() {
+            // Containers outlive the server by design; a finished test removes its own.
+            let out = std::process::Command::new("docker")
+                .args([
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("label=batchpool.server={}", self.server_id_blocking()),
+                ])
+                .output();
+            if let Ok(out) = out {
+                let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect();
+                if !ids.is_empty() {
+                    let _ = std::process::Command::new("docker")
+                        .arg("rm")
+                        .arg("-f")
+                        .args(&ids)
+                        .output();
+                }
+            }
+        }
+    }
+}
+
+impl TestServer {
+    fn server_id_blocking(&self) -> String {
+        let url = self.database_url.clone().expect("db");
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let db = sqlx::PgPool::connect(&url).await.ok()?;
+                    sqlx::query_scalar::<_, String>("SELECT server_id FROM installation")
+                        .fetch_one(&db)
+                        .await
+                        .ok()
+                })
+        })
+        .join()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "unknown".into())
+    }
+}
+
+/// `docker inspect` of every container labelled with this server id.
+pub fn docker_containers(server_id: &str) -> Vec<Value> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=batchpool.server={server_id}"),
+        ])
+        .output()
+        .expect("docker ps");
+    assert!(
+        out.status.success(),
+        "docker ps: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let out = std::process::Command::new("docker")
+        .arg("inspect")
+        .args(&ids)
+        .output()
+        .expect("docker inspect");
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap_or_default()
+}
+
+fn local_nodes(dir: &Path, server_id: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| {
+            let labels: Value = serde_json::from_slice(
+                &std::fs::read(e.ok()?.path().join(".batchpool-node.json")).ok()?,
+            )
+            .ok()?;
+            (labels["server"] == server_id).then(|| labels["node"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Polls `check` until it returns Some, for at most 90 s.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Declares one async test per runtime: `name::docker` and `name::local`.
+#[macro_export]
+macro_rules! on_both_runtimes {
+    ($name:ident, $body:path) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn docker() {
+                $body(Rt::Docker).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn local() {
+                $body(Rt::Local).await
+            }
+        }
+    };
+}

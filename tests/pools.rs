@@ -1,0 +1,332 @@
+//! Pools and nodes end to end, on both runtimes: what a user with curl would do and check.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashSet;
+
+use common::{docker_containers, wait_for, Rt, TestServer};
+use serde_json::{json, Value};
+
+fn ids(nodes: &[Value]) -> HashSet<String> {
+    nodes
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn pool_lifecycle(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let (status, body) = s
+        .post("/pools", &json!({"id": "life", "vmSize": "STANDARD_A1", "targetDedicatedNodes": 2, "displayName": "Life", "metadata": [{"name": "team", "value": "ml"}]}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+
+    let nodes = s.wait_nodes("life", 2, "idle").await;
+    let (status, pool) = s.get("/pools/life").await;
+    assert_eq!(status, 200);
+    assert_eq!(pool["id"], "life");
+    assert_eq!(pool["displayName"], "Life");
+    assert_eq!(
+        pool["vmSize"], "standard_a1",
+        "Azure reports vmSize in lower case"
+    );
+    assert_eq!(pool["state"], "active");
+    assert_eq!(pool["allocationState"], "steady");
+    assert_eq!(pool["currentDedicatedNodes"], 2);
+    assert_eq!(pool["targetDedicatedNodes"], 2);
+    assert_eq!(pool["taskSlotsPerNode"], 1);
+    assert_eq!(pool["taskSchedulingPolicy"]["nodeFillType"], "spread");
+    assert_eq!(pool["resizeTimeout"], "PT15M");
+    assert_eq!(pool["metadata"], json!([{"name": "team", "value": "ml"}]));
+    assert!(pool["eTag"].as_str().unwrap().starts_with("0x"));
+    assert!(pool.get("resizeErrors").is_none());
+    for node in &nodes {
+        assert_eq!(node["vmSize"], "standard_a1");
+        assert_eq!(node["isDedicated"], true);
+        assert!(node["url"].as_str().unwrap().ends_with(&format!(
+            "/pools/life/nodes/{}",
+            node["id"].as_str().unwrap()
+        )));
+    }
+    let (_, one) = s
+        .get(&format!(
+            "/pools/life/nodes/{}",
+            nodes[0]["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(one["id"], nodes[0]["id"]);
+
+    // The runtime holds exactly the nodes the API shows.
+    assert_eq!(
+        s.runtime_nodes().await.into_iter().collect::<HashSet<_>>(),
+        ids(&nodes)
+    );
+    if rt == Rt::Docker {
+        let server_id = s.server_id().await;
+        for c in docker_containers(&server_id) {
+            assert_eq!(
+                c["HostConfig"]["NanoCpus"], 1_000_000_000i64,
+                "standard_a1 has 1 vCPU"
+            );
+            assert_eq!(
+                c["HostConfig"]["Memory"],
+                1792i64 * 1024 * 1024,
+                "standard_a1 has 1.75 GiB"
+            );
+            assert_eq!(c["HostConfig"]["Privileged"], false);
+            assert_eq!(c["State"]["Running"], true);
+            let labels = &c["Config"]["Labels"];
+            assert_eq!(labels["batchpool.server"], server_id.as_str());
+            assert_eq!(labels["batchpool.pool"], "life");
+            assert_eq!(labels["batchpool.account"], "batchpool");
+            assert!(ids(&nodes).contains(labels["batchpool.node"].as_str().unwrap()));
+        }
+    }
+
+    // Grow, shrink, and shrink to nothing.
+    let (status, _) = s
+        .post("/pools/life/resize", &json!({"targetDedicatedNodes": 3}))
+        .await;
+    assert_eq!(status, 202);
+    let grown = s.wait_nodes("life", 3, "idle").await;
+    assert!(
+        ids(&nodes).is_subset(&ids(&grown)),
+        "growing keeps the existing nodes"
+    );
+    assert_eq!(s.runtime_nodes().await.len(), 3);
+
+    let (status, _) = s
+        .post(
+            "/pools/life/resize",
+            &json!({"targetDedicatedNodes": 1, "resizeTimeout": "PT10M00S"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let shrunk = s.wait_nodes("life", 1, "idle").await;
+    assert_eq!(
+        s.runtime_nodes().await,
+        vec![shrunk[0]["id"].as_str().unwrap().to_string()]
+    );
+    assert_eq!(s.get("/pools/life").await.1["resizeTimeout"], "PT10M");
+
+    let (status, _) = s
+        .post("/pools/life/resize", &json!({"targetDedicatedNodes": 0}))
+        .await;
+    assert_eq!(status, 202);
+    s.wait_nodes("life", 0, "idle").await;
+    assert!(
+        s.runtime_nodes().await.is_empty(),
+        "resize to 0 removes every node"
+    );
+    assert_eq!(s.get("/pools/life").await.1["currentDedicatedNodes"], 0);
+
+    // Delete: accepted, then the pool is gone together with its nodes.
+    let (status, _) = s
+        .post("/pools/life/resize", &json!({"targetDedicatedNodes": 2}))
+        .await;
+    assert_eq!(status, 202);
+    s.wait_nodes("life", 2, "idle").await;
+    let (status, _) = s.delete("/pools/life").await;
+    assert_eq!(status, 202);
+    let (status, body) = s.get("/pools/life").await;
+    assert!(
+        status == 404 || body["state"] == "deleting",
+        "{status} {body}"
+    );
+    wait_for("the pool to be deleted", || async {
+        (s.get("/pools/life").await.0 == 404).then_some(())
+    })
+    .await;
+    assert!(
+        s.runtime_nodes().await.is_empty(),
+        "deleting a pool removes its nodes"
+    );
+    assert_eq!(s.get("/pools").await.1["value"], json!([]));
+}
+on_both_runtimes!(pool_lifecycle_create_resize_delete, pool_lifecycle);
+
+async fn start_task(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let command = "echo pool=$AZ_BATCH_POOL_ID node=$AZ_BATCH_NODE_ID greeting=$GREETING; \
+                   echo shared=$AZ_BATCH_NODE_SHARED_DIR; pwd; echo oops >&2; touch $AZ_BATCH_NODE_SHARED_DIR/ready";
+    let (status, body) = s
+        .post(
+            "/pools",
+            &json!({"id": "st", "vmSize": "standard_a1_v2", "targetDedicatedNodes": 2,
+                    "startTask": {"commandLine": command, "waitForSuccess": true,
+                                  "environmentSettings": [{"name": "GREETING", "value": "hello world"}]}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let nodes = s.wait_nodes("st", 2, "idle").await;
+    for node in &nodes {
+        let id = node["id"].as_str().unwrap();
+        let info = &node["startTaskInfo"];
+        assert_eq!(info["state"], "completed", "{node}");
+        assert_eq!(info["result"], "success");
+        assert_eq!(info["exitCode"], 0);
+        assert_eq!(info["retryCount"], 0);
+        assert_eq!(node["startTask"]["commandLine"], command);
+        let stdout = s
+            .http
+            .get(format!(
+                "{}/pools/st/nodes/{id}/files/startup/stdout.txt",
+                s.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stdout.status(), 200);
+        let stdout = stdout.text().await.unwrap();
+        let root = match rt {
+            Rt::Docker => "/mnt/batch/tasks".to_string(),
+            Rt::Local => s
+                .data_dir
+                .path()
+                .join("nodes")
+                .join(id)
+                .display()
+                .to_string(),
+        };
+        assert_eq!(
+            stdout,
+            format!(
+                "pool=st node={id} greeting=hello world\nshared={root}/shared\n{root}/startup/wd\n"
+            ),
+        );
+        let stderr = s
+            .http
+            .get(format!(
+                "{}/pools/st/nodes/{id}/files/startup%2Fstderr.txt",
+                s.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stderr.text().await.unwrap(), "oops\n");
+        let (status, body) = s
+            .get(&format!("/pools/st/nodes/{id}/files/..%2F..%2Fserver.log"))
+            .await;
+        assert_eq!(status, 400, "no path escapes the node: {body}");
+    }
+
+    // A failing start task is retried, then leaves the node starttaskfailed with the reason.
+    let (status, _) = s
+        .post(
+            "/pools",
+            &json!({"id": "bad-start", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+                    "startTask": {"commandLine": "echo try >> $AZ_BATCH_NODE_SHARED_DIR/tries; exit 3", "maxTaskRetryCount": 2}}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let nodes = s.wait_nodes("bad-start", 1, "starttaskfailed").await;
+    let info = &nodes[0]["startTaskInfo"];
+    assert_eq!(info["result"], "failure");
+    assert_eq!(info["exitCode"], 3);
+    assert_eq!(info["retryCount"], 2);
+    assert_eq!(info["failureInfo"]["category"], "usererror");
+    let id = nodes[0]["id"].as_str().unwrap();
+    let tries = s
+        .http
+        .get(format!(
+            "{}/pools/bad-start/nodes/{id}/files/shared/tries",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        tries.text().await.unwrap(),
+        "try\ntry\ntry\n",
+        "1 run + 2 retries"
+    );
+}
+on_both_runtimes!(start_task_runs_as_each_node_joins, start_task);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_image_gives_a_clear_error_not_a_hang() {
+    let s = TestServer::start(Rt::Docker).await;
+    let (status, _) = s
+        .post(
+            "/pools",
+            &json!({"id": "noimg", "vmSize": "standard_a1", "targetDedicatedNodes": 2,
+                    "virtualMachineConfiguration": {"nodeAgentSKUId": "batch.node.ubuntu 22.04",
+                        "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": ["batchpool-absent:1.0"]}}}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let nodes = s.wait_nodes("noimg", 2, "unusable").await;
+    for node in &nodes {
+        assert_eq!(node["errors"][0]["code"], "ImageNotFound");
+        assert!(node["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batchpool-absent:1.0"));
+    }
+    let (_, pool) = s.get("/pools/noimg").await;
+    assert_eq!(pool["allocationState"], "steady");
+    assert_eq!(
+        pool["resizeErrors"].as_array().unwrap().len(),
+        1,
+        "one error, not one per node: {pool}"
+    );
+    assert_eq!(pool["resizeErrors"][0]["code"], "ImageNotFound");
+    assert_eq!(
+        pool["virtualMachineConfiguration"]["containerConfiguration"]["containerImageNames"][0],
+        "batchpool-absent:1.0"
+    );
+    assert!(s.runtime_nodes().await.is_empty(), "no container was made");
+    // The pool can still be emptied and deleted.
+    assert_eq!(s.delete("/pools/noimg").await.0, 202);
+    wait_for("the pool to be deleted", || async {
+        (s.get("/pools/noimg").await.0 == 404).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_metadata_and_start_task_can_be_updated() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "upd", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+    let (_, before) = s.get("/pools/upd").await;
+    let resp = s
+        .http
+        .patch(format!("{}/pools/upd", s.base))
+        .json(&json!({"metadata": [{"name": "a", "value": "1"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (_, after) = s.get("/pools/upd").await;
+    assert_eq!(after["metadata"], json!([{"name": "a", "value": "1"}]));
+    assert_ne!(after["eTag"], before["eTag"], "a change makes a new eTag");
+
+    let (status, _) = s
+        .post(
+            "/pools/upd/updateproperties",
+            &json!({"metadata": [], "startTask": {"commandLine": "true"}}),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, after) = s.get("/pools/upd").await;
+    assert!(after.get("metadata").is_none());
+    assert_eq!(after["startTask"]["commandLine"], "true");
+    let (status, _) = s
+        .post("/pools/upd/updateproperties", &json!({"metadata": []}))
+        .await;
+    assert_eq!(status, 204);
+    assert!(
+        s.get("/pools/upd").await.1.get("startTask").is_none(),
+        "updateproperties replaces: no startTask removes it"
+    );
+
+    // Stop resize on a steady pool has nothing to stop, and the poller's condition holds at once.
+    assert_eq!(s.post("/pools/upd/stopresize", &json!({})).await.0, 202);
+    assert_eq!(s.get("/pools/upd").await.1["allocationState"], "steady");
+}

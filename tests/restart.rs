@@ -1,0 +1,207 @@
+//! Restarts: SIGKILL the server and start it again; nothing is lost, duplicated or orphaned.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashSet;
+
+use common::{Rt, TestServer};
+use serde_json::json;
+
+async fn usage(
+    db: &sqlx::PgPool,
+) -> Vec<(
+    String,
+    String,
+    chrono::DateTime<chrono::Utc>,
+    Option<chrono::DateTime<chrono::Utc>>,
+)> {
+    sqlx::query_as(
+        "SELECT pool_id, node_id, started_at, ended_at FROM usage_records ORDER BY node_id",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap()
+}
+
+async fn restart_adopts_nodes(rt: Rt) {
+    let mut s = TestServer::start(rt).await;
+    let db = s.db().await;
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "stay", "vmSize": "standard_a1", "targetDedicatedNodes": 3})
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "gone", "vmSize": "standard_a1", "targetDedicatedNodes": 1})
+        )
+        .await
+        .0,
+        201
+    );
+    let stay: HashSet<String> = s
+        .wait_nodes("stay", 3, "idle")
+        .await
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().into())
+        .collect();
+    let gone = s.wait_nodes("gone", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let containers_before: HashSet<String> = match rt {
+        Rt::Docker => common::docker_containers(&s.server_id().await)
+            .iter()
+            .map(|c| c["Id"].as_str().unwrap().into())
+            .collect(),
+        Rt::Local => HashSet::new(),
+    };
+    let usage_before = usage(&db).await;
+    assert_eq!(usage_before.len(), 4);
+
+    s.kill().await;
+    // While no server runs, pool "gone" is deleted from the database (as another server sharing it would).
+    sqlx::query("DELETE FROM pools WHERE id = 'gone'")
+        .execute(&db)
+        .await
+        .unwrap();
+    s.launch().await;
+
+    // The same three nodes, no more, and the deleted pool's node removed from the runtime.
+    let nodes = s.wait_nodes("stay", 3, "idle").await;
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| n["id"].as_str().unwrap().to_string())
+            .collect::<HashSet<_>>(),
+        stay
+    );
+    common::wait_for("the orphan to be removed", || async {
+        let on_runtime: HashSet<String> = s.runtime_nodes().await.into_iter().collect();
+        (on_runtime == stay).then_some(())
+    })
+    .await;
+    if rt == Rt::Docker {
+        let after: HashSet<String> = common::docker_containers(&s.server_id().await)
+            .iter()
+            .map(|c| c["Id"].as_str().unwrap().into())
+            .collect();
+        let kept: HashSet<String> = containers_before
+            .iter()
+            .filter(|id| after.contains(*id))
+            .cloned()
+            .collect();
+        assert_eq!(
+            kept, after,
+            "the same containers were adopted, none made anew"
+        );
+        assert_eq!(after.len(), 3);
+    }
+
+    // Metering: the adopted nodes keep their records (no gap, no second record); the orphan's ends.
+    let usage_after = usage(&db).await;
+    assert_eq!(
+        usage_after.len(),
+        4,
+        "no record added or lost: {usage_after:?}"
+    );
+    for (before, after) in usage_before.iter().zip(&usage_after) {
+        assert_eq!(before.1, after.1);
+        assert_eq!(before.2, after.2, "start times unchanged");
+        if after.1 == gone {
+            assert!(
+                after.3.is_some(),
+                "the deleted pool's node is no longer metered"
+            );
+        } else {
+            assert_eq!(after.3, None, "an adopted node is still metered");
+        }
+    }
+    // The server still manages what it adopted.
+    assert_eq!(
+        s.post("/pools/stay/resize", &json!({"targetDedicatedNodes": 1}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("stay", 1, "idle").await;
+    assert_eq!(s.runtime_nodes().await.len(), 1);
+}
+on_both_runtimes!(
+    sigkill_then_restart_adopts_the_same_nodes,
+    restart_adopts_nodes
+);
+
+/// A node row written before its container existed (the server died in between) is completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_half_made_before_a_crash_is_finished_after_restart() {
+    let mut s = TestServer::start(Rt::Docker).await;
+    let db = s.db().await;
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "half", "vmSize": "standard_a1", "targetDedicatedNodes": 1})
+        )
+        .await
+        .0,
+        201
+    );
+    s.wait_nodes("half", 1, "idle").await;
+    s.kill().await;
+    // As if the server had recorded a second node and died before making its container.
+    sqlx::query("UPDATE pools SET target_dedicated_nodes = 2, allocation_state = 'resizing'")
+        .execute(&db)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO nodes (pool_pk, id, state, state_transition_time, allocation_time) SELECT pk, 'tvmps_halfmade_d', 'creating', now(), now() FROM pools")
+        .execute(&db)
+        .await
+        .unwrap();
+    s.launch().await;
+    let nodes = s.wait_nodes("half", 2, "idle").await;
+    assert!(nodes.iter().any(|n| n["id"] == "tvmps_halfmade_d"));
+    assert_eq!(s.runtime_nodes().await.len(), 2);
+}
+
+/// Without DATABASE_URL the server runs its own PostgreSQL in its data directory: it survives a
+/// graceful stop (which stops PostgreSQL too) and a SIGKILL (which leaves it running for the next start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_postgres_in_the_data_directory_keeps_state_across_restarts() {
+    let mut s = TestServer::start_with(Rt::Local, None, &[]).await;
+    let pg = s.data_dir.path().join("postgres");
+    assert!(
+        pg.join("PG_VERSION").exists(),
+        "the cluster lives in the data directory"
+    );
+    assert!(pg.join(".s.PGSQL.5432").exists(), "on a unix socket there");
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "own", "vmSize": "standard_a1", "targetDedicatedNodes": 1})
+        )
+        .await
+        .0,
+        201
+    );
+    s.wait_nodes("own", 1, "idle").await;
+
+    let status = s.terminate().await;
+    assert!(status.success(), "SIGTERM shuts down cleanly: {status}");
+    assert!(
+        !pg.join("postmaster.pid").exists(),
+        "PostgreSQL was stopped with the server"
+    );
+
+    s.launch().await;
+    assert_eq!(s.get("/pools/own").await.1["currentDedicatedNodes"], 1);
+    s.kill().await;
+    s.launch().await;
+    s.wait_nodes("own", 1, "idle").await;
+    assert!(s.terminate().await.success());
+}
