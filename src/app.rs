@@ -8,13 +8,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{RuntimeChoice, ServeConfig};
 use crate::domain::vm_size::VmSizeTable;
 use crate::postgres::EmbeddedPostgres;
-use crate::runtime::{docker, DockerRuntime, LocalRuntime, Runtime};
+use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
+use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
 
 /// What handlers need to know about this server's setup.
@@ -30,15 +30,20 @@ pub struct Settings {
 pub struct AppState {
     pub db: PgPool,
     pub settings: Settings,
-    /// The host directory that holds every node's root directory.
-    pub nodes_dir: PathBuf,
-    allocator_wake: Arc<Notify>,
+    /// Where node and task directories live on this host (the files API reads them).
+    pub layout: Layout,
+    wake: Wakeups,
 }
 
 impl AppState {
     /// Tells the allocator that a pool changed.
     pub fn wake_allocator(&self) {
-        self.allocator_wake.notify_one();
+        self.wake.allocate.notify_one();
+    }
+
+    /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
+    pub fn wake_dispatcher(&self) {
+        self.wake.dispatch.notify_one();
     }
 }
 
@@ -85,27 +90,31 @@ async fn run(
         .context("running migrations")?;
     let server_id = store::server_id(&db).await?;
 
-    let nodes_dir = data_dir.join("nodes");
-    std::fs::create_dir_all(&nodes_dir)?;
-    let runtime = Arc::new(choose_runtime(&config, nodes_dir.clone()).await?);
+    let layout = Layout::new(&data_dir);
+    let runtime = Arc::new(choose_runtime(&config, layout.clone()).await?);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
 
+    std::fs::create_dir_all(&layout.nodes)?;
+    std::fs::create_dir_all(&layout.workitems)?;
+
     let cancel = CancellationToken::new();
-    let wake = Arc::new(Notify::new());
+    let wake = Wakeups::default();
     let scheduler = tokio::spawn(scheduler::run(
-        db.clone(),
-        runtime,
-        server_id,
-        wake.clone(),
-        config.node_concurrency,
+        Scheduler {
+            db: db.clone(),
+            runtime,
+            server_id,
+            wake: wake.clone(),
+            node_concurrency: config.node_concurrency,
+        },
         cancel.clone(),
     ));
 
     let state = Arc::new(AppState {
         db: db.clone(),
         settings,
-        nodes_dir,
-        allocator_wake: wake,
+        layout,
+        wake,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -163,22 +172,22 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
     })
 }
 
-async fn choose_runtime(config: &ServeConfig, nodes_dir: PathBuf) -> anyhow::Result<Runtime> {
+async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<Runtime> {
     let host = config.docker_host.as_deref();
     match config.runtime {
-        RuntimeChoice::Local => Ok(Runtime::Local(LocalRuntime::new(nodes_dir))),
+        RuntimeChoice::Local => Ok(Runtime::Local(LocalRuntime::new(layout))),
         RuntimeChoice::Docker => Ok(Runtime::Docker(DockerRuntime::new(
             docker::connect(host).await?,
-            nodes_dir,
+            layout,
         ))),
         RuntimeChoice::Auto => match docker::connect(host).await {
             Ok(client) => {
                 tracing::info!("a Docker engine answers: nodes are containers");
-                Ok(Runtime::Docker(DockerRuntime::new(client, nodes_dir)))
+                Ok(Runtime::Docker(DockerRuntime::new(client, layout)))
             }
             Err(e) => {
                 tracing::warn!(reason = %format!("{e:#}"), "no Docker engine answers: using the local runtime (nodes are directories and processes)");
-                Ok(Runtime::Local(LocalRuntime::new(nodes_dir)))
+                Ok(Runtime::Local(LocalRuntime::new(layout)))
             }
         },
     }

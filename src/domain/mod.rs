@@ -1,5 +1,32 @@
 //! Plain types, rules and validation. No I/O lives here.
 
+/// An enum with Azure's exact wire strings.
+macro_rules! wire_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod duration;
 pub mod ids;
 pub mod metering;
@@ -7,3 +34,5 @@ pub mod pool;
 pub mod vm_size;
 
 pub use duration::IsoDuration;
+pub mod job;
+pub mod placement;

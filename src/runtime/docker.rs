@@ -4,7 +4,7 @@
 //! puts it on Linux nodes; so the engine must share this host's filesystem (a local socket).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use bollard::exec::{CreateExecOptions, StartExecResults};
@@ -17,7 +17,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::{
-    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
+    FoundNode, Layout, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
     LABEL_SERVER, WRAPPER,
 };
 
@@ -29,7 +29,7 @@ const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait 
 
 pub struct DockerRuntime {
     docker: Docker,
-    pub(super) nodes_dir: PathBuf,
+    pub(super) layout: Layout,
 }
 
 /// Connects to the engine at `host` (a `unix://` or `tcp://` address) or the local default, and
@@ -63,8 +63,8 @@ fn status_of(err: &bollard::errors::Error) -> Option<u16> {
 }
 
 impl DockerRuntime {
-    pub fn new(docker: Docker, nodes_dir: PathBuf) -> Self {
-        Self { docker, nodes_dir }
+    pub fn new(docker: Docker, layout: Layout) -> Self {
+        Self { docker, layout }
     }
 
     pub fn client(&self) -> &Docker {
@@ -75,6 +75,7 @@ impl DockerRuntime {
         &self,
         spec: &NodeSpec,
         root: &Path,
+        workitems: &Path,
     ) -> Result<NodeHandle, NodeError> {
         let failed = |what: &str, e: bollard::errors::Error| NodeError {
             code: "NodeCreationFailed",
@@ -114,7 +115,10 @@ impl DockerRuntime {
                 // No swap beyond the memory limit: a node has the memory of its size, no more.
                 memory_swap: Some(memory),
                 privileged: Some(false),
-                binds: Some(vec![format!("{}:{NODE_ROOT}", root.display())]),
+                binds: Some(vec![
+                    format!("{}:{NODE_ROOT}", root.display()),
+                    format!("{}:{NODE_ROOT}/workitems", workitems.display()),
+                ]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -226,6 +230,73 @@ impl DockerRuntime {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         anyhow::bail!("the engine still reports the command running after its output ended")
+    }
+}
+
+impl DockerRuntime {
+    /// Runs a short command in the node's container and returns its exit code.
+    async fn run_quick(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        cmd: Vec<String>,
+    ) -> anyhow::Result<i64> {
+        let exec = self
+            .docker
+            .create_exec(
+                &container_name(server_id, node_id),
+                CreateExecOptions {
+                    cmd: Some(cmd),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if let StartExecResults::Attached { mut output, .. } =
+            self.docker.start_exec(&exec.id, None).await?
+        {
+            while output.next().await.is_some() {}
+        }
+        Ok(self
+            .docker
+            .inspect_exec(&exec.id)
+            .await?
+            .exit_code
+            .unwrap_or(-1))
+    }
+
+    pub(super) async fn kill_group(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        pid: i32,
+    ) -> anyhow::Result<()> {
+        match self
+            .run_quick(
+                server_id,
+                node_id,
+                vec!["kill".into(), "-9".into(), format!("-{pid}")],
+            )
+            .await
+        {
+            Err(e) if matches!(e.downcast_ref::<bollard::errors::Error>(), Some(b) if status_of(b) == Some(404)) => {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
+        matches!(
+            self.run_quick(
+                server_id,
+                node_id,
+                vec!["kill".into(), "-0".into(), pid.to_string()]
+            )
+            .await,
+            Ok(0)
+        )
     }
 }
 

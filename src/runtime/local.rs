@@ -2,12 +2,12 @@
 //! processes. It keeps the docker runtime's contract (layout, environment, output files) on a
 //! machine without Docker; it does not enforce CPU or memory limits.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{FoundNode, NodeError, NodeHandle, NodeSpec, WRAPPER};
+use super::{FoundNode, Layout, NodeError, NodeHandle, NodeSpec, WRAPPER};
 
 pub struct LocalRuntime {
-    pub(super) nodes_dir: PathBuf,
+    pub(super) layout: Layout,
 }
 
 /// The labels of a local node, kept beside its directories.
@@ -22,8 +22,8 @@ struct NodeLabels {
 const LABELS_FILE: &str = ".batchpool-node.json";
 
 impl LocalRuntime {
-    pub fn new(nodes_dir: PathBuf) -> Self {
-        Self { nodes_dir }
+    pub fn new(layout: Layout) -> Self {
+        Self { layout }
     }
 
     pub(super) async fn create_node(
@@ -57,7 +57,7 @@ impl LocalRuntime {
 
     pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let mut found = Vec::new();
-        let mut entries = match tokio::fs::read_dir(&self.nodes_dir).await {
+        let mut entries = match tokio::fs::read_dir(&self.layout.nodes).await {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
             Err(e) => return Err(e.into()),
@@ -85,7 +85,9 @@ impl LocalRuntime {
             .arg(WRAPPER)
             .envs(env)
             .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
+            // Its own process group: a kill reaches the whole task tree, and signals meant for
+            // the server (Ctrl-C) do not reach tasks.
+            .process_group(0)
             .status()
             .await?;
         // A process killed by a signal reports 128 + the signal, as a shell would.

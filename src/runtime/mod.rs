@@ -52,19 +52,67 @@ pub struct NodeError {
 }
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
-/// the working directory, with stdout.txt and stderr.txt written into the task directory.
+/// the task's `wd`, with stdout.txt and stderr.txt written into the task directory as it runs.
 #[derive(Clone, Debug)]
 pub struct ExecSpec {
     pub command_line: String,
-    /// Relative to the node root, e.g. `startup`.
-    pub task_dir: String,
+    pub dirs: TaskDirs,
+    /// Each attempt keeps its pid and exit code apart, so a late write of an old attempt never
+    /// passes for the new one's.
+    pub attempt: i32,
     pub env: Vec<(String, String)>,
 }
 
-/// The wrapper every command runs in: output to the task directory's files, then the user's
-/// command line through a shell of its own, from `wd`. The command line travels in an environment
-/// variable so that no quoting can break it.
-const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" && exec >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" && exec /bin/sh -c "$BATCHPOOL_COMMAND_LINE""#;
+/// A task directory, on this host and as the node sees it.
+#[derive(Clone, Debug)]
+pub struct TaskDirs {
+    pub host: PathBuf,
+    pub node: String,
+}
+
+impl TaskDirs {
+    /// Where the wrapper leaves an attempt's pid and exit code.
+    pub fn state_dir(&self, attempt: i32) -> PathBuf {
+        self.host.join(STATE_DIR).join(attempt.to_string())
+    }
+}
+
+/// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
+pub const STATE_DIR: &str = ".batchpool";
+
+/// The wrapper every command runs in. It records its pid (the process group to kill) and, when
+/// the command ends, its exit code: a restarted server reads the outcome of an attempt it did
+/// not see finish. The command line travels in an environment variable, so no quoting breaks it.
+const WRAPPER: &str = r#"mkdir -p "$AZ_BATCH_TASK_WORKING_DIR" && cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
+echo $$ > "$BATCHPOOL_STATE/pid"
+/bin/sh -c "$BATCHPOOL_COMMAND_LINE" >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
+code=$?
+echo $code > "$BATCHPOOL_STATE/exit.tmp" && mv "$BATCHPOOL_STATE/exit.tmp" "$BATCHPOOL_STATE/exit"
+exit $code"#;
+
+/// Where nodes and task directories live on this host.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub nodes: PathBuf,
+    pub workitems: PathBuf,
+}
+
+impl Layout {
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            nodes: data_dir.join("nodes"),
+            workitems: data_dir.join("workitems"),
+        }
+    }
+
+    pub fn account_workitems(&self, account: &str) -> PathBuf {
+        self.workitems.join(account)
+    }
+
+    pub fn job_dir(&self, account: &str, job_id: &str) -> PathBuf {
+        self.account_workitems(account).join(job_id)
+    }
+}
 
 pub enum Runtime {
     Docker(DockerRuntime),
@@ -81,13 +129,13 @@ impl Runtime {
 
     /// The node's root directory on this host.
     pub fn host_root(&self, node_id: &str) -> PathBuf {
-        self.nodes_dir().join(node_id)
+        self.layout().nodes.join(node_id)
     }
 
-    fn nodes_dir(&self) -> &Path {
+    fn layout(&self) -> &Layout {
         match self {
-            Runtime::Docker(d) => &d.nodes_dir,
-            Runtime::Local(l) => &l.nodes_dir,
+            Runtime::Docker(d) => &d.layout,
+            Runtime::Local(l) => &l.layout,
         }
     }
 
@@ -99,20 +147,60 @@ impl Runtime {
         }
     }
 
+    /// The start task's directory on a node.
+    pub fn start_task_dirs(&self, node_id: &str) -> TaskDirs {
+        TaskDirs {
+            host: self.host_root(node_id).join("startup"),
+            node: format!("{}/startup", self.node_root(node_id)),
+        }
+    }
+
+    /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`. It lives in the account's
+    /// workitems directory, outside the node, so a task's files outlive the node that ran it.
+    pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
+        TaskDirs {
+            host: self
+                .layout()
+                .job_dir(account, job_id)
+                .join("job-1")
+                .join(task_id),
+            node: format!(
+                "{}/workitems/{job_id}/job-1/{task_id}",
+                self.node_root(node_id)
+            ),
+        }
+    }
+
+    pub fn layout_ref(&self) -> &Layout {
+        self.layout()
+    }
+
     /// Creates and starts the node; if it exists already (a crash mid-way), adopts it.
     pub async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         let root = self.host_root(&spec.node_id);
-        for dir in ["shared", "startup/wd", "workitems"] {
-            tokio::fs::create_dir_all(root.join(dir))
-                .await
-                .map_err(|e| NodeError {
-                    code: "NodeDirectoryFailed",
-                    message: format!("cannot create the node directory {}: {e}", root.display()),
-                })?;
+        let workitems = self.layout().account_workitems(&spec.account);
+        let dir_failed = |e: std::io::Error| NodeError {
+            code: "NodeDirectoryFailed",
+            message: format!("cannot create the node directory {}: {e}", root.display()),
+        };
+        for dir in [
+            root.join("shared"),
+            root.join("startup/wd"),
+            workitems.clone(),
+        ] {
+            tokio::fs::create_dir_all(dir).await.map_err(dir_failed)?;
         }
         match self {
-            Runtime::Docker(d) => d.create_node(spec, &root).await,
-            Runtime::Local(l) => l.create_node(spec, &root).await,
+            Runtime::Docker(d) => d.create_node(spec, &root, &workitems).await,
+            Runtime::Local(l) => {
+                let link = root.join("workitems");
+                if tokio::fs::symlink_metadata(&link).await.is_err() {
+                    tokio::fs::symlink(&workitems, &link)
+                        .await
+                        .map_err(dir_failed)?;
+                }
+                l.create_node(spec, &root).await
+            }
         }
     }
 
@@ -123,6 +211,8 @@ impl Runtime {
             Runtime::Local(l) => l.remove_node(node_id).await?,
         }
         let root = self.host_root(node_id);
+        // The workitems link of a local node points at shared task directories: remove the link only.
+        let _ = tokio::fs::remove_file(root.join("workitems")).await;
         match tokio::fs::remove_dir_all(&root).await {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(anyhow::anyhow!("removing {}: {e}", root.display()))
@@ -146,16 +236,78 @@ impl Runtime {
         node_id: &str,
         spec: &ExecSpec,
     ) -> anyhow::Result<i64> {
-        let host_task_dir = self.host_root(node_id).join(&spec.task_dir);
-        tokio::fs::create_dir_all(host_task_dir.join("wd")).await?;
-        let task_dir = format!("{}/{}", self.node_root(node_id), spec.task_dir);
+        let state = spec.dirs.state_dir(spec.attempt);
+        let _ = tokio::fs::remove_dir_all(&state).await;
+        tokio::fs::create_dir_all(&state).await?;
+        tokio::fs::create_dir_all(spec.dirs.host.join("wd")).await?;
         let mut env = spec.env.clone();
-        env.push(("AZ_BATCH_TASK_DIR".into(), task_dir.clone()));
-        env.push(("AZ_BATCH_TASK_WORKING_DIR".into(), format!("{task_dir}/wd")));
+        env.push(("AZ_BATCH_TASK_DIR".into(), spec.dirs.node.clone()));
+        env.push((
+            "AZ_BATCH_TASK_WORKING_DIR".into(),
+            format!("{}/wd", spec.dirs.node),
+        ));
+        env.push((
+            "BATCHPOOL_STATE".into(),
+            format!("{}/{STATE_DIR}/{}", spec.dirs.node, spec.attempt),
+        ));
         env.push(("BATCHPOOL_COMMAND_LINE".into(), spec.command_line.clone()));
         match self {
             Runtime::Docker(d) => d.exec(server_id, node_id, env).await,
             Runtime::Local(l) => l.exec(env).await,
+        }
+    }
+
+    /// The exit code an attempt recorded, if it finished.
+    pub async fn recorded_exit(dirs: &TaskDirs, attempt: i32) -> Option<i64> {
+        let text = tokio::fs::read_to_string(dirs.state_dir(attempt).join("exit"))
+            .await
+            .ok()?;
+        text.trim().parse().ok()
+    }
+
+    async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
+        let text = tokio::fs::read_to_string(dirs.state_dir(attempt).join("pid"))
+            .await
+            .ok()?;
+        text.trim().parse().ok().filter(|pid| *pid > 1)
+    }
+
+    /// Kills an attempt's whole process tree (its process group), wherever it runs.
+    pub async fn kill(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        dirs: &TaskDirs,
+        attempt: i32,
+    ) -> anyhow::Result<()> {
+        let Some(pid) = Self::recorded_pid(dirs, attempt).await else {
+            return Ok(());
+        };
+        match self {
+            Runtime::Docker(d) => d.kill_group(server_id, node_id, pid).await,
+            Runtime::Local(_) => {
+                // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether an attempt's process is still alive (after a restart, to wait for it).
+    pub async fn is_alive(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        dirs: &TaskDirs,
+        attempt: i32,
+    ) -> bool {
+        let Some(pid) = Self::recorded_pid(dirs, attempt).await else {
+            return false;
+        };
+        match self {
+            Runtime::Docker(d) => d.is_alive(server_id, node_id, pid).await,
+            // SAFETY: signal 0 only checks that the process exists.
+            Runtime::Local(_) => unsafe { libc::kill(pid, 0) == 0 },
         }
     }
 }

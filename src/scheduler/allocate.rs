@@ -10,21 +10,21 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::start_task::{self, Placement};
 use crate::api::batch::pools::StartTask;
 use crate::domain::ids::new_node_id;
-use crate::domain::pool::{AllocationState, NodeState, PoolState};
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
 use crate::runtime::{NodeSpec, Runtime};
-use crate::store::{self, nodes::NodeRow, pools::PoolRow};
+use crate::store::{self, nodes::NodeRow, pools::PoolRow, tasks::Ending};
 
 pub struct Allocator {
     db: PgPool,
     runtime: Arc<Runtime>,
     server_id: String,
-    wake: Arc<Notify>,
+    wake: super::Wakeups,
     /// Nodes with provisioning under way, and the token that stops it when the node must go.
     provisioning: Mutex<HashMap<String, CancellationToken>>,
     /// Nodes whose removal is under way.
@@ -39,7 +39,7 @@ impl Allocator {
         db: PgPool,
         runtime: Arc<Runtime>,
         server_id: String,
-        wake: Arc<Notify>,
+        wake: super::Wakeups,
         concurrency: usize,
         cancel: CancellationToken,
     ) -> Arc<Self> {
@@ -69,7 +69,7 @@ impl Allocator {
             }
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                _ = self.wake.notified() => {}
+                _ = self.wake.allocate.notified() => {}
                 _ = tokio::time::sleep(super::BACKUP_TICK) => {}
             }
         }
@@ -150,6 +150,8 @@ impl Allocator {
             }
             let pks: Vec<i64> = nodes.iter().map(|n| n.pk).collect();
             store::nodes::mark_leaving(&self.db, &pks).await?;
+            self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
+                .await?;
             for node in nodes {
                 self.ensure_removal(&node.id, node.pk);
             }
@@ -179,7 +181,7 @@ impl Allocator {
                     let ids: Vec<String> = (alive.len()..target).map(|_| new_node_id()).collect();
                     tracing::info!(pool = %pool.id, count = ids.len(), "adding nodes");
                     store::nodes::insert_creating(&self.db, pool.pk, &ids).await?;
-                    self.wake.notify_one();
+                    self.wake.allocate.notify_one();
                 } else if alive.len() > target {
                     let mut candidates = alive.clone();
                     // Nodes doing nothing useful go first, and among equals the newest.
@@ -196,7 +198,10 @@ impl Allocator {
                         .collect();
                     tracing::info!(pool = %pool.id, count = pks.len(), "removing nodes");
                     store::nodes::mark_leaving(&self.db, &pks).await?;
-                    self.wake.notify_one();
+                    let option = NodeDeallocationOption::parse(&pool.node_deallocation_option)
+                        .unwrap_or(NodeDeallocationOption::Requeue);
+                    self.stop_tasks_on(&pks, option).await?;
+                    self.wake.allocate.notify_one();
                 } else if !creating {
                     store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady)
                         .await?;
@@ -240,7 +245,7 @@ impl Allocator {
                 }
             }
             this.provisioning.lock().expect("lock").remove(&node.id);
-            this.wake.notify_one();
+            this.wake.allocate.notify_one();
         });
     }
 
@@ -265,11 +270,57 @@ impl Allocator {
                 tracing::error!(node = %node_id, error = %format!("{e:#}"), "removing the node failed; will retry");
             }
             this.removing.lock().expect("lock").remove(&node_id);
-            this.wake.notify_one();
+            this.wake.allocate.notify_one();
         });
     }
 
+    /// What happens to the tasks running on nodes that leave: requeued (the default), ended as
+    /// failed (terminate), or left to finish before the node goes (taskcompletion, retaineddata).
+    async fn stop_tasks_on(
+        &self,
+        node_pks: &[i64],
+        option: NodeDeallocationOption,
+    ) -> anyhow::Result<()> {
+        if matches!(
+            option,
+            NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
+        ) {
+            return Ok(());
+        }
+        let running = store::tasks::running_on_nodes(&self.db, node_pks).await?;
+        if running.is_empty() {
+            return Ok(());
+        }
+        let info = super::complete::ended_by("its node was removed from the pool");
+        let mut tx = self.db.begin().await?;
+        for (pk, attempt) in running {
+            let ending = match option {
+                NodeDeallocationOption::Terminate => Ending::Completed {
+                    exit_code: None,
+                    result: "failure",
+                    failure_info: Some(&info),
+                    satisfies_dependants: false,
+                },
+                _ => Ending::Requeue,
+            };
+            store::tasks::end_attempt(&mut tx, pk, Some(attempt), &["running"], ending).await?;
+        }
+        tx.commit().await?;
+        self.wake.dispatch.notify_one();
+        Ok(())
+    }
+
     async fn remove(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
+        // A node left to finish its tasks (taskcompletion) goes when the last one ends.
+        let busy: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running')",
+        )
+        .bind(node_pk)
+        .fetch_one(&self.db)
+        .await?;
+        if busy {
+            return Ok(());
+        }
         let _permit = self.limit.acquire().await?;
         self.runtime.remove_node(&self.server_id, node_id).await?;
         let mut tx = self.db.begin().await?;

@@ -55,9 +55,10 @@ where
             .iter()
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
     );
-    let spec = ExecSpec {
+    let mut spec = ExecSpec {
         command_line: task.command_line.clone().unwrap_or_default(),
-        task_dir: "startup".into(),
+        dirs: runtime.start_task_dirs(at.node_id),
+        attempt: 0,
         env,
     };
     let max_retries = task.max_task_retry_count.unwrap_or(0);
@@ -70,6 +71,7 @@ where
             info["lastRetryTime"] = json!(rfc3339(chrono::Utc::now()));
         }
         on_attempt(info.clone()).await;
+        spec.attempt = retry_count;
         let result = runtime.exec(at.server_id, at.node_id, &spec).await;
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));

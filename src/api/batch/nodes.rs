@@ -67,7 +67,7 @@ pub async fn get_file(
             "must be a relative path without '..'",
         ));
     }
-    let full = app.nodes_dir.join(&node.id).join(relative);
+    let full = app.layout.nodes.join(&node.id).join(relative);
     let not_found = || {
         ApiError::new(
             StatusCode::NOT_FOUND,

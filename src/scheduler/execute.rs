@@ -1,0 +1,279 @@
+//! Running attempts on their nodes: the command with the Azure Batch environment, its
+//! maxWallClockTime, kills when its attempt is ended elsewhere (terminate, job deletion,
+//! requeue), and, after a restart, the recovery of attempts a previous server started.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::complete::{self, Outcome};
+use super::start_task::{node_environment, Placement};
+use super::Wakeups;
+use crate::runtime::{ExecSpec, Runtime, TaskDirs};
+use crate::store::{self, tasks::AttemptRow};
+
+pub struct Executor {
+    db: PgPool,
+    runtime: Arc<Runtime>,
+    server_id: String,
+    wake: Wakeups,
+    /// Attempts this server watches: task pk -> (attempt, token that kills it).
+    running: Mutex<HashMap<i64, (i32, CancellationToken)>>,
+    /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
+    shutdown: CancellationToken,
+}
+
+/// How often an adopted attempt's exit file is looked for.
+const ADOPTED_POLL: Duration = Duration::from_millis(200);
+
+impl Executor {
+    pub fn new(
+        db: PgPool,
+        runtime: Arc<Runtime>,
+        server_id: String,
+        wake: Wakeups,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            db,
+            runtime,
+            server_id,
+            wake,
+            running: Mutex::default(),
+            shutdown,
+        })
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.running.lock().expect("lock").len()
+    }
+
+    /// Starts the attempts just placed.
+    pub async fn start_placed(self: &Arc<Self>, pks: &[i64]) -> sqlx::Result<()> {
+        for attempt in store::tasks::running_attempts(&self.db, Some(pks)).await? {
+            self.spawn(attempt, false);
+        }
+        Ok(())
+    }
+
+    /// After a start: every attempt the database says is running is either finished (its exit
+    /// code was recorded), still running (watched until it ends), or lost (requeued).
+    pub async fn recover(self: &Arc<Self>) -> sqlx::Result<()> {
+        let attempts = store::tasks::running_attempts(&self.db, None).await?;
+        let (mut finished, mut adopted, mut lost) = (0, 0, 0);
+        for a in attempts {
+            let (Some(node_id), true) = (a.node_id.clone(), a.node_alive) else {
+                complete::record(&self.db, &a, Outcome::Lost("its node is gone".into())).await?;
+                lost += 1;
+                continue;
+            };
+            let dirs = self
+                .runtime
+                .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
+            if let Some(code) = Runtime::recorded_exit(&dirs, a.attempt).await {
+                complete::record(&self.db, &a, Outcome::Exited(code)).await?;
+                finished += 1;
+            } else if self
+                .runtime
+                .is_alive(&self.server_id, &node_id, &dirs, a.attempt)
+                .await
+            {
+                self.spawn(a, true);
+                adopted += 1;
+            } else {
+                complete::record(
+                    &self.db,
+                    &a,
+                    Outcome::Lost("its process is gone and left no exit code".into()),
+                )
+                .await?;
+                lost += 1;
+            }
+        }
+        tracing::info!(
+            finished,
+            adopted,
+            lost,
+            "recovered the attempts of a previous run"
+        );
+        Ok(())
+    }
+
+    /// Kills the attempts this server runs whose attempt was ended elsewhere.
+    pub async fn reap(&self) -> sqlx::Result<()> {
+        let (pks, attempts): (Vec<i64>, Vec<i32>) = self
+            .running
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(pk, (attempt, _))| (*pk, *attempt))
+            .unzip();
+        if pks.is_empty() {
+            return Ok(());
+        }
+        for pk in store::tasks::stale_attempts(&self.db, &pks, &attempts).await? {
+            if let Some((_, token)) = self.running.lock().expect("lock").get(&pk) {
+                token.cancel();
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: bool) {
+        let kill = CancellationToken::new();
+        {
+            let mut running = self.running.lock().expect("lock");
+            if running.contains_key(&a.pk) {
+                return;
+            }
+            running.insert(a.pk, (a.attempt, kill.clone()));
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let outcome = this.watch(&a, adopted, &kill).await;
+            if let Some(outcome) = outcome {
+                // A failed write is retried: an outcome must not be dropped while the server runs.
+                while let Err(e) = complete::record(&this.db, &a, outcome.clone()).await {
+                    tracing::error!(error = %e, task = %a.task_id, "recording an outcome failed; retrying");
+                    tokio::select! {
+                        _ = this.shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+            this.running.lock().expect("lock").remove(&a.pk);
+            this.wake.dispatch.notify_one();
+        });
+    }
+
+    /// Runs (or, adopted, waits for) the attempt; None when there is nothing to record.
+    async fn watch(
+        &self,
+        a: &AttemptRow,
+        adopted: bool,
+        kill: &CancellationToken,
+    ) -> Option<Outcome> {
+        let node_id = a.node_id.clone()?;
+        let dirs = self
+            .runtime
+            .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
+        let started = a.start_time.unwrap_or_else(Utc::now);
+        let deadline = a.max_wall_clock_ticks.and_then(|ticks| {
+            let limit = chrono::Duration::microseconds(ticks / 10);
+            let left = (started + limit - Utc::now()).to_std().unwrap_or_default();
+            // Limits beyond a century are "no limit".
+            (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
+        });
+        let run = async {
+            if adopted {
+                self.wait_for_exit(&node_id, &dirs, a.attempt).await
+            } else {
+                let spec = ExecSpec {
+                    command_line: a.command_line.clone(),
+                    dirs: dirs.clone(),
+                    attempt: a.attempt,
+                    env: self.environment(a, &node_id),
+                };
+                self.runtime
+                    .exec(&self.server_id, &node_id, &spec)
+                    .await
+                    .map_err(|e| format!("{e:#}"))
+            }
+        };
+        let timeout = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = run => Some(match result {
+                Ok(code) => Outcome::Exited(code),
+                Err(why) => Outcome::Lost(why),
+            }),
+            _ = timeout => {
+                self.kill(&node_id, &dirs, a.attempt).await;
+                Some(Outcome::TimedOut)
+            }
+            _ = kill.cancelled() => {
+                self.kill(&node_id, &dirs, a.attempt).await;
+                None
+            }
+            _ = self.shutdown.cancelled() => None,
+        }
+    }
+
+    async fn kill(&self, node_id: &str, dirs: &TaskDirs, attempt: i32) {
+        if let Err(e) = self
+            .runtime
+            .kill(&self.server_id, node_id, dirs, attempt)
+            .await
+        {
+            tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
+        }
+    }
+
+    async fn wait_for_exit(
+        &self,
+        node_id: &str,
+        dirs: &TaskDirs,
+        attempt: i32,
+    ) -> Result<i64, String> {
+        let mut polls: u32 = 0;
+        loop {
+            if let Some(code) = Runtime::recorded_exit(dirs, attempt).await {
+                return Ok(code);
+            }
+            polls += 1;
+            if polls % 25 == 0
+                && !self
+                    .runtime
+                    .is_alive(&self.server_id, node_id, dirs, attempt)
+                    .await
+            {
+                // It may have written its exit code just before dying.
+                return Runtime::recorded_exit(dirs, attempt)
+                    .await
+                    .ok_or_else(|| "the process ended without an exit code".into());
+            }
+            tokio::time::sleep(ADOPTED_POLL).await;
+        }
+    }
+
+    /// The job's common environment, then the task's, then the `AZ_BATCH_*` variables.
+    fn environment(&self, a: &AttemptRow, node_id: &str) -> Vec<(String, String)> {
+        let pairs = |v: &Value| -> Vec<(String, String)> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    Some((
+                        e["name"].as_str()?.to_string(),
+                        e["value"].as_str().unwrap_or_default().to_string(),
+                    ))
+                })
+                .collect()
+        };
+        let mut env = pairs(&a.common_environment);
+        env.extend(pairs(&a.environment));
+        let at = Placement {
+            server_id: &self.server_id,
+            account: &a.account,
+            pool_id: a.pool_id.as_deref().unwrap_or_default(),
+            node_id,
+        };
+        env.extend(node_environment(&self.runtime, &at));
+        env.push(("AZ_BATCH_JOB_ID".into(), a.job_id.clone()));
+        env.push(("AZ_BATCH_TASK_ID".into(), a.task_id.clone()));
+        env.push((
+            "AZ_BATCH_TASK_RETRY_COUNT".into(),
+            a.retry_count.to_string(),
+        ));
+        env
+    }
+}

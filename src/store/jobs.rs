@@ -1,0 +1,221 @@
+//! The jobs table.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use crate::domain::job::JobState;
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct JobRow {
+    pub pk: i64,
+    pub account: String,
+    pub id: String,
+    pub display_name: Option<String>,
+    pub priority: i32,
+    pub max_parallel_tasks: i32,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub max_task_retry_count: i32,
+    pub pool_id: String,
+    pub on_all_tasks_complete: String,
+    pub on_task_failure: String,
+    pub uses_task_dependencies: bool,
+    pub common_environment: Value,
+    pub metadata: Value,
+    pub state: String,
+    pub state_transition_time: DateTime<Utc>,
+    pub previous_state: Option<String>,
+    pub previous_state_transition_time: Option<DateTime<Utc>>,
+    pub terminate_reason: Option<String>,
+    pub start_time: DateTime<Utc>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub creation_time: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+}
+
+impl JobRow {
+    pub fn job_state(&self) -> JobState {
+        JobState::parse(&self.state).unwrap_or(JobState::Active)
+    }
+}
+
+/// The settable properties of a job (create, PATCH and PUT share them).
+#[derive(Clone, Debug)]
+pub struct JobProps {
+    pub priority: i32,
+    pub max_parallel_tasks: i32,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub max_task_retry_count: i32,
+    pub pool_id: String,
+    pub on_all_tasks_complete: String,
+    pub on_task_failure: String,
+    pub metadata: Value,
+}
+
+pub struct NewJob {
+    pub account: String,
+    pub id: String,
+    pub display_name: Option<String>,
+    pub uses_task_dependencies: bool,
+    pub common_environment: Value,
+    pub props: JobProps,
+}
+
+pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO jobs (account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, \
+            max_task_retry_count, pool_id, on_all_tasks_complete, on_task_failure, uses_task_dependencies, \
+            common_environment, metadata, state, state_transition_time, start_time, creation_time, last_modified) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), now(), now(), now())",
+    )
+    .bind(&j.account)
+    .bind(&j.id)
+    .bind(&j.display_name)
+    .bind(j.props.priority)
+    .bind(j.props.max_parallel_tasks)
+    .bind(j.props.max_wall_clock_ticks)
+    .bind(j.props.max_task_retry_count)
+    .bind(&j.props.pool_id)
+    .bind(&j.props.on_all_tasks_complete)
+    .bind(&j.props.on_task_failure)
+    .bind(j.uses_task_dependencies)
+    .bind(&j.common_environment)
+    .bind(&j.props.metadata)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn get(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Result<Option<JobRow>> {
+    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2)")
+        .bind(account)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// For writers: the job row, locked until the transaction ends.
+pub async fn get_for_update(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    id: &str,
+) -> sqlx::Result<Option<JobRow>> {
+    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR UPDATE")
+        .bind(account)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<JobRow>> {
+    sqlx::query_as("SELECT * FROM jobs WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+/// A page of jobs in id order after `after` (exclusive).
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<Vec<JobRow>> {
+    sqlx::query_as(
+        "SELECT * FROM jobs WHERE account = $1 AND ($2::text IS NULL OR lower(id) > lower($2)) ORDER BY lower(id) LIMIT $3",
+    )
+    .bind(account)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE jobs SET priority = $2, max_parallel_tasks = $3, max_wall_clock_ticks = $4, max_task_retry_count = $5, \
+            pool_id = $6, on_all_tasks_complete = $7, on_task_failure = $8, metadata = $9, last_modified = now() \
+         WHERE pk = $1",
+    )
+    .bind(pk)
+    .bind(p.priority)
+    .bind(p.max_parallel_tasks)
+    .bind(p.max_wall_clock_ticks)
+    .bind(p.max_task_retry_count)
+    .bind(&p.pool_id)
+    .bind(&p.on_all_tasks_complete)
+    .bind(&p.on_task_failure)
+    .bind(&p.metadata)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Moves a job to `state`, keeping the previous one as Azure reports it.
+pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: JobState) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = $2, state_transition_time = now(), last_modified = now() \
+         WHERE pk = $1 AND state <> $2",
+    )
+    .bind(pk)
+    .bind(state.as_str())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Completes a job that is not completed or being deleted yet; returns whether it did.
+pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
+            terminate_reason = $2 \
+         WHERE pk = $1 AND state NOT IN ('completed', 'deleting')",
+    )
+    .bind(pk)
+    .bind(reason)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// onAllTasksComplete=terminatejob: completes the job when it has no unfinished task.
+pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
+            terminate_reason = 'AllTasksComplete' \
+         WHERE pk = $1 AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
+           AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')",
+    )
+    .bind(pk)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Jobs whose maxWallClockTime has run out.
+pub async fn past_wall_clock(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT pk FROM jobs WHERE state IN ('active', 'disabled', 'disabling', 'enabling') \
+           AND max_wall_clock_ticks IS NOT NULL AND max_wall_clock_ticks < 31536000000000000 \
+           AND start_time + make_interval(secs => max_wall_clock_ticks / 1e7) < now()",
+    )
+    .fetch_all(db)
+    .await
+}
+
+pub async fn deleting(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<JobRow>> {
+    sqlx::query_as("SELECT * FROM jobs WHERE state = 'deleting'")
+        .fetch_all(db)
+        .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM jobs WHERE pk = $1")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}

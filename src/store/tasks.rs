@@ -1,0 +1,454 @@
+//! The tasks table: adding, reading, and the transitions of an attempt. Every way a running
+//! attempt ends (it finished, was terminated, requeued, or its job went away) goes through
+//! `end_attempt`-style updates guarded by the attempt number, and releases the node's slots in
+//! the same transaction, so slots and outcomes are counted exactly once.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgExecutor, Postgres, Transaction};
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct TaskRow {
+    pub pk: i64,
+    pub job_pk: i64,
+    pub id: String,
+    pub display_name: Option<String>,
+    pub command_line: String,
+    pub environment: Value,
+    pub required_slots: i32,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub retention_ticks: i64,
+    pub max_task_retry_count: i32,
+    pub depends_on: Option<Value>,
+    pub exit_conditions: Option<Value>,
+    pub extra: Value,
+    pub unmet_deps: i32,
+    pub state: String,
+    pub state_transition_time: DateTime<Utc>,
+    pub previous_state: Option<String>,
+    pub previous_state_transition_time: Option<DateTime<Utc>>,
+    pub creation_time: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+    pub attempt: i32,
+    pub node_pk: Option<i64>,
+    pub node_id: Option<String>,
+    pub pool_id: Option<String>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    pub result: Option<String>,
+    pub failure_info: Option<Value>,
+    pub retry_count: i32,
+    pub requeue_count: i32,
+    pub last_retry_time: Option<DateTime<Utc>>,
+    pub last_requeue_time: Option<DateTime<Utc>>,
+    pub satisfies_dependants: bool,
+    pub files_expire_at: Option<DateTime<Utc>>,
+}
+
+/// A validated task to add.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub id: String,
+    pub display_name: Option<String>,
+    pub command_line: String,
+    pub environment: Value,
+    pub required_slots: i32,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub retention_ticks: i64,
+    pub max_task_retry_count: i32,
+    pub depends_on: Option<Value>,
+    /// The ids `depends_on` names, expanded.
+    pub dependency_ids: Vec<String>,
+    pub exit_conditions: Option<Value>,
+    pub extra: Value,
+}
+
+/// Ids among `ids` that the job has already.
+pub async fn existing_ids(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    ids: &[String],
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("SELECT id FROM tasks WHERE job_pk = $1 AND id = ANY($2)")
+        .bind(job_pk)
+        .bind(ids)
+        .fetch_all(db)
+        .await
+}
+
+/// Inserts tasks (ids known to be new) with their dependencies, in the caller's transaction.
+/// Dependencies must name tasks of the job or of this batch. Returns the ids inserted.
+pub async fn insert_many(
+    tx: &mut Transaction<'_, Postgres>,
+    job_pk: i64,
+    tasks: &[NewTask],
+) -> sqlx::Result<Vec<String>> {
+    macro_rules! column {
+        ($f:expr) => {
+            tasks.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    let inserted: Vec<(i64, String)> = sqlx::query_as(
+        "INSERT INTO tasks (job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, \
+            retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, state, state_transition_time, \
+            creation_time, last_modified) \
+         SELECT $1, * , 'active', now(), now(), now() FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::int[], \
+            $7::bigint[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[], $12::jsonb[]) \
+         ON CONFLICT (job_pk, id) DO NOTHING RETURNING pk, id",
+    )
+    .bind(job_pk)
+    .bind(column!(|t| t.id.clone()))
+    .bind(column!(|t| t.display_name.clone()))
+    .bind(column!(|t| t.command_line.clone()))
+    .bind(column!(|t| t.environment.clone()))
+    .bind(column!(|t| t.required_slots))
+    .bind(column!(|t| t.max_wall_clock_ticks))
+    .bind(column!(|t| t.retention_ticks))
+    .bind(column!(|t| t.max_task_retry_count))
+    .bind(column!(|t| t.depends_on.clone()))
+    .bind(column!(|t| t.exit_conditions.clone()))
+    .bind(column!(|t| t.extra.clone()))
+    .fetch_all(&mut **tx)
+    .await?;
+
+    let (mut from, mut to) = (Vec::new(), Vec::new());
+    for task in tasks.iter().filter(|t| !t.dependency_ids.is_empty()) {
+        for dep in &task.dependency_ids {
+            from.push(task.id.clone());
+            to.push(dep.clone());
+        }
+    }
+    if !from.is_empty() {
+        // Lock the tasks depended on, so that none completes unseen between counting it as unmet
+        // and the dependency row being visible to its completion.
+        sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND id = ANY($2) FOR SHARE")
+            .bind(job_pk)
+            .bind(&to)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO task_deps (task_pk, depends_on_pk) \
+             SELECT DISTINCT t.pk, d.pk FROM unnest($2::text[], $3::text[]) AS e(task_id, dep_id) \
+             JOIN tasks t ON t.job_pk = $1 AND t.id = e.task_id \
+             JOIN tasks d ON d.job_pk = $1 AND d.id = e.dep_id \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(job_pk)
+        .bind(&from)
+        .bind(&to)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "UPDATE tasks t SET unmet_deps = (SELECT count(*) FROM task_deps td JOIN tasks d ON d.pk = td.depends_on_pk \
+                 WHERE td.task_pk = t.pk AND NOT (d.state = 'completed' AND d.satisfies_dependants)) \
+             WHERE t.job_pk = $1 AND t.id = ANY($2)",
+        )
+        .bind(job_pk)
+        .bind(&from)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(inserted.into_iter().map(|(_, id)| id).collect())
+}
+
+/// Which of `ids` exist in the job (for dependency checks).
+pub async fn count_existing(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    ids: &[String],
+) -> sqlx::Result<Vec<String>> {
+    existing_ids(db, job_pk, ids).await
+}
+
+pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {
+    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND id = $2")
+        .bind(job_pk)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<TaskRow>> {
+    sqlx::query_as("SELECT * FROM tasks WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+/// A page of a job's tasks in task order, after the task with pk `after`.
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<TaskRow>> {
+    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND pk > $2 ORDER BY pk LIMIT $3")
+        .bind(job_pk)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(db)
+        .await
+}
+
+#[derive(Debug, Default, sqlx::FromRow)]
+pub struct Counts {
+    pub active: i64,
+    pub running: i64,
+    pub completed: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub active_slots: i64,
+    pub running_slots: i64,
+    pub completed_slots: i64,
+    pub succeeded_slots: i64,
+    pub failed_slots: i64,
+}
+
+pub async fn counts(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Counts> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state IN ('active', 'preparing')) AS active, \
+                count(*) FILTER (WHERE state = 'running') AS running, \
+                count(*) FILTER (WHERE state = 'completed') AS completed, \
+                count(*) FILTER (WHERE state = 'completed' AND result = 'success') AS succeeded, \
+                count(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS failed, \
+                coalesce(sum(required_slots) FILTER (WHERE state IN ('active', 'preparing')), 0) AS active_slots, \
+                coalesce(sum(required_slots) FILTER (WHERE state = 'running'), 0) AS running_slots, \
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed'), 0) AS completed_slots, \
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'success'), 0) AS succeeded_slots, \
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'failure'), 0) AS failed_slots \
+         FROM tasks WHERE job_pk = $1",
+    )
+    .bind(job_pk)
+    .fetch_one(db)
+    .await
+}
+
+/// The attempt that ended, as the follow-up bookkeeping needs it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Ended {
+    pub pk: i64,
+    pub job_pk: i64,
+    pub node_pk: Option<i64>,
+    pub required_slots: i32,
+    /// Whether the attempt held slots on a node (it was running).
+    pub was_running: bool,
+    pub state: String,
+    pub satisfies_dependants: bool,
+    pub result: Option<String>,
+}
+
+/// How an attempt ends.
+pub enum Ending<'a> {
+    /// The task is done: `result` success or failure.
+    Completed {
+        exit_code: Option<i32>,
+        result: &'a str,
+        failure_info: Option<&'a Value>,
+        satisfies_dependants: bool,
+    },
+    /// Failed with retries left: back to active, retryCount + 1.
+    Retry { exit_code: Option<i32> },
+    /// Its outcome is unknown or it was interrupted: back to active, requeueCount + 1.
+    Requeue,
+}
+
+/// Ends the task's current attempt if it is still `attempt` (None: whatever attempt, for a task
+/// that may not be running) and in one of `from` states. Releases its node's slots.
+pub async fn end_attempt(
+    tx: &mut Transaction<'_, Postgres>,
+    pk: i64,
+    attempt: Option<i32>,
+    from: &[&str],
+    ending: Ending<'_>,
+) -> sqlx::Result<Option<Ended>> {
+    let (state, exit_code, result, failure_info, satisfies, retry, requeue) = match ending {
+        Ending::Completed {
+            exit_code,
+            result,
+            failure_info,
+            satisfies_dependants,
+        } => (
+            "completed",
+            exit_code,
+            Some(result),
+            failure_info.cloned(),
+            satisfies_dependants,
+            0,
+            0,
+        ),
+        Ending::Retry { exit_code } => ("active", exit_code, None, None, false, 1, 0),
+        Ending::Requeue => ("active", None, None, None, false, 0, 1),
+    };
+    let from: Vec<String> = from.iter().map(|s| s.to_string()).collect();
+    let ended: Option<Ended> = sqlx::query_as(
+        "WITH old AS (SELECT pk, state, node_pk FROM tasks WHERE pk = $1 AND ($2::int IS NULL OR attempt = $2) \
+                      AND state = ANY($3) FOR UPDATE) \
+         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
+            state = $4, state_transition_time = now(), last_modified = now(), \
+            exit_code = $5, result = $6, failure_info = $7, satisfies_dependants = $8, \
+            end_time = CASE WHEN $4 = 'completed' THEN now() ELSE t.end_time END, \
+            files_expire_at = CASE WHEN $4 = 'completed' AND t.node_pk IS NOT NULL \
+                THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END, \
+            retry_count = t.retry_count + $9, last_retry_time = CASE WHEN $9 > 0 THEN now() ELSE t.last_retry_time END, \
+            requeue_count = t.requeue_count + $10, last_requeue_time = CASE WHEN $10 > 0 THEN now() ELSE t.last_requeue_time END \
+         FROM old WHERE t.pk = old.pk \
+         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state = 'running' AS was_running, t.state, \
+            t.satisfies_dependants, t.result",
+    )
+    .bind(pk)
+    .bind(attempt)
+    .bind(&from)
+    .bind(state)
+    .bind(exit_code)
+    .bind(result)
+    .bind(failure_info)
+    .bind(satisfies)
+    .bind(retry)
+    .bind(requeue)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(e) = &ended {
+        if e.was_running {
+            if let Some(node_pk) = e.node_pk {
+                release_slots(
+                    &mut **tx,
+                    &[node_pk],
+                    &[e.required_slots],
+                    e.result.as_deref() == Some("success"),
+                )
+                .await?;
+            }
+        }
+        if e.state == "completed" && e.satisfies_dependants {
+            sqlx::query("UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)")
+                .bind(e.pk)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(ended)
+}
+
+/// Gives slots back to nodes; a node with none in use is idle again.
+pub async fn release_slots(
+    db: impl PgExecutor<'_>,
+    node_pks: &[i64],
+    slots: &[i32],
+    succeeded: bool,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0), \
+            total_tasks_succeeded = n.total_tasks_succeeded + CASE WHEN $3 THEN d.tasks ELSE 0 END, \
+            state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END, \
+            state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END \
+         FROM (SELECT node_pk, sum(s)::int AS slots, count(*)::int AS tasks FROM unnest($1::bigint[], $2::int[]) AS u(node_pk, s) GROUP BY node_pk) d \
+         WHERE n.pk = d.node_pk",
+    )
+    .bind(node_pks)
+    .bind(slots)
+    .bind(succeeded)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The tasks of a job that are running now (to stop them).
+pub async fn running_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query_as("SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state = 'running'")
+        .bind(job_pk)
+        .fetch_all(db)
+        .await
+}
+
+/// The tasks running on nodes (to stop or requeue them when the nodes go).
+pub async fn running_on_nodes(
+    db: impl PgExecutor<'_>,
+    node_pks: &[i64],
+) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query_as("SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state = 'running'")
+        .bind(node_pks)
+        .fetch_all(db)
+        .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM tasks WHERE pk = $1")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// What running an attempt needs: the task, its job's context and where it was placed.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub pk: i64,
+    pub job_pk: i64,
+    pub attempt: i32,
+    pub task_id: String,
+    pub job_id: String,
+    pub account: String,
+    pub pool_id: Option<String>,
+    pub node_id: Option<String>,
+    /// Whether the node still exists and is up.
+    pub node_alive: bool,
+    pub command_line: String,
+    pub environment: Value,
+    pub common_environment: Value,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub retry_count: i32,
+    pub max_task_retry_count: i32,
+    pub exit_conditions: Option<Value>,
+    pub on_task_failure: String,
+}
+
+/// Running attempts: of the tasks in `pks`, or all of them (after a restart).
+pub async fn running_attempts(
+    db: impl PgExecutor<'_>,
+    pks: Option<&[i64]>,
+) -> sqlx::Result<Vec<AttemptRow>> {
+    sqlx::query_as(
+        "SELECT t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, \
+                coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS node_alive, \
+                t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, \
+                t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure \
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk \
+         WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk",
+    )
+    .bind(pks)
+    .fetch_all(db)
+    .await
+}
+
+/// Of the given (task, attempt) pairs, those no longer running that attempt.
+pub async fn stale_attempts(
+    db: impl PgExecutor<'_>,
+    pks: &[i64],
+    attempts: &[i32],
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT r.pk FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt) \
+         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state = 'running')",
+    )
+    .bind(pks)
+    .bind(attempts)
+    .fetch_all(db)
+    .await
+}
+
+/// Task directories whose retention has run out: (job pk, task id); marks them removed.
+pub async fn take_expired_files(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> sqlx::Result<Vec<(String, String, String)>> {
+    sqlx::query_as(
+        "UPDATE tasks t SET files_expire_at = NULL FROM jobs j \
+         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() ORDER BY files_expire_at LIMIT $1) \
+         RETURNING j.account, j.id, t.id",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
