@@ -93,6 +93,9 @@ async fn run(
     let layout = Layout::new(&data_dir);
     let runtime = Arc::new(choose_runtime(&config, layout.clone()).await?);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
+    if let Runtime::Docker(d) = runtime.as_ref() {
+        ensure_default_image(d, &config.default_image).await;
+    }
 
     std::fs::create_dir_all(&layout.nodes)?;
     std::fs::create_dir_all(&layout.workitems)?;
@@ -190,6 +193,26 @@ async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<
                 Ok(Runtime::Local(LocalRuntime::new(layout)))
             }
         },
+    }
+}
+
+/// The built-in default image is built from the machine's static busybox when it is missing, so
+/// a fresh machine runs pools without a registry. Other images are the user's to provide.
+async fn ensure_default_image(docker: &DockerRuntime, image: &str) {
+    const BUILT_IN: &str = "batchpool/node:latest";
+    const BUSYBOX: &str = "/bin/busybox";
+    if image != BUILT_IN || docker.client().inspect_image(image).await.is_ok() {
+        return;
+    }
+    if !std::path::Path::new(BUSYBOX).exists() {
+        tracing::warn!(image, "the default node image is missing and {BUSYBOX} is not there to build it (apt-get install busybox-static)");
+        return;
+    }
+    match docker::build_busybox_image(docker.client(), image, std::path::Path::new(BUSYBOX)).await {
+        Ok(()) => tracing::info!(image, "built the default node image from {BUSYBOX}"),
+        Err(e) => {
+            tracing::warn!(image, error = %format!("{e:#}"), "building the default node image failed")
+        }
     }
 }
 

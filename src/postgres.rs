@@ -32,6 +32,7 @@ impl EmbeddedPostgres {
             run_as: unprivileged_user()?,
         };
         if let Some((uid, gid)) = pg.run_as {
+            check_traversable(&pg.dir, uid)?;
             // Let the unprivileged user reach its directory through ours.
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o711))?;
@@ -143,13 +144,63 @@ impl EmbeddedPostgres {
     }
 
     fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = Command::new(find_binary(program));
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid).gid(gid);
         }
         cmd.current_dir(&self.dir.parent().unwrap_or(&self.dir));
         cmd
     }
+}
+
+/// PostgreSQL runs as `uid`: every directory above its own must let that user pass, or initdb
+/// fails with a baffling permission error.
+fn check_traversable(dir: &Path, uid: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    // The data directory itself is made traversable below; its ancestors are checked here.
+    for ancestor in dir.ancestors().skip(2) {
+        let Ok(meta) = std::fs::metadata(ancestor) else {
+            continue;
+        };
+        let passable = meta.mode() & 0o001 != 0 || (meta.uid() == uid && meta.mode() & 0o100 != 0);
+        if !passable {
+            bail!(
+                "running as root, PostgreSQL runs as uid {uid}, which cannot enter {} (mode {:o}); \
+                 choose a --data-dir outside it (e.g. /var/lib/batchpool) or use DATABASE_URL",
+                ancestor.display(),
+                meta.mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A PostgreSQL server binary: on PATH, else in Debian's versioned directory (the newest).
+fn find_binary(program: &str) -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .any(|p| p.is_file())
+        })
+        .unwrap_or(false);
+    if on_path {
+        return PathBuf::from(program);
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin").join(program))
+        .filter(|p| p.is_file())
+        .collect();
+    versions.sort_by_key(|p| {
+        p.components()
+            .nth(4)
+            .and_then(|v| v.as_os_str().to_str()?.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    versions.pop().unwrap_or_else(|| PathBuf::from(program))
 }
 
 /// When running as root: the `postgres` user if the machine has one, else `nobody`.

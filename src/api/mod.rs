@@ -70,3 +70,64 @@ pub fn etag(t: chrono::DateTime<chrono::Utc>) -> String {
         t.timestamp_micros() * 10 + UNIX_EPOCH_IN_FILETIME_TICKS
     )
 }
+
+/// `maxresults` and `$skiptoken` of a list request, and the link to its next page.
+pub struct Paging {
+    pub max_results: i64,
+    pub skip_token: Option<String>,
+    api_version: Option<String>,
+}
+
+impl Paging {
+    pub fn from_query(query: &std::collections::HashMap<String, String>) -> Result<Self, ApiError> {
+        let max_results = match query.get("maxresults") {
+            None => 1000,
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if (1..=1000).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::invalid_query(
+                        "maxresults",
+                        v,
+                        "must be a whole number from 1 to 1000",
+                    ))
+                }
+            },
+        };
+        Ok(Self {
+            max_results,
+            skip_token: query.get("$skiptoken").cloned(),
+            api_version: query.get("api-version").cloned(),
+        })
+    }
+
+    /// `{"value": [...], "odata.nextLink": ...}`: a next link when the page is full. The token is
+    /// made of URL-safe characters; the request's own api-version is echoed, never a fixed one.
+    pub fn page(
+        &self,
+        base: &str,
+        path: &str,
+        items: Vec<serde_json::Value>,
+        last_token: Option<String>,
+    ) -> serde_json::Value {
+        let full = items.len() as i64 >= self.max_results;
+        let mut body = serde_json::json!({ "value": items });
+        if let (true, Some(token)) = (full, last_token) {
+            let mut link = format!("{base}{path}?");
+            if let Some(v) = &self.api_version {
+                link.push_str(&format!("api-version={v}&"));
+            }
+            link.push_str(&format!(
+                "maxresults={}&$skiptoken={token}",
+                self.max_results
+            ));
+            body["odata.nextLink"] = serde_json::json!(link);
+        }
+        body
+    }
+}
+
+/// Encodes a resource id as a skip token of `[A-Za-z0-9._~-]` (ids have only letters, digits,
+/// `-` and `_`, so they are tokens already).
+pub fn id_token(id: &str) -> String {
+    id.to_string()
+}

@@ -87,7 +87,7 @@ impl DockerRuntime {
                     code: "ImageNotFound",
                     message: format!(
                         "the image {:?} is not present on the Docker engine, and no registry is reachable to pull it; \
-                         build or load it on the engine (docker build / docker load), then resize the pool again",
+                         build or load it on the engine (docker build / docker load, or `batchpool build-node-image`), then resize the pool to 0 and back, or recreate it",
                         spec.image
                     ),
                 });

@@ -83,6 +83,13 @@ impl LocalRuntime {
         let status = tokio::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(WRAPPER)
+            // Only what a node would have: the server's own environment (its secrets) stays out.
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("LANG", "C.UTF-8")
             .envs(env)
             .stdin(std::process::Stdio::null())
             // Its own process group: a kill reaches the whole task tree, and signals meant for

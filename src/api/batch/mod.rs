@@ -1,7 +1,10 @@
 //! The Azure Batch data plane: paths, JSON shapes and status codes as the official SDKs expect.
 
+pub mod files;
+pub mod jobs;
 pub mod nodes;
 pub mod pools;
+pub mod tasks;
 
 use std::sync::Arc;
 
@@ -26,7 +29,48 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/pools/{pool_id}/nodes", get(nodes::list))
         .route("/pools/{pool_id}/nodes/{node_id}", get(nodes::get))
         .route(
+            "/pools/{pool_id}/nodes/{node_id}/files",
+            get(files::list_node_files),
+        )
+        .route(
             "/pools/{pool_id}/nodes/{node_id}/files/{*path}",
-            get(nodes::get_file),
+            get(files::node_file).head(files::node_file),
+        )
+        .route("/jobs", post(jobs::create).get(jobs::list))
+        .route(
+            "/jobs/{job_id}",
+            get(jobs::get)
+                .delete(jobs::delete)
+                .patch(jobs::patch)
+                .put(jobs::replace),
+        )
+        .route("/jobs/{job_id}/terminate", post(jobs::terminate))
+        .route("/jobs/{job_id}/disable", post(jobs::disable))
+        .route("/jobs/{job_id}/enable", post(jobs::enable))
+        .route("/jobs/{job_id}/taskcounts", get(jobs::task_counts))
+        .route("/jobs/{job_id}/tasks", post(tasks::add).get(tasks::list))
+        .route(
+            "/jobs/{job_id}/addtaskcollection",
+            post(tasks::add_collection),
+        )
+        .route(
+            "/jobs/{job_id}/tasks/{task_id}",
+            get(tasks::get).delete(tasks::delete).put(tasks::update),
+        )
+        .route(
+            "/jobs/{job_id}/tasks/{task_id}/terminate",
+            post(tasks::terminate),
+        )
+        .route(
+            "/jobs/{job_id}/tasks/{task_id}/reactivate",
+            post(tasks::reactivate),
+        )
+        .route(
+            "/jobs/{job_id}/tasks/{task_id}/files",
+            get(files::list_task_files),
+        )
+        .route(
+            "/jobs/{job_id}/tasks/{task_id}/files/{*path}",
+            get(files::task_file).head(files::task_file),
         )
 }

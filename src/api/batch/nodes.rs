@@ -1,17 +1,15 @@
 //! `/pools/{id}/nodes`: the nodes of a pool, and files on them.
 
-use std::path::{Component, Path as FsPath};
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::pools::find;
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::{rfc1123, rfc3339, BaseUrl};
+use crate::api::{rfc3339, BaseUrl};
 use crate::app::AppState;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
@@ -37,7 +35,7 @@ pub async fn get(
     Ok(Json(node_json(&pool, &node, &base)))
 }
 
-async fn find_node(app: &AppState, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
+pub async fn find_node(app: &AppState, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
     store::nodes::get(&app.db, pool.pk, node_id)
         .await?
         .ok_or_else(|| {
@@ -47,53 +45,6 @@ async fn find_node(app: &AppState, pool: &PoolRow, node_id: &str) -> ApiResult<N
                 format!("The node {node_id:?} does not exist in pool {:?}.", pool.id),
             )
         })
-}
-
-/// A file under the node's root directory, e.g. `startup/stdout.txt` (the start task's output).
-pub async fn get_file(
-    State(app): State<Arc<AppState>>,
-    Path((pool_id, node_id, path)): Path<(String, String, String)>,
-) -> ApiResult<Response> {
-    let pool = find(&app, &pool_id).await?;
-    let node = find_node(&app, &pool, &node_id).await?;
-    let relative = FsPath::new(&path);
-    if relative
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_)))
-    {
-        return Err(ApiError::invalid_property(
-            "filePath",
-            &path,
-            "must be a relative path without '..'",
-        ));
-    }
-    let full = app.layout.nodes.join(&node.id).join(relative);
-    let not_found = || {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "FileNotFound",
-            format!("The file {path:?} does not exist on node {node_id:?}."),
-        )
-    };
-    let meta = tokio::fs::symlink_metadata(&full)
-        .await
-        .map_err(|_| not_found())?;
-    if !meta.is_file() {
-        return Err(not_found());
-    }
-    let bytes = tokio::fs::read(&full).await.map_err(|_| not_found())?;
-    let modified = meta
-        .modified()
-        .map(chrono::DateTime::<chrono::Utc>::from)
-        .unwrap_or_else(|_| chrono::Utc::now());
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::LAST_MODIFIED, rfc1123(modified)),
-        ],
-        bytes,
-    )
-        .into_response())
 }
 
 /// A node as Azure's `BatchNode` JSON.

@@ -1,0 +1,723 @@
+//! `/jobs/{job}/tasks`: add one or a collection, get, list, update, terminate, reactivate, delete.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::jobs::{check_retry_count, env_json, find as find_job, EnvironmentSetting};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::json::{parse, AzureJson};
+use crate::api::{etag, rfc1123, rfc3339, BaseUrl, Paging};
+use crate::app::AppState;
+use crate::domain::ids::check_id;
+use crate::domain::job::{ExitConditions, JobState};
+use crate::domain::IsoDuration;
+use crate::scheduler::complete;
+use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::NewTask, tasks::TaskRow};
+
+/// Azure's limits on one addtaskcollection request.
+const MAX_TASKS_PER_COLLECTION: usize = 100;
+const MAX_COLLECTION_BYTES: usize = 1024 * 1024;
+/// Azure's default retentionTime: 7 days.
+const DEFAULT_RETENTION_SECS: i64 = 7 * 24 * 3600;
+/// The most task ids one dependency range may name.
+const MAX_RANGE: i64 = 10_000;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskConstraints {
+    max_wall_clock_time: Option<IsoDuration>,
+    retention_time: Option<IsoDuration>,
+    max_task_retry_count: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DependsOn {
+    #[serde(default)]
+    task_ids: Vec<String>,
+    #[serde(default)]
+    task_id_ranges: Vec<IdRange>,
+}
+
+#[derive(Deserialize)]
+pub struct IdRange {
+    start: i64,
+    end: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCreate {
+    id: Option<String>,
+    display_name: Option<String>,
+    command_line: Option<String>,
+    environment_settings: Option<Vec<EnvironmentSetting>>,
+    required_slots: Option<i32>,
+    constraints: Option<TaskConstraints>,
+    depends_on: Option<Value>,
+    exit_conditions: Option<Value>,
+    multi_instance_settings: Option<Value>,
+    /// Accepted and echoed back (resourceFiles, outputFiles, containerSettings, userIdentity, ...).
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// Fields kept as sent and echoed back.
+const ECHOED: &[&str] = &[
+    "resourceFiles",
+    "outputFiles",
+    "containerSettings",
+    "userIdentity",
+    "affinityInfo",
+    "applicationPackageReferences",
+    "authenticationTokenSettings",
+];
+
+/// Checks one task against its job and pool; `batch_ids` are the ids added with it.
+fn validate(
+    t: TaskCreate,
+    job: &JobRow,
+    pool_slots: Option<i32>,
+    known: &HashSet<String>,
+) -> ApiResult<NewTask> {
+    let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
+    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    let command_line = t
+        .command_line
+        .ok_or_else(|| ApiError::missing_property("commandLine"))?;
+    if command_line.trim().is_empty() {
+        return Err(ApiError::invalid_property(
+            "commandLine",
+            &command_line,
+            "must not be empty",
+        ));
+    }
+    if t.multi_instance_settings.is_some() {
+        return Err(ApiError::invalid_property(
+            "multiInstanceSettings",
+            "",
+            "multi-instance (MPI) tasks are not supported",
+        ));
+    }
+    let required_slots = t.required_slots.unwrap_or(1);
+    if required_slots < 1 {
+        return Err(ApiError::invalid_property(
+            "requiredSlots",
+            required_slots.to_string(),
+            "must be at least 1",
+        ));
+    }
+    if let Some(slots) = pool_slots {
+        if required_slots > slots {
+            return Err(ApiError::invalid_property(
+                "requiredSlots",
+                required_slots.to_string(),
+                format!(
+                    "the pool {:?} has {slots} task slots per node; a task cannot need more",
+                    job.pool_id
+                ),
+            ));
+        }
+    }
+    let c = t.constraints.unwrap_or_default();
+    let max_task_retry_count = check_retry_count(
+        "constraints.maxTaskRetryCount",
+        c.max_task_retry_count.unwrap_or(job.max_task_retry_count),
+    )?;
+    let (depends_on, dependency_ids) = match t.depends_on {
+        None => (None, Vec::new()),
+        Some(raw) => {
+            if !job.uses_task_dependencies {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "TaskDependenciesNotSpecifiedOnJob",
+                    format!("The task {id:?} has dependsOn, but its job {:?} was not created with usesTaskDependencies.", job.id),
+                )
+                .with("PropertyName", "dependsOn"));
+            }
+            let deps: DependsOn = serde_json::from_value(raw.clone()).map_err(|e| {
+                ApiError::invalid_property("dependsOn", raw.to_string(), e.to_string())
+            })?;
+            let mut ids = deps.task_ids.clone();
+            for r in &deps.task_id_ranges {
+                if r.start > r.end || r.end - r.start >= MAX_RANGE {
+                    return Err(ApiError::invalid_property(
+                        "dependsOn.taskIdRanges",
+                        format!("{}-{}", r.start, r.end),
+                        format!("a range needs start <= end and at most {MAX_RANGE} ids"),
+                    ));
+                }
+                ids.extend((r.start..=r.end).map(|n| n.to_string()));
+            }
+            if ids.contains(&id) {
+                return Err(ApiError::invalid_property(
+                    "dependsOn",
+                    &id,
+                    "a task cannot depend on itself",
+                ));
+            }
+            if let Some(missing) = ids.iter().find(|d| !known.contains(*d)) {
+                return Err(ApiError::invalid_property(
+                    "dependsOn",
+                    missing,
+                    format!("the job has no task {missing:?}"),
+                ));
+            }
+            (Some(raw), ids)
+        }
+    };
+    let exit_conditions = match t.exit_conditions {
+        None => None,
+        Some(raw) => {
+            let parsed: ExitConditions = serde_json::from_value(raw.clone()).map_err(|e| {
+                ApiError::invalid_property("exitConditions", raw.to_string(), e.to_string())
+            })?;
+            parsed.check().map_err(|(name, value)| {
+                ApiError::invalid_property(&name, value, "not a known value")
+            })?;
+            Some(raw)
+        }
+    };
+    let extra: Map<String, Value> = t
+        .rest
+        .into_iter()
+        .filter(|(k, _)| ECHOED.contains(&k.as_str()))
+        .collect();
+    Ok(NewTask {
+        id,
+        display_name: t.display_name,
+        command_line,
+        environment: env_json("environmentSettings", t.environment_settings)?,
+        required_slots,
+        max_wall_clock_ticks: c.max_wall_clock_time.map(IsoDuration::ticks),
+        retention_ticks: c
+            .retention_time
+            .map(IsoDuration::ticks)
+            .unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000),
+        max_task_retry_count,
+        depends_on,
+        dependency_ids,
+        exit_conditions,
+        extra: Value::Object(extra),
+    })
+}
+
+/// The job, locked, if tasks may be added to it now.
+async fn open_job(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    app: &AppState,
+    job_id: &str,
+) -> ApiResult<JobRow> {
+    let job = store::jobs::get_for_update(&mut **tx, &app.settings.account, job_id)
+        .await?
+        .ok_or_else(|| super::jobs::job_not_found(job_id))?;
+    match job.job_state() {
+        JobState::Completed | JobState::Terminating => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "JobCompleted",
+            format!("The job {job_id:?} has completed; no tasks can be added."),
+        )),
+        JobState::Deleting => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "JobBeingDeleted",
+            format!("The job {job_id:?} is being deleted."),
+        )),
+        _ => Ok(job),
+    }
+}
+
+async fn pool_slots(app: &AppState, job: &JobRow) -> ApiResult<Option<i32>> {
+    Ok(
+        store::pools::get(&app.db, &app.settings.account, &job.pool_id)
+            .await?
+            .map(|p| p.task_slots_per_node),
+    )
+}
+
+/// The ids a batch's dependencies may name: the job's existing tasks and the batch's own.
+async fn known_ids(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    job: &JobRow,
+    bodies: &[TaskCreate],
+) -> ApiResult<HashSet<String>> {
+    let mut wanted: Vec<String> = Vec::new();
+    for b in bodies {
+        let Some(raw) = &b.depends_on else { continue };
+        if let Ok(d) = serde_json::from_value::<DependsOn>(raw.clone()) {
+            wanted.extend(d.task_ids);
+            for r in d
+                .task_id_ranges
+                .iter()
+                .filter(|r| r.start <= r.end && r.end - r.start < MAX_RANGE)
+            {
+                wanted.extend((r.start..=r.end).map(|n| n.to_string()));
+            }
+        }
+    }
+    let mut known: HashSet<String> = bodies.iter().filter_map(|b| b.id.clone()).collect();
+    if !wanted.is_empty() {
+        known.extend(store::tasks::existing_ids(&mut **tx, job.pk, &wanted).await?);
+    }
+    Ok(known)
+}
+
+pub async fn add(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path(job_id): Path<String>,
+    AzureJson(body): AzureJson<TaskCreate>,
+) -> ApiResult<Response> {
+    let mut tx = app.db.begin().await?;
+    let job = open_job(&mut tx, &app, &job_id).await?;
+    let slots = pool_slots(&app, &job).await?;
+    let bodies = vec![body];
+    let known = known_ids(&mut tx, &job, &bodies).await?;
+    let known: HashSet<String> = known
+        .into_iter()
+        .filter(|k| Some(k) != bodies[0].id.as_ref())
+        .collect();
+    let task = validate(bodies.into_iter().next().expect("one"), &job, slots, &known)?;
+    let inserted = store::tasks::insert_many(&mut tx, job.pk, std::slice::from_ref(&task)).await?;
+    if inserted.is_empty() {
+        return Err(task_exists(&task.id));
+    }
+    tx.commit().await?;
+    app.wake_dispatcher();
+    let url = format!("{base}/jobs/{}/tasks/{}", job.id, task.id);
+    let row = store::tasks::get(&app.db, job.pk, &task.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("task vanished"))?;
+    let mut headers = resource_headers(&row);
+    headers.insert("Location", header(&url));
+    headers.insert("DataServiceId", header(&url));
+    Ok((StatusCode::CREATED, headers).into_response())
+}
+
+fn task_exists(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "TaskExists",
+        format!("The specified task {id:?} already exists."),
+    )
+}
+
+#[derive(Deserialize)]
+pub struct TaskCollection {
+    value: Option<Vec<Value>>,
+}
+
+/// Up to 100 tasks (and 1 MB) in one request, each with its own result: all valid tasks are
+/// added in one transaction; invalid or duplicate ones get a clienterror.
+pub async fn add_collection(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path(job_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    if body.len() > MAX_COLLECTION_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestBodyTooLarge",
+            format!(
+                "The request body is {} bytes; at most {MAX_COLLECTION_BYTES} are accepted.",
+                body.len()
+            ),
+        ));
+    }
+    let collection: TaskCollection = parse(&body)?;
+    let raw = collection
+        .value
+        .ok_or_else(|| ApiError::missing_property("value"))?;
+    if raw.len() > MAX_TASKS_PER_COLLECTION {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "TooManyTasksInCollection",
+            format!(
+                "{} tasks were sent; at most {MAX_TASKS_PER_COLLECTION} fit in one request.",
+                raw.len()
+            ),
+        )
+        .with("PropertyName", "value"));
+    }
+    let mut tx = app.db.begin().await?;
+    let job = open_job(&mut tx, &app, &job_id).await?;
+    let slots = pool_slots(&app, &job).await?;
+
+    // Parse each; a task that does not parse fails alone.
+    let mut results: Vec<Option<Value>> = vec![None; raw.len()];
+    let mut bodies: Vec<(usize, TaskCreate)> = Vec::new();
+    for (i, value) in raw.into_iter().enumerate() {
+        let id = value
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        match parse::<TaskCreate>(value.to_string().as_bytes()) {
+            Ok(t) => bodies.push((i, t)),
+            Err(e) => results[i] = Some(client_error(&id, e)),
+        }
+    }
+    let ids: Vec<String> = bodies.iter().filter_map(|(_, b)| b.id.clone()).collect();
+    let existing: HashSet<String> = store::tasks::existing_ids(&mut *tx, job.pk, &ids)
+        .await?
+        .into_iter()
+        .collect();
+    let (indexes, creates): (Vec<usize>, Vec<TaskCreate>) = bodies.into_iter().unzip();
+    let known = known_ids(&mut tx, &job, &creates).await?;
+    let mut seen = HashSet::new();
+    let mut valid: Vec<(usize, NewTask)> = Vec::new();
+    for (i, t) in indexes.into_iter().zip(creates) {
+        let id = t.id.clone().unwrap_or_default();
+        if existing.contains(&id) || !seen.insert(id.clone()) {
+            results[i] = Some(client_error(&id, task_exists(&id)));
+            continue;
+        }
+        match validate(t, &job, slots, &known) {
+            Ok(task) => valid.push((i, task)),
+            Err(e) => results[i] = Some(client_error(&id, e)),
+        }
+    }
+    // A task whose dependency failed validation in this batch cannot be added either.
+    let failed: HashSet<String> = results
+        .iter()
+        .flatten()
+        .filter_map(|r| r["taskId"].as_str().map(String::from))
+        .collect();
+    let (ok, broken): (Vec<_>, Vec<_>) = valid.into_iter().partition(|(_, t)| {
+        !t.dependency_ids
+            .iter()
+            .any(|d| failed.contains(d) && !existing.contains(d))
+    });
+    for (i, t) in broken {
+        results[i] = Some(client_error(
+            &t.id,
+            ApiError::invalid_property("dependsOn", &t.id, "a task it depends on was not added"),
+        ));
+    }
+    let tasks: Vec<NewTask> = ok.iter().map(|(_, t)| t.clone()).collect();
+    let inserted: HashSet<String> = store::tasks::insert_many(&mut tx, job.pk, &tasks)
+        .await?
+        .into_iter()
+        .collect();
+    tx.commit().await?;
+    if !inserted.is_empty() {
+        app.wake_dispatcher();
+    }
+    let now = chrono::Utc::now();
+    for (i, t) in ok {
+        results[i] = Some(if inserted.contains(&t.id) {
+            json!({"status": "success", "taskId": t.id, "eTag": etag(now), "lastModified": rfc3339(now),
+                   "location": format!("{base}/jobs/{}/tasks/{}", job.id, t.id)})
+        } else {
+            client_error(&t.id, task_exists(&t.id))
+        });
+    }
+    Ok(Json(
+        json!({"value": results.into_iter().map(|r| r.unwrap_or(Value::Null)).collect::<Vec<_>>()}),
+    ))
+}
+
+fn client_error(task_id: &str, e: ApiError) -> Value {
+    let mut error = json!({"code": e.code, "message": {"lang": "en-US", "value": e.message}});
+    if !e.values.is_empty() {
+        error["values"] = e
+            .values
+            .iter()
+            .map(|(k, v)| json!({"key": k, "value": v}))
+            .collect();
+    }
+    json!({"status": "clienterror", "taskId": task_id, "error": error})
+}
+
+pub async fn find(app: &AppState, job: &JobRow, task_id: &str) -> ApiResult<TaskRow> {
+    store::tasks::get(&app.db, job.pk, task_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "TaskNotFound",
+                format!(
+                    "The specified task {task_id:?} does not exist in job {:?}.",
+                    job.id
+                ),
+            )
+        })
+}
+
+pub async fn get(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path((job_id, task_id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    Ok((resource_headers(&task), Json(task_json(&job, &task, &base))).into_response())
+}
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    BaseUrl(base): BaseUrl,
+    Path(job_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let paging = Paging::from_query(&query)?;
+    let job = find_job(&app, &job_id).await?;
+    let after = match paging.skip_token.as_deref() {
+        None => 0,
+        Some(t) => t.parse::<i64>().map_err(|_| {
+            ApiError::invalid_query("$skiptoken", t, "not a token this server issued")
+        })?,
+    };
+    let tasks = store::tasks::list(&app.db, job.pk, after, paging.max_results).await?;
+    let last = tasks.last().map(|t| t.pk.to_string());
+    Ok(Json(paging.page(
+        &base,
+        &format!("/jobs/{}/tasks", job.id),
+        tasks.iter().map(|t| task_json(&job, t, &base)).collect(),
+        last,
+    )))
+}
+
+#[derive(Deserialize)]
+pub struct TaskUpdate {
+    constraints: Option<TaskConstraints>,
+}
+
+/// PUT: replaces the task's constraints.
+pub async fn update(
+    State(app): State<Arc<AppState>>,
+    Path((job_id, task_id)): Path<(String, String)>,
+    AzureJson(body): AzureJson<TaskUpdate>,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let c = body.constraints.unwrap_or_default();
+    let retries = check_retry_count(
+        "constraints.maxTaskRetryCount",
+        c.max_task_retry_count.unwrap_or(job.max_task_retry_count),
+    )?;
+    sqlx::query(
+        "UPDATE tasks SET max_wall_clock_ticks = $2, retention_ticks = $3, max_task_retry_count = $4, last_modified = now() WHERE pk = $1",
+    )
+    .bind(task.pk)
+    .bind(c.max_wall_clock_time.map(IsoDuration::ticks))
+    .bind(c.retention_time.map(IsoDuration::ticks).unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000))
+    .bind(retries)
+    .execute(&app.db)
+    .await?;
+    let task = find(&app, &job, &task_id).await?;
+    Ok((StatusCode::OK, resource_headers(&task)).into_response())
+}
+
+/// Ends an active or running task as failed; a running one is killed.
+pub async fn terminate(
+    State(app): State<Arc<AppState>>,
+    Path((job_id, task_id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let info = complete::ended_by("terminated by a user");
+    let mut tx = app.db.begin().await?;
+    let ending = Ending::Completed {
+        exit_code: None,
+        result: "failure",
+        failure_info: Some(&info),
+        satisfies_dependants: false,
+    };
+    let ended = store::tasks::end_attempt(
+        &mut tx,
+        task.pk,
+        None,
+        &["active", "preparing", "running"],
+        ending,
+    )
+    .await?;
+    if ended.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "TaskCompleted",
+            format!("The task {task_id:?} has already completed."),
+        ));
+    }
+    store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A failed task may run again, with its retries counted afresh.
+pub async fn reactivate(
+    State(app): State<Arc<AppState>>,
+    Path((job_id, task_id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    if matches!(
+        job.job_state(),
+        JobState::Completed | JobState::Terminating | JobState::Deleting
+    ) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "JobCompleted",
+            format!("The job {job_id:?} has completed; its tasks cannot be reactivated."),
+        ));
+    }
+    let task = find(&app, &job, &task_id).await?;
+    let done = sqlx::query(
+        "UPDATE tasks SET previous_state = state, previous_state_transition_time = state_transition_time, state = 'active', \
+            state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
+            failure_info = NULL, end_time = NULL \
+         WHERE pk = $1 AND state = 'completed' AND result = 'failure'",
+    )
+    .bind(task.pk)
+    .execute(&app.db)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "TaskNotFailed",
+            format!(
+                "Only a task that completed with a failure can be reactivated; {task_id:?} is {}.",
+                task.state
+            ),
+        ));
+    }
+    app.wake_dispatcher();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Deletes a task (killing it if it runs) and its files.
+pub async fn delete(
+    State(app): State<Arc<AppState>>,
+    Path((job_id, task_id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let mut tx = app.db.begin().await?;
+    let info = complete::ended_by("the task was deleted");
+    let ending = Ending::Completed {
+        exit_code: None,
+        result: "failure",
+        failure_info: Some(&info),
+        satisfies_dependants: false,
+    };
+    store::tasks::end_attempt(&mut tx, task.pk, None, &["running"], ending).await?;
+    store::tasks::delete(&mut *tx, task.pk).await?;
+    store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    let dir = app
+        .layout
+        .job_dir(&job.account, &job.id)
+        .join("job-1")
+        .join(&task.id);
+    if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "removing a deleted task's files failed");
+        }
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+fn header(value: &str) -> HeaderValue {
+    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn resource_headers(task: &TaskRow) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("ETag", header(&etag(task.last_modified)));
+    headers.insert("Last-Modified", header(&rfc1123(task.last_modified)));
+    headers
+}
+
+/// A task as Azure's `BatchTask` JSON.
+pub fn task_json(job: &JobRow, t: &TaskRow, base: &str) -> Value {
+    let url = format!("{base}/jobs/{}/tasks/{}", job.id, t.id);
+    let mut constraints = json!({
+        "maxWallClockTime": IsoDuration::from_ticks(t.max_wall_clock_ticks.unwrap_or(i64::MAX)).to_string(),
+        "retentionTime": IsoDuration::from_ticks(t.retention_ticks).to_string(),
+        "maxTaskRetryCount": t.max_task_retry_count,
+    });
+    if t.max_wall_clock_ticks.is_none() {
+        constraints["maxWallClockTime"] = json!(IsoDuration::MAX.to_string());
+    }
+    let mut task = json!({
+        "id": t.id,
+        "url": url,
+        "eTag": etag(t.last_modified),
+        "lastModified": rfc3339(t.last_modified),
+        "creationTime": rfc3339(t.creation_time),
+        "state": t.state,
+        "stateTransitionTime": rfc3339(t.state_transition_time),
+        "commandLine": t.command_line,
+        "requiredSlots": t.required_slots,
+        "constraints": constraints,
+    });
+    let obj = task.as_object_mut().expect("object");
+    if let Some(name) = &t.display_name {
+        obj.insert("displayName".into(), json!(name));
+    }
+    if let Some(prev) = &t.previous_state {
+        obj.insert("previousState".into(), json!(prev));
+        obj.insert(
+            "previousStateTransitionTime".into(),
+            json!(t.previous_state_transition_time.map(rfc3339)),
+        );
+    }
+    if t.environment.as_array().is_some_and(|e| !e.is_empty()) {
+        obj.insert("environmentSettings".into(), t.environment.clone());
+    }
+    if let Some(d) = &t.depends_on {
+        obj.insert("dependsOn".into(), d.clone());
+    }
+    if let Some(e) = &t.exit_conditions {
+        obj.insert("exitConditions".into(), e.clone());
+    }
+    if let Some(extra) = t.extra.as_object() {
+        for (k, v) in extra {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    let mut execution = json!({"retryCount": t.retry_count, "requeueCount": t.requeue_count});
+    for (key, value) in [
+        ("startTime", t.start_time.map(rfc3339)),
+        ("endTime", t.end_time.map(rfc3339)),
+        ("lastRetryTime", t.last_retry_time.map(rfc3339)),
+        ("lastRequeueTime", t.last_requeue_time.map(rfc3339)),
+    ] {
+        if let Some(v) = value {
+            execution[key] = json!(v);
+        }
+    }
+    if let Some(code) = t.exit_code {
+        execution["exitCode"] = json!(code);
+    }
+    if let Some(result) = &t.result {
+        execution["result"] = json!(result);
+    }
+    if let Some(f) = &t.failure_info {
+        execution["failureInfo"] = f.clone();
+    }
+    obj.insert("executionInfo".into(), execution);
+    if let (Some(node_id), Some(pool_id)) = (&t.node_id, &t.pool_id) {
+        obj.insert(
+            "nodeInfo".into(),
+            json!({
+                "affinityId": format!("TVM:{node_id}"),
+                "nodeUrl": format!("{base}/pools/{pool_id}/nodes/{node_id}"),
+                "poolId": pool_id,
+                "nodeId": node_id,
+                "taskRootDirectory": format!("workitems/{}/job-1/{}", job.id, t.id),
+                "taskRootDirectoryUrl": format!("{base}/pools/{pool_id}/nodes/{node_id}/files/workitems/{}/job-1/{}", job.id, t.id),
+            }),
+        );
+    }
+    task
+}
