@@ -205,3 +205,176 @@ async fn own_postgres_in_the_data_directory_keeps_state_across_restarts() {
     s.wait_nodes("own", 1, "idle").await;
     assert!(s.terminate().await.success());
 }
+
+/// Each task appends its id to the node's shared `ran` file, then takes a moment.
+const RAN: &str = "echo $AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/ran; sleep 1";
+
+fn task_ids(n: usize) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": RAN}))
+        .collect()
+}
+
+/// SIGKILL with tasks queued and running: every task ends exactly once, with the outcome of the
+/// attempts that ran on while no server watched recovered, not run again.
+async fn sigkill_with_tasks_running(rt: Rt) {
+    let mut s = TestServer::start(rt).await;
+    assert_eq!(s.post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2})).await.0, 201);
+    let node = s.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    s.add_tasks("j", task_ids(6)).await;
+    common::wait_for("two tasks running", || async {
+        let (_, c) = s.get("/jobs/j/taskcounts").await;
+        (c["taskCounts"]["running"] == 2).then_some(())
+    })
+    .await;
+    s.kill().await;
+    s.launch().await;
+    let tasks = s.wait_all_completed("j", 6).await;
+    for t in &tasks {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        assert_eq!(
+            t["executionInfo"]["requeueCount"], 0,
+            "outcomes were recovered, not rerun: {t}"
+        );
+    }
+    let mut ran: Vec<String> = s
+        .shared_file("p", &node, "ran")
+        .await
+        .lines()
+        .map(String::from)
+        .collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        (0..6).map(|i| format!("t{i}")).collect::<Vec<_>>(),
+        "each task ran exactly once"
+    );
+    let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
+    assert_eq!(n["state"], "idle", "every slot was given back");
+    assert_eq!(n["runningTaskSlotsCount"], 0);
+}
+on_both_runtimes!(
+    sigkill_with_tasks_running_ends_each_task_once,
+    sigkill_with_tasks_running
+);
+
+/// When an attempt's process died with the server and left no exit code, its outcome cannot be
+/// known: the task is requeued (requeueCount + 1) and runs again.
+async fn lost_attempt_is_requeued(rt: Rt) {
+    let mut s = TestServer::start(rt).await;
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1})
+        )
+        .await
+        .0,
+        201
+    );
+    let node = s.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    s.add_tasks("j", vec![json!({"id": "victim", "commandLine": "echo run >> $AZ_BATCH_NODE_SHARED_DIR/runs; sleep 30"})]).await;
+    s.wait_task("j", "victim", "running").await;
+    let pid_file = s
+        .data_dir
+        .path()
+        .join("workitems/batchpool/j/job-1/victim/.batchpool/1/pid");
+    let pid: i32 = common::wait_for("the attempt's pid", || async {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    })
+    .await;
+    s.kill().await;
+    match rt {
+        // SAFETY: killing the test's own task process group.
+        Rt::Local => unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        },
+        Rt::Docker => {
+            let container = format!("batchpool-{}-{node}", s.server_id().await);
+            let out = std::process::Command::new("docker")
+                .args(["exec", &container, "kill", "-9", &format!("-{pid}")])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    s.launch().await;
+    let t = common::wait_for("the task to run again", || async {
+        let t = s.task("j", "victim").await;
+        (t["executionInfo"]["requeueCount"] == 1 && t["state"] == "running").then_some(t)
+    })
+    .await;
+    assert_eq!(
+        t["executionInfo"]["retryCount"], 0,
+        "a requeue is not a retry"
+    );
+    common::wait_for("the second run to start", || async {
+        (s.shared_file("p", &node, "runs").await == "run\nrun\n").then_some(())
+    })
+    .await;
+}
+on_both_runtimes!(
+    a_lost_attempt_is_requeued_after_restart,
+    lost_attempt_is_requeued
+);
+
+/// Two servers on one database: one leads the scheduler, the other serves the API; tasks added
+/// through either run exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_database_run_each_task_once() {
+    let first = TestServer::start(Rt::Local).await;
+    let url = first.database_url.clone();
+    let second = TestServer::start_with(Rt::Local, url, &[]).await;
+    assert_eq!(second.post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 4})).await.0, 201);
+    let node = first.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        second
+            .post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    second.add_tasks("j", (0..10).map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/ran"})).collect()).await;
+    first.wait_all_completed("j", 10).await;
+    let mut ran: Vec<String> = first
+        .shared_file("p", &node, "ran")
+        .await
+        .lines()
+        .map(String::from)
+        .collect();
+    ran.sort();
+    let mut expected: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    expected.sort();
+    assert_eq!(ran, expected);
+    assert!(
+        second
+            .log_tail()
+            .contains("another server leads the scheduler"),
+        "{}",
+        second.log_tail()
+    );
+}

@@ -429,3 +429,66 @@ macro_rules! on_both_runtimes {
         }
     };
 }
+
+impl TestServer {
+    pub async fn add_tasks(&self, job: &str, tasks: Vec<Value>) {
+        let (status, body) = self
+            .post(
+                &format!("/jobs/{job}/addtaskcollection"),
+                &serde_json::json!({ "value": tasks }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        for r in body["value"].as_array().unwrap() {
+            assert_eq!(r["status"], "success", "{r}");
+        }
+    }
+
+    pub async fn task(&self, job: &str, task: &str) -> Value {
+        let (status, body) = self.get(&format!("/jobs/{job}/tasks/{task}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Waits until the task is in `state`; returns it.
+    pub async fn wait_task(&self, job: &str, task: &str, state: &str) -> Value {
+        wait_for(&format!("task {job}/{task} to be {state}"), || async {
+            let t = self.task(job, task).await;
+            (t["state"] == state).then_some(t)
+        })
+        .await
+    }
+
+    /// Waits until every task of the job has completed; returns them in task order.
+    pub async fn wait_all_completed(&self, job: &str, count: usize) -> Vec<Value> {
+        wait_for(&format!("{count} tasks of {job} to complete"), || async {
+            let (_, counts) = self.get(&format!("/jobs/{job}/taskcounts")).await;
+            (counts["taskCounts"]["completed"] == count as u64).then_some(())
+        })
+        .await;
+        let (_, body) = self.get(&format!("/jobs/{job}/tasks")).await;
+        body["value"].as_array().unwrap().clone()
+    }
+
+    /// The text of a file, or None if it is not there (yet).
+    pub async fn file(&self, path: &str) -> Option<String> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 200 {
+            Some(resp.text().await.unwrap())
+        } else {
+            None
+        }
+    }
+
+    /// A file in a node's shared directory (where tests make tasks leave traces).
+    pub async fn shared_file(&self, pool: &str, node: &str, name: &str) -> String {
+        self.file(&format!("/pools/{pool}/nodes/{node}/files/shared/{name}"))
+            .await
+            .unwrap_or_default()
+    }
+}

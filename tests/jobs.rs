@@ -1,0 +1,634 @@
+//! Jobs, tasks and the scheduler end to end, on both runtimes.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+
+use common::{wait_for, Rt, TestServer};
+use serde_json::{json, Value};
+
+/// A pool of `nodes` x `slots`, ready.
+async fn pool(s: &TestServer, id: &str, nodes: usize, slots: u32, fill: &str) -> Vec<String> {
+    let body = json!({"id": id, "vmSize": "standard_a1", "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots,
+                      "taskSchedulingPolicy": {"nodeFillType": fill}});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes(id, nodes, "idle")
+        .await
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn job(s: &TestServer, id: &str, pool: &str, extra: Value) {
+    let mut body = json!({"id": id, "poolInfo": {"poolId": pool}});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let (status, resp) = s.post("/jobs", &body).await;
+    assert_eq!(status, 201, "{resp}");
+}
+
+fn task(id: &str, command: &str) -> Value {
+    json!({"id": id, "commandLine": command})
+}
+
+/// Appends "job:task" to the node's shared `order` file.
+const RECORD: &str = "echo $AZ_BATCH_JOB_ID:$AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/order";
+
+async fn priority_then_age_then_task_order(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    // No nodes yet: everything queues, and runs once the pool grows.
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "prio", "vmSize": "standard_a1", "targetDedicatedNodes": 0})
+        )
+        .await
+        .0,
+        201
+    );
+    job(&s, "low", "prio", json!({"priority": -5})).await;
+    job(&s, "older", "prio", json!({"priority": 10})).await;
+    job(&s, "newer", "prio", json!({"priority": 10})).await;
+    job(&s, "high", "prio", json!({"priority": 500})).await;
+    for j in ["low", "newer", "older", "high"] {
+        s.add_tasks(j, (1..=3).map(|i| task(&format!("t{i}"), RECORD)).collect())
+            .await;
+    }
+    assert_eq!(
+        s.get("/jobs/high/taskcounts").await.1["taskCounts"]["active"],
+        3,
+        "queued while the pool is empty"
+    );
+    assert_eq!(
+        s.post("/pools/prio/resize", &json!({"targetDedicatedNodes": 1}))
+            .await
+            .0,
+        202
+    );
+    let node = s.wait_nodes("prio", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for j in ["low", "newer", "older", "high"] {
+        s.wait_all_completed(j, 3).await;
+    }
+    let order: Vec<String> = s
+        .shared_file("prio", &node, "order")
+        .await
+        .lines()
+        .map(String::from)
+        .collect();
+    let expected: Vec<String> = ["high", "older", "newer", "low"]
+        .iter()
+        .flat_map(|j| (1..=3).map(move |i| format!("{j}:t{i}")))
+        .collect();
+    assert_eq!(
+        order, expected,
+        "job priority, then job age, then task order"
+    );
+}
+on_both_runtimes!(
+    tasks_run_by_priority_then_age_then_order,
+    priority_then_age_then_task_order
+);
+
+/// Each task records how many tasks run on its node at its start; none may exceed the slots.
+const CONCURRENCY: &str =
+    "d=$AZ_BATCH_NODE_SHARED_DIR; mkdir -p $d/running; touch $d/running/$AZ_BATCH_TASK_ID; \
+    ls $d/running | wc -l >> $d/concurrency; sleep 0.3; rm $d/running/$AZ_BATCH_TASK_ID";
+
+async fn slots_are_never_exceeded(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let nodes = pool(&s, "slots", 2, 3, "spread").await;
+    job(&s, "busy", "slots", json!({})).await;
+    s.add_tasks(
+        "busy",
+        (0..18)
+            .map(|i| json!({"id": format!("t{i}"), "commandLine": CONCURRENCY}))
+            .collect(),
+    )
+    .await;
+    let tasks = s.wait_all_completed("busy", 18).await;
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t["executionInfo"]["result"] == "success"),
+        "{tasks:?}"
+    );
+    let mut peak = 0;
+    for node in &nodes {
+        for line in s.shared_file("slots", node, "concurrency").await.lines() {
+            let n: u32 = line.trim().parse().unwrap();
+            assert!(n <= 3, "a node ran {n} tasks at once with 3 slots");
+            peak = peak.max(n);
+        }
+    }
+    assert!(peak >= 2, "the slots were used in parallel (peak {peak})");
+
+    // A task needing 2 of 3 slots never shares a node with another such task.
+    job(&s, "wide", "slots", json!({})).await;
+    s.add_tasks(
+        "wide",
+        (0..6)
+            .map(|i| json!({"id": format!("w{i}"), "commandLine": CONCURRENCY, "requiredSlots": 2}))
+            .collect(),
+    )
+    .await;
+    s.wait_all_completed("wide", 6).await;
+    let (_, counts) = s.get("/jobs/wide/taskcounts").await;
+    assert_eq!(counts["taskSlotCounts"]["completed"], 12);
+}
+on_both_runtimes!(
+    a_node_never_runs_more_than_its_slots,
+    slots_are_never_exceeded
+);
+
+async fn placement(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    for fill in ["spread", "pack"] {
+        pool(&s, fill, 2, 4, fill).await;
+        job(&s, fill, fill, json!({})).await;
+        s.add_tasks(
+            fill,
+            (0..4).map(|i| task(&format!("t{i}"), "sleep 1")).collect(),
+        )
+        .await;
+        let tasks = s.wait_all_completed(fill, 4).await;
+        let mut per_node: HashMap<String, usize> = HashMap::new();
+        for t in &tasks {
+            *per_node
+                .entry(t["nodeInfo"]["nodeId"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        let mut counts: Vec<usize> = per_node.into_values().collect();
+        counts.sort();
+        match fill {
+            "spread" => assert_eq!(counts, vec![2, 2], "spread: emptiest node first"),
+            _ => assert_eq!(counts, vec![4], "pack: fill one node before the next"),
+        }
+    }
+}
+on_both_runtimes!(spread_and_pack_place_as_azure_documents, placement);
+
+async fn retries_wall_clock_and_live_output(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let node = pool(&s, "r", 1, 4, "spread").await.remove(0);
+    job(
+        &s,
+        "r",
+        "r",
+        json!({"constraints": {"maxTaskRetryCount": 1}}),
+    )
+    .await;
+    s.add_tasks(
+        "r",
+        vec![
+            // Fails twice, then succeeds: within 2 retries.
+            json!({"id": "third-time", "commandLine": "n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; test $n -ge 3",
+                   "constraints": {"maxTaskRetryCount": 2}}),
+            // Always fails: the job's maxTaskRetryCount (1) applies.
+            task("always", "echo failing >&2; exit 7"),
+            // Ticks every 0.25 s for 5 s unless killed at 1.5 s.
+            json!({"id": "slow", "commandLine": "for i in $(seq 20); do echo $i >> $AZ_BATCH_NODE_SHARED_DIR/ticks; sleep 0.25; done",
+                   "constraints": {"maxWallClockTime": "PT01.5S"}}),
+            task("chatty", "echo first; sleep 2; echo second"),
+        ],
+    )
+    .await;
+
+    // Live output: the first line is readable while the task still runs.
+    wait_for("chatty's first line while it runs", || async {
+        let out = s.file("/jobs/r/tasks/chatty/files/stdout.txt").await?;
+        (out == "first\n").then_some(())
+    })
+    .await;
+    assert_eq!(s.task("r", "chatty").await["state"], "running");
+
+    let t = s.wait_task("r", "third-time", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success");
+    assert_eq!(t["executionInfo"]["retryCount"], 2);
+    assert_eq!(t["executionInfo"]["exitCode"], 0);
+
+    let t = s.wait_task("r", "always", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "failure");
+    assert_eq!(t["executionInfo"]["retryCount"], 1);
+    assert_eq!(t["executionInfo"]["exitCode"], 7);
+    assert_eq!(t["executionInfo"]["failureInfo"]["code"], "FailureExitCode");
+    assert_eq!(
+        s.file("/jobs/r/tasks/always/files/stderr.txt")
+            .await
+            .unwrap(),
+        "failing\n"
+    );
+
+    let t = s.wait_task("r", "slow", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "failure");
+    assert_eq!(
+        t["executionInfo"]["failureInfo"]["code"],
+        "MaxWallClockTimeExceeded"
+    );
+    let ran = chrono::DateTime::parse_from_rfc3339(t["executionInfo"]["endTime"].as_str().unwrap())
+        .unwrap()
+        - chrono::DateTime::parse_from_rfc3339(t["executionInfo"]["startTime"].as_str().unwrap())
+            .unwrap();
+    assert!(
+        ran.num_milliseconds() >= 1500 && ran.num_seconds() < 10,
+        "killed at its limit, not later: {ran}"
+    );
+    // The whole process tree died with it: the ticks stop, though the loop had 5 s to go.
+    let ticks_at_kill = s.shared_file("r", &node, "ticks").await.lines().count();
+    assert!(
+        (4..=12).contains(&ticks_at_kill),
+        "ticked until the kill: {ticks_at_kill}"
+    );
+    let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+    wait_for("a second to pass", || async {
+        (chrono::Utc::now() > later).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.shared_file("r", &node, "ticks").await.lines().count(),
+        ticks_at_kill,
+        "no tick after the kill"
+    );
+
+    let t = s.wait_task("r", "chatty", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success");
+    assert_eq!(
+        s.file("/jobs/r/tasks/chatty/files/stdout.txt")
+            .await
+            .unwrap(),
+        "first\nsecond\n"
+    );
+    let (_, listing) = s.get("/jobs/r/tasks/chatty/files?recursive=true").await;
+    let names: Vec<&str> = listing["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["stderr.txt", "stdout.txt", "wd"]);
+
+    // Files outlive the node that ran the task.
+    assert_eq!(
+        s.post("/pools/r/resize", &json!({"targetDedicatedNodes": 0}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("r", 0, "idle").await;
+    assert_eq!(
+        s.file("/jobs/r/tasks/chatty/files/stdout.txt")
+            .await
+            .unwrap(),
+        "first\nsecond\n"
+    );
+    let head = s
+        .http
+        .head(format!("{}/jobs/r/tasks/chatty/files/stdout.txt", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], "13");
+    assert_eq!(head.headers()["ocp-batch-file-isdirectory"], "false");
+    let ranged = s
+        .http
+        .get(format!("{}/jobs/r/tasks/chatty/files/stdout.txt", s.base))
+        .header("ocp-range", "bytes=6-11")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.status(), 200, "the SDK needs 200, not 206");
+    assert_eq!(ranged.text().await.unwrap(), "second");
+}
+on_both_runtimes!(
+    retries_wall_clock_kill_and_live_stdout,
+    retries_wall_clock_and_live_output
+);
+
+async fn dependencies(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    pool(&s, "d", 1, 4, "spread").await;
+    job(&s, "d", "d", json!({"usesTaskDependencies": true})).await;
+    s.add_tasks(
+        "d",
+        vec![
+            task("1", "sleep 0.5"),
+            task("2", "sleep 0.2"),
+            json!({"id": "after-range", "commandLine": "true", "dependsOn": {"taskIdRanges": [{"start": 1, "end": 2}]}}),
+            task("fails", "exit 1"),
+            json!({"id": "blocked", "commandLine": "true", "dependsOn": {"taskIds": ["fails"]}}),
+            json!({"id": "fails-ok", "commandLine": "exit 4", "exitConditions": {"exitCodes": [{"code": 4, "exitOptions": {"dependencyAction": "satisfy"}}]}}),
+            json!({"id": "satisfied", "commandLine": "true", "dependsOn": {"taskIds": ["fails-ok"]}}),
+        ],
+    )
+    .await;
+    let after = s.wait_task("d", "after-range", "completed").await;
+    let one = s.task("d", "1").await;
+    assert!(
+        after["executionInfo"]["startTime"].as_str().unwrap()
+            >= one["executionInfo"]["endTime"].as_str().unwrap(),
+        "a dependant starts after what it depends on ends"
+    );
+    let sat = s.wait_task("d", "satisfied", "completed").await;
+    assert_eq!(
+        sat["executionInfo"]["result"], "success",
+        "dependencyAction satisfy lets dependants run after a failure"
+    );
+    s.wait_task("d", "fails", "completed").await;
+    assert_eq!(
+        s.task("d", "blocked").await["state"],
+        "active",
+        "a failed dependency blocks"
+    );
+    let (_, counts) = s.get("/jobs/d/taskcounts").await;
+    assert_eq!(
+        counts["taskCounts"],
+        json!({"active": 1, "running": 0, "completed": 6, "succeeded": 4, "failed": 2})
+    );
+}
+on_both_runtimes!(dependencies_wait_block_and_satisfy, dependencies);
+
+async fn terminate_disable_and_job_completion(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    pool(&s, "c", 1, 2, "spread").await;
+
+    // Terminating a running task kills it and completes it as failed.
+    job(&s, "t", "c", json!({})).await;
+    s.add_tasks("t", vec![task("long", "sleep 60")]).await;
+    s.wait_task("t", "long", "running").await;
+    assert_eq!(
+        s.post("/jobs/t/tasks/long/terminate", &json!({})).await.0,
+        204
+    );
+    let t = s.wait_task("t", "long", "completed").await;
+    assert_eq!(t["executionInfo"]["failureInfo"]["code"], "TaskEnded");
+    assert_eq!(
+        s.post("/jobs/t/tasks/long/terminate", &json!({})).await.1["code"],
+        "TaskCompleted"
+    );
+    // Its slots are free again: a new task runs.
+    s.add_tasks("t", vec![task("next", "true")]).await;
+    s.wait_task("t", "next", "completed").await;
+
+    // Disable with requeue: the running task goes back to the queue and waits for enable.
+    job(&s, "dis", "c", json!({})).await;
+    s.add_tasks("dis", vec![task("work", "sleep 60")]).await;
+    s.wait_task("dis", "work", "running").await;
+    assert_eq!(
+        s.post("/jobs/dis/disable", &json!({"disableTasks": "requeue"}))
+            .await
+            .0,
+        202
+    );
+    let job_now = s.get("/jobs/dis").await.1;
+    assert_eq!(job_now["state"], "disabled");
+    let t = s.wait_task("dis", "work", "active").await;
+    assert_eq!(t["executionInfo"]["requeueCount"], 1);
+    assert_eq!(
+        s.task("dis", "work").await["state"],
+        "active",
+        "a disabled job gets no placements"
+    );
+    assert_eq!(s.post("/jobs/dis/enable", &json!({})).await.0, 202);
+    s.wait_task("dis", "work", "running").await;
+
+    // Terminating the job ends its running tasks and completes it with the reason.
+    let (status, _) = s
+        .post("/jobs/dis/terminate", &json!({"terminateReason": "enough"}))
+        .await;
+    assert_eq!(status, 202);
+    let j = s.get("/jobs/dis").await.1;
+    assert_eq!(j["state"], "completed");
+    assert_eq!(j["executionInfo"]["terminateReason"], "enough");
+    s.wait_task("dis", "work", "completed").await;
+    let (status, body) = s.post("/jobs/dis/tasks", &task("late", "true")).await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (409, Some("JobCompleted"))
+    );
+
+    // onAllTasksComplete=terminatejob completes the job when its tasks are done.
+    job(&s, "auto", "c", json!({})).await;
+    s.add_tasks("auto", vec![task("a", "true"), task("b", "true")])
+        .await;
+    let resp = s
+        .http
+        .patch(format!("{}/jobs/auto", s.base))
+        .json(&json!({"onAllTasksComplete": "terminatejob"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    wait_for("the job to complete by itself", || async {
+        let j = s.get("/jobs/auto").await.1;
+        (j["state"] == "completed").then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.get("/jobs/auto").await.1["executionInfo"]["terminateReason"],
+        "AllTasksComplete"
+    );
+
+    // maxParallelTasks: never more than one at a time, though slots are free.
+    job(&s, "serial", "c", json!({"maxParallelTasks": 1})).await;
+    s.add_tasks(
+        "serial",
+        (0..3)
+            .map(|i| task(&format!("s{i}"), "sleep 0.3"))
+            .collect(),
+    )
+    .await;
+    let tasks = s.wait_all_completed("serial", 3).await;
+    for pair in tasks.windows(2) {
+        assert!(
+            pair[1]["executionInfo"]["startTime"].as_str()
+                >= pair[0]["executionInfo"]["endTime"].as_str()
+        );
+    }
+
+    // A job's maxWallClockTime terminates it.
+    job(
+        &s,
+        "bounded",
+        "c",
+        json!({"constraints": {"maxWallClockTime": "PT1S"}}),
+    )
+    .await;
+    s.add_tasks("bounded", vec![task("forever", "sleep 60")])
+        .await;
+    wait_for("the job's wall clock to end it", || async {
+        let j = s.get("/jobs/bounded").await.1;
+        (j["state"] == "completed").then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.get("/jobs/bounded").await.1["executionInfo"]["terminateReason"],
+        "MaxWallClockTimeExpiry"
+    );
+
+    // Deleting a job kills its tasks and removes it with its files.
+    job(&s, "gone", "c", json!({})).await;
+    s.add_tasks("gone", vec![task("x", "sleep 60")]).await;
+    s.wait_task("gone", "x", "running").await;
+    assert_eq!(s.delete("/jobs/gone").await.0, 202);
+    wait_for("the job to be deleted", || async {
+        (s.get("/jobs/gone").await.0 == 404).then_some(())
+    })
+    .await;
+    assert_eq!(s.get("/jobs/gone/tasks/x").await.1["code"], "JobNotFound");
+    // Its slot is free: the pool takes new work.
+    job(&s, "after", "c", json!({})).await;
+    s.add_tasks("after", vec![task("y", "true"), task("z", "true")])
+        .await;
+    s.wait_all_completed("after", 2).await;
+}
+on_both_runtimes!(
+    terminate_disable_enable_delete_and_job_completion,
+    terminate_disable_and_job_completion
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_job_and_task_requests_change_nothing() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "p", "vmSize": "standard_a1", "taskSlotsPerNode": 2})
+        )
+        .await
+        .0,
+        201
+    );
+    job(&s, "j", "p", json!({})).await;
+    s.add_tasks("j", vec![task("t", "true")]).await;
+
+    let check = |status: reqwest::StatusCode, body: &Value, code: u16, error: &str| {
+        assert_eq!(status.as_u16(), code, "{body}");
+        assert_eq!(body["code"], error, "{body}");
+    };
+    let (st, b) = s.post("/jobs/nope/tasks", &task("x", "true")).await;
+    check(st, &b, 404, "JobNotFound");
+    let (st, b) = s.get("/jobs/j/tasks/nope").await;
+    check(st, &b, 404, "TaskNotFound");
+    let (st, b) = s.post("/jobs/j/tasks", &task("t", "true")).await;
+    check(st, &b, 409, "TaskExists");
+    let (st, b) = s
+        .post("/jobs", &json!({"id": "J", "poolInfo": {"poolId": "p"}}))
+        .await;
+    check(st, &b, 409, "JobExists");
+    let (st, b) = s.post("/jobs", &json!({"id": "k"})).await;
+    check(st, &b, 400, "MissingRequiredProperty");
+    let (st, b) = s
+        .post(
+            "/jobs",
+            &json!({"id": "k", "poolInfo": {"poolId": "p"}, "priority": 5000}),
+        )
+        .await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    let (st, b) = s.post("/jobs", &json!({"id": "k", "poolInfo": {"poolId": "p"}, "constraints": {"maxWallClockTime": "1 hour"}})).await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    assert!(
+        b["values"]
+            .to_string()
+            .contains("constraints.maxWallClockTime"),
+        "{b}"
+    );
+    let (st, b) = s
+        .post(
+            "/jobs/j/tasks",
+            &json!({"id": "wide", "commandLine": "true", "requiredSlots": 3}),
+        )
+        .await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    let (st, b) = s
+        .post(
+            "/jobs/j/tasks",
+            &json!({"id": "dep", "commandLine": "true", "dependsOn": {"taskIds": ["t"]}}),
+        )
+        .await;
+    check(st, &b, 400, "TaskDependenciesNotSpecifiedOnJob");
+    job(&s, "deps", "p", json!({"usesTaskDependencies": true})).await;
+    s.add_tasks("deps", vec![task("1", "true")]).await;
+    let (st, b) = s.post("/jobs/deps/tasks", &json!({"id": "r", "commandLine": "true", "dependsOn": {"taskIdRanges": [{"start": 1, "end": 3}]}})).await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    assert!(
+        b["message"]["value"].as_str().unwrap().contains("\"2\""),
+        "names the unknown task: {b}"
+    );
+    let (st, b) = s
+        .post(
+            "/jobs/j/tasks",
+            &json!({"id": "d", "commandLine": "true", "constraints": {"retentionTime": "PT5X"}}),
+        )
+        .await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    let (st, b) = s
+        .post("/jobs/j/tasks", &json!({"id": "d", "commandLine": ""}))
+        .await;
+    check(st, &b, 400, "InvalidPropertyValue");
+    let (st, b) = s
+        .post_raw("/jobs/j/addtaskcollection", "{\"value\": [")
+        .await;
+    check(st, &b, 400, "InvalidRequestBody");
+    let many: Vec<Value> = (0..101).map(|i| task(&format!("m{i}"), "true")).collect();
+    let (st, b) = s
+        .post("/jobs/j/addtaskcollection", &json!({"value": many}))
+        .await;
+    check(st, &b, 400, "TooManyTasksInCollection");
+    let (st, b) = s
+        .get("/jobs/j/tasks/t/files/..%2F..%2F..%2Fetc%2Fpasswd")
+        .await;
+    check(st, &b, 400, "InvalidPropertyValue");
+
+    // Nothing was added.
+    let (_, tasks) = s.get("/jobs/j/tasks").await;
+    assert_eq!(tasks["value"].as_array().unwrap().len(), 1);
+    let (_, jobs) = s.get("/jobs").await;
+    assert_eq!(jobs["value"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_lists_page_with_next_links() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "p", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+    job(&s, "j", "p", json!({})).await;
+    s.add_tasks(
+        "j",
+        (0..25).map(|i| task(&format!("t{i:02}"), "true")).collect(),
+    )
+    .await;
+    let mut url = "/jobs/j/tasks?api-version=2025-06-01&maxresults=10".to_string();
+    let mut seen = Vec::new();
+    loop {
+        let (status, page) = s.get(&url).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(
+            page["value"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_string()),
+        );
+        match page["odata.nextLink"].as_str() {
+            Some(link) => {
+                assert!(
+                    link.starts_with(&s.base) && link.contains("api-version=2025-06-01"),
+                    "{link}"
+                );
+                url = link.trim_start_matches(&s.base).to_string();
+            }
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+    assert_eq!(seen, expected);
+}
