@@ -231,9 +231,9 @@ async fn sigkill_with_tasks_running(rt: Rt) {
         201
     );
     s.add_tasks("j", task_ids(6)).await;
+    // Two tasks have really started (their processes wrote to the node) when the server dies.
     common::wait_for("two tasks running", || async {
-        let (_, c) = s.get("/jobs/j/taskcounts").await;
-        (c["taskCounts"]["running"] == 2).then_some(())
+        (s.shared_file("p", &node, "ran").await.lines().count() == 2).then_some(())
     })
     .await;
     s.kill().await;

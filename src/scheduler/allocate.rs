@@ -293,6 +293,7 @@ impl Allocator {
         }
         let info = super::complete::ended_by("its node was removed from the pool");
         let mut tx = self.db.begin().await?;
+        store::tasks::lock_nodes(&mut *tx, node_pks).await?;
         for (pk, attempt) in running {
             let ending = match option {
                 NodeDeallocationOption::Terminate => Ending::Completed {

@@ -31,6 +31,36 @@ pub fn ended_by(why: &str) -> Value {
 
 pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
+    record_in(&mut tx, a, outcome).await?;
+    tx.commit().await
+}
+
+/// Records many outcomes in one transaction (one commit instead of one per task); if the batch
+/// fails, each is recorded alone so one bad record cannot hold the others back.
+pub async fn record_many(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::Result<()> {
+    let together = async {
+        let mut tx = db.begin().await?;
+        let nodes: Vec<i64> = batch.iter().filter_map(|(a, _)| a.node_pk).collect();
+        store::tasks::lock_nodes(&mut *tx, &nodes).await?;
+        for (a, outcome) in batch {
+            record_in(&mut tx, a, outcome.clone()).await?;
+        }
+        tx.commit().await
+    };
+    if together.await.is_ok() {
+        return Ok(());
+    }
+    for (a, outcome) in batch {
+        record(db, a, outcome.clone()).await?;
+    }
+    Ok(())
+}
+
+async fn record_in(
+    tx: &mut Transaction<'_, Postgres>,
+    a: &AttemptRow,
+    outcome: Outcome,
+) -> sqlx::Result<()> {
     let conditions: ExitConditions = a
         .exit_conditions
         .clone()
@@ -89,24 +119,22 @@ pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Resu
             Ending::Requeue
         }
     };
-    let ended =
-        store::tasks::end_attempt(&mut tx, a.pk, Some(a.attempt), &["running"], ending).await?;
+    let ended = store::tasks::end_attempt(tx, a.pk, Some(a.attempt), &["running"], ending).await?;
     if ended.as_ref().is_some_and(|e| e.state == "completed") {
         if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction.as_str() {
             match job_action {
                 JobAction::Terminate => {
-                    terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
+                    terminate_job(tx, a.job_pk, "TaskFailed").await?;
                 }
                 JobAction::Disable => {
-                    disable_job(&mut tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
-                        .await?
+                    disable_job(tx, a.job_pk, crate::domain::job::DisableTasks::Requeue).await?
                 }
                 JobAction::None => {}
             }
         }
-        store::jobs::complete_if_all_tasks_done(&mut *tx, a.job_pk).await?;
+        store::jobs::complete_if_all_tasks_done(&mut **tx, a.job_pk).await?;
     }
-    tx.commit().await
+    Ok(())
 }
 
 /// Completes a job and ends its running tasks (their processes are killed by the executor's
@@ -130,6 +158,7 @@ pub async fn end_running_tasks(
     why: &str,
 ) -> sqlx::Result<()> {
     let info = ended_by(why);
+    store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
     for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
         let ending = Ending::Completed {
             exit_code: None,
@@ -151,6 +180,7 @@ pub async fn disable_job(
     use crate::domain::job::DisableTasks;
     match mode {
         DisableTasks::Requeue => {
+            store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
             for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
                 store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], Ending::Requeue)
                     .await?;

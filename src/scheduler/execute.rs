@@ -26,7 +26,12 @@ pub struct Executor {
     running: Mutex<HashMap<i64, (i32, CancellationToken)>>,
     /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
     shutdown: CancellationToken,
+    /// Outcomes on their way to the database, recorded in batches.
+    outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
 }
+
+/// The most outcomes recorded in one transaction.
+const OUTCOME_BATCH: usize = 256;
 
 /// How often an adopted attempt's exit file is looked for.
 const ADOPTED_POLL: Duration = Duration::from_millis(200);
@@ -39,14 +44,46 @@ impl Executor {
         wake: Wakeups,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let (outcomes, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let this = Arc::new(Self {
             db,
             runtime,
             server_id,
             wake,
             running: Mutex::default(),
             shutdown,
-        })
+            outcomes,
+        });
+        tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
+        this
+    }
+
+    /// Drains finished attempts and records them together: a busy pool's completions cost one
+    /// commit per batch, not one per task. An attempt leaves `running` (freeing its place for a
+    /// new start) only once its outcome is in the database.
+    async fn record_outcomes(
+        self: Arc<Self>,
+        mut receiver: tokio::sync::mpsc::UnboundedReceiver<(AttemptRow, Outcome)>,
+    ) {
+        let mut batch = Vec::with_capacity(OUTCOME_BATCH);
+        while receiver.recv_many(&mut batch, OUTCOME_BATCH).await > 0 {
+            // A failed write is retried: an outcome must not be dropped while the server runs.
+            while let Err(e) = complete::record_many(&self.db, &batch).await {
+                tracing::error!(error = %e, count = batch.len(), "recording outcomes failed; retrying");
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            {
+                let mut running = self.running.lock().expect("lock");
+                for (a, _) in &batch {
+                    running.remove(&a.pk);
+                }
+            }
+            batch.clear();
+            self.wake.dispatch.notify_one();
+        }
     }
 
     pub fn running_count(&self) -> usize {
@@ -135,19 +172,18 @@ impl Executor {
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            let outcome = this.watch(&a, adopted, &kill).await;
-            if let Some(outcome) = outcome {
-                // A failed write is retried: an outcome must not be dropped while the server runs.
-                while let Err(e) = complete::record(&this.db, &a, outcome.clone()).await {
-                    tracing::error!(error = %e, task = %a.task_id, "recording an outcome failed; retrying");
-                    tokio::select! {
-                        _ = this.shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            match this.watch(&a, adopted, &kill).await {
+                Some(outcome) => {
+                    let pk = a.pk;
+                    if this.outcomes.send((a, outcome)).is_err() {
+                        this.running.lock().expect("lock").remove(&pk);
                     }
                 }
+                None => {
+                    this.running.lock().expect("lock").remove(&a.pk);
+                    this.wake.dispatch.notify_one();
+                }
             }
-            this.running.lock().expect("lock").remove(&a.pk);
-            this.wake.dispatch.notify_one();
         });
     }
 

@@ -330,6 +330,27 @@ pub async fn end_attempt(
     Ok(ended)
 }
 
+/// Locks nodes in pk order, the order dispatch locks them in, so that a transaction touching
+/// several nodes cannot deadlock with a dispatch pass.
+pub async fn lock_nodes(db: impl PgExecutor<'_>, node_pks: &[i64]) -> sqlx::Result<()> {
+    sqlx::query("SELECT pk FROM nodes WHERE pk = ANY($1) ORDER BY pk FOR UPDATE")
+        .bind(node_pks)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Locks, in pk order, the nodes a job's running tasks hold.
+pub async fn lock_nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        "SELECT pk FROM nodes WHERE pk IN (SELECT node_pk FROM tasks WHERE job_pk = $1 AND state = 'running') ORDER BY pk FOR UPDATE",
+    )
+    .bind(job_pk)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 /// Gives slots back to nodes; a node with none in use is idle again.
 pub async fn release_slots(
     db: impl PgExecutor<'_>,
@@ -391,6 +412,7 @@ pub struct AttemptRow {
     pub account: String,
     pub pool_id: Option<String>,
     pub node_id: Option<String>,
+    pub node_pk: Option<i64>,
     /// Whether the node still exists and is up.
     pub node_alive: bool,
     pub command_line: String,
@@ -410,7 +432,7 @@ pub async fn running_attempts(
     pks: Option<&[i64]>,
 ) -> sqlx::Result<Vec<AttemptRow>> {
     sqlx::query_as(
-        "SELECT t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, \
+        "SELECT t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, \
                 coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS node_alive, \
                 t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, \
                 t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure \
