@@ -73,6 +73,113 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     result
 }
 
+/// Connects to the database a command names: DATABASE_URL, or the server's own PostgreSQL in the
+/// data directory (started for the command if the server is not running, and stopped after).
+pub async fn open_database(
+    url: Option<&crate::config::Secret>,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(PgPool, Option<EmbeddedPostgres>)> {
+    let (embedded, options) = match url {
+        Some(url) => (
+            None,
+            url.expose()
+                .parse::<PgConnectOptions>()
+                .context("DATABASE_URL is not a PostgreSQL URL")?,
+        ),
+        None => {
+            std::fs::create_dir_all(data_dir)?;
+            let pg = EmbeddedPostgres::start(&std::path::absolute(data_dir)?).await?;
+            let options = pg.connect_options();
+            (Some(pg), options)
+        }
+    };
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .context("connecting to PostgreSQL")?;
+    store::MIGRATOR
+        .run(&db)
+        .await
+        .context("running migrations")?;
+    Ok((db, embedded))
+}
+
+/// `batchpool account ...`.
+pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Result<()> {
+    use crate::config::AccountAction;
+    let (db, embedded) = open_database(config.database_url.as_ref(), &config.data_dir).await?;
+    let result = async {
+        match &config.action {
+            AccountAction::List => {
+                for name in store::accounts::names(&db).await? {
+                    println!("{name}");
+                }
+            }
+            AccountAction::Show { name } => {
+                let keys = store::accounts::get(&db, name)
+                    .await?
+                    .with_context(|| format!("no account {name:?}"))?;
+                println!(
+                    "account:       {}\nprimary key:   {}\nsecondary key: {}",
+                    keys.name, keys.primary_key, keys.secondary_key
+                );
+            }
+            AccountAction::Create { name } => {
+                crate::domain::ids::check_id(name)
+                    .map_err(|why| anyhow::anyhow!("account name: {why}"))?;
+                let (primary, secondary) = (api::auth::new_key(), api::auth::new_key());
+                anyhow::ensure!(
+                    store::accounts::create(&db, name, &primary, &secondary).await?,
+                    "account {name:?} exists already"
+                );
+                println!(
+                    "account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}"
+                );
+            }
+            AccountAction::Rotate { name, key } => {
+                let new = api::auth::new_key();
+                anyhow::ensure!(
+                    store::accounts::rotate(&db, name, key == "secondary", &new).await?,
+                    "no account {name:?}"
+                );
+                println!("new {key} key of {name}: {new}");
+            }
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    db.close().await;
+    if let Some(pg) = embedded {
+        pg.stop_if_started_here().await;
+    }
+    result
+}
+
+/// On a first start, the configured account is made with new keys; its primary key is written
+/// to a file only the server's user can read (never to the log).
+async fn ensure_account(db: &PgPool, name: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    if store::accounts::get(db, name).await?.is_some() {
+        return Ok(());
+    }
+    let primary = api::auth::new_key();
+    if !store::accounts::create(db, name, &primary, &api::auth::new_key()).await? {
+        return Ok(());
+    }
+    let file = data_dir.join(format!("{name}.key"));
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&file)?
+        .write_all(primary.as_bytes())?;
+    tracing::info!(account = name, key_file = %file.display(), "created the account; its primary key is in the key file (`batchpool account show {name}` prints both keys)");
+    Ok(())
+}
+
 async fn run(
     config: ServeConfig,
     data_dir: PathBuf,
@@ -89,6 +196,7 @@ async fn run(
         .await
         .context("running migrations")?;
     let server_id = store::server_id(&db).await?;
+    ensure_account(&db, &settings.account, &data_dir).await?;
 
     let layout = Layout::new(&data_dir);
     let runtime = Arc::new(choose_runtime(&config, layout.clone()).await?);

@@ -23,6 +23,40 @@ pub enum Command {
     Serve(ServeConfig),
     /// Build the default node image from a static busybox, with no registry.
     BuildNodeImage(BuildImageConfig),
+    /// Batch accounts and their Shared Key keys.
+    Account(AccountConfig),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AccountConfig {
+    #[command(subcommand)]
+    pub action: AccountAction,
+    /// PostgreSQL to use; without it, the server's own in the data directory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<Secret>,
+    #[arg(
+        long,
+        env = "BATCHPOOL_DATA_DIR",
+        default_value = "batchpool-data",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum AccountAction {
+    /// The accounts' names.
+    List,
+    /// An account's two keys.
+    Show { name: String },
+    /// A new account with new keys (printed).
+    Create { name: String },
+    /// A new primary or secondary key (printed); the other keeps working meanwhile.
+    Rotate {
+        name: String,
+        #[arg(long, value_parser = ["primary", "secondary"], default_value = "primary")]
+        key: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

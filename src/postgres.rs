@@ -14,6 +14,8 @@ const PORT: u16 = 5432;
 
 pub struct EmbeddedPostgres {
     dir: PathBuf,
+    /// Whether this process started it (and so stops it), or found it running.
+    started_here: bool,
     /// PostgreSQL refuses to run as root; when we are root it runs as this (uid, gid).
     run_as: Option<(u32, u32)>,
 }
@@ -27,8 +29,9 @@ impl EmbeddedPostgres {
         if socket.as_os_str().len() > 100 {
             bail!("the data directory path is too long for a unix socket ({}); choose a shorter --data-dir", socket.display());
         }
-        let pg = Self {
+        let mut pg = Self {
             dir,
+            started_here: false,
             run_as: unprivileged_user()?,
         };
         if let Some((uid, gid)) = pg.run_as {
@@ -53,6 +56,7 @@ impl EmbeddedPostgres {
                 bail!("PostgreSQL did not start; see {log}");
             }
             tracing::info!(dir = %pg.dir.display(), "started PostgreSQL on a unix socket");
+            pg.started_here = true;
         }
         pg.create_database().await?;
         Ok(pg)
@@ -64,6 +68,13 @@ impl EmbeddedPostgres {
             .port(PORT)
             .username(SUPERUSER)
             .database(DATABASE)
+    }
+
+    /// Stops PostgreSQL if this process started it; one found running is left so.
+    pub async fn stop_if_started_here(&self) {
+        if self.started_here {
+            self.stop().await;
+        }
     }
 
     pub async fn stop(&self) {

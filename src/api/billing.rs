@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::rfc3339;
+use crate::api::Ctx;
 use crate::app::AppState;
 use crate::domain::metering::compute_hours;
 use crate::store;
@@ -47,10 +48,7 @@ fn time(name: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
 /// Compute hours of each pool (of this account) in `[startTime, endTime)`: every node counts
 /// from ready to removed, whether or not tasks ran. `endTime` defaults to now, `startTime` to
 /// 24 hours before `endTime`.
-pub async fn pool_hours(
-    State(app): State<Arc<AppState>>,
-    Query(range): Query<Range>,
-) -> ApiResult<Json<Value>> {
+pub async fn pool_hours(app: Ctx, Query(range): Query<Range>) -> ApiResult<Json<Value>> {
     let now = Utc::now();
     let end = time("endTime", range.end_time.as_deref())?.unwrap_or(now);
     let start = time("startTime", range.start_time.as_deref())?
@@ -62,14 +60,8 @@ pub async fn pool_hours(
             "must be before endTime",
         ));
     }
-    let rows = store::usage::in_range(
-        &app.db,
-        &app.settings.account,
-        range.pool_id.as_deref(),
-        start,
-        end,
-    )
-    .await?;
+    let rows =
+        store::usage::in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
     let mut by_pool: BTreeMap<&str, Vec<&store::usage::PoolUsageRow>> = BTreeMap::new();
     for row in &rows {
         by_pool.entry(&row.pool_id).or_default().push(row);

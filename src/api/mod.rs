@@ -1,5 +1,6 @@
 //! HTTP only: extract, validate, call the store, map to wire JSON.
 
+pub mod auth;
 pub mod batch;
 pub mod billing;
 pub mod error;
@@ -17,9 +18,17 @@ use crate::app::AppState;
 use error::ApiError;
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    // Everything but /health needs a Shared Key signature and a known api-version.
+    let authenticated = Router::new()
         .merge(batch::router())
         .nest("/billing", billing::router())
+        .route_layer(axum::middleware::from_fn(check_api_version))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::layer,
+        ));
+    Router::new()
+        .merge(authenticated)
         .route(
             "/health",
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
@@ -31,9 +40,83 @@ pub fn router(state: Arc<AppState>) -> Router {
                 "The specified resource does not exist.",
             )
         })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "UnsupportedHttpVerb",
+                "The resource does not support this HTTP verb.",
+            )
+        })
         .layer(DefaultBodyLimit::max(4 * 1024 * 1024))
         .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
+}
+
+/// The api-versions of the SDKs this server answers (15.x and 14.x).
+pub const API_VERSIONS: [&str; 2] = ["2025-06-01", "2024-02-01.19.0"];
+
+/// A request naming another api-version is refused; one naming none is served (curl users).
+async fn check_api_version(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let version = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "api-version")
+            .map(|(_, v)| v.into_owned())
+    });
+    match version {
+        Some(v) if !API_VERSIONS.contains(&v.as_str()) => {
+            axum::response::IntoResponse::into_response(
+                ApiError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "InvalidApiVersionParameter",
+                    format!(
+                        "The api-version {v:?} is not supported; use one of: {}.",
+                        API_VERSIONS.join(", ")
+                    ),
+                )
+                .with("QueryParameterName", "api-version")
+                .with("QueryParameterValue", v),
+            )
+        }
+        _ => next.run(req).await,
+    }
+}
+
+/// What a handler works with: the app, and the account the request was signed by. It derefs to
+/// the app state, so handlers read `app.db` and `app.account` alike.
+pub struct Ctx {
+    app: Arc<AppState>,
+    pub account: String,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = AppState;
+    fn deref(&self) -> &AppState {
+        &self.app
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Ctx {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let account = parts.extensions.get::<auth::Account>().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "AuthenticationFailed",
+                "The request is not authenticated.",
+            )
+        })?;
+        Ok(Ctx {
+            app: state.clone(),
+            account: account.0.clone(),
+        })
+    }
 }
 
 /// The URL clients reached us at, from the Host header: resource URLs and links are built on it.

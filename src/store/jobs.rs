@@ -107,6 +107,20 @@ pub async fn get_for_update(
         .await
 }
 
+/// For adding tasks: the job row, share-locked, so tasks can be added by many requests at once
+/// while no one completes or deletes the job under them.
+pub async fn get_for_share(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    id: &str,
+) -> sqlx::Result<Option<JobRow>> {
+    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR SHARE")
+        .bind(account)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<JobRow>> {
     sqlx::query_as("SELECT * FROM jobs WHERE pk = $1")
         .bind(pk)

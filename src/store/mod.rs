@@ -19,5 +19,6 @@ pub async fn server_id(db: &PgPool) -> sqlx::Result<String> {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.is_unique_violation())
 }
+pub mod accounts;
 pub mod jobs;
 pub mod tasks;

@@ -29,10 +29,88 @@ impl Rt {
     }
 }
 
+/// An HTTP client that signs every request with Shared Key, as the Azure SDKs do.
+#[derive(Clone, Default)]
+pub struct Signed {
+    client: reqwest::Client,
+    /// (account, base64 key), known once the server has started.
+    pub credentials: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>>,
+}
+
+pub struct SignedRequest {
+    builder: reqwest::RequestBuilder,
+    signer: Signed,
+}
+
+impl Signed {
+    pub fn request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> SignedRequest {
+        SignedRequest {
+            builder: self.client.request(method, url),
+            signer: self.clone(),
+        }
+    }
+    pub fn get(&self, url: impl reqwest::IntoUrl) -> SignedRequest {
+        self.request(reqwest::Method::GET, url)
+    }
+    pub fn head(&self, url: impl reqwest::IntoUrl) -> SignedRequest {
+        self.request(reqwest::Method::HEAD, url)
+    }
+    pub fn post(&self, url: impl reqwest::IntoUrl) -> SignedRequest {
+        self.request(reqwest::Method::POST, url)
+    }
+    pub fn patch(&self, url: impl reqwest::IntoUrl) -> SignedRequest {
+        self.request(reqwest::Method::PATCH, url)
+    }
+
+    /// Adds ocp-date, Content-Length and the Authorization header to a built request.
+    pub fn sign(&self, req: &mut reqwest::Request) {
+        let Some((account, key)) = self.credentials.lock().unwrap().clone() else {
+            return;
+        };
+        let date = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        req.headers_mut().insert("ocp-date", date.parse().unwrap());
+        if let Some(len) = req.body().and_then(|b| b.as_bytes()).map(<[u8]>::len) {
+            req.headers_mut()
+                .insert("content-length", len.to_string().parse().unwrap());
+        }
+        let uri: reqwest::Url = req.url().clone();
+        let path_and_query = &uri[url::Position::BeforePath..];
+        let uri: axum_http::Uri = path_and_query.parse().unwrap();
+        let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), &account);
+        let sig = batchpool::api::auth::signature(&key, &sts).unwrap();
+        req.headers_mut().insert(
+            "authorization",
+            format!("SharedKey {account}:{sig}").parse().unwrap(),
+        );
+    }
+}
+
+impl SignedRequest {
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.builder = self.builder.header(name, value);
+        self
+    }
+    pub fn json(mut self, body: &Value) -> Self {
+        self.builder = self.builder.json(body);
+        self
+    }
+    pub fn body(mut self, body: &'static str) -> Self {
+        self.builder = self.builder.body(body);
+        self
+    }
+    pub async fn send(self) -> reqwest::Result<reqwest::Response> {
+        let mut req = self.builder.build()?;
+        self.signer.sign(&mut req);
+        self.signer.client.execute(req).await
+    }
+}
+
 pub struct TestServer {
     pub runtime: Rt,
     pub base: String,
-    pub http: reqwest::Client,
+    pub http: Signed,
     pub data_dir: tempfile::TempDir,
     /// None: the server runs its own PostgreSQL.
     pub database_url: Option<String>,
@@ -91,7 +169,7 @@ impl TestServer {
         let mut server = TestServer {
             runtime,
             base: String::new(),
-            http: reqwest::Client::new(),
+            http: Signed::default(),
             data_dir: tempfile::Builder::new()
                 .prefix("bp")
                 .tempdir()
@@ -160,6 +238,17 @@ impl TestServer {
         });
         self.base = line;
         self.child = Some(child);
+        let key = match &self.database_url {
+            Some(_) => {
+                sqlx::query_scalar("SELECT primary_key FROM accounts WHERE name = 'batchpool'")
+                    .fetch_one(&self.db().await)
+                    .await
+                    .expect("account key")
+            }
+            None => std::fs::read_to_string(self.data_dir.path().join("batchpool.key"))
+                .expect("key file"),
+        };
+        *self.http.credentials.lock().unwrap() = Some(("batchpool".into(), key));
     }
 
     pub fn pid(&self) -> u32 {

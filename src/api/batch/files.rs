@@ -5,9 +5,8 @@
 
 use std::collections::HashMap;
 use std::path::{Component, Path as FsPath, PathBuf};
-use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,8 +14,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::Ctx;
 use crate::api::{rfc1123, rfc3339, BaseUrl};
-use crate::app::AppState;
 use crate::runtime::STATE_DIR;
 
 /// A request path made safe: relative, no `..`, no root.
@@ -64,7 +63,7 @@ fn file_not_found(path: &str) -> ApiError {
 
 /// The host directory of a task's files, if it ran.
 async fn task_root(
-    app: &AppState,
+    app: &Ctx,
     job_id: &str,
     task_id: &str,
 ) -> ApiResult<(String, String, Option<PathBuf>)> {
@@ -82,7 +81,7 @@ async fn task_root(
 /// The host root and path of a node file: `workitems/...` lives in the account's task
 /// directories, the rest under the node's root.
 async fn node_path(
-    app: &AppState,
+    app: &Ctx,
     pool_id: &str,
     node_id: &str,
     path: &FsPath,
@@ -103,7 +102,7 @@ async fn node_path(
 }
 
 pub async fn list_task_files(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((job_id, task_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
@@ -118,7 +117,7 @@ pub async fn list_task_files(
 }
 
 pub async fn list_node_files(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((pool_id, node_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
@@ -206,7 +205,7 @@ fn file_entry(name: &str, meta: &std::fs::Metadata, url: &str) -> Value {
 }
 
 pub async fn task_file(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     method: Method,
     headers: HeaderMap,
@@ -221,7 +220,7 @@ pub async fn task_file(
 }
 
 pub async fn node_file(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     method: Method,
     headers: HeaderMap,

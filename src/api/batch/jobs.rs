@@ -1,9 +1,8 @@
 //! `/jobs`: create, get, list, update, replace, disable, enable, terminate, delete, task counts.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,8 +12,8 @@ use serde_json::{json, Value};
 use super::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
+use crate::api::Ctx;
 use crate::api::{etag, id_token, rfc1123, rfc3339, BaseUrl, Paging};
-use crate::app::AppState;
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, DisableTasks, JobState, TaskFailureMode};
 use crate::domain::IsoDuration;
@@ -169,7 +168,7 @@ fn metadata_json(m: Option<Vec<MetadataItem>>) -> Value {
 }
 
 pub async fn create(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     AzureJson(body): AzureJson<JobCreate>,
 ) -> ApiResult<Response> {
@@ -215,7 +214,7 @@ pub async fn create(
         metadata: metadata_json(body.metadata),
     };
     let job = store::jobs::NewJob {
-        account: app.settings.account.clone(),
+        account: app.account.clone(),
         id: id.clone(),
         display_name: body.display_name,
         uses_task_dependencies: body.uses_task_dependencies.unwrap_or(false),
@@ -236,7 +235,7 @@ pub async fn create(
         }
         other => other?,
     }
-    let row = store::jobs::get(&mut *tx, &app.settings.account, &id)
+    let row = store::jobs::get(&mut *tx, &app.account, &id)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
     // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.
@@ -249,8 +248,8 @@ pub async fn create(
     Ok((StatusCode::CREATED, headers).into_response())
 }
 
-pub async fn find(app: &AppState, job_id: &str) -> ApiResult<JobRow> {
-    store::jobs::get(&app.db, &app.settings.account, job_id)
+pub async fn find(app: &Ctx, job_id: &str) -> ApiResult<JobRow> {
+    store::jobs::get(&app.db, &app.account, job_id)
         .await?
         .ok_or_else(|| job_not_found(job_id))
 }
@@ -264,7 +263,7 @@ pub fn job_not_found(job_id: &str) -> ApiError {
 }
 
 pub async fn get(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
 ) -> ApiResult<Response> {
@@ -273,14 +272,14 @@ pub async fn get(
 }
 
 pub async fn list(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
     let paging = Paging::from_query(&query)?;
     let jobs = store::jobs::list(
         &app.db,
-        &app.settings.account,
+        &app.account,
         paging.skip_token.as_deref(),
         paging.max_results,
     )
@@ -295,7 +294,7 @@ pub async fn list(
 }
 
 pub async fn patch(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path(job_id): Path<String>,
     AzureJson(body): AzureJson<JobUpdate>,
 ) -> ApiResult<Response> {
@@ -303,21 +302,16 @@ pub async fn patch(
 }
 
 pub async fn replace(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path(job_id): Path<String>,
     AzureJson(body): AzureJson<JobUpdate>,
 ) -> ApiResult<Response> {
     update(&app, &job_id, body, true).await
 }
 
-async fn update(
-    app: &AppState,
-    job_id: &str,
-    body: JobUpdate,
-    replace: bool,
-) -> ApiResult<Response> {
+async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiResult<Response> {
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.settings.account, job_id)
+    let job = store::jobs::get_for_update(&mut *tx, &app.account, job_id)
         .await?
         .ok_or_else(|| job_not_found(job_id))?;
     refuse_if_finished(&job)?;
@@ -407,7 +401,7 @@ pub struct TerminateBody {
 }
 
 pub async fn terminate(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path(job_id): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
@@ -418,7 +412,7 @@ pub async fn terminate(
         crate::api::json::parse(&body)?
     };
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.settings.account, &job_id)
+    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
         .await?
         .ok_or_else(|| job_not_found(&job_id))?;
     refuse_if_finished(&job)?;
@@ -440,7 +434,7 @@ pub struct DisableBody {
 }
 
 pub async fn disable(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path(job_id): Path<String>,
     AzureJson(body): AzureJson<DisableBody>,
 ) -> ApiResult<Response> {
@@ -451,7 +445,7 @@ pub async fn disable(
         ApiError::invalid_property("disableTasks", &mode, "must be requeue, terminate or wait")
     })?;
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.settings.account, &job_id)
+    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
         .await?
         .ok_or_else(|| job_not_found(&job_id))?;
     refuse_if_finished(&job)?;
@@ -471,12 +465,9 @@ pub async fn disable(
     accepted(&app, &job_id).await
 }
 
-pub async fn enable(
-    State(app): State<Arc<AppState>>,
-    Path(job_id): Path<String>,
-) -> ApiResult<Response> {
+pub async fn enable(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Response> {
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.settings.account, &job_id)
+    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
         .await?
         .ok_or_else(|| job_not_found(&job_id))?;
     refuse_if_finished(&job)?;
@@ -496,20 +487,14 @@ pub async fn enable(
     accepted(&app, &job_id).await
 }
 
-pub async fn delete(
-    State(app): State<Arc<AppState>>,
-    Path(job_id): Path<String>,
-) -> ApiResult<Response> {
+pub async fn delete(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Response> {
     let job = find(&app, &job_id).await?;
     store::jobs::set_state(&app.db, job.pk, JobState::Deleting).await?;
     app.wake_dispatcher();
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-pub async fn task_counts(
-    State(app): State<Arc<AppState>>,
-    Path(job_id): Path<String>,
-) -> ApiResult<Json<Value>> {
+pub async fn task_counts(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Json<Value>> {
     let job = find(&app, &job_id).await?;
     let c = store::tasks::counts(&app.db, job.pk).await?;
     Ok(Json(json!({
@@ -518,7 +503,7 @@ pub async fn task_counts(
     })))
 }
 
-async fn accepted(app: &AppState, job_id: &str) -> ApiResult<Response> {
+async fn accepted(app: &Ctx, job_id: &str) -> ApiResult<Response> {
     let job = find(app, job_id).await?;
     Ok((StatusCode::ACCEPTED, resource_headers(&job)).into_response())
 }

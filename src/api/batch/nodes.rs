@@ -1,20 +1,18 @@
 //! `/pools/{id}/nodes`: the nodes of a pool, and files on them.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 
 use super::pools::find;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::Ctx;
 use crate::api::{rfc3339, BaseUrl};
-use crate::app::AppState;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 pub async fn list(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
@@ -26,7 +24,7 @@ pub async fn list(
 }
 
 pub async fn get(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((pool_id, node_id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
@@ -35,7 +33,7 @@ pub async fn get(
     Ok(Json(node_json(&pool, &node, &base)))
 }
 
-pub async fn find_node(app: &AppState, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
+pub async fn find_node(app: &Ctx, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
     store::nodes::get(&app.db, pool.pk, node_id)
         .await?
         .ok_or_else(|| {

@@ -1,8 +1,6 @@
 //! `/pools`: create, get, list, resize, stop resize, update, delete.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,8 +9,8 @@ use serde_json::{json, Value};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
+use crate::api::Ctx;
 use crate::api::{etag, rfc1123, rfc3339, BaseUrl};
-use crate::app::AppState;
 use crate::domain::ids::check_id;
 use crate::domain::pool::{NodeDeallocationOption, NodeFillType};
 use crate::domain::IsoDuration;
@@ -93,7 +91,7 @@ pub struct EnvironmentSetting {
 }
 
 pub async fn create(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     AzureJson(body): AzureJson<PoolCreate>,
 ) -> ApiResult<Response> {
@@ -150,7 +148,7 @@ pub async fn create(
     let image = resolve_image(&app, body.virtual_machine_configuration.as_ref())?;
     let start_task = body.start_task.map(check_start_task).transpose()?;
     let new = store::pools::NewPool {
-        account: app.settings.account.clone(),
+        account: app.account.clone(),
         id: id.clone(),
         display_name: body.display_name,
         vm_size,
@@ -177,7 +175,7 @@ pub async fn create(
         other => other?,
     }
     app.wake_allocator();
-    let pool = store::pools::get(&app.db, &app.settings.account, &id)
+    let pool = store::pools::get(&app.db, &app.account, &id)
         .await?
         .ok_or_else(|| ApiError::internal("pool vanished after insert"))?;
     let url = format!("{base}/pools/{}", pool.id);
@@ -221,7 +219,7 @@ fn check_resize_timeout(timeout: Option<IsoDuration>) -> ApiResult<i64> {
 }
 
 /// The Docker image a pool's nodes run. See README, "Node images".
-fn resolve_image(app: &AppState, vm_config: Option<&Value>) -> ApiResult<String> {
+fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
     let Some(raw) = vm_config else {
         return Ok(app.settings.default_image.clone());
     };
@@ -297,7 +295,7 @@ fn check_start_task(raw: Value) -> ApiResult<Value> {
 }
 
 pub async fn get(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
 ) -> ApiResult<Response> {
@@ -305,11 +303,8 @@ pub async fn get(
     Ok((resource_headers(&pool), Json(pool_json(&pool, &base))).into_response())
 }
 
-pub async fn list(
-    State(app): State<Arc<AppState>>,
-    BaseUrl(base): BaseUrl,
-) -> ApiResult<Json<Value>> {
-    let pools = store::pools::list(&app.db, &app.settings.account).await?;
+pub async fn list(app: Ctx, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+    let pools = store::pools::list(&app.db, &app.account).await?;
     Ok(Json(
         json!({"value": pools.iter().map(|p| pool_json(p, &base)).collect::<Vec<_>>()}),
     ))
@@ -325,7 +320,7 @@ pub struct ResizeBody {
 }
 
 pub async fn resize(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
     AzureJson(body): AzureJson<ResizeBody>,
@@ -355,7 +350,7 @@ pub async fn resize(
     };
     let outcome = store::pools::resize(
         &app.db,
-        &app.settings.account,
+        &app.account,
         &pool_id,
         target,
         timeout,
@@ -366,19 +361,16 @@ pub async fn resize(
 }
 
 pub async fn stop_resize(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
 ) -> ApiResult<Response> {
-    let outcome = store::pools::stop_resize(&app.db, &app.settings.account, &pool_id).await?;
+    let outcome = store::pools::stop_resize(&app.db, &app.account, &pool_id).await?;
     accepted(&app, &base, &pool_id, outcome).await
 }
 
-pub async fn delete(
-    State(app): State<Arc<AppState>>,
-    Path(pool_id): Path<String>,
-) -> ApiResult<Response> {
-    match store::pools::mark_deleting(&app.db, &app.settings.account, &pool_id).await? {
+pub async fn delete(app: Ctx, Path(pool_id): Path<String>) -> ApiResult<Response> {
+    match store::pools::mark_deleting(&app.db, &app.account, &pool_id).await? {
         // Deleting a pool that is already being deleted is accepted again, as Azure does.
         Ok(()) | Err(Refused::BeingDeleted) => {
             app.wake_allocator();
@@ -397,7 +389,7 @@ pub struct PoolPatch {
 }
 
 pub async fn patch(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
     AzureJson(body): AzureJson<PoolPatch>,
@@ -408,7 +400,7 @@ pub async fn patch(
     let start_task = body.start_task.map(check_start_task).transpose()?;
     let outcome = store::pools::update_properties(
         &app.db,
-        &app.settings.account,
+        &app.account,
         &pool_id,
         metadata.as_ref(),
         start_task.as_ref().map(Some),
@@ -433,7 +425,7 @@ pub struct PoolReplace {
 }
 
 pub async fn update_properties(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
     AzureJson(body): AzureJson<PoolReplace>,
@@ -446,7 +438,7 @@ pub async fn update_properties(
     let start_task = body.start_task.map(check_start_task).transpose()?;
     let outcome = store::pools::update_properties(
         &app.db,
-        &app.settings.account,
+        &app.account,
         &pool_id,
         Some(&metadata),
         Some(start_task.as_ref()),
@@ -463,7 +455,7 @@ pub async fn update_properties(
 }
 
 async fn accepted(
-    app: &AppState,
+    app: &Ctx,
     base: &str,
     pool_id: &str,
     outcome: Result<(), Refused>,
@@ -479,8 +471,8 @@ async fn accepted(
     Ok((StatusCode::ACCEPTED, headers).into_response())
 }
 
-pub async fn find(app: &AppState, pool_id: &str) -> ApiResult<PoolRow> {
-    store::pools::get(&app.db, &app.settings.account, pool_id)
+pub async fn find(app: &Ctx, pool_id: &str) -> ApiResult<PoolRow> {
+    store::pools::get(&app.db, &app.account, pool_id)
         .await?
         .ok_or_else(|| ApiError::pool_not_found(pool_id))
 }

@@ -1,10 +1,9 @@
 //! `/jobs/{job}/tasks`: add one or a collection, get, list, update, terminate, reactivate, delete.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,8 +13,8 @@ use serde_json::{json, Map, Value};
 use super::jobs::{check_retry_count, env_json, find as find_job, EnvironmentSetting};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
+use crate::api::Ctx;
 use crate::api::{etag, rfc1123, rfc3339, BaseUrl, Paging};
-use crate::app::AppState;
 use crate::domain::ids::check_id;
 use crate::domain::job::{ExitConditions, JobState};
 use crate::domain::IsoDuration;
@@ -213,10 +212,10 @@ fn validate(
 /// The job, locked, if tasks may be added to it now.
 async fn open_job(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    app: &AppState,
+    app: &Ctx,
     job_id: &str,
 ) -> ApiResult<JobRow> {
-    let job = store::jobs::get_for_update(&mut **tx, &app.settings.account, job_id)
+    let job = store::jobs::get_for_share(&mut **tx, &app.account, job_id)
         .await?
         .ok_or_else(|| super::jobs::job_not_found(job_id))?;
     match job.job_state() {
@@ -234,12 +233,10 @@ async fn open_job(
     }
 }
 
-async fn pool_slots(app: &AppState, job: &JobRow) -> ApiResult<Option<i32>> {
-    Ok(
-        store::pools::get(&app.db, &app.settings.account, &job.pool_id)
-            .await?
-            .map(|p| p.task_slots_per_node),
-    )
+async fn pool_slots(app: &Ctx, job: &JobRow) -> ApiResult<Option<i32>> {
+    Ok(store::pools::get(&app.db, &app.account, &job.pool_id)
+        .await?
+        .map(|p| p.task_slots_per_node))
 }
 
 /// The ids a batch's dependencies may name: the job's existing tasks and the batch's own.
@@ -270,7 +267,7 @@ async fn known_ids(
 }
 
 pub async fn add(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
     AzureJson(body): AzureJson<TaskCreate>,
@@ -317,7 +314,7 @@ pub struct TaskCollection {
 /// Up to 100 tasks (and 1 MB) in one request, each with its own result: all valid tasks are
 /// added in one transaction; invalid or duplicate ones get a clienterror.
 pub async fn add_collection(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
     body: Bytes,
@@ -437,7 +434,7 @@ fn client_error(task_id: &str, e: ApiError) -> Value {
     json!({"status": "clienterror", "taskId": task_id, "error": error})
 }
 
-pub async fn find(app: &AppState, job: &JobRow, task_id: &str) -> ApiResult<TaskRow> {
+pub async fn find(app: &Ctx, job: &JobRow, task_id: &str) -> ApiResult<TaskRow> {
     store::tasks::get(&app.db, job.pk, task_id)
         .await?
         .ok_or_else(|| {
@@ -453,7 +450,7 @@ pub async fn find(app: &AppState, job: &JobRow, task_id: &str) -> ApiResult<Task
 }
 
 pub async fn get(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((job_id, task_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
@@ -463,7 +460,7 @@ pub async fn get(
 }
 
 pub async fn list(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
@@ -493,7 +490,7 @@ pub struct TaskUpdate {
 
 /// PUT: replaces the task's constraints.
 pub async fn update(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
     AzureJson(body): AzureJson<TaskUpdate>,
 ) -> ApiResult<Response> {
@@ -519,7 +516,7 @@ pub async fn update(
 
 /// Ends an active or running task as failed; a running one is killed.
 pub async fn terminate(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let job = find_job(&app, &job_id).await?;
@@ -555,7 +552,7 @@ pub async fn terminate(
 
 /// A failed task may run again, with its retries counted afresh.
 pub async fn reactivate(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let job = find_job(&app, &job_id).await?;
@@ -595,7 +592,7 @@ pub async fn reactivate(
 
 /// Deletes a task (killing it if it runs) and its files.
 pub async fn delete(
-    State(app): State<Arc<AppState>>,
+    app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let job = find_job(&app, &job_id).await?;

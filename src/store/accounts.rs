@@ -1,0 +1,68 @@
+//! The accounts table: names and their two Shared Key keys.
+
+use sqlx::PgExecutor;
+
+#[derive(Clone, sqlx::FromRow)]
+pub struct AccountKeys {
+    pub name: String,
+    pub primary_key: String,
+    pub secondary_key: String,
+}
+
+impl std::fmt::Debug for AccountKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccountKeys")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<AccountKeys>> {
+    sqlx::query_as("SELECT name, primary_key, secondary_key FROM accounts WHERE name = $1")
+        .bind(name)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn names(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("SELECT name FROM accounts ORDER BY name")
+        .fetch_all(db)
+        .await
+}
+
+/// Creates the account unless it exists; returns whether it did.
+pub async fn create(
+    db: impl PgExecutor<'_>,
+    name: &str,
+    primary: &str,
+    secondary: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query("INSERT INTO accounts (name, primary_key, secondary_key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+        .bind(name)
+        .bind(primary)
+        .bind(secondary)
+        .execute(db)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Replaces one key; returns whether the account exists.
+pub async fn rotate(
+    db: impl PgExecutor<'_>,
+    name: &str,
+    secondary: bool,
+    key: &str,
+) -> sqlx::Result<bool> {
+    let sql = if secondary {
+        "UPDATE accounts SET secondary_key = $2, keys_rotated_at = now() WHERE name = $1"
+    } else {
+        "UPDATE accounts SET primary_key = $2, keys_rotated_at = now() WHERE name = $1"
+    };
+    Ok(sqlx::query(sql)
+        .bind(name)
+        .bind(key)
+        .execute(db)
+        .await?
+        .rows_affected()
+        == 1)
+}
