@@ -349,6 +349,23 @@ EOF
     # Single-quoted so the line can be eval'd or pasted as is ('\'' escapes
     # a quote, should the directory name ever contain one).
     printf "export BATCHPOOL_TEST_DATABASE_URL='%s'\n" "${url//\'/\'\\\'\'}" >&3
+
+    # ------------------------------------------------------------------
+    # The official Azure Batch SDKs, from PyPI, each in its own
+    # virtualenv: the conformance suite (tests/sdk.rs) drives the server
+    # through both. Reused when already installed.
+    # ------------------------------------------------------------------
+    local sdk_dir="${BATCHPOOL_SDK_DIR:-/tmp/batchpool-sdk}" version
+    for version in 15.1.0 14.2.0; do
+        local venv="$sdk_dir/azure-batch-$version"
+        if ! "$venv/bin/python" -c "import azure.batch" 2>/dev/null; then
+            log "installing azure-batch $version into $venv"
+            python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
+            "$venv/bin/pip" install -q --disable-pip-version-check "azure-batch==$version" \
+                || die "pip could not install azure-batch==$version"
+        fi
+        printf "export BATCHPOOL_SDK%s_PYTHON='%s'\n" "${version%%.*}" "$venv/bin/python" >&3
+    done
 )
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then

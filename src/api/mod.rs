@@ -5,6 +5,7 @@ pub mod batch;
 pub mod billing;
 pub mod error;
 pub mod json;
+pub mod odata;
 pub mod request_id;
 
 use std::sync::Arc;
@@ -154,18 +155,29 @@ pub fn etag(t: chrono::DateTime<chrono::Utc>) -> String {
     )
 }
 
-/// `maxresults` and `$skiptoken` of a list request, and the link to its next page.
-pub struct Paging {
-    pub max_results: i64,
+/// A list request's OData options: `$filter`, `$select`, `maxresults`, `$skiptoken`.
+pub struct ListQuery {
+    pub max_results: usize,
     pub skip_token: Option<String>,
+    filter: Option<odata::Filter>,
+    filter_text: Option<String>,
+    select: Option<Vec<String>>,
+    select_text: Option<String>,
     api_version: Option<String>,
 }
 
-impl Paging {
-    pub fn from_query(query: &std::collections::HashMap<String, String>) -> Result<Self, ApiError> {
+/// How many rows one request may scan for a filtered page before it answers with what it has
+/// (and a link to go on): a rare filter over a million tasks must not hold one request.
+const MAX_SCAN_CHUNKS: usize = 20;
+
+impl ListQuery {
+    pub fn from_query(
+        query: &std::collections::HashMap<String, String>,
+        filterable: &[&str],
+    ) -> Result<Self, ApiError> {
         let max_results = match query.get("maxresults") {
             None => 1000,
-            Some(v) => match v.parse::<i64>() {
+            Some(v) => match v.parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n,
                 _ => {
                     return Err(ApiError::invalid_query(
@@ -176,41 +188,261 @@ impl Paging {
                 }
             },
         };
+        let filter_text = query
+            .get("$filter")
+            .filter(|f| !f.trim().is_empty())
+            .cloned();
+        let filter = filter_text
+            .as_deref()
+            .map(|f| odata::Filter::parse(f, filterable))
+            .transpose()?;
+        let select_text = query.get("$select").cloned();
         Ok(Self {
             max_results,
             skip_token: query.get("$skiptoken").cloned(),
+            filter,
+            filter_text,
+            select: odata::parse_select(select_text.as_deref()),
+            select_text,
             api_version: query.get("api-version").cloned(),
         })
     }
 
-    /// `{"value": [...], "odata.nextLink": ...}`: a next link when the page is full. The token is
-    /// made of URL-safe characters; the request's own api-version is echoed, never a fixed one.
-    pub fn page(
+    pub fn filter(&self) -> Option<&odata::Filter> {
+        self.filter.as_ref()
+    }
+
+    fn keep(&self, item: &serde_json::Value) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.matches(item))
+    }
+
+    /// A page from items in list order, each with its token (the token to resume after it).
+    pub fn page_of(
+        &self,
+        base: &str,
+        path: &str,
+        items: impl IntoIterator<Item = (String, serde_json::Value)>,
+    ) -> serde_json::Value {
+        let mut out = Vec::new();
+        let mut started = self.skip_token.is_none();
+        let mut last = None;
+        let mut more = false;
+        for (token, item) in items {
+            if !started {
+                started = self.skip_token.as_deref() == Some(token.as_str());
+                continue;
+            }
+            if out.len() == self.max_results {
+                more = true;
+                break;
+            }
+            if self.keep(&item) {
+                out.push(odata::select(item, self.select.as_deref()));
+            }
+            last = Some(token);
+        }
+        self.page(base, path, out, if more { last } else { None })
+    }
+
+    /// A page from a source read in chunks after a token: `fetch(after, limit)` returns items
+    /// with their tokens in list order.
+    pub async fn page_from<F, Fut>(
+        &self,
+        base: &str,
+        path: &str,
+        mut fetch: F,
+    ) -> Result<serde_json::Value, ApiError>
+    where
+        F: FnMut(Option<String>, i64) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<(String, serde_json::Value)>, ApiError>>,
+    {
+        let mut out = Vec::new();
+        let mut after = self.skip_token.clone();
+        for _ in 0..MAX_SCAN_CHUNKS {
+            let limit = self.max_results;
+            let rows = fetch(after.clone(), limit as i64).await?;
+            let exhausted = rows.len() < limit;
+            for (token, item) in rows {
+                after = Some(token);
+                if self.keep(&item) {
+                    out.push(odata::select(item, self.select.as_deref()));
+                    if out.len() == self.max_results {
+                        return Ok(self.page(base, path, out, after));
+                    }
+                }
+            }
+            if exhausted {
+                return Ok(self.page(base, path, out, None));
+            }
+        }
+        Ok(self.page(base, path, out, after))
+    }
+
+    /// `$select` applied to a single resource.
+    pub fn shape(&self, item: serde_json::Value) -> serde_json::Value {
+        odata::select(item, self.select.as_deref())
+    }
+
+    /// `{"value": [...], "odata.nextLink": ...}`. The link is absolute (from the Host header),
+    /// carries the filter, the selection and the request's own api-version, and a token made of
+    /// URL-safe characters.
+    fn page(
         &self,
         base: &str,
         path: &str,
         items: Vec<serde_json::Value>,
-        last_token: Option<String>,
+        next: Option<String>,
     ) -> serde_json::Value {
-        let full = items.len() as i64 >= self.max_results;
         let mut body = serde_json::json!({ "value": items });
-        if let (true, Some(token)) = (full, last_token) {
-            let mut link = format!("{base}{path}?");
+        if let Some(token) = next {
+            let mut pairs: Vec<(&str, String)> = Vec::new();
             if let Some(v) = &self.api_version {
-                link.push_str(&format!("api-version={v}&"));
+                pairs.push(("api-version", v.clone()));
             }
-            link.push_str(&format!(
-                "maxresults={}&$skiptoken={token}",
-                self.max_results
-            ));
-            body["odata.nextLink"] = serde_json::json!(link);
+            pairs.push(("maxresults", self.max_results.to_string()));
+            if let Some(f) = &self.filter_text {
+                pairs.push(("$filter", f.clone()));
+            }
+            if let Some(s) = &self.select_text {
+                pairs.push(("$select", s.clone()));
+            }
+            pairs.push(("$skiptoken", token));
+            let query: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={}", encode(v)))
+                .collect();
+            body["odata.nextLink"] = serde_json::json!(format!("{base}{path}?{}", query.join("&")));
         }
         body
     }
 }
 
-/// Encodes a resource id as a skip token of `[A-Za-z0-9._~-]` (ids have only letters, digits,
-/// `-` and `_`, so they are tokens already).
-pub fn id_token(id: &str) -> String {
-    id.to_string()
+/// Percent-encodes all but `[A-Za-z0-9._~-]` (what the SDK's re-quoting leaves alone).
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"._~-".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `$select` of a single-resource GET.
+pub struct Select(Option<Vec<String>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Select {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let select = parts.uri.query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "$select")
+                .map(|(_, v)| v.into_owned())
+        });
+        Ok(Select(odata::parse_select(select.as_deref())))
+    }
+}
+
+impl Select {
+    pub fn shape(&self, item: serde_json::Value) -> serde_json::Value {
+        odata::select(item, self.0.as_deref())
+    }
+}
+
+/// The conditional headers of a request (`If-Match`, `If-None-Match`, `If-Modified-Since`,
+/// `If-Unmodified-Since`), checked against a resource's eTag and last modification.
+pub struct Conditions {
+    if_match: Option<String>,
+    if_none_match: Option<String>,
+    if_modified_since: Option<chrono::DateTime<chrono::Utc>>,
+    if_unmodified_since: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Conditions {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let text = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().trim_matches('"').to_string())
+        };
+        let time = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| chrono::DateTime::parse_from_rfc2822(v).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+        };
+        Ok(Conditions {
+            if_match: text("if-match"),
+            if_none_match: text("if-none-match"),
+            if_modified_since: time("if-modified-since"),
+            if_unmodified_since: time("if-unmodified-since"),
+        })
+    }
+}
+
+impl Conditions {
+    /// Ok to go on; else 412 (a write, or a failed If-Match) or 304 (a read of what the client has).
+    pub fn check(
+        &self,
+        modified: chrono::DateTime<chrono::Utc>,
+        read: bool,
+    ) -> Result<(), ApiError> {
+        let tag = etag(modified);
+        // HTTP dates have whole seconds.
+        let modified_s = modified.timestamp();
+        let failed = |what: &str| {
+            ApiError::new(
+                axum::http::StatusCode::PRECONDITION_FAILED,
+                "ConditionNotMet",
+                format!(
+                    "The condition specified using HTTP conditional header(s) is not met ({what})."
+                ),
+            )
+        };
+        let not_modified = || {
+            ApiError::new(
+                axum::http::StatusCode::NOT_MODIFIED,
+                "NotModified",
+                "The resource has not been modified.",
+            )
+        };
+        if let Some(m) = &self.if_match {
+            if m != "*" && *m != tag {
+                return Err(failed("If-Match"));
+            }
+        }
+        if let Some(t) = self.if_unmodified_since {
+            if modified_s > t.timestamp() {
+                return Err(failed("If-Unmodified-Since"));
+            }
+        }
+        if let Some(m) = &self.if_none_match {
+            if m == "*" || *m == tag {
+                return Err(if read {
+                    not_modified()
+                } else {
+                    failed("If-None-Match")
+                });
+            }
+        }
+        if let Some(t) = self.if_modified_since {
+            if modified_s <= t.timestamp() {
+                return Err(if read {
+                    not_modified()
+                } else {
+                    failed("If-Modified-Since")
+                });
+            }
+        }
+        Ok(())
+    }
 }

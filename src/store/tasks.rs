@@ -182,11 +182,13 @@ pub async fn list(
     job_pk: i64,
     after: i64,
     limit: i64,
+    state: Option<&str>,
 ) -> sqlx::Result<Vec<TaskRow>> {
-    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND pk > $2 ORDER BY pk LIMIT $3")
+    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND pk > $2 AND ($4::text IS NULL OR state = $4) ORDER BY pk LIMIT $3")
         .bind(job_pk)
         .bind(after)
         .bind(limit)
+        .bind(state)
         .fetch_all(db)
         .await
 }

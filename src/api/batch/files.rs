@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::api::{rfc1123, rfc3339, BaseUrl};
+use crate::api::{odata, rfc1123, rfc3339, BaseUrl, ListQuery};
 use crate::runtime::STATE_DIR;
 
 /// A request path made safe: relative, no `..`, no root.
@@ -113,7 +113,17 @@ pub async fn list_task_files(
         Some(root) => list_dir(&root, recursive(&query), &url).await?,
         None => Vec::new(),
     };
-    Ok(Json(json!({"value": entries})))
+    let list = ListQuery::from_query(&query, odata::FILE_PROPERTIES)?;
+    let path = format!("/jobs/{job_id}/tasks/{task_id}/files");
+    Ok(Json(
+        list.page_of(
+            &base,
+            &path,
+            entries
+                .into_iter()
+                .map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e)),
+        ),
+    ))
 }
 
 pub async fn list_node_files(

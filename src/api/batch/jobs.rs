@@ -13,7 +13,7 @@ use super::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::Ctx;
-use crate::api::{etag, id_token, rfc1123, rfc3339, BaseUrl, Paging};
+use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, DisableTasks, JobState, TaskFailureMode};
 use crate::domain::IsoDuration;
@@ -266,9 +266,16 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
+    select: Select,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
     let job = find(&app, &job_id).await?;
-    Ok((resource_headers(&job), Json(job_json(&job, &base))).into_response())
+    conditions.check(job.last_modified, true)?;
+    Ok((
+        resource_headers(&job),
+        Json(select.shape(job_json(&job, &base))),
+    )
+        .into_response())
 }
 
 pub async fn list(
@@ -276,21 +283,20 @@ pub async fn list(
     BaseUrl(base): BaseUrl,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let paging = Paging::from_query(&query)?;
-    let jobs = store::jobs::list(
-        &app.db,
-        &app.account,
-        paging.skip_token.as_deref(),
-        paging.max_results,
-    )
-    .await?;
-    let last = jobs.last().map(|j| id_token(&j.id));
-    Ok(Json(paging.page(
-        &base,
-        "/jobs",
-        jobs.iter().map(|j| job_json(j, &base)).collect(),
-        last,
-    )))
+    let list = ListQuery::from_query(&query, odata::JOB_PROPERTIES)?;
+    let page = list
+        .page_from(&base, "/jobs", |after, limit| {
+            let (db, account, base) = (app.db.clone(), app.account.clone(), base.clone());
+            async move {
+                let jobs = store::jobs::list(&db, &account, after.as_deref(), limit).await?;
+                Ok(jobs
+                    .iter()
+                    .map(|j| (j.id.clone(), job_json(j, &base)))
+                    .collect())
+            }
+        })
+        .await?;
+    Ok(Json(page))
 }
 
 pub async fn patch(

@@ -1,6 +1,6 @@
 //! `/pools/{id}/nodes`: the nodes of a pool, and files on them.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
@@ -8,18 +8,27 @@ use serde_json::{json, Value};
 use super::pools::find;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::api::{rfc3339, BaseUrl};
+use crate::api::{odata, rfc3339, BaseUrl, ListQuery, Select};
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 pub async fn list(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    let list = ListQuery::from_query(&query, odata::NODE_PROPERTIES)?;
     let pool = find(&app, &pool_id).await?;
     let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    let path = format!("/pools/{}/nodes", pool.id);
     Ok(Json(
-        json!({"value": nodes.iter().map(|n| node_json(&pool, n, &base)).collect::<Vec<_>>()}),
+        list.page_of(
+            &base,
+            &path,
+            nodes
+                .iter()
+                .map(|n| (n.id.clone(), node_json(&pool, n, &base))),
+        ),
     ))
 }
 
@@ -27,10 +36,11 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((pool_id, node_id)): Path<(String, String)>,
+    select: Select,
 ) -> ApiResult<Json<Value>> {
     let pool = find(&app, &pool_id).await?;
     let node = find_node(&app, &pool, &node_id).await?;
-    Ok(Json(node_json(&pool, &node, &base)))
+    Ok(Json(select.shape(node_json(&pool, &node, &base))))
 }
 
 pub async fn find_node(app: &Ctx, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {

@@ -1,6 +1,6 @@
 //! `/pools`: create, get, list, resize, stop resize, update, delete.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::Ctx;
-use crate::api::{etag, rfc1123, rfc3339, BaseUrl};
+use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
 use crate::domain::ids::check_id;
 use crate::domain::pool::{NodeDeallocationOption, NodeFillType};
 use crate::domain::IsoDuration;
@@ -298,16 +298,30 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    select: Select,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
     let pool = find(&app, &pool_id).await?;
-    Ok((resource_headers(&pool), Json(pool_json(&pool, &base))).into_response())
+    conditions.check(pool.last_modified, true)?;
+    Ok((
+        resource_headers(&pool),
+        Json(select.shape(pool_json(&pool, &base))),
+    )
+        .into_response())
 }
 
-pub async fn list(app: Ctx, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
+pub async fn list(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let list = ListQuery::from_query(&query, odata::POOL_PROPERTIES)?;
     let pools = store::pools::list(&app.db, &app.account).await?;
-    Ok(Json(
-        json!({"value": pools.iter().map(|p| pool_json(p, &base)).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(list.page_of(
+        &base,
+        "/pools",
+        pools.iter().map(|p| (p.id.clone(), pool_json(p, &base))),
+    )))
 }
 
 #[derive(Deserialize)]

@@ -14,7 +14,7 @@ use super::jobs::{check_retry_count, env_json, find as find_job, EnvironmentSett
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
 use crate::api::Ctx;
-use crate::api::{etag, rfc1123, rfc3339, BaseUrl, Paging};
+use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
 use crate::domain::ids::check_id;
 use crate::domain::job::{ExitConditions, JobState};
 use crate::domain::IsoDuration;
@@ -453,10 +453,17 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((job_id, task_id)): Path<(String, String)>,
+    select: Select,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
-    Ok((resource_headers(&task), Json(task_json(&job, &task, &base))).into_response())
+    conditions.check(task.last_modified, true)?;
+    Ok((
+        resource_headers(&task),
+        Json(select.shape(task_json(&job, &task, &base))),
+    )
+        .into_response())
 }
 
 pub async fn list(
@@ -465,22 +472,33 @@ pub async fn list(
     Path(job_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let paging = Paging::from_query(&query)?;
+    let list = ListQuery::from_query(&query, odata::TASK_PROPERTIES)?;
     let job = find_job(&app, &job_id).await?;
-    let after = match paging.skip_token.as_deref() {
-        None => 0,
-        Some(t) => t.parse::<i64>().map_err(|_| {
-            ApiError::invalid_query("$skiptoken", t, "not a token this server issued")
-        })?,
-    };
-    let tasks = store::tasks::list(&app.db, job.pk, after, paging.max_results).await?;
-    let last = tasks.last().map(|t| t.pk.to_string());
-    Ok(Json(paging.page(
-        &base,
-        &format!("/jobs/{}/tasks", job.id),
-        tasks.iter().map(|t| task_json(&job, t, &base)).collect(),
-        last,
-    )))
+    // A state filter narrows the scan itself (the queue of a big job is mostly one state).
+    let state = list
+        .filter()
+        .and_then(|f| f.required_eq("state"))
+        .map(String::from);
+    let path = format!("/jobs/{}/tasks", job.id);
+    let page = list
+        .page_from(&base, &path, |after, limit| {
+            let (db, job, base, state) = (app.db.clone(), job.clone(), base.clone(), state.clone());
+            async move {
+                let after = match after.as_deref() {
+                    None => 0,
+                    Some(t) => t.parse::<i64>().map_err(|_| {
+                        ApiError::invalid_query("$skiptoken", t, "not a token this server issued")
+                    })?,
+                };
+                let tasks = store::tasks::list(&db, job.pk, after, limit, state.as_deref()).await?;
+                Ok(tasks
+                    .iter()
+                    .map(|t| (t.pk.to_string(), task_json(&job, t, &base)))
+                    .collect())
+            }
+        })
+        .await?;
+    Ok(Json(page))
 }
 
 #[derive(Deserialize)]

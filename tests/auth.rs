@@ -1,0 +1,310 @@
+//! Shared Key authentication, accounts, and the wire details an SDK checks.
+
+#[macro_use]
+mod common;
+
+use common::{Rt, TestServer};
+use serde_json::{json, Value};
+
+fn batchpool() -> &'static str {
+    env!("CARGO_BIN_EXE_batchpool")
+}
+
+/// Runs `batchpool account ...` against the server's database.
+fn account_cmd(s: &TestServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(batchpool())
+        .arg("account")
+        .args(args)
+        .arg("--database-url")
+        .arg(s.database_url.as_ref().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn key_line<'a>(text: &'a str, label: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(label))
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+}
+
+async fn raw(s: &TestServer, headers: &[(&str, String)]) -> (u16, Value) {
+    let mut req = reqwest::Client::new().get(format!("{}/pools?api-version=2025-06-01", s.base));
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_must_be_signed_by_a_known_account_with_a_current_date() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "secret", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+    let now = chrono::Utc::now()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    let stale = (chrono::Utc::now() - chrono::Duration::minutes(20))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+
+    let (status, body) = raw(&s, &[]).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("AuthenticationFailed")),
+        "{body}"
+    );
+    assert!(body.get("value").is_none(), "no data without a key");
+    let (status, body) = raw(
+        &s,
+        &[
+            ("ocp-date", now.clone()),
+            ("authorization", "SharedKey batchpool:AAAA".into()),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("AuthenticationFailed"))
+    );
+    let (status, _) = raw(
+        &s,
+        &[
+            ("ocp-date", now.clone()),
+            ("authorization", "SharedKey nobody:AAAA".into()),
+        ],
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    // A correctly signed request with a date 20 minutes old is refused too.
+    let mut req = reqwest::Client::new()
+        .get(format!("{}/pools?api-version=2025-06-01", s.base))
+        .build()
+        .unwrap();
+    req.headers_mut().insert("ocp-date", stale.parse().unwrap());
+    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    let uri: axum_http::Uri = "/pools?api-version=2025-06-01".parse().unwrap();
+    let sig = batchpool::api::auth::signature(
+        &key,
+        &batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), &account),
+    )
+    .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("SharedKey {account}:{sig}").parse().unwrap(),
+    );
+    let resp = reqwest::Client::new().execute(req).await.unwrap();
+    assert_eq!(resp.status(), 403);
+    assert!(resp.text().await.unwrap().contains("15 minutes"));
+
+    // /health is open.
+    assert_eq!(
+        reqwest::get(format!("{}/health", s.base))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_are_isolated_and_keys_rotate() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "mine", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        s.post(
+            "/jobs",
+            &json!({"id": "myjob", "poolInfo": {"poolId": "mine"}})
+        )
+        .await
+        .0,
+        201
+    );
+
+    let created = account_cmd(&s, &["create", "other"]);
+    let other_primary = key_line(&created, "primary key:").to_string();
+    let other_secondary = key_line(&created, "secondary key:").to_string();
+    let (own, own_key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    *s.http.credentials.lock().unwrap() = Some(("other".into(), other_primary.clone()));
+    assert_eq!(
+        s.get("/pools/mine").await.0,
+        404,
+        "another account's pool does not exist for this one"
+    );
+    assert_eq!(s.get("/jobs/myjob").await.0, 404);
+    assert_eq!(s.get("/pools").await.1["value"], json!([]));
+    // The same id is free in another account.
+    assert_eq!(
+        s.post("/pools", &json!({"id": "mine", "vmSize": "standard_a2_v2"}))
+            .await
+            .0,
+        201
+    );
+
+    // Rotation: the old primary stops working, the secondary keeps working meanwhile.
+    let rotated = account_cmd(&s, &["rotate", "other", "--key", "primary"]);
+    let new_primary = rotated.split_whitespace().last().unwrap().to_string();
+    assert_ne!(new_primary, other_primary);
+    assert_eq!(s.get("/pools").await.0, 403, "the old key is refused");
+    *s.http.credentials.lock().unwrap() = Some(("other".into(), other_secondary));
+    assert_eq!(s.get("/pools/mine").await.1["vmSize"], "standard_a2_v2");
+    *s.http.credentials.lock().unwrap() = Some(("other".into(), new_primary));
+    assert_eq!(s.get("/pools").await.0, 200);
+
+    *s.http.credentials.lock().unwrap() = Some((own, own_key));
+    assert_eq!(s.get("/pools/mine").await.1["vmSize"], "standard_a1");
+    assert!(account_cmd(&s, &["list"]).lines().collect::<Vec<_>>() == vec!["batchpool", "other"]);
+    // Keys never reach the server's log.
+    assert!(!s.log_tail().contains(&other_primary));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_details_the_sdks_rely_on() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "w", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+
+    let (status, body) = s.get("/pools?api-version=2019-01-01").await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (400, Some("InvalidApiVersionParameter"))
+    );
+    assert_eq!(s.get("/pools?api-version=2024-02-01.19.0").await.0, 200);
+
+    let resp = s
+        .http
+        .get(format!("{}/pools/w?api-version=2025-06-01", s.base))
+        .header("client-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["client-request-id"], "abc-123");
+    assert!(resp.headers().contains_key("request-id"));
+    let etag = resp.headers()["etag"].to_str().unwrap().to_string();
+    let last_modified = resp.headers()["last-modified"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        chrono::DateTime::parse_from_rfc2822(&last_modified).is_ok(),
+        "RFC 1123: {last_modified}"
+    );
+
+    // Conditional requests, with the etag quoted as the SDK sends it.
+    let quoted = format!("\"{etag}\"");
+    let resp = s
+        .http
+        .get(format!("{}/pools/w", s.base))
+        .header("if-none-match", &quoted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 304);
+    let resp = s
+        .http
+        .get(format!("{}/pools/w", s.base))
+        .header("if-match", "\"0x1\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 412);
+    let resp = s
+        .http
+        .get(format!("{}/pools/w", s.base))
+        .header("if-match", &quoted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = s
+        .http
+        .get(format!("{}/pools/w", s.base))
+        .header("if-modified-since", &last_modified)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 304);
+    let resp = s
+        .http
+        .get(format!("{}/pools/w", s.base))
+        .header("if-unmodified-since", "Mon, 01 Jan 2024 00:00:00 GMT")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 412);
+
+    // OData: a bad filter is a 400 that names the problem; select and paging carry through.
+    let (status, body) = s.get("/pools?$filter=colour%20eq%20'red'").await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (400, Some("InvalidQueryParameterValue"))
+    );
+    assert!(
+        body["message"]["value"]
+            .as_str()
+            .unwrap()
+            .contains("colour"),
+        "{body}"
+    );
+    for i in 0..3 {
+        assert_eq!(
+            s.post(
+                "/pools",
+                &json!({"id": format!("f{i}"), "vmSize": "standard_a1", "displayName": "filtered"})
+            )
+            .await
+            .0,
+            201
+        );
+    }
+    let (_, page) = s.get("/pools?api-version=2025-06-01&$filter=displayName%20eq%20'filtered'&$select=id&maxresults=2").await;
+    assert_eq!(page["value"], json!([{"id": "f0"}, {"id": "f1"}]));
+    let next = page["odata.nextLink"].as_str().unwrap();
+    assert!(
+        next.contains("%24filter") || next.contains("$filter"),
+        "{next}"
+    );
+    let (_, page) = s.get(next.trim_start_matches(&s.base)).await;
+    assert_eq!(page["value"], json!([{"id": "f2"}]));
+    assert!(page.get("odata.nextLink").is_none());
+
+    // HEAD answers whether a resource exists.
+    let resp = s
+        .http
+        .head(format!("{}/pools/w", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = s
+        .http
+        .head(format!("{}/pools/nope", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}

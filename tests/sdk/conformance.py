@@ -1,0 +1,157 @@
+"""Drives a running batchpool through the official Azure Batch SDK, the whole way a script would.
+
+Run with the Python of a virtualenv that has azure-batch 15.x (BatchClient) or 14.x
+(BatchServiceClient); BATCHPOOL_URL, BATCHPOOL_ACCOUNT and BATCHPOOL_KEY say where and who.
+Exits non-zero at the first thing that does not work as it does on Azure Batch.
+"""
+
+import os
+import sys
+import time
+
+import azure.batch
+
+URL = os.environ["BATCHPOOL_URL"]
+ACCOUNT = os.environ["BATCHPOOL_ACCOUNT"]
+KEY = os.environ["BATCHPOOL_KEY"]
+VERSION = azure.batch.__version__ if hasattr(azure.batch, "__version__") else azure.batch.VERSION
+MAJOR = int(VERSION.split(".")[0])
+SUFFIX = f"sdk{MAJOR}"
+POOL, JOB = f"pool-{SUFFIX}", f"job-{SUFFIX}"
+BULK = int(os.environ.get("BATCHPOOL_BULK", "1000"))
+
+
+def log(*args):
+    print(f"[{SUFFIX}]", *args, flush=True)
+
+
+def wait(what, check, timeout=120):
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def expect_error(status, call):
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - both SDKs raise their own types
+        code = getattr(e, "status_code", None) or getattr(getattr(e, "response", None), "status_code", None)
+        assert code == status, f"expected HTTP {status}, got {code}: {e}"
+        return e
+    raise AssertionError(f"expected HTTP {status}, the call succeeded")
+
+
+def run_15():
+    from azure.core.credentials import AzureNamedKeyCredential
+    from azure.batch import BatchClient, models
+    from azure.batch.models._models import BatchJobTerminateOptions
+
+    c = BatchClient(endpoint=URL, credential=AzureNamedKeyCredential(ACCOUNT, KEY))
+    c.create_pool(models.BatchPoolCreateOptions(
+        id=POOL, vm_size="standard_a1", target_dedicated_nodes=2, task_slots_per_node=4,
+        resize_timeout=__import__("datetime").timedelta(minutes=15),
+        start_task=models.BatchStartTask(command_line="echo started", wait_for_success=True)))
+    expect_error(409, lambda: c.create_pool(models.BatchPoolCreateOptions(id=POOL, vm_size="standard_a1")))
+    wait("a steady pool", lambda: c.get_pool(POOL).allocation_state == models.AllocationState.STEADY)
+    nodes = wait("2 idle nodes", lambda: [n for n in c.list_nodes(POOL) if n.state == models.BatchNodeState.IDLE]
+                 if len([n for n in c.list_nodes(POOL) if n.state == models.BatchNodeState.IDLE]) == 2 else None)
+    log("nodes", [n.id for n in nodes])
+    assert c.pool_exists(POOL)
+    pool = c.get_pool(POOL, select=["id", "state"])
+    assert pool.id == POOL and pool.vm_size is None, "select limits the fields"
+    idle = list(c.list_nodes(POOL, filter="state eq 'idle'"))
+    assert len(idle) == 2
+
+    c.create_job(models.BatchJobCreateOptions(id=JOB, pool_info=models.BatchPoolInfo(pool_id=POOL)))
+    c.create_task(JOB, models.BatchTaskCreateOptions(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID'"))
+    tasks = [models.BatchTaskCreateOptions(id=f"bulk{i}", command_line="true") for i in range(BULK)]
+    c.create_tasks(JOB, tasks, max_concurrency=4)
+    c.create_task(JOB, models.BatchTaskCreateOptions(id="long", command_line="sleep 60"))
+    wait("all but one task to complete",
+         lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 1, timeout=300)
+    counts = c.get_job_task_counts(JOB)
+    assert counts.task_counts.succeeded == BULK + 1, counts
+    out = b"".join(c.download_task_file(JOB, "hello", "stdout.txt"))
+    assert out == b"hello from hello\n", out
+    part = b"".join(c.download_task_file(JOB, "hello", "stdout.txt", ocp_range="bytes=0-4"))
+    assert part == b"hello", part
+    props = c.get_task_file_properties(JOB, "hello", "stdout.txt")
+    assert props.content_length == len(out) and props.is_directory is False, props
+    files = {f.name for f in c.list_task_files(JOB, "hello", recursive=True)}
+    assert {"stdout.txt", "stderr.txt", "wd"} <= files, files
+
+    page = list(c.list_tasks(JOB, filter="state eq 'completed'", select=["id", "state"], max_results=100))
+    assert len(page) == BULK + 1, len(page)
+    assert all(t.state == models.BatchTaskState.COMPLETED for t in page)
+    running = wait("the long task to run", lambda: c.get_task(JOB, "long").state == models.BatchTaskState.RUNNING)
+    c.terminate_task(JOB, "long")
+    t = wait("the terminated task", lambda: (lambda t: t if t.state == models.BatchTaskState.COMPLETED else None)(c.get_task(JOB, "long")))
+    assert t.execution_info.failure_info.code == "TaskEnded", t.execution_info
+    expect_error(404, lambda: c.get_task(JOB, "nope"))
+
+    c.begin_terminate_job(JOB, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
+    job = c.get_job(JOB)
+    assert job.state == models.BatchJobState.COMPLETED and job.execution_info.termination_reason == "done", job
+    c.begin_resize_pool(POOL, models.BatchPoolResizeOptions(target_dedicated_nodes=0), polling_interval=0.2).result()
+    assert c.get_pool(POOL).current_dedicated_nodes == 0
+    c.begin_delete_job(JOB, polling_interval=0.2).result()
+    expect_error(404, lambda: c.get_job(JOB))
+    c.begin_delete_pool(POOL, polling_interval=0.2).result()
+    expect_error(404, lambda: c.get_pool(POOL))
+    assert POOL not in [p.id for p in c.list_pools()]
+
+
+def run_14():
+    import azure.batch.models as m
+    from azure.batch import BatchServiceClient
+    from azure.batch.batch_auth import SharedKeyCredentials
+
+    c = BatchServiceClient(SharedKeyCredentials(ACCOUNT, KEY), batch_url=URL)
+    c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1", target_dedicated_nodes=2, task_slots_per_node=4,
+                                  start_task=m.StartTask(command_line="echo started", wait_for_success=True)))
+    expect_error(409, lambda: c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1")))
+    wait("a steady pool", lambda: c.pool.get(POOL).allocation_state == m.AllocationState.steady)
+    wait("2 idle nodes", lambda: len([n for n in c.compute_node.list(POOL) if n.state == m.ComputeNodeState.idle]) == 2)
+    assert c.pool.exists(POOL) is True
+    assert c.pool.exists("no-such-pool") is False
+    c.job.add(m.JobAddParameter(id=JOB, pool_info=m.PoolInformation(pool_id=POOL)))
+    c.task.add(JOB, m.TaskAddParameter(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID'"))
+    tasks = [m.TaskAddParameter(id=f"bulk{i}", command_line="true") for i in range(BULK)]
+    for i in range(0, BULK, 100):
+        result = c.task.add_collection(JOB, tasks[i:i + 100])
+        assert all(r.status == m.TaskAddStatus.success for r in result.value), result
+    c.task.add(JOB, m.TaskAddParameter(id="long", command_line="sleep 60"))
+    wait("all but one task to complete", lambda: c.job.get_task_counts(JOB).task_counts.completed == BULK + 1, timeout=300)
+    out = b"".join(c.file.get_from_task(JOB, "hello", "stdout.txt"))
+    assert out == b"hello from hello\n", out
+    props = c.file.get_properties_from_task(JOB, "hello", "stdout.txt", raw=True)
+    assert int(props.headers["Content-Length"]) == len(out)
+    files = {f.name for f in c.file.list_from_task(JOB, "hello", recursive=True)}
+    assert {"stdout.txt", "stderr.txt"} <= files, files
+    options = m.TaskListOptions(filter="state eq 'completed'", select="id,state", max_results=100)
+    page = list(c.task.list(JOB, task_list_options=options))
+    assert len(page) == BULK + 1, len(page)
+    wait("the long task to run", lambda: c.task.get(JOB, "long").state == m.TaskState.running)
+    c.task.terminate(JOB, "long")
+    wait("the terminated task", lambda: c.task.get(JOB, "long").state == m.TaskState.completed)
+    c.job.terminate(JOB, terminate_reason="done")
+    wait("the job to complete", lambda: c.job.get(JOB).state == m.JobState.completed)
+    c.pool.resize(POOL, m.PoolResizeParameter(target_dedicated_nodes=0))
+    wait("the pool to shrink", lambda: c.pool.get(POOL).allocation_state == m.AllocationState.steady and c.pool.get(POOL).current_dedicated_nodes == 0)
+    c.job.delete(JOB)
+    wait("the job to go", lambda: not any(j.id == JOB for j in c.job.list()))
+    c.pool.delete(POOL)
+    wait("the pool to go", lambda: not c.pool.exists(POOL))
+
+
+if __name__ == "__main__":
+    log("azure-batch", VERSION, "against", URL)
+    started = time.time()
+    (run_15 if MAJOR >= 15 else run_14)()
+    log(f"conformance flow passed in {time.time() - started:.1f} s")
+    print("1 passed, 0 failed")
