@@ -74,7 +74,8 @@ CREATE TABLE tasks (
     -- When the task's directory is removed (end_time + retentionTime); null once removed.
     files_expire_at timestamptz
 );
-CREATE UNIQUE INDEX tasks_job_id ON tasks (job_pk, id);
+-- Task ids are case-preserving but unique regardless of case within a job, as on Azure.
+CREATE UNIQUE INDEX tasks_job_id ON tasks (job_pk, lower(id));
 -- The ready queue: dispatch reads it in task order, per job, a few rows at a time.
 CREATE INDEX tasks_ready ON tasks (job_pk, pk) WHERE state = 'active' AND unmet_deps = 0;
 -- Running tasks: for maxParallelTasks, recovery after a restart, and a node's slots.

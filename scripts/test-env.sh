@@ -366,6 +366,16 @@ EOF
         fi
         printf "export BATCHPOOL_SDK%s_PYTHON='%s'\n" "${version%%.*}" "$venv/bin/python" >&3
     done
+    # The Azure CLI (about 1.5 minutes to install the first time): `az batch` is
+    # driven with --account-name/--account-key/--account-endpoint.
+    local az_venv="$sdk_dir/azure-cli"
+    if ! "$az_venv/bin/az" version >/dev/null 2>&1; then
+        log "installing azure-cli into $az_venv"
+        python3 -m venv "$az_venv" || die "python3 -m venv failed"
+        "$az_venv/bin/pip" install -q --disable-pip-version-check azure-cli \
+            || die "pip could not install azure-cli"
+    fi
+    printf "export BATCHPOOL_AZ='%s'\n" "$az_venv/bin/az" >&3
 )
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then

@@ -303,6 +303,19 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
         .unwrap();
     assert_eq!(ranged.status(), 200, "the SDK needs 200, not 206");
     assert_eq!(ranged.text().await.unwrap(), "second");
+    let empty = s
+        .http
+        .get(format!("{}/jobs/r/tasks/chatty/files/stderr.txt", s.base))
+        .header("ocp-range", "bytes=0-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        empty.status(),
+        200,
+        "a range of an empty file is an empty answer"
+    );
+    assert_eq!(empty.text().await.unwrap(), "");
 }
 on_both_runtimes!(
     retries_wall_clock_kill_and_live_stdout,
@@ -516,6 +529,13 @@ async fn bad_job_and_task_requests_change_nothing() {
     check(st, &b, 404, "TaskNotFound");
     let (st, b) = s.post("/jobs/j/tasks", &task("t", "true")).await;
     check(st, &b, 409, "TaskExists");
+    let (st, b) = s.post("/jobs/j/tasks", &task("T", "true")).await;
+    check(st, &b, 409, "TaskExists");
+    assert_eq!(
+        s.get("/jobs/j/tasks/T").await.1["id"],
+        "t",
+        "task ids are case-insensitive, case-preserving"
+    );
     let (st, b) = s
         .post("/jobs", &json!({"id": "J", "poolInfo": {"poolId": "p"}}))
         .await;

@@ -47,3 +47,170 @@ async fn azure_batch_15_runs_unchanged() {
 async fn azure_batch_14_runs_unchanged() {
     conformance("BATCHPOOL_SDK14_PYTHON", Rt::Local).await;
 }
+
+/// `az batch` (azure-cli from PyPI) with --account-name/--account-key/--account-endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_batch_core_commands_work() {
+    let az = std::env::var("BATCHPOOL_AZ")
+        .expect("BATCHPOOL_AZ is not set: run the tests through scripts/test.sh");
+    let s = TestServer::start(Rt::Local).await;
+    let (account, key) = s
+        .http
+        .credentials
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("credentials");
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&az)
+            .args(["batch"])
+            .args(args)
+            .args([
+                "--account-name",
+                &account,
+                "--account-key",
+                &key,
+                "--account-endpoint",
+                &s.base,
+            ])
+            .env("AZURE_CONFIG_DIR", home.path())
+            .env("AZURE_CORE_COLLECT_TELEMETRY", "false")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "az batch {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    run(&[
+        "pool",
+        "create",
+        "--id",
+        "azpool",
+        "--vm-size",
+        "standard_a1",
+        "--target-dedicated-nodes",
+        "1",
+        "--image",
+        "canonical:ubuntuserver:18.04-lts",
+        "--node-agent-sku-id",
+        "batch.node.ubuntu 18.04",
+    ]);
+    s.wait_nodes("azpool", 1, "idle").await;
+    assert_eq!(
+        run(&[
+            "pool",
+            "show",
+            "--pool-id",
+            "azpool",
+            "--query",
+            "allocationState",
+            "-o",
+            "tsv"
+        ]),
+        "steady"
+    );
+    assert_eq!(
+        run(&[
+            "node",
+            "list",
+            "--pool-id",
+            "azpool",
+            "--query",
+            "[].state",
+            "-o",
+            "tsv"
+        ]),
+        "idle"
+    );
+    run(&["job", "create", "--id", "azjob", "--pool-id", "azpool"]);
+    run(&[
+        "task",
+        "create",
+        "--job-id",
+        "azjob",
+        "--task-id",
+        "t1",
+        "--command-line",
+        "/bin/sh -c 'echo hi from az'",
+    ]);
+    s.wait_task("azjob", "t1", "completed").await;
+    assert_eq!(
+        run(&[
+            "task",
+            "show",
+            "--job-id",
+            "azjob",
+            "--task-id",
+            "t1",
+            "--query",
+            "executionInfo.exitCode",
+            "-o",
+            "tsv"
+        ]),
+        "0"
+    );
+    let file = home.path().join("out.txt");
+    run(&[
+        "task",
+        "file",
+        "download",
+        "--job-id",
+        "azjob",
+        "--task-id",
+        "t1",
+        "--file-path",
+        "stdout.txt",
+        "--destination",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi from az\n");
+    assert_eq!(
+        run(&[
+            "task",
+            "list",
+            "--job-id",
+            "azjob",
+            "--filter",
+            "state eq 'completed'",
+            "--query",
+            "[].id",
+            "-o",
+            "tsv"
+        ]),
+        "t1"
+    );
+    assert_eq!(
+        run(&[
+            "job",
+            "task-counts",
+            "show",
+            "--job-id",
+            "azjob",
+            "--query",
+            "taskCounts.succeeded",
+            "-o",
+            "tsv"
+        ]),
+        "1"
+    );
+    run(&[
+        "pool",
+        "resize",
+        "--pool-id",
+        "azpool",
+        "--target-dedicated-nodes",
+        "0",
+    ]);
+    s.wait_nodes("azpool", 0, "idle").await;
+    run(&["job", "delete", "--job-id", "azjob", "--yes"]);
+    run(&["pool", "delete", "--pool-id", "azpool", "--yes"]);
+    common::wait_for("the pool to go", || async {
+        (s.get("/pools/azpool").await.0 == 404).then_some(())
+    })
+    .await;
+    assert_eq!(run(&["pool", "list", "--query", "[].id", "-o", "tsv"]), "");
+}

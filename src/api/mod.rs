@@ -5,6 +5,7 @@ pub mod batch;
 pub mod billing;
 pub mod error;
 pub mod json;
+pub mod lenient;
 pub mod odata;
 pub mod request_id;
 

@@ -105,7 +105,7 @@ pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<i64>> {
     sqlx::query(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
             state = 'running', state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
-            node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = now(), end_time = NULL, \
+            node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
             exit_code = NULL, result = NULL, failure_info = NULL \
          FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk \

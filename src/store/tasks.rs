@@ -70,7 +70,7 @@ pub async fn existing_ids(
     job_pk: i64,
     ids: &[String],
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("SELECT id FROM tasks WHERE job_pk = $1 AND id = ANY($2)")
+    sqlx::query_scalar("SELECT id FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(SELECT lower(x) FROM unnest($2::text[]) AS x)")
         .bind(job_pk)
         .bind(ids)
         .fetch_all(db)
@@ -95,7 +95,7 @@ pub async fn insert_many(
             creation_time, last_modified) \
          SELECT $1, * , 'active', now(), now(), now() FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::int[], \
             $7::bigint[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[], $12::jsonb[]) \
-         ON CONFLICT (job_pk, id) DO NOTHING RETURNING pk, id",
+         ON CONFLICT (job_pk, lower(id)) DO NOTHING RETURNING pk, id",
     )
     .bind(job_pk)
     .bind(column!(|t| t.id.clone()))
@@ -122,7 +122,7 @@ pub async fn insert_many(
     if !from.is_empty() {
         // Lock the tasks depended on, so that none completes unseen between counting it as unmet
         // and the dependency row being visible to its completion.
-        sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND id = ANY($2) FOR SHARE")
+        sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(SELECT lower(x) FROM unnest($2::text[]) AS x) FOR SHARE")
             .bind(job_pk)
             .bind(&to)
             .execute(&mut **tx)
@@ -130,8 +130,8 @@ pub async fn insert_many(
         sqlx::query(
             "INSERT INTO task_deps (task_pk, depends_on_pk) \
              SELECT DISTINCT t.pk, d.pk FROM unnest($2::text[], $3::text[]) AS e(task_id, dep_id) \
-             JOIN tasks t ON t.job_pk = $1 AND t.id = e.task_id \
-             JOIN tasks d ON d.job_pk = $1 AND d.id = e.dep_id \
+             JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(e.task_id) \
+             JOIN tasks d ON d.job_pk = $1 AND lower(d.id) = lower(e.dep_id) \
              ON CONFLICT DO NOTHING",
         )
         .bind(job_pk)
@@ -142,7 +142,7 @@ pub async fn insert_many(
         sqlx::query(
             "UPDATE tasks t SET unmet_deps = (SELECT count(*) FROM task_deps td JOIN tasks d ON d.pk = td.depends_on_pk \
                  WHERE td.task_pk = t.pk AND NOT (d.state = 'completed' AND d.satisfies_dependants)) \
-             WHERE t.job_pk = $1 AND t.id = ANY($2)",
+             WHERE t.job_pk = $1 AND lower(t.id) = ANY(SELECT lower(x) FROM unnest($2::text[]) AS x)",
         )
         .bind(job_pk)
         .bind(&from)
@@ -162,7 +162,7 @@ pub async fn count_existing(
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {
-    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND id = $2")
+    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND lower(id) = lower($2)")
         .bind(job_pk)
         .bind(id)
         .fetch_optional(db)
@@ -289,7 +289,7 @@ pub async fn end_attempt(
          UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
             state = $4, state_transition_time = now(), last_modified = now(), \
             exit_code = $5, result = $6, failure_info = $7, satisfies_dependants = $8, \
-            end_time = CASE WHEN $4 = 'completed' THEN now() ELSE t.end_time END, \
+            end_time = CASE WHEN $4 = 'completed' THEN clock_timestamp() ELSE t.end_time END, \
             files_expire_at = CASE WHEN $4 = 'completed' AND t.node_pk IS NOT NULL \
                 THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END, \
             retry_count = t.retry_count + $9, last_retry_time = CASE WHEN $9 > 0 THEN now() ELSE t.last_retry_time END, \

@@ -314,10 +314,8 @@ async fn serve(
         .await
         .map_err(|_| file_not_found(path))?;
     let body = match range(headers, bytes.len() as u64)? {
-        Some((start, end)) => {
-            bytes[start as usize..=(end as usize).min(bytes.len().saturating_sub(1))].to_vec()
-        }
-        None => bytes,
+        Some((start, end)) if !bytes.is_empty() => bytes[start as usize..=end as usize].to_vec(),
+        _ => bytes,
     };
     Ok((StatusCode::OK, out, body).into_response())
 }

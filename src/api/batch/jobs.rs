@@ -24,6 +24,7 @@ use crate::store::{self, jobs::JobProps, jobs::JobRow};
 #[serde(rename_all = "camelCase")]
 pub struct Constraints {
     max_wall_clock_time: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     max_task_retry_count: Option<i32>,
 }
 
@@ -45,7 +46,9 @@ pub struct EnvironmentSetting {
 pub struct JobCreate {
     id: Option<String>,
     display_name: Option<String>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     priority: Option<i32>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     max_parallel_tasks: Option<i32>,
     constraints: Option<Constraints>,
     pool_info: Option<PoolInfo>,
@@ -63,7 +66,9 @@ pub struct JobCreate {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     priority: Option<i32>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     max_parallel_tasks: Option<i32>,
     constraints: Option<Constraints>,
     pool_info: Option<PoolInfo>,

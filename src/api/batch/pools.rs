@@ -29,10 +29,13 @@ pub struct PoolCreate {
     vm_size: Option<String>,
     virtual_machine_configuration: Option<Value>,
     resize_timeout: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     target_dedicated_nodes: Option<i32>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     target_low_priority_nodes: Option<i32>,
     enable_auto_scale: Option<bool>,
     start_task: Option<Value>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     task_slots_per_node: Option<i32>,
     task_scheduling_policy: Option<SchedulingPolicy>,
     metadata: Option<Vec<MetadataItem>>,
@@ -81,6 +84,7 @@ pub struct StartTask {
     #[serde(default)]
     pub environment_settings: Vec<EnvironmentSetting>,
     pub wait_for_success: Option<bool>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     pub max_task_retry_count: Option<i32>,
 }
 
@@ -327,7 +331,9 @@ pub async fn list(
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeBody {
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     target_dedicated_nodes: Option<i32>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     target_low_priority_nodes: Option<i32>,
     resize_timeout: Option<IsoDuration>,
     node_deallocation_option: Option<String>,

@@ -34,6 +34,7 @@ const MAX_RANGE: i64 = 10_000;
 pub struct TaskConstraints {
     max_wall_clock_time: Option<IsoDuration>,
     retention_time: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     max_task_retry_count: Option<i32>,
 }
 
@@ -59,6 +60,7 @@ pub struct TaskCreate {
     display_name: Option<String>,
     command_line: Option<String>,
     environment_settings: Option<Vec<EnvironmentSetting>>,
+    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
     required_slots: Option<i32>,
     constraints: Option<TaskConstraints>,
     depends_on: Option<Value>,
