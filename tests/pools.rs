@@ -330,3 +330,77 @@ async fn pool_metadata_and_start_task_can_be_updated() {
     assert_eq!(s.post("/pools/upd/stopresize", &json!({})).await.0, 202);
     assert_eq!(s.get("/pools/upd").await.1["allocationState"], "steady");
 }
+
+async fn reboot_and_remove(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let (status, _) = s
+        .post("/pools", &json!({"id": "rr", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
+                                "startTask": {"commandLine": "echo boot >> $AZ_BATCH_NODE_SHARED_DIR/boots"}}))
+        .await;
+    assert_eq!(status, 201);
+    let nodes = s.wait_nodes("rr", 3, "idle").await;
+    let first = nodes[0]["id"].as_str().unwrap().to_string();
+    let boots_path = format!("/pools/rr/nodes/{first}/files/shared/boots");
+    let boots = || s.file(&boots_path);
+    wait_for("the first boot", || async {
+        (boots().await.as_deref() == Some("boot\n")).then_some(())
+    })
+    .await;
+
+    // A reboot keeps the node's disk and runs the start task again.
+    assert_eq!(
+        s.post(
+            &format!("/pools/rr/nodes/{first}/reboot"),
+            &json!({"nodeRebootOption": "requeue"})
+        )
+        .await
+        .0,
+        202
+    );
+    wait_for("the second boot", || async {
+        (boots().await.as_deref() == Some("boot\nboot\n")).then_some(())
+    })
+    .await;
+    s.wait_nodes("rr", 3, "idle").await;
+
+    // removenodes takes exactly the named node and shrinks the target.
+    let second = nodes[1]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        s.post(
+            "/pools/rr/removenodes",
+            &json!({"nodeList": [second.clone()]})
+        )
+        .await
+        .0,
+        202
+    );
+    let left = s.wait_nodes("rr", 2, "idle").await;
+    assert!(left.iter().all(|n| n["id"] != second.as_str()));
+    assert_eq!(s.get("/pools/rr").await.1["targetDedicatedNodes"], 2);
+    assert!(!s.runtime_nodes().await.contains(&second));
+    let (status, body) = s
+        .post(
+            "/pools/rr/removenodes",
+            &json!({"nodeList": ["tvmps_nope_d"]}),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (404, Some("NodeNotFound"))
+    );
+
+    let (_, counts) = s.get("/nodecounts").await;
+    assert_eq!(counts["value"][0]["dedicated"]["idle"], 2);
+    let (_, images) = s.get("/supportedimages").await;
+    assert!(
+        images["value"][0]["capabilities"][0]
+            .as_str()
+            .unwrap()
+            .contains(common::TEST_IMAGE),
+        "{images}"
+    );
+}
+on_both_runtimes!(
+    reboot_reruns_the_start_task_and_removenodes_takes_the_named_node,
+    reboot_and_remove
+);

@@ -26,6 +26,7 @@ wire_enum!(NodeState {
     LeavingPool = "leavingpool",
     Unusable = "unusable",
     Offline = "offline",
+    Rebooting = "rebooting",
     Unknown = "unknown",
 });
 
@@ -37,7 +38,10 @@ impl NodeState {
             | NodeState::StartTaskFailed
             | NodeState::Offline
             | NodeState::Unknown => 0,
-            NodeState::Creating | NodeState::Starting | NodeState::WaitingForStartTask => 1,
+            NodeState::Creating
+            | NodeState::Starting
+            | NodeState::WaitingForStartTask
+            | NodeState::Rebooting => 1,
             NodeState::Idle => 2,
             NodeState::Running => 3,
             NodeState::LeavingPool => 4,

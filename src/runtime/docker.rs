@@ -266,6 +266,16 @@ impl DockerRuntime {
             .unwrap_or(-1))
     }
 
+    pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
+            .t(1)
+            .build();
+        self.docker
+            .restart_container(&container_name(server_id, node_id), Some(options))
+            .await
+            .context("restarting the node's container")
+    }
+
     pub(super) async fn kill_group(
         &self,
         server_id: &str,

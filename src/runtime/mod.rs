@@ -223,6 +223,14 @@ impl Runtime {
         }
     }
 
+    /// Restarts a node's container (a reboot); a local node has nothing to restart.
+    pub async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        match self {
+            Runtime::Docker(d) => d.restart_node(server_id, node_id).await,
+            Runtime::Local(_) => Ok(()),
+        }
+    }
+
     /// The nodes of this installation that exist on the runtime.
     pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         match self {

@@ -216,9 +216,10 @@ impl Allocator {
         for node in nodes {
             match node.node_state() {
                 NodeState::LeavingPool => self.ensure_removal(&node.id, node.pk),
-                NodeState::Creating | NodeState::Starting | NodeState::WaitingForStartTask => {
-                    self.ensure_provisioning(pool, node)
-                }
+                NodeState::Creating
+                | NodeState::Starting
+                | NodeState::WaitingForStartTask
+                | NodeState::Rebooting => self.ensure_provisioning(pool, node),
                 _ => {}
             }
         }
@@ -344,6 +345,12 @@ impl Allocator {
         };
         let created = {
             let _permit = self.limit.acquire().await?;
+            if node.node_state() == NodeState::Rebooting {
+                // A reboot restarts the node (its disk, the node directory, stays) and reruns the start task.
+                if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
+                    tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
+                }
+            }
             self.runtime.create_node(&spec).await
         };
         let handle = match created {

@@ -94,6 +94,22 @@ def run_15():
     assert t.execution_info.failure_info.code == "TaskEnded", t.execution_info
     expect_error(404, lambda: c.get_task(JOB, "nope"))
 
+    # Account-wide listings, reboot and remove of a node.
+    counts = {pc.pool_id: pc for pc in c.list_pool_node_counts()}
+    assert counts[POOL].dedicated.total == 2, counts[POOL]
+    images = list(c.list_supported_images())
+    assert images and images[0].node_agent_sku_id and images[0].image_reference.publisher, images
+    usage = [u for u in c.list_pool_usage_metrics() if u.pool_id == POOL]
+    assert usage and usage[0].total_core_hours > 0, usage
+    node_id = nodes[0].id
+    # Like terminate_job, reboot_node crashes client-side without options (an SDK bug).
+    from azure.batch.models._models import BatchNodeRebootOptions
+    c.begin_reboot_node(POOL, node_id, BatchNodeRebootOptions(node_reboot_kind="requeue"), polling_interval=0.2).result()
+    assert c.get_node(POOL, node_id).state in (models.BatchNodeState.IDLE, models.BatchNodeState.RUNNING)
+    c.begin_remove_nodes(POOL, models.BatchNodeRemoveOptions(node_ids=[node_id]), polling_interval=0.2).result()
+    assert [n.id for n in c.list_nodes(POOL)] == [nodes[1].id]
+    assert c.get_pool(POOL).target_dedicated_nodes == 1
+
     c.begin_terminate_job(JOB, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
     job = c.get_job(JOB)
     assert job.state == models.BatchJobState.COMPLETED and job.execution_info.termination_reason == "done", job

@@ -1,5 +1,6 @@
 //! The Azure Batch data plane: paths, JSON shapes and status codes as the official SDKs expect.
 
+pub mod account;
 pub mod files;
 pub mod jobs;
 pub mod nodes;
@@ -36,6 +37,15 @@ pub fn router() -> Router<Arc<AppState>> {
             "/pools/{pool_id}/nodes/{node_id}/files/{*path}",
             get(files::node_file).head(files::node_file),
         )
+        .route("/pools/{pool_id}/removenodes", post(pools::remove_nodes))
+        .route(
+            "/pools/{pool_id}/nodes/{node_id}/reboot",
+            post(nodes::reboot),
+        )
+        .route("/nodecounts", get(account::node_counts))
+        .route("/supportedimages", get(account::supported_images))
+        .route("/nodeagentskus", get(account::node_agent_skus))
+        .route("/poolusagemetrics", get(account::pool_usage_metrics))
         .route("/jobs", post(jobs::create).get(jobs::list))
         .route(
             "/jobs/{job_id}",

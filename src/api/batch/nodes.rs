@@ -89,3 +89,56 @@ fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
     }
     node
 }
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootBody {
+    /// `nodeRebootKind` in API 2025-06-01, `nodeRebootOption` before it.
+    #[serde(alias = "nodeRebootKind")]
+    node_reboot_option: Option<String>,
+}
+
+/// Reboots a node: its running tasks are requeued (or ended, or left: nodeRebootOption), its
+/// container restarts with its disk as it was, and its start task runs again.
+pub async fn reboot(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult<axum::response::Response> {
+    use crate::domain::pool::NodeDeallocationOption;
+    let body: RebootBody = if body.is_empty() {
+        RebootBody::default()
+    } else {
+        crate::api::json::parse(&body)?
+    };
+    let option = match body.node_reboot_option.as_deref() {
+        None => NodeDeallocationOption::Requeue,
+        Some(o) => NodeDeallocationOption::parse(o).ok_or_else(|| {
+            ApiError::invalid_property(
+                "nodeRebootOption",
+                o,
+                "must be requeue, terminate, taskcompletion or retaineddata",
+            )
+        })?,
+    };
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    if !matches!(
+        node.node_state(),
+        crate::domain::pool::NodeState::Idle
+            | crate::domain::pool::NodeState::Running
+            | crate::domain::pool::NodeState::StartTaskFailed
+            | crate::domain::pool::NodeState::Unusable
+    ) {
+        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be rebooted when it is idle, running, unusable or its start task failed.", node.state)));
+    }
+    let mut tx = app.db.begin().await?;
+    super::pools::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
+    store::nodes::set_state(&mut *tx, node.pk, crate::domain::pool::NodeState::Rebooting).await?;
+    tx.commit().await?;
+    app.wake_allocator();
+    app.wake_dispatcher();
+    Ok(axum::response::IntoResponse::into_response(
+        StatusCode::ACCEPTED,
+    ))
+}

@@ -566,3 +566,120 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
     }
     pool
 }
+
+/// What happens to tasks running on nodes that leave or reboot: requeued (the default), ended
+/// as failed (terminate), or left to finish (taskcompletion, retaineddata).
+pub async fn stop_tasks_on_nodes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    node_pks: &[i64],
+    option: NodeDeallocationOption,
+) -> ApiResult<()> {
+    use crate::store::tasks::Ending;
+    if matches!(
+        option,
+        NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
+    ) {
+        return Ok(());
+    }
+    store::tasks::lock_nodes(&mut **tx, node_pks).await?;
+    let info = crate::scheduler::complete::ended_by("its node was removed or rebooted");
+    for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
+        let ending = match option {
+            NodeDeallocationOption::Terminate => Ending::Completed {
+                exit_code: None,
+                result: "failure",
+                failure_info: Some(&info),
+                satisfies_dependants: false,
+            },
+            _ => Ending::Requeue,
+        };
+        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoveNodesBody {
+    node_list: Option<Vec<String>>,
+    node_deallocation_option: Option<String>,
+    resize_timeout: Option<IsoDuration>,
+}
+
+/// Removes the named nodes from a steady pool; its target shrinks by as many.
+pub async fn remove_nodes(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    AzureJson(body): AzureJson<RemoveNodesBody>,
+) -> ApiResult<Response> {
+    let wanted = body
+        .node_list
+        .ok_or_else(|| ApiError::missing_property("nodeList"))?;
+    if wanted.is_empty() || wanted.len() > 100 {
+        return Err(ApiError::invalid_property(
+            "nodeList",
+            wanted.len().to_string(),
+            "name 1 to 100 nodes",
+        ));
+    }
+    let option = match body.node_deallocation_option.as_deref() {
+        None => NodeDeallocationOption::Requeue,
+        Some(o) => NodeDeallocationOption::parse(o).ok_or_else(|| {
+            ApiError::invalid_property(
+                "nodeDeallocationOption",
+                o,
+                "must be requeue, terminate, taskcompletion or retaineddata",
+            )
+        })?,
+    };
+    let timeout = body
+        .resize_timeout
+        .map(|t| check_resize_timeout(Some(t)))
+        .transpose()?;
+    let pool = find(&app, &pool_id).await?;
+    if pool.state != "active" {
+        return Err(refusal(&pool_id, Refused::BeingDeleted));
+    }
+    if pool.allocation_state != "steady" {
+        return Err(refusal(
+            &pool_id,
+            Refused::NotSteady(pool.allocation_state.clone()),
+        ));
+    }
+    let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    let mut pks = Vec::new();
+    for id in &wanted {
+        match nodes.iter().find(|n| n.id == *id) {
+            Some(n) if n.state != "leavingpool" => pks.push(n.pk),
+            Some(_) => {}
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "NodeNotFound",
+                    format!("The node {id:?} does not exist in pool {pool_id:?}."),
+                )
+                .with("NodeId", id))
+            }
+        }
+    }
+    let mut tx = app.db.begin().await?;
+    stop_tasks_on_nodes(&mut tx, &pks, option).await?;
+    let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
+    sqlx::query(
+        "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
+            resize_timeout_ticks = coalesce($3, resize_timeout_ticks), node_deallocation_option = $4, \
+            allocation_state = 'resizing', allocation_state_transition_time = now(), resize_errors = '[]', last_modified = now() \
+         WHERE pk = $1",
+    )
+    .bind(pool.pk)
+    .bind(leaving.len() as i32)
+    .bind(timeout)
+    .bind(option.as_str())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    app.wake_allocator();
+    app.wake_dispatcher();
+    accepted(&app, &base, &pool_id, Ok(())).await
+}
