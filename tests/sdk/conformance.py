@@ -105,7 +105,9 @@ def run_15():
     # Like terminate_job, reboot_node crashes client-side without options (an SDK bug).
     from azure.batch.models._models import BatchNodeRebootOptions
     c.begin_reboot_node(POOL, node_id, BatchNodeRebootOptions(node_reboot_kind="requeue"), polling_interval=0.2).result()
-    assert c.get_node(POOL, node_id).state in (models.BatchNodeState.IDLE, models.BatchNodeState.RUNNING)
+    # The poller ends when the node leaves `rebooting`; its start task then runs again.
+    assert c.get_node(POOL, node_id).state != models.BatchNodeState.REBOOTING
+    wait("the rebooted node to be idle", lambda: c.get_node(POOL, node_id).state == models.BatchNodeState.IDLE)
     c.begin_remove_nodes(POOL, models.BatchNodeRemoveOptions(node_ids=[node_id]), polling_interval=0.2).result()
     assert [n.id for n in c.list_nodes(POOL)] == [nodes[1].id]
     assert c.get_pool(POOL).target_dedicated_nodes == 1
