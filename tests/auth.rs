@@ -257,6 +257,27 @@ async fn wire_details_the_sdks_rely_on() {
         .unwrap();
     assert_eq!(resp.status(), 412);
 
+    // Writes honour them too: a stale If-Match changes nothing.
+    let resp = s
+        .http
+        .request(reqwest::Method::DELETE, format!("{}/pools/w", s.base))
+        .header("if-match", "\"0x1\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 412);
+    assert_eq!(s.get("/pools/w").await.1["state"], "active");
+    let resp = s
+        .http
+        .post(format!("{}/pools/w/resize", s.base))
+        .header("if-unmodified-since", "Mon, 01 Jan 2024 00:00:00 GMT")
+        .json(&json!({"targetDedicatedNodes": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 412);
+    assert_eq!(s.get("/pools/w").await.1["targetDedicatedNodes"], 0);
+
     // OData: a bad filter is a 400 that names the problem; select and paging carry through.
     let (status, body) = s.get("/pools?$filter=colour%20eq%20'red'").await;
     assert_eq!(

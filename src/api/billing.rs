@@ -46,7 +46,7 @@ fn time(name: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
 }
 
 /// Compute hours of each pool (of this account) in `[startTime, endTime)`: every node counts
-/// from ready to removed, whether or not tasks ran. `endTime` defaults to now, `startTime` to
+/// from provisioned (container started) to removed, whether or not tasks ran. `endTime` defaults to now, `startTime` to
 /// 24 hours before `endTime`.
 pub async fn pool_hours(app: Ctx, Query(range): Query<Range>) -> ApiResult<Json<Value>> {
     let now = Utc::now();

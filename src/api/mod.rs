@@ -391,6 +391,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Conditions {
 }
 
 impl Conditions {
+    /// Whether the request has no conditional header (nothing to look up).
+    pub fn is_empty(&self) -> bool {
+        self.if_match.is_none()
+            && self.if_none_match.is_none()
+            && self.if_modified_since.is_none()
+            && self.if_unmodified_since.is_none()
+    }
+
     /// Ok to go on; else 412 (a write, or a failed If-Match) or 304 (a read of what the client has).
     pub fn check(
         &self,

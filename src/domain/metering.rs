@@ -1,4 +1,5 @@
-//! Compute hours: a node counts from the moment it is ready until it is removed, whatever it ran.
+//! Compute hours: a node counts from the moment it is provisioned (its container started) until
+//! it is removed, whatever it ran.
 
 use chrono::{DateTime, Utc};
 

@@ -307,16 +307,20 @@ pub async fn list(
 pub async fn patch(
     app: Ctx,
     Path(job_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<JobUpdate>,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     update(&app, &job_id, body, false).await
 }
 
 pub async fn replace(
     app: Ctx,
     Path(job_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<JobUpdate>,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     update(&app, &job_id, body, true).await
 }
 
@@ -414,8 +418,10 @@ pub struct TerminateBody {
 pub async fn terminate(
     app: Ctx,
     Path(job_id): Path<String>,
+    conditions: Conditions,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     // The SDKs send no body, an empty one, or {"terminateReason": ...}.
     let body: TerminateBody = if body.is_empty() {
         TerminateBody::default()
@@ -447,8 +453,10 @@ pub struct DisableBody {
 pub async fn disable(
     app: Ctx,
     Path(job_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<DisableBody>,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     let mode = body
         .disable_tasks
         .ok_or_else(|| ApiError::missing_property("disableTasks"))?;
@@ -476,7 +484,12 @@ pub async fn disable(
     accepted(&app, &job_id).await
 }
 
-pub async fn enable(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Response> {
+pub async fn enable(
+    app: Ctx,
+    Path(job_id): Path<String>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     let mut tx = app.db.begin().await?;
     let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
         .await?
@@ -498,7 +511,12 @@ pub async fn enable(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Response>
     accepted(&app, &job_id).await
 }
 
-pub async fn delete(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Response> {
+pub async fn delete(
+    app: Ctx,
+    Path(job_id): Path<String>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
     let job = find(&app, &job_id).await?;
     store::jobs::set_state(&app.db, job.pk, JobState::Deleting).await?;
     app.wake_dispatcher();
@@ -577,4 +595,12 @@ pub fn job_json(j: &JobRow, base: &str) -> Value {
         job["metadata"] = j.metadata.clone();
     }
     job
+}
+
+/// A write's conditional headers, checked against the job as it is.
+async fn check_write(app: &Ctx, job_id: &str, conditions: &Conditions) -> ApiResult<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    conditions.check(find(app, job_id).await?.last_modified, false)
 }

@@ -343,8 +343,10 @@ pub async fn resize(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<ResizeBody>,
 ) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     let target = body.target_dedicated_nodes.unwrap_or(0);
     check_target(target, app.settings.max_nodes_per_pool)?;
     if body.target_low_priority_nodes.unwrap_or(0) != 0 {
@@ -384,12 +386,19 @@ pub async fn stop_resize(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     let outcome = store::pools::stop_resize(&app.db, &app.account, &pool_id).await?;
     accepted(&app, &base, &pool_id, outcome).await
 }
 
-pub async fn delete(app: Ctx, Path(pool_id): Path<String>) -> ApiResult<Response> {
+pub async fn delete(
+    app: Ctx,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     match store::pools::mark_deleting(&app.db, &app.account, &pool_id).await? {
         // Deleting a pool that is already being deleted is accepted again, as Azure does.
         Ok(()) | Err(Refused::BeingDeleted) => {
@@ -412,8 +421,10 @@ pub async fn patch(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<PoolPatch>,
 ) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     let metadata = body
         .metadata
         .map(|m| serde_json::to_value(m).expect("metadata serializes"));
@@ -448,8 +459,10 @@ pub async fn update_properties(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<PoolReplace>,
 ) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     let metadata = serde_json::to_value(
         body.metadata
             .ok_or_else(|| ApiError::missing_property("metadata"))?,
@@ -611,8 +624,10 @@ pub async fn remove_nodes(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<RemoveNodesBody>,
 ) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
     let wanted = body
         .node_list
         .ok_or_else(|| ApiError::missing_property("nodeList"))?;
@@ -682,4 +697,12 @@ pub async fn remove_nodes(
     app.wake_allocator();
     app.wake_dispatcher();
     accepted(&app, &base, &pool_id, Ok(())).await
+}
+
+/// A write's conditional headers, checked against the pool as it is.
+async fn check_write(app: &Ctx, pool_id: &str, conditions: &Conditions) -> ApiResult<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    conditions.check(find(app, pool_id).await?.last_modified, false)
 }

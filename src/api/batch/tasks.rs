@@ -512,8 +512,10 @@ pub struct TaskUpdate {
 pub async fn update(
     app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
     AzureJson(body): AzureJson<TaskUpdate>,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let c = body.constraints.unwrap_or_default();
@@ -538,7 +540,9 @@ pub async fn update(
 pub async fn terminate(
     app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let info = complete::ended_by("terminated by a user");
@@ -574,7 +578,9 @@ pub async fn terminate(
 pub async fn reactivate(
     app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     if matches!(
         job.job_state(),
@@ -614,7 +620,9 @@ pub async fn reactivate(
 pub async fn delete(
     app: Ctx,
     Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
 ) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let mut tx = app.db.begin().await?;
@@ -737,4 +745,18 @@ pub fn task_json(job: &JobRow, t: &TaskRow, base: &str) -> Value {
         );
     }
     task
+}
+
+/// A write's conditional headers, checked against the task as it is.
+async fn check_write(
+    app: &Ctx,
+    job_id: &str,
+    task_id: &str,
+    conditions: &Conditions,
+) -> ApiResult<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    let job = find_job(app, job_id).await?;
+    conditions.check(find(app, &job, task_id).await?.last_modified, false)
 }
