@@ -60,7 +60,7 @@ CREATE TABLE nodes (
 );
 CREATE INDEX nodes_pool ON nodes (pool_pk);
 
--- A node's life from ready to removed. Compute hours are summed from these rows, so they outlive
+-- A node's life from provisioned (container started) to removed. Compute hours are summed from these rows, so they outlive
 -- the pool and the node (no foreign keys).
 CREATE TABLE usage_records (
     id bigserial PRIMARY KEY,
