@@ -28,7 +28,30 @@ struct Server {
     child: tokio::process::Child,
     base: String,
     http: reqwest::Client,
+    key: String,
     _dir: tempfile::TempDir,
+}
+
+/// Signs a request with Shared Key, as the Azure SDKs do.
+fn signed(http: &reqwest::Client, key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
+    let _ = http;
+    let mut req = builder.build().unwrap();
+    let date = chrono::Utc::now()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    req.headers_mut().insert("ocp-date", date.parse().unwrap());
+    if let Some(len) = req.body().and_then(|b| b.as_bytes()).map(<[u8]>::len) {
+        req.headers_mut()
+            .insert("content-length", len.to_string().parse().unwrap());
+    }
+    let uri: axum_http::Uri = req.url()[url::Position::BeforePath..].parse().unwrap();
+    let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), "batchpool");
+    let sig = batchpool::api::auth::signature(key, &sts).unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("SharedKey batchpool:{sig}").parse().unwrap(),
+    );
+    req
 }
 
 impl Server {
@@ -61,35 +84,34 @@ impl Server {
                 break addr.to_string();
             }
         };
+        let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap();
         Server {
             child,
             base,
             http: reqwest::Client::new(),
+            key,
             _dir: dir,
         }
     }
 
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+        let req = signed(
+            &self.http,
+            &self.key,
+            self.http.post(format!("{}{path}", self.base)).json(body),
+        );
+        let resp = self.http.execute(req).await.unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
     async fn get(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        let req = signed(
+            &self.http,
+            &self.key,
+            self.http.get(format!("{}{path}", self.base)),
+        );
+        self.http.execute(req).await.unwrap().json().await.unwrap()
     }
 
     /// Peak resident set size of the server process, in MiB.
@@ -120,12 +142,13 @@ async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, command:
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..clients {
-        let (next, http, base, job, command) = (
+        let (next, http, base, job, command, key) = (
             next.clone(),
             s.http.clone(),
             s.base.clone(),
             job.to_string(),
             command.to_string(),
+            s.key.clone(),
         );
         workers.push(tokio::spawn(async move {
             loop {
@@ -136,12 +159,13 @@ async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, command:
                 let tasks: Vec<Value> = (chunk..(chunk + 100).min(count))
                     .map(|i| json!({"id": format!("t{i}"), "commandLine": command}))
                     .collect();
-                let resp = http
-                    .post(format!("{base}/jobs/{job}/addtaskcollection"))
-                    .json(&json!({"value": tasks}))
-                    .send()
-                    .await
-                    .unwrap();
+                let req = signed(
+                    &http,
+                    &key,
+                    http.post(format!("{base}/jobs/{job}/addtaskcollection"))
+                        .json(&json!({"value": tasks})),
+                );
+                let resp = http.execute(req).await.unwrap();
                 assert_eq!(resp.status(), 200);
                 let body: Value = resp.json().await.unwrap();
                 assert!(
@@ -263,13 +287,13 @@ async fn main() {
     for i in 0..50 {
         let after = (i * (queued / 50)) as i64;
         let started = Instant::now();
+        let url = format!(
+            "{}/jobs/queue/tasks?maxresults=1000&$skiptoken={after}",
+            s.base
+        );
         let resp = s
             .http
-            .get(format!(
-                "{}/jobs/queue/tasks?maxresults=1000&$skiptoken={after}",
-                s.base
-            ))
-            .send()
+            .execute(signed(&s.http, &s.key, s.http.get(url)))
             .await
             .unwrap();
         let body: Value = resp.json().await.unwrap();

@@ -7,7 +7,8 @@
 #
 # Environment: BATCH_URL (default http://127.0.0.1:8080), BATCH_ACCOUNT (default batchpool),
 # BATCH_KEY (default: the key file batchpool-data/$BATCH_ACCOUNT.key). Extra arguments after the
-# body go to curl (e.g. -i, -H 'ocp-range: bytes=0-9').
+# body go to curl (e.g. -i, -w '%{http_code}'). Only the headers this script sets are signed, so
+# extra ocp-*, If-* or Range headers would be refused: use an SDK for those.
 set -euo pipefail
 method=${1:?usage: batch-curl.sh METHOD PATH [BODY] [curl args...]}
 path=${2:?usage: batch-curl.sh METHOD PATH [BODY] [curl args...]}

@@ -53,20 +53,8 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&config.data_dir)?;
     let settings = load_settings(&config)?;
 
-    let (embedded, options) = match &config.database_url {
-        Some(url) => (
-            None,
-            url.expose()
-                .parse::<PgConnectOptions>()
-                .context("DATABASE_URL is not a PostgreSQL URL")?,
-        ),
-        None => {
-            let pg = EmbeddedPostgres::start(&data_dir).await?;
-            let options = pg.connect_options();
-            (Some(pg), options)
-        }
-    };
-    let result = run(config, data_dir, settings, options).await;
+    let (db, embedded) = open_database(config.database_url.as_ref(), &data_dir, 16).await?;
+    let result = run(config, data_dir, settings, db).await;
     if let Some(pg) = embedded {
         pg.stop().await;
     }
@@ -78,6 +66,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 pub async fn open_database(
     url: Option<&crate::config::Secret>,
     data_dir: &std::path::Path,
+    max_connections: u32,
 ) -> anyhow::Result<(PgPool, Option<EmbeddedPostgres>)> {
     let (embedded, options) = match url {
         Some(url) => (
@@ -93,22 +82,34 @@ pub async fn open_database(
             (Some(pg), options)
         }
     };
-    let db = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(options)
-        .await
-        .context("connecting to PostgreSQL")?;
-    store::MIGRATOR
-        .run(&db)
-        .await
-        .context("running migrations")?;
-    Ok((db, embedded))
+    let connected = async {
+        let db = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(options)
+            .await
+            .context("connecting to PostgreSQL")?;
+        store::MIGRATOR
+            .run(&db)
+            .await
+            .context("running migrations")?;
+        anyhow::Ok(db)
+    };
+    match connected.await {
+        Ok(db) => Ok((db, embedded)),
+        Err(e) => {
+            // Leave no PostgreSQL running behind a failed start.
+            if let Some(pg) = embedded {
+                pg.stop_if_started_here().await;
+            }
+            Err(e)
+        }
+    }
 }
 
 /// `batchpool account ...`.
 pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Result<()> {
     use crate::config::AccountAction;
-    let (db, embedded) = open_database(config.database_url.as_ref(), &config.data_dir).await?;
+    let (db, embedded) = open_database(config.database_url.as_ref(), &config.data_dir, 2).await?;
     let result = async {
         match &config.action {
             AccountAction::List => {
@@ -143,6 +144,11 @@ pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Re
                     store::accounts::rotate(&db, name, key == "secondary", &new).await?,
                     "no account {name:?}"
                 );
+                // The key file a first start wrote follows the primary key.
+                let key_file = config.data_dir.join(format!("{name}.key"));
+                if key == "primary" && config.database_url.is_none() && key_file.exists() {
+                    std::fs::write(&key_file, &new)?;
+                }
                 println!("new {key} key of {name}: {new}");
             }
         }
@@ -184,17 +190,8 @@ async fn run(
     config: ServeConfig,
     data_dir: PathBuf,
     settings: Settings,
-    options: PgConnectOptions,
+    db: PgPool,
 ) -> anyhow::Result<()> {
-    let db = PgPoolOptions::new()
-        .max_connections(16)
-        .connect_with(options)
-        .await
-        .context("connecting to PostgreSQL")?;
-    store::MIGRATOR
-        .run(&db)
-        .await
-        .context("running migrations")?;
     let server_id = store::server_id(&db).await?;
     ensure_account(&db, &settings.account, &data_dir).await?;
 

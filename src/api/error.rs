@@ -104,6 +104,9 @@ impl From<anyhow::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if self.status == StatusCode::NOT_MODIFIED {
+            return self.status.into_response();
+        }
         let request_id = request_id::current().unwrap_or_default();
         let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         let mut body = json!({

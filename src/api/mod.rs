@@ -217,7 +217,8 @@ impl ListQuery {
         self.filter.as_ref().is_none_or(|f| f.matches(item))
     }
 
-    /// A page from items in list order, each with its token (the token to resume after it).
+    /// A page from items sorted by their tokens (the token to resume after an item); a page
+    /// resumes after the last token even if that item has gone meanwhile.
     pub fn page_of(
         &self,
         base: &str,
@@ -225,12 +226,14 @@ impl ListQuery {
         items: impl IntoIterator<Item = (String, serde_json::Value)>,
     ) -> serde_json::Value {
         let mut out = Vec::new();
-        let mut started = self.skip_token.is_none();
         let mut last = None;
         let mut more = false;
         for (token, item) in items {
-            if !started {
-                started = self.skip_token.as_deref() == Some(token.as_str());
+            if self
+                .skip_token
+                .as_deref()
+                .is_some_and(|skip| token.as_str() <= skip)
+            {
                 continue;
             }
             if out.len() == self.max_results {

@@ -349,12 +349,12 @@ pub fn select(item: Value, select: Option<&[String]>) -> Value {
 }
 
 pub fn parse_select(text: Option<&str>) -> Option<Vec<String>> {
-    text.map(|t| {
-        t.split(',')
-            .map(|f| f.trim().to_string())
-            .filter(|f| !f.is_empty())
-            .collect()
-    })
+    let fields: Vec<String> = text?
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect();
+    (!fields.is_empty()).then_some(fields)
 }
 
 /// The properties each list may filter on (Azure's, as far as this server reports them).

@@ -18,7 +18,7 @@ use crate::api::batch::pools::StartTask;
 use crate::domain::ids::new_node_id;
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
 use crate::runtime::{NodeSpec, Runtime};
-use crate::store::{self, nodes::NodeRow, pools::PoolRow, tasks::Ending};
+use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 pub struct Allocator {
     db: PgPool,
@@ -162,7 +162,12 @@ impl Allocator {
             .filter(|n| n.node_state() != NodeState::LeavingPool)
             .collect();
         let target = pool.target_dedicated_nodes as usize;
-        let creating = alive.iter().any(|n| n.node_state() == NodeState::Creating);
+        // A resize is done when no node is still being made and none is still leaving: the
+        // poller's "steady" then means the containers really are there, or gone.
+        let creating = alive.iter().any(|n| n.node_state() == NodeState::Creating)
+            || nodes
+                .iter()
+                .any(|n| n.node_state() == NodeState::LeavingPool);
         match AllocationState::parse(&pool.allocation_state) {
             Some(AllocationState::Resizing) => {
                 let timeout = Duration::from_micros((pool.resize_timeout_ticks / 10).max(0) as u64);
@@ -282,31 +287,8 @@ impl Allocator {
         node_pks: &[i64],
         option: NodeDeallocationOption,
     ) -> anyhow::Result<()> {
-        if matches!(
-            option,
-            NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
-        ) {
-            return Ok(());
-        }
-        let running = store::tasks::running_on_nodes(&self.db, node_pks).await?;
-        if running.is_empty() {
-            return Ok(());
-        }
-        let info = super::complete::ended_by("its node was removed from the pool");
         let mut tx = self.db.begin().await?;
-        store::tasks::lock_nodes(&mut *tx, node_pks).await?;
-        for (pk, attempt) in running {
-            let ending = match option {
-                NodeDeallocationOption::Terminate => Ending::Completed {
-                    exit_code: None,
-                    result: "failure",
-                    failure_info: Some(&info),
-                    satisfies_dependants: false,
-                },
-                _ => Ending::Requeue,
-            };
-            store::tasks::end_attempt(&mut tx, pk, Some(attempt), &["running"], ending).await?;
-        }
+        super::complete::stop_tasks_on_nodes(&mut tx, node_pks, option).await?;
         tx.commit().await?;
         self.wake.dispatch.notify_one();
         Ok(())

@@ -191,3 +191,34 @@ pub async fn disable_job(
     }
     store::jobs::set_state(&mut **tx, job_pk, JobState::Disabled).await
 }
+
+/// What happens to the tasks running on nodes that leave the pool or reboot: requeued (the
+/// default), ended as failed (terminate), or left to finish (taskcompletion, retaineddata).
+pub async fn stop_tasks_on_nodes(
+    tx: &mut Transaction<'_, Postgres>,
+    node_pks: &[i64],
+    option: crate::domain::pool::NodeDeallocationOption,
+) -> sqlx::Result<()> {
+    use crate::domain::pool::NodeDeallocationOption;
+    if matches!(
+        option,
+        NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
+    ) {
+        return Ok(());
+    }
+    store::tasks::lock_nodes(&mut **tx, node_pks).await?;
+    let info = ended_by("its node was removed or rebooted");
+    for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
+        let ending = match option {
+            NodeDeallocationOption::Terminate => Ending::Completed {
+                exit_code: None,
+                result: "failure",
+                failure_info: Some(&info),
+                satisfies_dependants: false,
+            },
+            _ => Ending::Requeue,
+        };
+        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
+    }
+    Ok(())
+}

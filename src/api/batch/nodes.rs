@@ -19,7 +19,8 @@ pub async fn list(
 ) -> ApiResult<Json<Value>> {
     let list = ListQuery::from_query(&query, odata::NODE_PROPERTIES)?;
     let pool = find(&app, &pool_id).await?;
-    let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    let mut nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
     let path = format!("/pools/{}/nodes", pool.id);
     Ok(Json(
         list.page_of(
@@ -133,7 +134,7 @@ pub async fn reboot(
         return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be rebooted when it is idle, running, unusable or its start task failed.", node.state)));
     }
     let mut tx = app.db.begin().await?;
-    super::pools::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
+    crate::scheduler::complete::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
     store::nodes::set_state(&mut *tx, node.pk, crate::domain::pool::NodeState::Rebooting).await?;
     tx.commit().await?;
     app.wake_allocator();

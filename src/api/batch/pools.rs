@@ -321,11 +321,15 @@ pub async fn list(
 ) -> ApiResult<Json<Value>> {
     let list = ListQuery::from_query(&query, odata::POOL_PROPERTIES)?;
     let pools = store::pools::list(&app.db, &app.account).await?;
-    Ok(Json(list.page_of(
-        &base,
-        "/pools",
-        pools.iter().map(|p| (p.id.clone(), pool_json(p, &base))),
-    )))
+    Ok(Json(
+        list.page_of(
+            &base,
+            "/pools",
+            pools
+                .iter()
+                .map(|p| (p.id.to_lowercase(), pool_json(p, &base))),
+        ),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -580,37 +584,6 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
     pool
 }
 
-/// What happens to tasks running on nodes that leave or reboot: requeued (the default), ended
-/// as failed (terminate), or left to finish (taskcompletion, retaineddata).
-pub async fn stop_tasks_on_nodes(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    node_pks: &[i64],
-    option: NodeDeallocationOption,
-) -> ApiResult<()> {
-    use crate::store::tasks::Ending;
-    if matches!(
-        option,
-        NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
-    ) {
-        return Ok(());
-    }
-    store::tasks::lock_nodes(&mut **tx, node_pks).await?;
-    let info = crate::scheduler::complete::ended_by("its node was removed or rebooted");
-    for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
-        let ending = match option {
-            NodeDeallocationOption::Terminate => Ending::Completed {
-                exit_code: None,
-                result: "failure",
-                failure_info: Some(&info),
-                satisfies_dependants: false,
-            },
-            _ => Ending::Requeue,
-        };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
-    }
-    Ok(())
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoveNodesBody {
@@ -679,7 +652,7 @@ pub async fn remove_nodes(
         }
     }
     let mut tx = app.db.begin().await?;
-    stop_tasks_on_nodes(&mut tx, &pks, option).await?;
+    crate::scheduler::complete::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
     let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
     sqlx::query(
         "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
