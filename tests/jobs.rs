@@ -362,6 +362,24 @@ async fn dependencies(rt: Rt) {
         counts["taskCounts"],
         json!({"active": 1, "running": 0, "completed": 6, "succeeded": 4, "failed": 2})
     );
+
+    // Reactivation runs a failed task again; a task that did not fail cannot be reactivated.
+    let before = s.task("d", "fails").await["executionInfo"]["startTime"].clone();
+    assert_eq!(
+        s.post("/jobs/d/tasks/fails/reactivate", &json!({})).await.0,
+        204
+    );
+    wait_for("the reactivated task to run again", || async {
+        let t = s.task("d", "fails").await;
+        (t["state"] == "completed" && t["executionInfo"]["startTime"] != before).then_some(())
+    })
+    .await;
+    let (status, body) = s.post("/jobs/d/tasks/1/reactivate", &json!({})).await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (409, Some("TaskNotFailed"))
+    );
+    assert_eq!(s.task("d", "blocked").await["state"], "active");
 }
 on_both_runtimes!(dependencies_wait_block_and_satisfy, dependencies);
 

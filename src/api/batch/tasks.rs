@@ -593,16 +593,28 @@ pub async fn reactivate(
         ));
     }
     let task = find(&app, &job, &task_id).await?;
-    let done = sqlx::query(
-        "UPDATE tasks SET previous_state = state, previous_state_transition_time = state_transition_time, state = 'active', \
+    let mut tx = app.db.begin().await?;
+    // A failure that satisfied its dependants (dependencyAction satisfy) no longer does once the
+    // task runs again: they count it as unmet until it ends anew.
+    let done: Option<bool> = sqlx::query_scalar(
+        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, state = 'active', \
             state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
-            failure_info = NULL, end_time = NULL \
-         WHERE pk = $1 AND state = 'completed' AND result = 'failure'",
+            failure_info = NULL, end_time = NULL, satisfies_dependants = false \
+         FROM (SELECT pk, satisfies_dependants FROM tasks WHERE pk = $1 FOR UPDATE) old \
+         WHERE t.pk = old.pk AND t.state = 'completed' AND t.result = 'failure' \
+         RETURNING old.satisfies_dependants",
     )
     .bind(task.pk)
-    .execute(&app.db)
+    .fetch_optional(&mut *tx)
     .await?;
-    if done.rows_affected() == 0 {
+    if done == Some(true) {
+        sqlx::query("UPDATE tasks SET unmet_deps = unmet_deps + 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)")
+            .bind(task.pk)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    if done.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "TaskNotFailed",
