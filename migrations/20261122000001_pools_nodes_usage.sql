@@ -54,7 +54,9 @@ CREATE TABLE nodes (
     container_id text,
     errors jsonb NOT NULL DEFAULT '[]',
     start_task_info jsonb,
+    -- Kept by the same updates that place and end tasks, so a node says what it runs.
     running_task_slots integer NOT NULL DEFAULT 0,
+    running_tasks integer NOT NULL DEFAULT 0,
     total_tasks_run integer NOT NULL DEFAULT 0,
     total_tasks_succeeded integer NOT NULL DEFAULT 0
 );

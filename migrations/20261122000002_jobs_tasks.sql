@@ -75,6 +75,10 @@ CREATE TABLE tasks (
     files_expire_at timestamptz
 );
 -- Task ids are case-preserving but unique regardless of case within a job, as on Azure.
+-- Every task is updated twice or more (placed, ended): vacuum often, or the partial indexes the
+-- scheduler reads (ready queue, running, unfinished) fill with dead entries it has to walk past.
+ALTER TABLE tasks SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+                       autovacuum_analyze_scale_factor = 0.02);
 CREATE UNIQUE INDEX tasks_job_id ON tasks (job_pk, lower(id));
 -- The ready queue: dispatch reads it in task order, per job, a few rows at a time.
 CREATE INDEX tasks_ready ON tasks (job_pk, pk) WHERE state = 'active' AND unmet_deps = 0;

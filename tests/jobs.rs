@@ -391,6 +391,13 @@ async fn terminate_disable_and_job_completion(rt: Rt) {
     job(&s, "t", "c", json!({})).await;
     s.add_tasks("t", vec![task("long", "sleep 60")]).await;
     s.wait_task("t", "long", "running").await;
+    let busy: i64 = s
+        .nodes("c")
+        .await
+        .iter()
+        .map(|n| n["runningTasksCount"].as_i64().unwrap())
+        .sum();
+    assert_eq!(busy, 1, "the node says it runs the task");
     assert_eq!(
         s.post("/jobs/t/tasks/long/terminate", &json!({})).await.0,
         204

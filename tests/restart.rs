@@ -261,6 +261,7 @@ async fn sigkill_with_tasks_running(rt: Rt) {
     let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
     assert_eq!(n["state"], "idle", "every slot was given back");
     assert_eq!(n["runningTaskSlotsCount"], 0);
+    assert_eq!(n["runningTasksCount"], 0);
 }
 on_both_runtimes!(
     sigkill_with_tasks_running_ends_each_task_once,

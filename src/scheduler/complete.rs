@@ -132,7 +132,10 @@ async fn record_in(
                 JobAction::None => {}
             }
         }
-        store::jobs::complete_if_all_tasks_done(&mut **tx, a.job_pk).await?;
+        // Only a job that asks (now) to end with its tasks pays for the scan of its tasks.
+        if store::jobs::ends_with_its_tasks(&mut **tx, a.job_pk).await? {
+            store::jobs::complete_if_all_tasks_done(&mut **tx, a.job_pk).await?;
+        }
     }
     Ok(())
 }

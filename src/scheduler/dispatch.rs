@@ -131,7 +131,7 @@ pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<i64>> {
             acc
         });
     sqlx::query(
-        "UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, total_tasks_run = n.total_tasks_run + d.tasks, \
+        "UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, total_tasks_run = n.total_tasks_run + d.tasks, running_tasks = n.running_tasks + d.tasks, \
             state = 'running', state_transition_time = CASE WHEN n.state = 'running' THEN n.state_transition_time ELSE now() END \
          FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(pk, slots, tasks) WHERE n.pk = d.pk",
     )

@@ -20,6 +20,7 @@ pub struct NodeRow {
     pub errors: Value,
     pub start_task_info: Option<Value>,
     pub running_task_slots: i32,
+    pub running_tasks: i32,
     pub total_tasks_run: i32,
     pub total_tasks_succeeded: i32,
 }

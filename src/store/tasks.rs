@@ -362,6 +362,7 @@ pub async fn release_slots(
 ) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0), \
+            running_tasks = greatest(n.running_tasks - d.tasks, 0), \
             total_tasks_succeeded = n.total_tasks_succeeded + CASE WHEN $3 THEN d.tasks ELSE 0 END, \
             state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END, \
             state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END \

@@ -69,7 +69,7 @@ fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
         "affinityId": format!("TVM:{}", n.id),
         "vmSize": pool.vm_size,
         "totalTasksRun": n.total_tasks_run,
-        "runningTasksCount": 0,
+        "runningTasksCount": n.running_tasks,
         "runningTaskSlotsCount": n.running_task_slots,
         "totalTasksSucceeded": n.total_tasks_succeeded,
         "isDedicated": true,
