@@ -179,18 +179,15 @@ pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: JobState) -> sql
     Ok(())
 }
 
+/// The update that completes a job with a reason ($2); callers add their conditions.
+const COMPLETE_JOB: &str = "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+    state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
+    WHERE pk = $1";
+
 /// Completes a job that is not completed or being deleted yet; returns whether it did.
 pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
-            terminate_reason = $2 \
-         WHERE pk = $1 AND state NOT IN ('completed', 'deleting')",
-    )
-    .bind(pk)
-    .bind(reason)
-    .execute(db)
-    .await?;
+    let sql = format!("{COMPLETE_JOB} AND state NOT IN ('completed', 'deleting')");
+    let done = sqlx::query(&sql).bind(pk).bind(reason).execute(db).await?;
     Ok(done.rows_affected() == 1)
 }
 
@@ -206,16 +203,15 @@ pub async fn ends_with_its_tasks(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Resu
 
 /// onAllTasksComplete=terminatejob: completes the job when it has no unfinished task.
 pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
-            terminate_reason = 'AllTasksComplete' \
-         WHERE pk = $1 AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
-           AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')",
-    )
-    .bind(pk)
-    .execute(db)
-    .await?;
+    let sql = format!(
+        "{COMPLETE_JOB} AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
+         AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')"
+    );
+    let done = sqlx::query(&sql)
+        .bind(pk)
+        .bind("AllTasksComplete")
+        .execute(db)
+        .await?;
     Ok(done.rows_affected() == 1)
 }
 

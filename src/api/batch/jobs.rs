@@ -326,10 +326,7 @@ pub async fn replace(
 
 async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiResult<Response> {
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.account, job_id)
-        .await?
-        .ok_or_else(|| job_not_found(job_id))?;
-    refuse_if_finished(&job)?;
+    let job = lock_open_job(&mut tx, &app, job_id).await?;
     let keep = |current: i32, default: i32| if replace { default } else { current };
     let constraints = body.constraints;
     let props = JobProps {
@@ -388,6 +385,19 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
     Ok((StatusCode::OK, resource_headers(&job)).into_response())
 }
 
+/// The job, locked for a change, if it is not completed, terminating or being deleted.
+async fn lock_open_job(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    app: &Ctx,
+    job_id: &str,
+) -> ApiResult<JobRow> {
+    let job = store::jobs::get_for_update(&mut **tx, &app.account, job_id)
+        .await?
+        .ok_or_else(|| job_not_found(job_id))?;
+    refuse_if_finished(&job)?;
+    Ok(job)
+}
+
 fn refuse_if_finished(job: &JobRow) -> ApiResult<()> {
     match job.job_state() {
         JobState::Completed => Err(ApiError::new(
@@ -429,10 +439,7 @@ pub async fn terminate(
         crate::api::json::parse(&body)?
     };
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
-        .await?
-        .ok_or_else(|| job_not_found(&job_id))?;
-    refuse_if_finished(&job)?;
+    let job = lock_open_job(&mut tx, &app, &job_id).await?;
     complete::terminate_job(
         &mut tx,
         job.pk,
@@ -464,10 +471,7 @@ pub async fn disable(
         ApiError::invalid_property("disableTasks", &mode, "must be requeue, terminate or wait")
     })?;
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
-        .await?
-        .ok_or_else(|| job_not_found(&job_id))?;
-    refuse_if_finished(&job)?;
+    let job = lock_open_job(&mut tx, &app, &job_id).await?;
     if job.job_state() != JobState::Active {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -491,10 +495,7 @@ pub async fn enable(
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &conditions).await?;
     let mut tx = app.db.begin().await?;
-    let job = store::jobs::get_for_update(&mut *tx, &app.account, &job_id)
-        .await?
-        .ok_or_else(|| job_not_found(&job_id))?;
-    refuse_if_finished(&job)?;
+    let job = lock_open_job(&mut tx, &app, &job_id).await?;
     if job.job_state() != JobState::Disabled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
