@@ -677,3 +677,49 @@ async fn task_lists_page_with_next_links() {
     let expected: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
     assert_eq!(seen, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patch_keeps_what_it_does_not_name_and_put_resets_it() {
+    let s = TestServer::start(Rt::Local).await;
+    assert_eq!(
+        s.post("/pools", &json!({"id": "p", "vmSize": "standard_a1"}))
+            .await
+            .0,
+        201
+    );
+    job(
+        &s,
+        "j",
+        "p",
+        json!({"priority": 7, "constraints": {"maxWallClockTime": "PT1H", "maxTaskRetryCount": 2}}),
+    )
+    .await;
+    let resp = s
+        .http
+        .patch(format!("{}/jobs/j", s.base))
+        .json(&json!({"constraints": {"maxTaskRetryCount": 3}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let j = s.get("/jobs/j").await.1;
+    assert_eq!(
+        j["constraints"],
+        json!({"maxWallClockTime": "PT1H", "maxTaskRetryCount": 3})
+    );
+    assert_eq!(j["priority"], 7);
+    let resp = s
+        .http
+        .request(reqwest::Method::PUT, format!("{}/jobs/j", s.base))
+        .json(&json!({"poolInfo": {"poolId": "p"}, "priority": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let j = s.get("/jobs/j").await.1;
+    assert_eq!(
+        j["constraints"],
+        json!({"maxWallClockTime": "P10675199DT2H48M5.4775807S", "maxTaskRetryCount": 0})
+    );
+    assert_eq!(j["priority"], 1);
+}

@@ -335,8 +335,9 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
             body.max_parallel_tasks
                 .unwrap_or(keep(job.max_parallel_tasks, -1)),
         )?,
-        max_wall_clock_ticks: match &constraints {
-            Some(c) => c.max_wall_clock_time.map(IsoDuration::ticks),
+        // PATCH keeps what it does not name, inside constraints too; PUT resets it.
+        max_wall_clock_ticks: match constraints.as_ref().and_then(|c| c.max_wall_clock_time) {
+            Some(limit) => Some(limit.ticks()),
             None if replace => None,
             None => job.max_wall_clock_ticks,
         },
