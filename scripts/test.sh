@@ -14,4 +14,11 @@ if ! command -v cargo >/dev/null; then
     echo "cargo is not installed: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
-cargo test --locked "$@"
+# The totals of every test binary, on one closing line.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --locked "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"
