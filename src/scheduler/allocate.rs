@@ -316,6 +316,21 @@ impl Allocator {
     }
 
     async fn provision(&self, pool: &PoolRow, node: &NodeRow) -> anyhow::Result<()> {
+        // The pass that asked for this read its rows before an earlier provisioning of the same
+        // node may have finished: go by the node as it is now, or a start task would run twice.
+        let Some(node) = store::nodes::get_by_pk(&self.db, node.pk).await? else {
+            return Ok(());
+        };
+        let node = &node;
+        if !matches!(
+            node.node_state(),
+            NodeState::Creating
+                | NodeState::Starting
+                | NodeState::WaitingForStartTask
+                | NodeState::Rebooting
+        ) {
+            return Ok(());
+        }
         let spec = NodeSpec {
             server_id: self.server_id.clone(),
             account: pool.account.clone(),

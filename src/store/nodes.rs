@@ -70,6 +70,13 @@ pub async fn get(db: impl PgExecutor<'_>, pool_pk: i64, id: &str) -> sqlx::Resul
         .await
 }
 
+pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<NodeRow>> {
+    sqlx::query_as("SELECT * FROM nodes WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
 /// Moves a node to `state` unless it is already leaving the pool (a removal always wins).
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
     let done = sqlx::query(
