@@ -39,11 +39,29 @@ impl AppState {
     /// Tells the allocator that a pool changed.
     pub fn wake_allocator(&self) {
         self.wake.allocate.notify_one();
+        self.notify_leader("allocate");
     }
 
     /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
     pub fn wake_dispatcher(&self) {
         self.wake.dispatch.notify_one();
+        self.notify_leader("dispatch");
+    }
+
+    /// The leading scheduler may be another process: tell it through PostgreSQL, off the
+    /// request's path.
+    fn notify_leader(&self, what: &'static str) {
+        let db = self.db.clone();
+        tokio::spawn(async move {
+            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(crate::scheduler::WAKE_CHANNEL)
+                .bind(what)
+                .execute(&db)
+                .await
+            {
+                tracing::debug!(error = %e, "notifying the leader failed; its backup tick covers");
+            }
+        });
     }
 }
 
@@ -206,7 +224,7 @@ async fn run(
     std::fs::create_dir_all(&layout.workitems)?;
 
     let cancel = CancellationToken::new();
-    let wake = Wakeups::default();
+    let wake = Wakeups::new(std::time::Duration::from_millis(config.backup_tick_ms));
     let scheduler = tokio::spawn(scheduler::run(
         Scheduler {
             db: db.clone(),

@@ -112,6 +112,15 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_MAX_NODES_PER_POOL", default_value_t = 100)]
     pub max_nodes_per_pool: i32,
 
+    /// How often the scheduler looks for work nobody told it about (milliseconds).
+    #[arg(
+        long,
+        env = "BATCHPOOL_BACKUP_TICK_MS",
+        default_value_t = 2000,
+        hide = true
+    )]
+    pub backup_tick_ms: u64,
+
     /// How many nodes the allocator creates or removes at once.
     #[arg(long, env = "BATCHPOOL_NODE_CONCURRENCY", default_value_t = 16)]
     pub node_concurrency: usize,

@@ -344,9 +344,13 @@ on_both_runtimes!(
 /// through either run exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_on_one_database_run_each_task_once() {
-    let first = TestServer::start(Rt::Local).await;
+    // A 10-minute backup tick: the leader can learn of the other server's writes only through
+    // NOTIFY within the test's patience.
+    let slow_tick = ["--backup-tick-ms", "600000"];
+    let first =
+        TestServer::start_with(Rt::Local, Some(common::fresh_database().await), &slow_tick).await;
     let url = first.database_url.clone();
-    let second = TestServer::start_with(Rt::Local, url, &[]).await;
+    let second = TestServer::start_with(Rt::Local, url, &slow_tick).await;
     assert_eq!(second.post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 4})).await.0, 201);
     let node = first.wait_nodes("p", 1, "idle").await[0]["id"]
         .as_str()

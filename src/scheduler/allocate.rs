@@ -60,7 +60,7 @@ impl Allocator {
             tracing::error!(error = %format!("{e:#}"), "adopting the runtime's nodes failed; retrying");
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep(super::BACKUP_TICK) => {}
+                _ = tokio::time::sleep(self.wake.tick) => {}
             }
         }
         loop {
@@ -70,7 +70,7 @@ impl Allocator {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 _ = self.wake.allocate.notified() => {}
-                _ = tokio::time::sleep(super::BACKUP_TICK) => {}
+                _ = tokio::time::sleep(self.wake.tick) => {}
             }
         }
         // Provisioning in flight stops here; its rows say where it was, and the next start resumes.

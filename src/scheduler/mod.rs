@@ -20,16 +20,63 @@ use crate::store;
 
 /// The advisory lock key the leading scheduler holds ("batchpol" in ASCII).
 const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
-/// How often the loops look even when nobody woke them.
-pub const BACKUP_TICK: Duration = Duration::from_secs(2);
+/// The PostgreSQL channel API servers notify the leading scheduler on ("allocate", "dispatch").
+pub const WAKE_CHANNEL: &str = "batchpool_wake";
 
-/// What the API pokes when it changes something a loop acts on.
-#[derive(Clone, Default)]
+/// What the API pokes when it changes something a loop acts on. In this process through the
+/// `Notify`s; across processes through NOTIFY on `WAKE_CHANNEL`, which the leader listens to.
+#[derive(Clone)]
 pub struct Wakeups {
     /// Pools changed: nodes to add or remove.
     pub allocate: Arc<Notify>,
     /// Tasks or slots changed: placements to make, attempts to kill.
     pub dispatch: Arc<Notify>,
+    /// How often the loops look even when nobody woke them.
+    pub tick: Duration,
+}
+
+impl Wakeups {
+    pub fn new(tick: Duration) -> Self {
+        Self {
+            allocate: Arc::default(),
+            dispatch: Arc::default(),
+            tick,
+        }
+    }
+}
+
+/// Turns notifications from other servers into wake-ups of this one's loops.
+async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
+    loop {
+        let listener = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&db).await?;
+            listener.listen(WAKE_CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        match listener.await {
+            Ok(mut listener) => loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    n = listener.recv() => match n {
+                        Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
+                        Ok(n) if n.payload() == "dispatch" => wake.dispatch.notify_one(),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listening for wake-ups failed; reconnecting");
+                            break;
+                        }
+                    },
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for wake-ups; the backup tick covers")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wake.tick) => {}
+        }
+    }
 }
 
 pub struct Scheduler {
@@ -51,7 +98,7 @@ pub async fn run(s: Scheduler, cancel: CancellationToken) {
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(BACKUP_TICK) => {}
+            _ = tokio::time::sleep(s.wake.tick) => {}
         }
     };
     tracing::info!("this server leads the scheduler");
@@ -70,7 +117,9 @@ pub async fn run(s: Scheduler, cancel: CancellationToken) {
         s.wake.clone(),
         cancel.clone(),
     );
+    let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
     tokio::join!(allocator.run(), dispatch_loop(&s, executor, &cancel));
+    listener.abort();
     let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LEADER_LOCK)
         .execute(&mut conn)
@@ -95,7 +144,7 @@ async fn dispatch_loop(
         tracing::error!(error = %e, "recovering running attempts failed; retrying");
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(BACKUP_TICK) => {}
+            _ = tokio::time::sleep(s.wake.tick) => {}
         }
     }
     loop {
@@ -122,7 +171,7 @@ async fn dispatch_loop(
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = s.wake.dispatch.notified() => {}
-            _ = tokio::time::sleep(BACKUP_TICK) => {}
+            _ = tokio::time::sleep(s.wake.tick) => {}
         }
     }
 }
