@@ -147,6 +147,20 @@ pub fn rfc1123(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
 }
 
+/// A header value from text that is known to be printable (URLs, times, eTags).
+pub fn header_value(value: &str) -> axum::http::HeaderValue {
+    axum::http::HeaderValue::from_str(value)
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static(""))
+}
+
+/// ETag and Last-Modified of a resource last changed at `modified`.
+pub fn resource_headers(modified: chrono::DateTime<chrono::Utc>) -> axum::http::HeaderMap {
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("ETag", header_value(&etag(modified)));
+    headers.insert("Last-Modified", header_value(&rfc1123(modified)));
+    headers
+}
+
 /// Azure's ETag: the last modification time in FILETIME ticks, in hex.
 pub fn etag(t: chrono::DateTime<chrono::Utc>) -> String {
     const UNIX_EPOCH_IN_FILETIME_TICKS: i64 = 116_444_736_000_000_000;

@@ -134,7 +134,8 @@ impl Runtime {
         self.layout().nodes.join(node_id)
     }
 
-    fn layout(&self) -> &Layout {
+    /// Where this runtime keeps node and task directories.
+    pub fn layout(&self) -> &Layout {
         match self {
             Runtime::Docker(d) => &d.layout,
             Runtime::Local(l) => &l.layout,
@@ -171,10 +172,6 @@ impl Runtime {
                 self.node_root(node_id)
             ),
         }
-    }
-
-    pub fn layout_ref(&self) -> &Layout {
-        self.layout()
     }
 
     /// Creates and starts the node; if it exists already (a crash mid-way), adopts it.

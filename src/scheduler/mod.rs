@@ -190,14 +190,14 @@ async fn housekeeping(s: &Scheduler) -> anyhow::Result<()> {
         complete::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
-        remove_dir(&s.runtime.layout_ref().job_dir(&job.account, &job.id)).await;
+        remove_dir(&s.runtime.layout().job_dir(&job.account, &job.id)).await;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }
     for (account, job_id, task_id) in store::tasks::take_expired_files(&s.db, 500).await? {
         remove_dir(
             &s.runtime
-                .layout_ref()
+                .layout()
                 .job_dir(&account, &job_id)
                 .join("job-1")
                 .join(task_id),

@@ -86,35 +86,30 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
     Ok(())
 }
 
-pub async fn get(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Result<Option<JobRow>> {
-    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2)")
-        .bind(account)
-        .bind(id)
-        .fetch_optional(db)
-        .await
+/// How a read of a job locks its row until the transaction ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    None,
+    /// For adding tasks: many requests at once, while no one completes or deletes the job.
+    Share,
+    /// For changing the job.
+    Update,
 }
 
-/// For writers: the job row, locked until the transaction ends.
-pub async fn get_for_update(
+pub async fn get(
     db: impl PgExecutor<'_>,
     account: &str,
     id: &str,
+    lock: Lock,
 ) -> sqlx::Result<Option<JobRow>> {
-    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR UPDATE")
-        .bind(account)
-        .bind(id)
-        .fetch_optional(db)
-        .await
-}
-
-/// For adding tasks: the job row, share-locked, so tasks can be added by many requests at once
-/// while no one completes or deletes the job under them.
-pub async fn get_for_share(
-    db: impl PgExecutor<'_>,
-    account: &str,
-    id: &str,
-) -> sqlx::Result<Option<JobRow>> {
-    sqlx::query_as("SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR SHARE")
+    let sql = match lock {
+        Lock::None => "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2)",
+        Lock::Share => "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR SHARE",
+        Lock::Update => {
+            "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR UPDATE"
+        }
+    };
+    sqlx::query_as(sql)
         .bind(account)
         .bind(id)
         .fetch_optional(db)

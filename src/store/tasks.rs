@@ -152,15 +152,6 @@ pub async fn insert_many(
     Ok(inserted.into_iter().map(|(_, id)| id).collect())
 }
 
-/// Which of `ids` exist in the job (for dependency checks).
-pub async fn count_existing(
-    db: impl PgExecutor<'_>,
-    job_pk: i64,
-    ids: &[String],
-) -> sqlx::Result<Vec<String>> {
-    existing_ids(db, job_pk, ids).await
-}
-
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {
     sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND lower(id) = lower($2)")
         .bind(job_pk)

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Component, Path as FsPath, PathBuf};
 
 use axum::extract::{Path, Query};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::api::{odata, rfc1123, rfc3339, BaseUrl, ListQuery};
+use crate::api::{header_value, odata, rfc1123, rfc3339, BaseUrl, ListQuery};
 use crate::runtime::STATE_DIR;
 
 /// A request path made safe: relative, no `..`, no root.
@@ -285,7 +285,7 @@ async fn serve(
         .map_err(|_| file_not_found(path))?;
     let (created, modified) = times(&meta);
     let mut out = HeaderMap::new();
-    let h = |v: &str| HeaderValue::from_str(v).unwrap_or_else(|_| HeaderValue::from_static(""));
+    let h = header_value;
     out.insert("ocp-creation-time", h(&rfc1123(created)));
     out.insert(
         "ocp-batch-file-isdirectory",

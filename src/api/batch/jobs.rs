@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -13,7 +13,9 @@ use super::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::Ctx;
-use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
+use crate::api::{
+    etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
+};
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, DisableTasks, JobState, TaskFailureMode};
 use crate::domain::IsoDuration;
@@ -240,21 +242,21 @@ pub async fn create(
         }
         other => other?,
     }
-    let row = store::jobs::get(&mut *tx, &app.account, &id)
+    let row = store::jobs::get(&mut *tx, &app.account, &id, store::jobs::Lock::None)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
     // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.
     store::jobs::complete_if_all_tasks_done(&mut *tx, row.pk).await?;
     tx.commit().await?;
     let url = format!("{base}/jobs/{}", row.id);
-    let mut headers = resource_headers(&row);
-    headers.insert("Location", header(&url));
-    headers.insert("DataServiceId", header(&url));
+    let mut headers = resource_headers(row.last_modified);
+    headers.insert("Location", header_value(&url));
+    headers.insert("DataServiceId", header_value(&url));
     Ok((StatusCode::CREATED, headers).into_response())
 }
 
 pub async fn find(app: &Ctx, job_id: &str) -> ApiResult<JobRow> {
-    store::jobs::get(&app.db, &app.account, job_id)
+    store::jobs::get(&app.db, &app.account, job_id, store::jobs::Lock::None)
         .await?
         .ok_or_else(|| job_not_found(job_id))
 }
@@ -277,7 +279,7 @@ pub async fn get(
     let job = find(&app, &job_id).await?;
     conditions.check(job.last_modified, true)?;
     Ok((
-        resource_headers(&job),
+        resource_headers(job.last_modified),
         Json(select.shape(job_json(&job, &base))),
     )
         .into_response())
@@ -383,7 +385,7 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
     tx.commit().await?;
     app.wake_dispatcher();
     let job = find(app, job_id).await?;
-    Ok((StatusCode::OK, resource_headers(&job)).into_response())
+    Ok((StatusCode::OK, resource_headers(job.last_modified)).into_response())
 }
 
 /// The job, locked for a change, if it is not completed, terminating or being deleted.
@@ -392,7 +394,7 @@ async fn lock_open_job(
     app: &Ctx,
     job_id: &str,
 ) -> ApiResult<JobRow> {
-    let job = store::jobs::get_for_update(&mut **tx, &app.account, job_id)
+    let job = store::jobs::get(&mut **tx, &app.account, job_id, store::jobs::Lock::Update)
         .await?
         .ok_or_else(|| job_not_found(job_id))?;
     refuse_if_finished(&job)?;
@@ -536,18 +538,7 @@ pub async fn task_counts(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Json
 
 async fn accepted(app: &Ctx, job_id: &str) -> ApiResult<Response> {
     let job = find(app, job_id).await?;
-    Ok((StatusCode::ACCEPTED, resource_headers(&job)).into_response())
-}
-
-fn header(value: &str) -> HeaderValue {
-    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn resource_headers(job: &JobRow) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert("ETag", header(&etag(job.last_modified)));
-    headers.insert("Last-Modified", header(&rfc1123(job.last_modified)));
-    headers
+    Ok((StatusCode::ACCEPTED, resource_headers(job.last_modified)).into_response())
 }
 
 /// A job as Azure's `BatchJob` JSON.

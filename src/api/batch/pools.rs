@@ -1,7 +1,7 @@
 //! `/pools`: create, get, list, resize, stop resize, update, delete.
 
 use axum::extract::{Path, Query};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::Ctx;
-use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
+use crate::api::{
+    etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
+};
 use crate::domain::ids::check_id;
 use crate::domain::pool::{NodeDeallocationOption, NodeFillType};
 use crate::domain::IsoDuration;
@@ -183,9 +185,9 @@ pub async fn create(
         .await?
         .ok_or_else(|| ApiError::internal("pool vanished after insert"))?;
     let url = format!("{base}/pools/{}", pool.id);
-    let mut headers = resource_headers(&pool);
-    headers.insert("Location", header(&url));
-    headers.insert("DataServiceId", header(&url));
+    let mut headers = resource_headers(pool.last_modified);
+    headers.insert("Location", header_value(&url));
+    headers.insert("DataServiceId", header_value(&url));
     Ok((StatusCode::CREATED, headers).into_response())
 }
 
@@ -308,7 +310,7 @@ pub async fn get(
     let pool = find(&app, &pool_id).await?;
     conditions.check(pool.last_modified, true)?;
     Ok((
-        resource_headers(&pool),
+        resource_headers(pool.last_modified),
         Json(select.shape(pool_json(&pool, &base))),
     )
         .into_response())
@@ -443,10 +445,10 @@ pub async fn patch(
     .await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
     let pool = find(&app, &pool_id).await?;
-    let mut headers = resource_headers(&pool);
+    let mut headers = resource_headers(pool.last_modified);
     headers.insert(
         "DataServiceId",
-        header(&format!("{base}/pools/{}", pool.id)),
+        header_value(&format!("{base}/pools/{}", pool.id)),
     );
     Ok((StatusCode::OK, headers).into_response())
 }
@@ -483,10 +485,10 @@ pub async fn update_properties(
     .await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
     let pool = find(&app, &pool_id).await?;
-    let mut headers = resource_headers(&pool);
+    let mut headers = resource_headers(pool.last_modified);
     headers.insert(
         "DataServiceId",
-        header(&format!("{base}/pools/{}", pool.id)),
+        header_value(&format!("{base}/pools/{}", pool.id)),
     );
     Ok((StatusCode::NO_CONTENT, headers).into_response())
 }
@@ -500,10 +502,10 @@ async fn accepted(
     outcome.map_err(|r| refusal(pool_id, r))?;
     app.wake_allocator();
     let pool = find(app, pool_id).await?;
-    let mut headers = resource_headers(&pool);
+    let mut headers = resource_headers(pool.last_modified);
     headers.insert(
         "DataServiceId",
-        header(&format!("{base}/pools/{}", pool.id)),
+        header_value(&format!("{base}/pools/{}", pool.id)),
     );
     Ok((StatusCode::ACCEPTED, headers).into_response())
 }
@@ -525,17 +527,6 @@ fn refusal(pool_id: &str, refused: Refused) -> ApiError {
         )
         .with("AllocationState", state),
     }
-}
-
-fn header(value: &str) -> HeaderValue {
-    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn resource_headers(pool: &PoolRow) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert("ETag", header(&etag(pool.last_modified)));
-    headers.insert("Last-Modified", header(&rfc1123(pool.last_modified)));
-    headers
 }
 
 /// A pool as Azure's `BatchPool` JSON.

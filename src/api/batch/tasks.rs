@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -14,7 +14,9 @@ use super::jobs::{check_retry_count, env_json, find as find_job, EnvironmentSett
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
 use crate::api::Ctx;
-use crate::api::{etag, odata, rfc1123, rfc3339, BaseUrl, Conditions, ListQuery, Select};
+use crate::api::{
+    etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
+};
 use crate::domain::ids::check_id;
 use crate::domain::job::{ExitConditions, JobState};
 use crate::domain::IsoDuration;
@@ -217,7 +219,7 @@ async fn open_job(
     app: &Ctx,
     job_id: &str,
 ) -> ApiResult<JobRow> {
-    let job = store::jobs::get_for_share(&mut **tx, &app.account, job_id)
+    let job = store::jobs::get(&mut **tx, &app.account, job_id, store::jobs::Lock::Share)
         .await?
         .ok_or_else(|| super::jobs::job_not_found(job_id))?;
     match job.job_state() {
@@ -294,9 +296,9 @@ pub async fn add(
     let row = store::tasks::get(&app.db, job.pk, &task.id)
         .await?
         .ok_or_else(|| ApiError::internal("task vanished"))?;
-    let mut headers = resource_headers(&row);
-    headers.insert("Location", header(&url));
-    headers.insert("DataServiceId", header(&url));
+    let mut headers = resource_headers(row.last_modified);
+    headers.insert("Location", header_value(&url));
+    headers.insert("DataServiceId", header_value(&url));
     Ok((StatusCode::CREATED, headers).into_response())
 }
 
@@ -462,7 +464,7 @@ pub async fn get(
     let task = find(&app, &job, &task_id).await?;
     conditions.check(task.last_modified, true)?;
     Ok((
-        resource_headers(&task),
+        resource_headers(task.last_modified),
         Json(select.shape(task_json(&job, &task, &base))),
     )
         .into_response())
@@ -533,7 +535,7 @@ pub async fn update(
     .execute(&app.db)
     .await?;
     let task = find(&app, &job, &task_id).await?;
-    Ok((StatusCode::OK, resource_headers(&task)).into_response())
+    Ok((StatusCode::OK, resource_headers(task.last_modified)).into_response())
 }
 
 /// Ends an active or running task as failed; a running one is killed.
@@ -661,17 +663,6 @@ pub async fn delete(
         }
     }
     Ok(StatusCode::OK.into_response())
-}
-
-fn header(value: &str) -> HeaderValue {
-    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn resource_headers(task: &TaskRow) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert("ETag", header(&etag(task.last_modified)));
-    headers.insert("Last-Modified", header(&rfc1123(task.last_modified)));
-    headers
 }
 
 /// A task as Azure's `BatchTask` JSON.
