@@ -14,7 +14,9 @@
 #                                      #   (eval "$(bash scripts/test-env.sh)")
 #   bash scripts/test-env.sh stop      # stop the throwaway Postgres (dockerd keeps running)
 #
-# Exported: BATCHPOOL_TEST_DATABASE_URL (a sqlx-compatible postgres:// URL).
+# Exported: BATCHPOOL_TEST_DATABASE_URL (a sqlx-compatible postgres:// URL),
+# BATCHPOOL_SDK15_PYTHON / BATCHPOOL_SDK14_PYTHON / BATCHPOOL_AZ (the official
+# SDKs and CLI), BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL).
 #
 # Knobs (environment):
 #   BATCHPOOL_TEST_PG_DIR    socket + data directory (default /tmp/batchpool-test-pg)
@@ -376,6 +378,36 @@ EOF
             || die "pip could not install azure-cli"
     fi
     printf "export BATCHPOOL_AZ='%s'\n" "$az_venv/bin/az" >&3
+
+    # ------------------------------------------------------------------
+    # Azurite, Microsoft's Azure Storage emulator, from npm: the BES tests
+    # read inputs from it and write outputs to it with real connection
+    # strings and SAS tokens. Blob service only, on 127.0.0.1:10000, data in
+    # memory (nothing survives a restart of the emulator, nothing is needed).
+    # ------------------------------------------------------------------
+    local azurite_dir="${BATCHPOOL_AZURITE_DIR:-/tmp/batchpool-azurite}"
+    local azurite_port="${BATCHPOOL_AZURITE_PORT:-10000}"
+    command -v npm >/dev/null || die "npm not found (install nodejs and npm)"
+    if [[ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]]; then
+        log "installing azurite into $azurite_dir"
+        mkdir -p "$azurite_dir"
+        (cd "$azurite_dir" && npm install --no-audit --no-fund --silent azurite@3 >&2) \
+            || die "npm could not install azurite"
+    fi
+    if ! (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null; then
+        log "starting azurite on 127.0.0.1:$azurite_port (log: $azurite_dir/azurite.log)"
+        setsid "$azurite_dir/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
+            --blobPort "$azurite_port" --inMemoryPersistence --skipApiVersionCheck --loose \
+            >>"$azurite_dir/azurite.log" 2>&1 </dev/null 3>&- &
+        local i
+        for ((i = 0; i < 100; i++)); do
+            (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null && break
+            sleep 0.2
+        done
+        (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null \
+            || die "azurite did not listen on $azurite_port (see $azurite_dir/azurite.log)"
+    fi
+    printf "export BATCHPOOL_TEST_AZURITE='http://127.0.0.1:%s/devstoreaccount1'\n" "$azurite_port" >&3
 )
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then

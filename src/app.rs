@@ -25,7 +25,17 @@ pub struct Settings {
     /// "publisher/offer/sku" (lower case) or an image id -> Docker image.
     pub image_map: HashMap<String, String>,
     pub max_nodes_per_pool: i32,
+    /// Where s3:// and file:// BES references may point.
+    pub storage_roots: crate::blob::Roots,
+    /// Where BES outputs without an override and BES job logs go.
+    pub bes_storage: crate::blob::DataReference,
+    pub classic_concurrency: i32,
 }
+
+/// The shared classic BES environment lives in an account no client can sign as ('.' is not
+/// allowed in account names), in one pool.
+pub const CLASSIC_ACCOUNT: &str = ".classic";
+pub const CLASSIC_POOL: &str = "classic";
 
 pub struct AppState {
     pub db: PgPool,
@@ -40,6 +50,12 @@ impl AppState {
     pub fn wake_allocator(&self) {
         self.wake.allocate.notify_one();
         self.notify_leader("allocate");
+    }
+
+    /// Tells the BES driver that a job was started or cancelled.
+    pub fn wake_bes(&self) {
+        self.wake.bes.notify_one();
+        self.notify_leader("bes");
     }
 
     /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
@@ -139,9 +155,12 @@ pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Re
                 let keys = store::accounts::get(&db, name)
                     .await?
                     .with_context(|| format!("no account {name:?}"))?;
+                let ps = store::services::pool_service_account(&db, name)
+                    .await?
+                    .with_context(|| format!("no account {name:?}"))?;
                 println!(
-                    "account:       {}\nprimary key:   {}\nsecondary key: {}",
-                    keys.name, keys.primary_key, keys.secondary_key
+                    "account:          {}\nprimary key:      {}\nsecondary key:    {}\npool service key: {}\nmax pools:        {}\nmax VMs per pool: {}",
+                    keys.name, keys.primary_key, keys.secondary_key, ps.pool_service_key, ps.max_pools, ps.max_vms_per_pool
                 );
             }
             AccountAction::Create { name } => {
@@ -154,6 +173,33 @@ pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Re
                 );
                 println!(
                     "account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}"
+                );
+            }
+            AccountAction::Rotate { name, key } if key == "pool-service" => {
+                let new = store::services::rotate_pool_service_key(&db, name)
+                    .await?
+                    .with_context(|| format!("no account {name:?}"))?;
+                println!("new pool service key of {name}: {new}");
+            }
+            AccountAction::Quota {
+                name,
+                max_pools,
+                max_vms_per_pool,
+            } => {
+                anyhow::ensure!(
+                    max_pools.unwrap_or(0) >= 0 && max_vms_per_pool.unwrap_or(0) >= 0,
+                    "quotas must not be negative"
+                );
+                anyhow::ensure!(
+                    store::services::set_quotas(&db, name, *max_pools, *max_vms_per_pool).await?,
+                    "no account {name:?}"
+                );
+                let ps = store::services::pool_service_account(&db, name)
+                    .await?
+                    .with_context(|| format!("no account {name:?}"))?;
+                println!(
+                    "{name}: at most {} Pool Service pools of at most {} VMs each",
+                    ps.max_pools, ps.max_vms_per_pool
                 );
             }
             AccountAction::Rotate { name, key } => {
@@ -232,6 +278,7 @@ async fn run(
             server_id,
             wake: wake.clone(),
             node_concurrency: config.node_concurrency,
+            bes: bes_config(&config, &settings)?,
         },
         cancel.clone(),
     ));
@@ -264,6 +311,22 @@ async fn run(
     Ok(())
 }
 
+fn bes_config(config: &ServeConfig, settings: &Settings) -> anyhow::Result<scheduler::bes::Config> {
+    let (vm_size, size) = settings
+        .vm_sizes
+        .get(&config.classic_vm_size)
+        .with_context(|| format!("--classic-vm-size {:?} is not a known vm size", config.classic_vm_size))?;
+    Ok(scheduler::bes::Config {
+        roots: settings.storage_roots.clone(),
+        storage: settings.bes_storage.clone(),
+        classic_concurrency: settings.classic_concurrency,
+        classic_vm_size: vm_size,
+        classic_vcpus: size.vcpus,
+        classic_memory_mib: size.memory_mib as i64,
+        classic_image: settings.default_image.clone(),
+    })
+}
+
 fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
     let mut vm_sizes = VmSizeTable::builtin();
     if let Some(path) = &config.vm_sizes {
@@ -289,7 +352,43 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
         config.max_nodes_per_pool >= 0,
         "--max-nodes-per-pool must not be negative"
     );
+    anyhow::ensure!(
+        config.classic_concurrency >= 0,
+        "--classic-concurrency must not be negative"
+    );
+    let data_dir = std::path::absolute(&config.data_dir)?;
+    let default_storage = url::Url::from_directory_path(data_dir.join("bes-storage"))
+        .map_err(|()| anyhow::anyhow!("the data directory is not an absolute path"))?
+        .to_string();
+    let mut storage_roots = config.storage_roots.clone();
+    let bes_storage = match config.bes_storage.as_ref().map(|s| s.expose().to_string()) {
+        Some(s) if s.starts_with("file://") || s.starts_with("s3://") => {
+            storage_roots.push(s.clone());
+            crate::blob::DataReference {
+                base_location: Some(s),
+                ..Default::default()
+            }
+        }
+        Some(s) => {
+            crate::blob::parse_connection_string(&s)
+                .map_err(|e| anyhow::anyhow!("--bes-storage: {}", e.message))?;
+            crate::blob::DataReference {
+                connection_string: Some(s),
+                ..Default::default()
+            }
+        }
+        None => {
+            storage_roots.push(default_storage.clone());
+            crate::blob::DataReference {
+                base_location: Some(default_storage),
+                ..Default::default()
+            }
+        }
+    };
     Ok(Settings {
+        storage_roots: crate::blob::Roots(storage_roots),
+        bes_storage,
+        classic_concurrency: config.classic_concurrency,
         account: config.account.clone(),
         default_image: config.default_image.clone(),
         vm_sizes,

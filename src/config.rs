@@ -51,11 +51,20 @@ pub enum AccountAction {
     Show { name: String },
     /// A new account with new keys (printed).
     Create { name: String },
-    /// A new primary or secondary key (printed); the other keeps working meanwhile.
+    /// A new primary or secondary key (printed); the other keeps working meanwhile. `pool-service`
+    /// replaces the Pool Service authorization key.
     Rotate {
         name: String,
-        #[arg(long, value_parser = ["primary", "secondary"], default_value = "primary")]
+        #[arg(long, value_parser = ["primary", "secondary", "pool-service"], default_value = "primary")]
         key: String,
+    },
+    /// The Pool Service quotas of an account: how many pools it may make, and how many VMs each.
+    Quota {
+        name: String,
+        #[arg(long)]
+        max_pools: Option<i32>,
+        #[arg(long)]
+        max_vms_per_pool: Option<i32>,
     },
 }
 
@@ -120,6 +129,26 @@ pub struct ServeConfig {
         hide = true
     )]
     pub backup_tick_ms: u64,
+
+    /// Where `s3://` and `file://` BES inputs and outputs may point (prefixes; repeat the flag or
+    /// separate with commas). Azure Blob references need no root: their credentials say it all.
+    #[arg(long = "storage-root", env = "BATCHPOOL_STORAGE_ROOTS", value_delimiter = ',')]
+    pub storage_roots: Vec<String>,
+
+    /// Where BES outputs without an override, and the logs of every BES job (Batch File
+    /// Conventions), are stored: a file:// or s3:// URL, or an Azure Storage connection string.
+    /// Default: file://<data-dir>/bes-storage/.
+    #[arg(long, env = "BATCHPOOL_BES_STORAGE", hide_env_values = true)]
+    pub bes_storage: Option<Secret>,
+
+    /// How many BES jobs without AzureBatchPoolId run at once in the shared classic environment
+    /// (first in, first out across all accounts): its built-in pool has this many nodes.
+    #[arg(long, env = "BATCHPOOL_CLASSIC_CONCURRENCY", default_value_t = 2)]
+    pub classic_concurrency: i32,
+
+    /// The vm size of the classic environment's nodes.
+    #[arg(long, env = "BATCHPOOL_CLASSIC_VM_SIZE", default_value = "standard_d2_v3")]
+    pub classic_vm_size: String,
 
     /// How many nodes the allocator creates or removes at once.
     #[arg(long, env = "BATCHPOOL_NODE_CONCURRENCY", default_value_t = 16)]

@@ -2,9 +2,19 @@
 
 pub mod api;
 pub mod app;
+pub mod blob;
 pub mod config;
 pub mod domain;
 pub mod postgres;
 pub mod runtime;
 pub mod scheduler;
 pub mod store;
+
+/// TLS for outgoing HTTPS (blob storage) uses rustls with ring; install it once per process
+/// before any HTTP client is built.
+pub fn install_tls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}

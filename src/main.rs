@@ -12,6 +12,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    batchpool::install_tls();
     match Cli::parse().command {
         Command::Serve(config) => batchpool::app::serve(config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,

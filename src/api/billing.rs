@@ -1,9 +1,13 @@
-//! `/billing`: compute hours (node-hours) per pool over a time range.
+//! `/billing`: compute hours (node-hours) over a time range, per pool, per billing plan, and
+//! attributed to jobs by the slot-seconds their tasks used. `format=csv` (or `Accept: text/csv`)
+//! gives the same figures as CSV.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::Query;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
@@ -14,11 +18,14 @@ use super::error::{ApiError, ApiResult};
 use super::rfc3339;
 use crate::api::Ctx;
 use crate::app::AppState;
-use crate::domain::metering::compute_hours;
+use crate::domain::metering::{compute_hours, UsageInterval};
 use crate::store;
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/pools", get(pool_hours))
+    Router::new()
+        .route("/pools", get(pool_hours))
+        .route("/plans", get(plan_hours))
+        .route("/jobs", get(job_hours))
 }
 
 #[derive(Deserialize)]
@@ -27,6 +34,7 @@ pub struct Range {
     start_time: Option<String>,
     end_time: Option<String>,
     pool_id: Option<String>,
+    format: Option<String>,
 }
 
 fn time(name: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
@@ -45,12 +53,9 @@ fn time(name: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
         .transpose()
 }
 
-/// Compute hours of each pool (of this account) in `[startTime, endTime)`: every node counts
-/// from provisioned (container started) to removed, whether or not tasks ran. `endTime` defaults to now, `startTime` to
-/// 24 hours before `endTime`.
-pub async fn pool_hours(app: Ctx, Query(range): Query<Range>) -> ApiResult<Json<Value>> {
-    let now = Utc::now();
-    let end = time("endTime", range.end_time.as_deref())?.unwrap_or(now);
+/// `[startTime, endTime)`: `endTime` defaults to now, `startTime` to 24 hours before it.
+fn window(range: &Range) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+    let end = time("endTime", range.end_time.as_deref())?.unwrap_or_else(Utc::now);
     let start = time("startTime", range.start_time.as_deref())?
         .unwrap_or(end - chrono::Duration::hours(24));
     if start >= end {
@@ -60,6 +65,47 @@ pub async fn pool_hours(app: Ctx, Query(range): Query<Range>) -> ApiResult<Json<
             "must be before endTime",
         ));
     }
+    Ok((start, end))
+}
+
+/// JSON, or CSV of `columns` from each item of `value` when the client asks for it.
+fn respond(range: &Range, headers: &HeaderMap, body: Value, columns: &[&str]) -> ApiResult<Response> {
+    let accept_csv = headers
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/csv"));
+    let csv = match range.format.as_deref() {
+        None | Some("json") => accept_csv,
+        Some("csv") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_query("format", other, "must be json or csv"));
+        }
+    };
+    if !csv {
+        return Ok(Json(body).into_response());
+    }
+    let mut out = columns.join(",") + "\n";
+    for item in body["value"].as_array().into_iter().flatten() {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| match &item[*c] {
+                Value::Null => String::new(),
+                Value::String(s) if s.contains([',', '"', '\n']) => format!("\"{}\"", s.replace('"', "\"\"")),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    Ok(([("content-type", "text/csv; charset=utf-8")], out).into_response())
+}
+
+/// Compute hours of each pool (of this account): every node counts from provisioned (container
+/// started) to removed, whether or not tasks ran.
+pub async fn pool_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+    let (start, end) = window(&range)?;
+    let now = Utc::now();
     let rows =
         store::usage::in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
     let mut by_pool: BTreeMap<&str, Vec<&store::usage::PoolUsageRow>> = BTreeMap::new();
@@ -74,10 +120,69 @@ pub async fn pool_hours(app: Ctx, Query(range): Query<Range>) -> ApiResult<Json<
             let hours = compute_hours(&intervals, start, end, now);
             let core_hours: f64 = rows.iter().map(|r| r.vcpus * compute_hours(&[r.interval()], start, end, now)).sum();
             total += hours;
-            json!({"poolId": pool_id, "vmSize": rows[0].vm_size, "computeHours": hours, "coreHours": core_hours, "usageRecords": rows.len()})
+            json!({"poolId": pool_id, "billingPlan": rows[0].billing_plan, "vmSize": rows[0].vm_size,
+                   "computeHours": hours, "coreHours": core_hours, "usageRecords": rows.len()})
         })
         .collect();
-    Ok(Json(
-        json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "totalComputeHours": total, "value": pools}),
-    ))
+    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "totalComputeHours": total, "value": pools});
+    respond(&range, &headers, body, &["poolId", "billingPlan", "vmSize", "computeHours", "coreHours", "usageRecords"])
+}
+
+/// Compute hours per billing plan: the pools the Pool Service made for a service bill to its
+/// plan; pools made otherwise have none (`billingPlan` null).
+pub async fn plan_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+    let (start, end) = window(&range)?;
+    let now = Utc::now();
+    let rows =
+        store::usage::in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
+    let mut by_plan: BTreeMap<Option<&str>, BTreeMap<&str, Vec<UsageInterval>>> = BTreeMap::new();
+    for row in &rows {
+        by_plan
+            .entry(row.billing_plan.as_deref())
+            .or_default()
+            .entry(&row.pool_id)
+            .or_default()
+            .push(row.interval());
+    }
+    let plans: Vec<Value> = by_plan
+        .into_iter()
+        .map(|(plan, pools)| {
+            let pools: Vec<Value> = pools
+                .into_iter()
+                .map(|(pool, intervals)| json!({"poolId": pool, "computeHours": compute_hours(&intervals, start, end, now)}))
+                .collect();
+            let hours: f64 = pools.iter().filter_map(|p| p["computeHours"].as_f64()).sum();
+            json!({"billingPlan": plan, "computeHours": hours, "pools": pools})
+        })
+        .collect();
+    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": plans});
+    respond(&range, &headers, body, &["billingPlan", "computeHours"])
+}
+
+/// Hours attributed to each job: the slot-seconds its task attempts used, as a share of a node
+/// (a task using 1 of 4 slots for an hour is a quarter of a compute hour).
+pub async fn job_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+    let (start, end) = window(&range)?;
+    let now = Utc::now();
+    let rows =
+        store::usage::slots_in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
+    let mut by_job: BTreeMap<(&str, &str), (Option<&str>, f64, f64, usize)> = BTreeMap::new();
+    for r in &rows {
+        let hours = compute_hours(&[UsageInterval { started: r.started_at, ended: r.ended_at }], start, end, now);
+        let entry = by_job
+            .entry((&r.job_id, &r.pool_id))
+            .or_insert((r.billing_plan.as_deref(), 0.0, 0.0, 0));
+        entry.1 += hours * r.slots as f64;
+        entry.2 += hours * r.slots as f64 / r.slots_per_node.max(1) as f64;
+        entry.3 += 1;
+    }
+    let jobs: Vec<Value> = by_job
+        .into_iter()
+        .map(|((job, pool), (plan, slot_hours, compute, attempts))| {
+            json!({"jobId": job, "poolId": pool, "billingPlan": plan, "slotHours": slot_hours,
+                   "computeHours": compute, "taskAttempts": attempts})
+        })
+        .collect();
+    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": jobs});
+    respond(&range, &headers, body, &["jobId", "poolId", "billingPlan", "slotHours", "computeHours", "taskAttempts"])
 }

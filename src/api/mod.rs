@@ -6,6 +6,7 @@ pub mod billing;
 pub mod error;
 pub mod json;
 pub mod lenient;
+pub mod ml;
 pub mod odata;
 pub mod request_id;
 
@@ -29,8 +30,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::layer,
         ));
+    // Web services are managed with the account's Shared Key, but speak Azure ML's api-version.
+    let management = ml::management_router().route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::layer,
+    ));
     Router::new()
         .merge(authenticated)
+        .merge(management)
+        .merge(ml::bearer_router())
         .route(
             "/health",
             get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),

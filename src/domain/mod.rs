@@ -27,6 +27,7 @@ macro_rules! wire_enum {
     };
 }
 
+pub mod bes;
 pub mod duration;
 pub mod ids;
 pub mod metering;

@@ -3,6 +3,7 @@
 //! them). API writes wake the loops; a slow timer only backs them up.
 
 pub mod allocate;
+pub mod bes;
 pub mod complete;
 pub mod dispatch;
 pub mod execute;
@@ -31,6 +32,8 @@ pub struct Wakeups {
     pub allocate: Arc<Notify>,
     /// Tasks or slots changed: placements to make, attempts to kill.
     pub dispatch: Arc<Notify>,
+    /// BES jobs started or cancelled.
+    pub bes: Arc<Notify>,
     /// How often the loops look even when nobody woke them.
     pub tick: Duration,
 }
@@ -40,6 +43,7 @@ impl Wakeups {
         Self {
             allocate: Arc::default(),
             dispatch: Arc::default(),
+            bes: Arc::default(),
             tick,
         }
     }
@@ -60,6 +64,7 @@ async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
                     n = listener.recv() => match n {
                         Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
                         Ok(n) if n.payload() == "dispatch" => wake.dispatch.notify_one(),
+                        Ok(n) if n.payload() == "bes" => wake.bes.notify_one(),
                         Ok(_) => {}
                         Err(e) => {
                             tracing::warn!(error = %e, "listening for wake-ups failed; reconnecting");
@@ -85,6 +90,7 @@ pub struct Scheduler {
     pub server_id: String,
     pub wake: Wakeups,
     pub node_concurrency: usize,
+    pub bes: bes::Config,
 }
 
 /// Waits to lead, then runs the loops until `cancel`.
@@ -117,8 +123,19 @@ pub async fn run(s: Scheduler, cancel: CancellationToken) {
         s.wake.clone(),
         cancel.clone(),
     );
+    let driver = bes::Driver::new(
+        s.db.clone(),
+        s.runtime.layout().clone(),
+        s.bes.clone(),
+        s.wake.clone(),
+        cancel.clone(),
+    );
     let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
-    tokio::join!(allocator.run(), dispatch_loop(&s, executor, &cancel));
+    tokio::join!(
+        allocator.run(),
+        dispatch_loop(&s, executor, &cancel),
+        driver.run()
+    );
     listener.abort();
     let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(LEADER_LOCK)

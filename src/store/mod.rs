@@ -2,6 +2,7 @@
 
 pub mod nodes;
 pub mod pools;
+pub mod services;
 pub mod usage;
 
 use sqlx::PgPool;

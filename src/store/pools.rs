@@ -31,6 +31,11 @@ pub struct PoolRow {
     pub metadata: Value,
     pub creation_time: DateTime<Utc>,
     pub last_modified: DateTime<Utc>,
+    /// The plan its compute hours bill to (pools the Pool Service made for a service).
+    pub billing_plan: Option<String>,
+    pub service_pk: Option<i64>,
+    /// Made through the Pool Service (counts against its quotas).
+    pub pool_service: bool,
     /// Nodes that exist and are not leaving the pool.
     pub current_dedicated_nodes: i64,
 }
@@ -52,6 +57,9 @@ pub struct NewPool {
     pub target_dedicated_nodes: i32,
     pub resize_timeout_ticks: i64,
     pub metadata: Value,
+    pub billing_plan: Option<String>,
+    pub service_pk: Option<i64>,
+    pub pool_service: bool,
 }
 
 const SELECT: &str = "SELECT p.*, \
@@ -68,8 +76,10 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO pools (account, id, display_name, vm_size, vcpus, memory_mib, image, vm_config, start_task, \
             task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
-            state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now())",
+            state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
+            billing_plan, service_pk, pool_service) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
+            $16, $17, $18)",
     )
     .bind(&p.account)
     .bind(&p.id)
@@ -86,6 +96,9 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
     .bind(p.resize_timeout_ticks)
     .bind(allocation.as_str())
     .bind(&p.metadata)
+    .bind(&p.billing_plan)
+    .bind(p.service_pk)
+    .bind(p.pool_service)
     .execute(db)
     .await?;
     Ok(())

@@ -8,8 +8,8 @@ use crate::domain::metering::UsageInterval;
 /// Opens the node's record unless one is open already (an adopted node keeps its record).
 pub async fn open(db: impl PgExecutor<'_>, node_pk: i64, at: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, started_at) \
-         SELECT p.account, p.pk, p.id, n.id, p.vm_size, p.vcpus, $2 \
+        "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, billing_plan, started_at) \
+         SELECT p.account, p.pk, p.id, n.id, p.vm_size, p.vcpus, p.billing_plan, $2 \
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk WHERE n.pk = $1 \
          ON CONFLICT (node_id) WHERE ended_at IS NULL DO NOTHING",
     )
@@ -36,6 +36,7 @@ pub async fn close(db: impl PgExecutor<'_>, node_id: &str, at: DateTime<Utc>) ->
 #[derive(Debug, sqlx::FromRow)]
 pub struct PoolUsageRow {
     pub pool_id: String,
+    pub billing_plan: Option<String>,
     pub vm_size: String,
     pub vcpus: f64,
     pub started_at: DateTime<Utc>,
@@ -59,10 +60,48 @@ pub async fn in_range(
     to: DateTime<Utc>,
 ) -> sqlx::Result<Vec<PoolUsageRow>> {
     sqlx::query_as(
-        "SELECT pool_id, vm_size, vcpus, started_at, ended_at FROM usage_records \
+        "SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at FROM usage_records \
          WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) \
            AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3) \
          ORDER BY pool_id, started_at",
+    )
+    .bind(account)
+    .bind(pool_id)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await
+}
+
+/// Slot use of a job's task attempts: ended ones from `slot_usage`, running ones from the tasks.
+#[derive(Debug, sqlx::FromRow)]
+pub struct SlotUsageRow {
+    pub job_id: String,
+    pub pool_id: String,
+    pub billing_plan: Option<String>,
+    pub slots: i32,
+    pub slots_per_node: i32,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+pub async fn slots_in_range(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    pool_id: Option<&str>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> sqlx::Result<Vec<SlotUsageRow>> {
+    sqlx::query_as(
+        "SELECT job_id, pool_id, billing_plan, slots, slots_per_node, started_at, ended_at FROM slot_usage \
+         WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) AND started_at < $4 AND ended_at > $3 \
+         UNION ALL \
+         SELECT j.id, t.pool_id, p.billing_plan, t.required_slots, coalesce(p.task_slots_per_node, 1), t.start_time, NULL \
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
+         LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id) \
+         WHERE j.account = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4 \
+           AND ($2::text IS NULL OR lower(t.pool_id) = lower($2)) \
+         ORDER BY 1, 2",
     )
     .bind(account)
     .bind(pool_id)

@@ -163,6 +163,7 @@ impl TestServer {
     }
 
     pub async fn start_with(runtime: Rt, database_url: Option<String>, extra: &[&str]) -> Self {
+        batchpool::install_tls();
         if runtime == Rt::Docker {
             ensure_test_image();
         }

@@ -19,7 +19,7 @@ use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
 
 /// Azure's default resizeTimeout.
-const DEFAULT_RESIZE_TIMEOUT_SECS: i64 = 15 * 60;
+pub const DEFAULT_RESIZE_TIMEOUT_SECS: i64 = 15 * 60;
 /// Azure's limit on taskSlotsPerNode.
 const MAX_TASK_SLOTS_PER_NODE: i32 = 256;
 
@@ -169,6 +169,9 @@ pub async fn create(
         resize_timeout_ticks: resize_timeout,
         metadata: serde_json::to_value(body.metadata.unwrap_or_default())
             .expect("metadata serializes"),
+        billing_plan: None,
+        service_pk: None,
+        pool_service: false,
     };
     match store::pools::insert(&app.db, &new).await {
         Err(e) if store::is_unique_violation(&e) => {

@@ -1,0 +1,127 @@
+//! The Azure ML side: web services (our own management API, signed with the account's Shared
+//! Key), their BES job API (Bearer service key), and the Pool Service (Bearer pool service key).
+//! Errors use Azure ML's body (`error::MlError`).
+
+pub mod error;
+pub mod jobs;
+pub mod poolservice;
+pub mod services;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+
+use crate::app::AppState;
+use error::{MlError, MlResult};
+
+/// Routes signed with the account's Shared Key: managing web services. Both URL families
+/// (`/subscriptions/{sub}` of Resource-Manager services, `/workspaces/{ws}` of classic ones) name
+/// the same services.
+pub fn management_router() -> Router<Arc<AppState>> {
+    let mut r = Router::new();
+    for prefix in ["/subscriptions", "/workspaces"] {
+        r = r
+            .route(&format!("{prefix}/{{ns}}/services"), get(services::list))
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}"),
+                get(services::get).put(services::put).delete(services::delete),
+            )
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}/regeneratekey"),
+                post(services::regenerate_key),
+            );
+    }
+    r
+}
+
+/// Routes that authenticate themselves with a Bearer key: BES jobs, swagger.json, Pool Service.
+pub fn bearer_router() -> Router<Arc<AppState>> {
+    let mut r = Router::new();
+    for prefix in ["/subscriptions", "/workspaces"] {
+        r = r
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}/swagger.json"),
+                get(services::swagger),
+            )
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}/jobs"),
+                get(jobs::list).post(jobs::submit),
+            )
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}/jobs/{{id}}"),
+                get(jobs::get).delete(jobs::cancel),
+            )
+            .route(
+                &format!("{prefix}/{{ns}}/services/{{svc}}/jobs/{{id}}/start"),
+                post(jobs::start),
+            );
+    }
+    r.nest("/poolservice", poolservice::router())
+}
+
+/// The key of `Authorization: Bearer <key>`.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+}
+
+/// Compares without an early exit.
+pub fn same_key(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// BES speaks api-version 2.0; a request naming another is refused, one naming none is served.
+pub fn check_version(query: Option<&str>) -> MlResult<()> {
+    let version = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "api-version")
+        .map(|(_, v)| v.into_owned());
+    match version {
+        Some(v) if v != "2.0" => Err(MlError::bad(
+            "BadVersionCall",
+            format!("Invalid version parameter was passed during the API call: {v:?}; use api-version=2.0."),
+        )
+        .target("api-version")),
+        _ => Ok(()),
+    }
+}
+
+/// A JSON body read whatever its Content-Type says (BES clients send application/json,
+/// text/json or nothing); an empty body reads as `{}`.
+pub struct MlJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
+    type Rejection = MlError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, MlError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                MlError::new(e.status(), "MemoryQuotaViolation", "RequestBodyTooLarge", "The request body is too large.")
+            } else {
+                MlError::bad("RequestBodyInvalid", format!("The request body could not be read: {e}"))
+            }
+        })?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| MlError::bad("RequestBodyInvalid", "The request body is not UTF-8."))?;
+        let text = if text.trim().is_empty() || text.trim() == "\"\"" { "{}" } else { text };
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map(MlJson).map_err(|e| {
+            let path = e.path().to_string();
+            let target = if path == "." { None } else { Some(path) };
+            let mut err = MlError::bad(
+                "RequestBodyInvalid",
+                format!("The request body is invalid: {}", e.inner()),
+            );
+            err.target = target;
+            err
+        })
+    }
+}

@@ -1,0 +1,416 @@
+//! The BES driver: turns started BES jobs into Batch jobs and back. For each job in flight it
+//! downloads the inputs into the task's working directory, adds a Batch job with one task
+//! (`score`) on the job's pool (or the classic environment's), and when that task completes
+//! uploads the outputs and the task's logs (Batch File Conventions) and records the results.
+//! All of its state is in `bes_jobs`, so a restarted leader picks up where the last one stopped.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use super::Wakeups;
+use crate::app::{CLASSIC_ACCOUNT, CLASSIC_POOL};
+use crate::blob::{self, DataReference, Roots};
+use crate::domain::duration::IsoDuration;
+use crate::runtime::Layout;
+use crate::store;
+use crate::store::services::{phase, BesJobRow};
+
+/// The one task of a BES job's Batch job.
+pub const TASK_ID: &str = "score";
+/// How long the classic pool keeps its nodes after its last job.
+const CLASSIC_IDLE: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub roots: Roots,
+    /// Default output storage and the home of the logs (a base location or a connection string).
+    pub storage: DataReference,
+    pub classic_concurrency: i32,
+    pub classic_vm_size: String,
+    pub classic_vcpus: f64,
+    pub classic_memory_mib: i64,
+    pub classic_image: String,
+}
+
+pub struct Driver {
+    db: PgPool,
+    layout: Layout,
+    config: Config,
+    wake: Wakeups,
+    http: reqwest::Client,
+    /// Jobs a spawned step is working on.
+    busy: Mutex<HashSet<i64>>,
+    classic_last_busy: Mutex<Instant>,
+    cancel: CancellationToken,
+}
+
+impl Driver {
+    pub fn new(db: PgPool, layout: Layout, config: Config, wake: Wakeups, cancel: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            db,
+            layout,
+            config,
+            wake,
+            http: reqwest::Client::new(),
+            busy: Mutex::default(),
+            classic_last_busy: Mutex::new(Instant::now()),
+            cancel,
+        })
+    }
+
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let in_flight = match self.pass().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "BES pass failed");
+                    0
+                }
+            };
+            // While jobs are in flight their tasks' ends are looked for often; idle, rarely.
+            let wait = if in_flight > 0 { Duration::from_millis(200) } else { self.wake.tick };
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = self.wake.bes.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn pass(self: &Arc<Self>) -> anyhow::Result<usize> {
+        let jobs = store::services::in_flight(&self.db).await?;
+        let classic: Vec<&BesJobRow> = jobs.iter().filter(|j| j.pool_id.is_none()).collect();
+        if let Err(e) = self.size_classic_pool(classic.len()).await {
+            tracing::warn!(error = %format!("{e:#}"), "sizing the classic pool failed");
+        }
+        // First in, first out: staging classic jobs are admitted in start order while fewer than
+        // the configured number are past staging.
+        let mut admitted = classic.iter().filter(|j| j.phase != phase::STAGING).count() as i32;
+        let ended = self.ended_tasks().await?;
+        for job in &jobs {
+            match job.phase.as_str() {
+                phase::STAGING => {
+                    if job.pool_id.is_none() {
+                        if admitted >= self.config.classic_concurrency {
+                            continue;
+                        }
+                        admitted += 1;
+                    }
+                    self.spawn(job, |d, j| async move { d.stage(&j).await });
+                }
+                phase::RUNNING if ended.contains(&job.pk) => {
+                    self.spawn(job, |d, j| async move { d.finish(&j).await });
+                }
+                phase::UPLOADING => {
+                    self.spawn(job, |d, j| async move { d.finish(&j).await });
+                }
+                _ => {}
+            }
+        }
+        Ok(jobs.len())
+    }
+
+    /// Runs one step of a job unless one is running already.
+    fn spawn<F, Fut>(self: &Arc<Self>, job: &BesJobRow, step: F)
+    where
+        F: FnOnce(Arc<Self>, BesJobRow) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+    {
+        if !self.busy.lock().unwrap().insert(job.pk) {
+            return;
+        }
+        let (me, job) = (self.clone(), job.clone());
+        tokio::spawn(async move {
+            let pk = job.pk;
+            let id = job.id.clone();
+            if let Err(e) = step(me.clone(), job).await {
+                tracing::error!(job = %id, error = %format!("{e:#}"), "BES job step failed; retried on the next pass");
+            }
+            me.busy.lock().unwrap().remove(&pk);
+            me.wake.bes.notify_one();
+        });
+    }
+
+    /// Running BES jobs whose task has completed, or whose Batch job is gone.
+    async fn ended_tasks(&self) -> sqlx::Result<HashSet<i64>> {
+        let rows: Vec<i64> = sqlx::query_scalar(
+            "SELECT b.pk FROM bes_jobs b \
+             LEFT JOIN jobs j ON j.account = b.run_account AND lower(j.id) = lower(b.id) \
+             LEFT JOIN tasks t ON t.job_pk = j.pk AND t.id = $1 \
+             WHERE b.phase = 'running' AND (t.pk IS NULL OR t.state = 'completed')",
+        )
+        .bind(TASK_ID)
+        .fetch_all(&self.db)
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    fn task_dir(&self, job: &BesJobRow) -> std::path::PathBuf {
+        self.layout.job_dir(&job.run_account, &job.id).join("job-1").join(TASK_ID)
+    }
+
+    async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {
+        tracing::info!(job = %job.id, %details, "BES job failed");
+        store::services::finish(&self.db, job.pk, phase::FAILED, None, Some(&details)).await?;
+        Ok(())
+    }
+
+    /// Inputs down, then the Batch job and its task, in one transaction with the phase change.
+    async fn stage(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
+        let wd = self.task_dir(job).join("wd");
+        tokio::fs::create_dir_all(wd.join("inputs")).await?;
+        tokio::fs::create_dir_all(wd.join("outputs")).await?;
+        let inputs = job.request["inputs"].as_object().cloned().unwrap_or_default();
+        for (name, input) in &inputs {
+            let r: DataReference = serde_json::from_value(input["ref"].clone())?;
+            let file = input["file"].as_str().unwrap_or_default();
+            if let Err(e) = download(&r, &self.config.roots, &wd.join(file)).await {
+                return self.fail(job, format!("Input {name:?} could not be read (InvalidBlob): {e}")).await;
+            }
+        }
+        let mut tx = self.db.begin().await?;
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1 FOR UPDATE")
+                .bind(job.pk)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if current.as_deref() != Some(phase::STAGING) {
+            return Ok(()); // cancelled meanwhile
+        }
+        let service = store::services::get_by_pk(&mut *tx, job.service_pk).await?;
+        let pool_id = job.pool_id.clone().unwrap_or_else(|| CLASSIC_POOL.to_string());
+        let new_job = store::jobs::NewJob {
+            account: job.run_account.clone(),
+            id: job.id.clone(),
+            display_name: Some(format!(
+                "BES job of web service {}",
+                service.as_ref().map(|s| s.id.as_str()).unwrap_or("?")
+            )),
+            uses_task_dependencies: false,
+            common_environment: json!([]),
+            props: store::jobs::JobProps {
+                priority: 0,
+                max_parallel_tasks: -1,
+                max_wall_clock_ticks: None,
+                max_task_retry_count: 0,
+                pool_id,
+                on_all_tasks_complete: "terminatejob".into(),
+                on_task_failure: "noaction".into(),
+                metadata: json!([{"name": "besJobId", "value": job.id}]),
+            },
+        };
+        if let Err(e) = store::jobs::insert(&mut *tx, &new_job).await {
+            if store::is_unique_violation(&e) {
+                drop(tx);
+                return self.fail(job, format!("A Batch job {:?} exists already in the pool's account.", job.id)).await;
+            }
+            return Err(e.into());
+        }
+        let batch_job = store::jobs::get(&mut *tx, &job.run_account, &job.id, store::jobs::Lock::None)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the Batch job vanished"))?;
+        let task = store::tasks::NewTask {
+            id: TASK_ID.into(),
+            display_name: Some("BES job".into()),
+            command_line: job.request["command"].as_str().unwrap_or("false").to_string(),
+            environment: json!([{"name": "BES_JOB_ID", "value": job.id}]),
+            required_slots: 1,
+            max_wall_clock_ticks: None,
+            retention_ticks: IsoDuration::from_secs(7 * 24 * 3600).ticks(),
+            max_task_retry_count: 0,
+            depends_on: None,
+            dependency_ids: Vec::new(),
+            exit_conditions: None,
+            extra: json!({}),
+        };
+        store::tasks::insert_many(&mut tx, batch_job.pk, &[task]).await?;
+        store::services::set_phase(&mut *tx, job.pk, &[phase::STAGING], phase::RUNNING).await?;
+        tx.commit().await?;
+        tracing::info!(job = %job.id, "BES job's inputs are in place; its task is queued");
+        self.wake.dispatch.notify_one();
+        Ok(())
+    }
+
+    /// The task has ended: logs and outputs up, results recorded.
+    async fn finish(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
+        store::services::set_phase(&self.db, job.pk, &[phase::RUNNING], phase::UPLOADING).await?;
+        let outcome: Option<(String, Option<i32>, Option<String>, Option<Value>)> = sqlx::query_as(
+            "SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk \
+             WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3",
+        )
+        .bind(&job.run_account)
+        .bind(&job.id)
+        .bind(TASK_ID)
+        .fetch_optional(&self.db)
+        .await?;
+        let Some((_, exit_code, result, failure)) = outcome else {
+            return self.fail(job, "Its Batch job was deleted before the job ended.".into()).await;
+        };
+        let dir = self.task_dir(job);
+        let container = blob::job_container(&job.id);
+        let outputs = job.request["outputs"].as_object().cloned().unwrap_or_default();
+        // The conventions' container lives where the first output with an account key goes,
+        // else in the server's storage.
+        let home = outputs
+            .values()
+            .filter_map(|o| serde_json::from_value::<DataReference>(o["ref"].clone()).ok())
+            .find(|r| r.connection_string.as_deref().is_some_and(|c| !c.trim().is_empty()))
+            .unwrap_or_else(|| self.config.storage.clone());
+        let in_home = |path: String| -> Result<blob::Blob, blob::BlobError> {
+            let r = DataReference {
+                relative_location: Some(format!("{container}/{path}")),
+                base_location: home.base_location.clone(),
+                connection_string: home.connection_string.clone(),
+                sas_blob_token: None,
+            };
+            blob::resolve(&r, &self.config.roots)
+        };
+        for log in ["stdout.txt", "stderr.txt"] {
+            let target = in_home(format!("{TASK_ID}/$TaskLog/{log}"))?;
+            if let Err(e) = self.upload(&dir.join(log), &target).await {
+                tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the task log failed");
+            }
+        }
+        if result.as_deref() != Some("success") {
+            let stderr = tokio::fs::read(dir.join("stderr.txt")).await.unwrap_or_default();
+            let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..]).trim().to_string();
+            let why = match (exit_code, failure.as_ref().and_then(|f| f["message"].as_str())) {
+                (Some(code), _) => format!("The command exited with code {code}."),
+                (None, Some(message)) => format!("The command did not run: {message}"),
+                (None, None) => "The command did not complete.".to_string(),
+            };
+            return self
+                .fail(job, format!("{why} Its last standard error: {tail:?}. Logs: {container}/{TASK_ID}/$TaskLog/."))
+                .await;
+        }
+        let mut results = serde_json::Map::new();
+        let now = Utc::now();
+        for (name, output) in &outputs {
+            let file = output["file"].as_str().unwrap_or_default();
+            let local = dir.join("wd").join(file);
+            if !tokio::fs::try_exists(&local).await.unwrap_or(false) {
+                return self.fail(job, format!("The command wrote no output {name:?} (expected {file} in its working directory).")).await;
+            }
+            let file_name = file.rsplit('/').next().unwrap_or(file).to_string();
+            let conventions = in_home(format!("{TASK_ID}/$TaskOutput/{file_name}"))?;
+            let destination = match serde_json::from_value::<Option<DataReference>>(output["ref"].clone())? {
+                Some(r) => blob::resolve(&r, &self.config.roots)?,
+                None => conventions.clone(),
+            };
+            if let Err(e) = self.upload(&local, &destination).await {
+                return self.fail(job, format!("Output {name:?} could not be written (InvalidBlob): {e:#}")).await;
+            }
+            if destination.path != conventions.path || destination.place != conventions.place {
+                if let Err(e) = self.upload(&local, &conventions).await {
+                    tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the output under the conventions failed");
+                }
+            }
+            results.insert(name.clone(), serde_json::to_value(destination.result_reference(now))?);
+        }
+        if store::services::finish(&self.db, job.pk, phase::FINISHED, Some(&Value::Object(results)), None).await? {
+            tracing::info!(job = %job.id, "BES job finished");
+        }
+        // The classic environment's Batch jobs are the server's own: they go once done (their
+        // slot usage stays for billing).
+        if job.pool_id.is_none() {
+            if let Some(b) = store::jobs::get(&self.db, CLASSIC_ACCOUNT, &job.id, store::jobs::Lock::None).await? {
+                store::jobs::set_state(&self.db, b.pk, crate::domain::job::JobState::Deleting).await?;
+                self.wake.dispatch.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    async fn upload(&self, local: &std::path::Path, target: &blob::Blob) -> anyhow::Result<()> {
+        let bytes = match tokio::fs::read(local).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        target.ensure_container(&self.http).await?;
+        target.store.put(&target.path, PutPayload::from(bytes)).await?;
+        Ok(())
+    }
+
+    /// The classic pool has a node per classic job in flight, up to the configured number; it
+    /// keeps them until it has been idle a while, then goes to zero.
+    async fn size_classic_pool(&self, in_flight: usize) -> anyhow::Result<()> {
+        let limit = self.config.classic_concurrency;
+        if limit == 0 {
+            return Ok(());
+        }
+        let want = (in_flight as i32).min(limit);
+        if want > 0 {
+            *self.classic_last_busy.lock().unwrap() = Instant::now();
+        }
+        let pool = store::pools::get(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL).await?;
+        let Some(pool) = pool else {
+            if want == 0 {
+                return Ok(());
+            }
+            let new = store::pools::NewPool {
+                account: CLASSIC_ACCOUNT.into(),
+                id: CLASSIC_POOL.into(),
+                display_name: Some("The classic BES environment".into()),
+                vm_size: self.config.classic_vm_size.clone(),
+                vcpus: self.config.classic_vcpus,
+                memory_mib: self.config.classic_memory_mib,
+                image: self.config.classic_image.clone(),
+                vm_config: None,
+                start_task: None,
+                task_slots_per_node: 1,
+                node_fill_type: "spread".into(),
+                target_dedicated_nodes: want,
+                resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
+                metadata: json!([]),
+                billing_plan: None,
+                service_pk: None,
+                pool_service: false,
+            };
+            match store::pools::insert(&self.db, &new).await {
+                Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),
+                _ => {}
+            }
+            self.wake.allocate.notify_one();
+            return Ok(());
+        };
+        let idle = self.classic_last_busy.lock().unwrap().elapsed() >= CLASSIC_IDLE;
+        let target = if want > pool.target_dedicated_nodes {
+            want
+        } else if want == 0 && idle {
+            0
+        } else {
+            return Ok(());
+        };
+        if target != pool.target_dedicated_nodes
+            && store::pools::resize(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL, target, None, None).await?.is_ok()
+        {
+            self.wake.allocate.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Streams a blob into a file (made anew).
+async fn download(r: &DataReference, roots: &Roots, to: &std::path::Path) -> anyhow::Result<()> {
+    let b = blob::resolve(r, roots)?;
+    let mut stream = b.store.get(&b.path).await?.into_stream();
+    if let Some(parent) = to.parent() {
+        tokio::fs::create_dir_all(parent).await?;
+    }
+    let mut file = tokio::fs::File::create(to).await?;
+    while let Some(chunk) = stream.next().await {
+        file.write_all(&chunk?).await?;
+    }
+    file.flush().await?;
+    Ok(())
+}

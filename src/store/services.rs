@@ -1,0 +1,345 @@
+//! Web services (what BES jobs run), BES jobs, and the Pool Service's account settings.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+#[derive(Clone, sqlx::FromRow)]
+pub struct ServiceRow {
+    pub pk: i64,
+    pub account: String,
+    pub namespace: String,
+    pub id: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub image: Option<String>,
+    pub command: String,
+    pub inputs: Value,
+    pub outputs: Value,
+    pub global_parameters: Value,
+    pub billing_plan: String,
+    pub primary_key: String,
+    pub secondary_key: String,
+    pub creation_time: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for ServiceRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceRow")
+            .field("namespace", &self.namespace)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A service's definition, validated.
+#[derive(Debug, Clone)]
+pub struct ServiceDef {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub image: Option<String>,
+    pub command: String,
+    pub inputs: Value,
+    pub outputs: Value,
+    pub global_parameters: Value,
+    pub billing_plan: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Upserted {
+    #[sqlx(flatten)]
+    row: ServiceRow,
+    created: bool,
+}
+
+/// Creates or replaces a service of `account`; replacing keeps its keys. Returns the row and
+/// whether it is new, or None when another account owns the name.
+pub async fn upsert(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    namespace: &str,
+    id: &str,
+    d: &ServiceDef,
+) -> sqlx::Result<Option<(ServiceRow, bool)>> {
+    let row: Option<Upserted> = sqlx::query_as(
+        "INSERT INTO services (account, namespace, id, title, description, image, command, inputs, outputs, \
+            global_parameters, billing_plan) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+         ON CONFLICT (lower(namespace), lower(id)) DO UPDATE SET title = $4, description = $5, image = $6, \
+            command = $7, inputs = $8, outputs = $9, global_parameters = $10, billing_plan = $11, \
+            last_modified = now() \
+            WHERE services.account = $1 \
+         RETURNING services.*, (xmax = 0) AS created",
+    )
+    .bind(account)
+    .bind(namespace)
+    .bind(id)
+    .bind(&d.title)
+    .bind(&d.description)
+    .bind(&d.image)
+    .bind(&d.command)
+    .bind(&d.inputs)
+    .bind(&d.outputs)
+    .bind(&d.global_parameters)
+    .bind(&d.billing_plan)
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|u| (u.row, u.created)))
+}
+
+pub async fn get(
+    db: impl PgExecutor<'_>,
+    namespace: &str,
+    id: &str,
+) -> sqlx::Result<Option<ServiceRow>> {
+    sqlx::query_as("SELECT * FROM services WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)")
+        .bind(namespace)
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<ServiceRow>> {
+    sqlx::query_as("SELECT * FROM services WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    namespace: &str,
+) -> sqlx::Result<Vec<ServiceRow>> {
+    sqlx::query_as(
+        "SELECT * FROM services WHERE account = $1 AND lower(namespace) = lower($2) ORDER BY lower(id)",
+    )
+    .bind(account)
+    .bind(namespace)
+    .fetch_all(db)
+    .await
+}
+
+pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM services WHERE pk = $1")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Replaces one of a service's keys; returns the new key.
+pub async fn regenerate_key(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    secondary: bool,
+) -> sqlx::Result<String> {
+    let column = if secondary { "secondary_key" } else { "primary_key" };
+    sqlx::query_scalar(&format!(
+        "UPDATE services SET {column} = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
+            last_modified = now() WHERE pk = $1 RETURNING {column}"
+    ))
+    .bind(pk)
+    .fetch_one(db)
+    .await
+}
+
+/// BES job phases (see the bes_jobs table).
+pub mod phase {
+    pub const NOT_STARTED: &str = "notstarted";
+    pub const STAGING: &str = "staging";
+    pub const RUNNING: &str = "running";
+    pub const UPLOADING: &str = "uploading";
+    pub const FINISHED: &str = "finished";
+    pub const FAILED: &str = "failed";
+    pub const CANCELLED: &str = "cancelled";
+
+    /// BES's StatusCode for a phase.
+    pub fn status_code(phase: &str) -> &'static str {
+        match phase {
+            NOT_STARTED => "NotStarted",
+            FINISHED => "Finished",
+            FAILED => "Failed",
+            CANCELLED => "Cancelled",
+            _ => "Running",
+        }
+    }
+
+    pub fn is_final(phase: &str) -> bool {
+        matches!(phase, FINISHED | FAILED | CANCELLED)
+    }
+}
+
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct BesJobRow {
+    pub pk: i64,
+    pub id: String,
+    pub service_pk: i64,
+    pub run_account: String,
+    pub pool_id: Option<String>,
+    pub request: Value,
+    pub phase: String,
+    pub results: Option<Value>,
+    pub details: Option<String>,
+    pub creation_time: DateTime<Utc>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub last_modified: DateTime<Utc>,
+}
+
+pub async fn insert_job(
+    db: impl PgExecutor<'_>,
+    id: &str,
+    service_pk: i64,
+    run_account: &str,
+    pool_id: Option<&str>,
+    request: &Value,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO bes_jobs (id, service_pk, run_account, pool_id, request, phase) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(id)
+    .bind(service_pk)
+    .bind(run_account)
+    .bind(pool_id)
+    .bind(request)
+    .bind(phase::NOT_STARTED)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+pub async fn get_job(
+    db: impl PgExecutor<'_>,
+    service_pk: i64,
+    id: &str,
+    for_update: bool,
+) -> sqlx::Result<Option<BesJobRow>> {
+    let lock = if for_update { " FOR UPDATE" } else { "" };
+    sqlx::query_as(&format!(
+        "SELECT * FROM bes_jobs WHERE service_pk = $1 AND lower(id) = lower($2){lock}"
+    ))
+    .bind(service_pk)
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+pub async fn get_job_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<BesJobRow>> {
+    sqlx::query_as("SELECT * FROM bes_jobs WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn list_jobs(db: impl PgExecutor<'_>, service_pk: i64) -> sqlx::Result<Vec<BesJobRow>> {
+    sqlx::query_as("SELECT * FROM bes_jobs WHERE service_pk = $1 ORDER BY creation_time, pk")
+        .bind(service_pk)
+        .fetch_all(db)
+        .await
+}
+
+/// Moves a job from one phase to another; false when it was not in `from` any more (a cancel
+/// won the race).
+pub async fn set_phase(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    from: &[&str],
+    to: &str,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE bes_jobs SET phase = $3, last_modified = now(),             start_time = CASE WHEN $3 = 'staging' THEN now() ELSE start_time END,             end_time = CASE WHEN $3 IN ('finished', 'failed', 'cancelled') THEN now() ELSE end_time END          WHERE pk = $1 AND phase = ANY($2)",
+    )
+    .bind(pk)
+    .bind(from)
+    .bind(to)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Ends a job with its results or the reason it failed, unless it was cancelled meanwhile.
+pub async fn finish(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    to: &str,
+    results: Option<&Value>,
+    details: Option<&str>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE bes_jobs SET phase = $2, results = $3, details = $4, end_time = now(), last_modified = now()          WHERE pk = $1 AND phase NOT IN ('finished', 'failed', 'cancelled')",
+    )
+    .bind(pk)
+    .bind(to)
+    .bind(results)
+    .bind(details)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Jobs the driver has work for, oldest start first (first in, first out).
+pub async fn in_flight(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BesJobRow>> {
+    sqlx::query_as(
+        "SELECT * FROM bes_jobs WHERE phase IN ('staging', 'running', 'uploading') ORDER BY start_time, pk",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The Pool Service's view of an account: its key and quotas.
+#[derive(Clone, sqlx::FromRow)]
+pub struct PoolServiceAccount {
+    pub name: String,
+    pub pool_service_key: String,
+    pub max_pools: i32,
+    pub max_vms_per_pool: i32,
+}
+
+pub async fn pool_service_accounts(
+    db: impl PgExecutor<'_>,
+) -> sqlx::Result<Vec<PoolServiceAccount>> {
+    sqlx::query_as("SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts")
+        .fetch_all(db)
+        .await
+}
+
+pub async fn pool_service_account(
+    db: impl PgExecutor<'_>,
+    name: &str,
+) -> sqlx::Result<Option<PoolServiceAccount>> {
+    sqlx::query_as(
+        "SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
+
+/// Sets an account's Pool Service quotas (the operator's job, as Azure's support did it).
+pub async fn set_quotas(
+    db: impl PgExecutor<'_>,
+    name: &str,
+    max_pools: Option<i32>,
+    max_vms_per_pool: Option<i32>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query(
+        "UPDATE accounts SET max_pools = coalesce($2, max_pools), max_vms_per_pool = coalesce($3, max_vms_per_pool)          WHERE name = $1",
+    )
+    .bind(name)
+    .bind(max_pools)
+    .bind(max_vms_per_pool)
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn rotate_pool_service_key(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "UPDATE accounts SET pool_service_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')          WHERE name = $1 RETURNING pool_service_key",
+    )
+    .bind(name)
+    .fetch_optional(db)
+    .await
+}
