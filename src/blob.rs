@@ -220,6 +220,7 @@ fn azure_store(
     credential: AzureCredential<'_>,
 ) -> Result<Arc<dyn ObjectStore>, BlobError> {
     use object_store::azure::MicrosoftAzureBuilder;
+    crate::install_tls();
     let mut builder = MicrosoftAzureBuilder::new()
         .with_account(account)
         .with_container_name(container)
@@ -272,6 +273,7 @@ fn split_service_url(url: &url::Url) -> Result<(String, String, String), BlobErr
 
 /// Resolves a reference. Nothing is read or written here: an unreachable store shows on use.
 pub fn resolve(r: &DataReference, roots: &Roots) -> Result<Blob, BlobError> {
+    crate::install_tls();
     let conn = r.connection_string.as_deref().filter(|s| !s.trim().is_empty());
     let base = r.base_location.as_deref().filter(|s| !s.trim().is_empty());
     let relative = r

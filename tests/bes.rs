@@ -431,3 +431,73 @@ async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
         .header("accept", "text/csv").send().await.unwrap().text().await.unwrap();
     assert_eq!(csv, "billingPlan,computeHours\nplan-a,49.0\nplan-b,48.0\n");
 }
+
+/// file:// locations work under a configured storage root and nowhere else; with no output
+/// override the output lands in the server's own storage, where the results point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_locations_are_read_and_written_under_storage_roots_only() {
+    let root = tempfile::tempdir().unwrap();
+    let root_url = url::Url::from_directory_path(root.path()).unwrap().to_string();
+    let s = TestServer::start_with(
+        Rt::Local,
+        Some(common::fresh_database().await),
+        &["--storage-root", &root_url],
+    )
+    .await;
+    let key = register_sorter(&s, "plan-files").await;
+    std::fs::create_dir_all(root.path().join("in")).unwrap();
+    std::fs::write(root.path().join("in/data.csv"), "2\n1\n").unwrap();
+    let input = json!({"BaseLocation": root_url, "RelativeLocation": "in/data.csv"});
+    let (_, job) = run_job(&s, &key, json!({
+        "Inputs": {"input1": input},
+        "Outputs": {"output1": {"BaseLocation": root_url, "RelativeLocation": "out/sorted.csv"}},
+    }))
+    .await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    assert_eq!(std::fs::read_to_string(root.path().join("out/sorted.csv")).unwrap(), "1\n2\n");
+    assert_eq!(job["Results"]["output1"]["RelativeLocation"], "out/sorted.csv");
+
+    // No override: the server's storage, under the conventions' container.
+    let (id, job) = run_job(&s, &key, json!({"Inputs": {"input1": input}})).await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    let result = &job["Results"]["output1"];
+    assert_eq!(result["RelativeLocation"], format!("job-{id}/score/$TaskOutput/output1.csv"), "{job}");
+    let path = url::Url::parse(result["BaseLocation"].as_str().unwrap()).unwrap().to_file_path().unwrap();
+    assert_eq!(std::fs::read_to_string(path.join(result["RelativeLocation"].as_str().unwrap())).unwrap(), "1\n2\n");
+
+    for (base, rel) in [("file:///etc/", "passwd"), (root_url.as_str(), "../escape.csv")] {
+        let (status, body) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
+            Some(json!({"Inputs": {"input1": {"BaseLocation": base, "RelativeLocation": rel}}}))).await;
+        assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "InvalidBlob"), "{base}{rel}: {body}");
+    }
+}
+
+/// A started job survives the server being killed mid-run: the restarted server finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_bes_job_survives_a_server_restart() {
+    let mut s = TestServer::start(Rt::Local).await;
+    let (status, body) = put(&s, SERVICE, &json!({
+        "Command": "sleep 1; sort {in:input1} > {out:output1}",
+        "Inputs": [{"Name": "input1"}], "Outputs": [{"Name": "output1"}], "BillingPlan": "p",
+    })).await;
+    assert_eq!(status, 201, "{body}");
+    let key = body["PrimaryKey"].as_str().unwrap().to_string();
+    put_blob("testint/restart.csv", "b\na\n").await;
+    let (_, id) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
+        Some(seed_request("testint/restart.csv", "out/restart.csv", None))).await;
+    let id = id.as_str().unwrap().to_string();
+    bearer(&s, Method::POST, &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"), &key, None).await;
+    wait_for("the task to run", || async {
+        let running: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
+            .fetch_one(&s.db().await).await.unwrap();
+        (running == 1).then_some(())
+    }).await;
+    s.kill().await;
+    s.launch().await;
+    let job = wait_for("the BES job to finish after the restart", || async {
+        let (_, job) = bearer(&s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+        matches!(job["StatusCode"].as_str(), Some("Finished" | "Failed")).then_some(job)
+    }).await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    assert_eq!(get_blob("out/restart.csv").await.as_deref(), Some("a\nb\n"));
+}

@@ -55,6 +55,7 @@ pub struct Driver {
 
 impl Driver {
     pub fn new(db: PgPool, layout: Layout, config: Config, wake: Wakeups, cancel: CancellationToken) -> Arc<Self> {
+        crate::install_tls();
         Arc::new(Self {
             db,
             layout,
