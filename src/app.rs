@@ -315,7 +315,12 @@ fn bes_config(config: &ServeConfig, settings: &Settings) -> anyhow::Result<sched
     let (vm_size, size) = settings
         .vm_sizes
         .get(&config.classic_vm_size)
-        .with_context(|| format!("--classic-vm-size {:?} is not a known vm size", config.classic_vm_size))?;
+        .with_context(|| {
+            format!(
+                "--classic-vm-size {:?} is not a known vm size",
+                config.classic_vm_size
+            )
+        })?;
     Ok(scheduler::bes::Config {
         roots: settings.storage_roots.clone(),
         storage: settings.bes_storage.clone(),

@@ -252,9 +252,8 @@ enum AzureCredential<'a> {
 fn split_service_url(url: &url::Url) -> Result<(String, String, String), BlobError> {
     let host = url.host_str().unwrap_or_default();
     let path = url.path().trim_start_matches('/');
-    let path_style = host.parse::<std::net::IpAddr>().is_ok()
-        || host == "localhost"
-        || !host.contains(".blob.");
+    let path_style =
+        host.parse::<std::net::IpAddr>().is_ok() || host == "localhost" || !host.contains(".blob.");
     let origin = url.origin().ascii_serialization();
     if path_style {
         let (account, rest) = path.split_once('/').unwrap_or((path, ""));
@@ -264,7 +263,11 @@ fn split_service_url(url: &url::Url) -> Result<(String, String, String), BlobErr
                 format!("{url} names no storage account."),
             ));
         }
-        Ok((format!("{origin}/{account}"), account.to_string(), rest.to_string()))
+        Ok((
+            format!("{origin}/{account}"),
+            account.to_string(),
+            rest.to_string(),
+        ))
     } else {
         let account = host.split('.').next().unwrap_or_default().to_string();
         Ok((origin, account, path.to_string()))
@@ -274,7 +277,10 @@ fn split_service_url(url: &url::Url) -> Result<(String, String, String), BlobErr
 /// Resolves a reference. Nothing is read or written here: an unreachable store shows on use.
 pub fn resolve(r: &DataReference, roots: &Roots) -> Result<Blob, BlobError> {
     crate::install_tls();
-    let conn = r.connection_string.as_deref().filter(|s| !s.trim().is_empty());
+    let conn = r
+        .connection_string
+        .as_deref()
+        .filter(|s| !s.trim().is_empty());
     let base = r.base_location.as_deref().filter(|s| !s.trim().is_empty());
     let relative = r
         .relative_location
@@ -492,7 +498,12 @@ fn hmac_base64(key_base64: &str, message: &str) -> String {
 }
 
 /// A service SAS granting read of one blob until `expiry` (`?sv=...&sig=...`).
-pub fn read_sas(account: &AzureAccount, container: &str, blob: &str, expiry: DateTime<Utc>) -> String {
+pub fn read_sas(
+    account: &AzureAccount,
+    container: &str,
+    blob: &str,
+    expiry: DateTime<Utc>,
+) -> String {
     let se = expiry.format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let resource = format!("/blob/{}/{container}/{blob}", account.name);
     // sv 2020-12-06 and later: permissions, start, expiry, resource, identifier, IP, protocol,
@@ -516,7 +527,10 @@ async fn create_container(
     account: &AzureAccount,
     container: &str,
 ) -> anyhow::Result<()> {
-    let url = url::Url::parse(&format!("{}/{container}?restype=container", account.endpoint))?;
+    let url = url::Url::parse(&format!(
+        "{}/{container}?restype=container",
+        account.endpoint
+    ))?;
     let date = Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
     let to_sign = format!(
         "PUT\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{STORAGE_VERSION}\n/{}{}\nrestype:container",
@@ -530,7 +544,11 @@ async fn create_container(
         .header("content-length", "0")
         .header(
             "authorization",
-            format!("SharedKey {}:{}", account.name, hmac_base64(&account.key, &to_sign)),
+            format!(
+                "SharedKey {}:{}",
+                account.name,
+                hmac_base64(&account.key, &to_sign)
+            ),
         )
         .send()
         .await?;
@@ -657,7 +675,12 @@ mod tests {
         assert_eq!(b.endpoint, "https://acct.blob.core.windows.net");
         let dev = parse_connection_string("UseDevelopmentStorage=true").unwrap();
         assert_eq!(dev.endpoint, "http://127.0.0.1:10000/devstoreaccount1");
-        for bad in ["AccountName=x", "AccountKey=a2V5", "garbage", "AccountName=x;AccountKey=!!not base64!!"] {
+        for bad in [
+            "AccountName=x",
+            "AccountKey=a2V5",
+            "garbage",
+            "AccountName=x;AccountKey=!!not base64!!",
+        ] {
             let e = parse_connection_string(bad).unwrap_err();
             assert_eq!(e.code, "InvalidBlobConnectionString", "{bad}");
         }
@@ -673,8 +696,14 @@ mod tests {
         let roots = Roots::default();
         assert!(resolve(&r("/c/in.csv"), &roots).is_ok());
         assert!(resolve(&r("c/dir/in.csv"), &roots).is_ok());
-        assert_eq!(resolve(&r("c"), &roots).unwrap_err().code, "InputBlobRelativeLocationInvalid");
-        assert_eq!(resolve(&r("/"), &roots).unwrap_err().code, "ContainerSegmentInvalid");
+        assert_eq!(
+            resolve(&r("c"), &roots).unwrap_err().code,
+            "InputBlobRelativeLocationInvalid"
+        );
+        assert_eq!(
+            resolve(&r("/"), &roots).unwrap_err().code,
+            "ContainerSegmentInvalid"
+        );
         assert_eq!(
             resolve(&DataReference::default(), &roots).unwrap_err().code,
             "MissingInputBlobInformation"
@@ -688,7 +717,10 @@ mod tests {
             relative_location: Some("in/a.csv".into()),
             ..Default::default()
         };
-        assert_eq!(resolve(&r, &Roots::default()).unwrap_err().code, "InvalidBlob");
+        assert_eq!(
+            resolve(&r, &Roots::default()).unwrap_err().code,
+            "InvalidBlob"
+        );
         let dir = std::env::temp_dir().join(format!("batchpool-roots-{}", std::process::id()));
         let root = url::Url::from_directory_path(&dir).unwrap().to_string();
         let ok = DataReference {
@@ -711,12 +743,20 @@ mod tests {
         let u = url::Url::parse("http://127.0.0.1:10000/devstoreaccount1/c/b.csv").unwrap();
         assert_eq!(
             split_service_url(&u).unwrap(),
-            ("http://127.0.0.1:10000/devstoreaccount1".into(), "devstoreaccount1".into(), "c/b.csv".into())
+            (
+                "http://127.0.0.1:10000/devstoreaccount1".into(),
+                "devstoreaccount1".into(),
+                "c/b.csv".into()
+            )
         );
         let u = url::Url::parse("https://acct.blob.core.windows.net/c/b.csv").unwrap();
         assert_eq!(
             split_service_url(&u).unwrap(),
-            ("https://acct.blob.core.windows.net".into(), "acct".into(), "c/b.csv".into())
+            (
+                "https://acct.blob.core.windows.net".into(),
+                "acct".into(),
+                "c/b.csv".into()
+            )
         );
     }
 }

@@ -132,7 +132,11 @@ pub struct ServeConfig {
 
     /// Where `s3://` and `file://` BES inputs and outputs may point (prefixes; repeat the flag or
     /// separate with commas). Azure Blob references need no root: their credentials say it all.
-    #[arg(long = "storage-root", env = "BATCHPOOL_STORAGE_ROOTS", value_delimiter = ',')]
+    #[arg(
+        long = "storage-root",
+        env = "BATCHPOOL_STORAGE_ROOTS",
+        value_delimiter = ','
+    )]
     pub storage_roots: Vec<String>,
 
     /// Where BES outputs without an override, and the logs of every BES job (Batch File
@@ -147,7 +151,11 @@ pub struct ServeConfig {
     pub classic_concurrency: i32,
 
     /// The vm size of the classic environment's nodes.
-    #[arg(long, env = "BATCHPOOL_CLASSIC_VM_SIZE", default_value = "standard_d2_v3")]
+    #[arg(
+        long,
+        env = "BATCHPOOL_CLASSIC_VM_SIZE",
+        default_value = "standard_d2_v3"
+    )]
     pub classic_vm_size: String,
 
     /// How many nodes the allocator creates or removes at once.

@@ -53,17 +53,28 @@ async fn get_blob(relative: &str) -> Option<String> {
 }
 
 /// A request with `Authorization: Bearer <key>`, as BES and Pool Service clients send it.
-async fn bearer(s: &TestServer, method: Method, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
+async fn bearer(
+    s: &TestServer,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut req = reqwest::Client::new()
         .request(method, format!("{}{path}", s.base))
         .header("authorization", format!("Bearer {key}"));
     if let Some(body) = body {
-        req = req.header("content-type", "application/json").body(body.to_string());
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
     }
     let resp = req.send().await.unwrap();
     let status = resp.status();
     let text = resp.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 async fn put(s: &TestServer, path: &str, body: &Value) -> (StatusCode, Value) {
@@ -88,7 +99,10 @@ async fn register_sorter(s: &TestServer, plan: &str) -> String {
     )
     .await;
     assert_eq!(status, 201, "{body}");
-    assert!(body["SwaggerLocation"].as_str().unwrap().ends_with("/services/sorter/swagger.json"));
+    assert!(body["SwaggerLocation"]
+        .as_str()
+        .unwrap()
+        .ends_with("/services/sorter/swagger.json"));
     body["PrimaryKey"].as_str().unwrap().to_string()
 }
 
@@ -101,18 +115,57 @@ async fn pool_service_key(s: &TestServer) -> String {
 
 /// Submits `body`, starts the job and waits for it to end; returns (id, final status).
 async fn run_job(s: &TestServer, key: &str, body: Value) -> (String, Value) {
-    let (status, id) = bearer(s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), key, Some(body)).await;
+    let (status, id) = bearer(
+        s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        key,
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 200, "{id}");
-    let id = id.as_str().expect("the job id is a JSON string").to_string();
+    let id = id
+        .as_str()
+        .expect("the job id is a JSON string")
+        .to_string();
     assert_eq!(id.len(), 32);
-    let (status, job) = bearer(s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), key, None).await;
-    assert_eq!((status, job["StatusCode"].as_str()), (StatusCode::OK, Some("NotStarted")), "{job}");
+    let (status, job) = bearer(
+        s,
+        Method::GET,
+        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+        key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, job["StatusCode"].as_str()),
+        (StatusCode::OK, Some("NotStarted")),
+        "{job}"
+    );
     // Clients start with no body at all (C#), `{}` (Python) or `""`.
-    let (status, _) = bearer(s, Method::POST, &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"), key, None).await;
+    let (status, _) = bearer(
+        s,
+        Method::POST,
+        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+        key,
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     let done = wait_for("the BES job to end", || async {
-        let (_, job) = bearer(s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), key, None).await;
-        matches!(job["StatusCode"].as_str(), Some("Finished" | "Failed" | "Cancelled")).then_some(job)
+        let (_, job) = bearer(
+            s,
+            Method::GET,
+            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+            key,
+            None,
+        )
+        .await;
+        matches!(
+            job["StatusCode"].as_str(),
+            Some("Finished" | "Failed" | "Cancelled")
+        )
+        .then_some(job)
     })
     .await;
     (id, done)
@@ -149,19 +202,34 @@ async fn check_sorted_job(s: &TestServer, key: &str, pool: Option<&str>) {
     let run = uuid::Uuid::new_v4().simple().to_string();
     put_blob(&format!("testint/{run}.csv"), "c,3\na,1\nb,2\n").await;
     let output = format!("testintoutput/{run}/testint_results.csv");
-    let (id, job) = run_job(s, key, seed_request(&format!("testint/{run}.csv"), &output, pool)).await;
+    let (id, job) = run_job(
+        s,
+        key,
+        seed_request(&format!("testint/{run}.csv"), &output, pool),
+    )
+    .await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
     assert_eq!(get_blob(&output).await.as_deref(), Some("a,1\nb,2\nc,3\n"));
     let result = &job["Results"]["output1"];
     assert_eq!(result["RelativeLocation"], json!(output), "{job}");
-    assert!(result["ConnectionString"].is_null(), "results never echo the account key");
+    assert!(
+        result["ConnectionString"].is_null(),
+        "results never echo the account key"
+    );
     assert_eq!(download_result(result).await, "a,1\nb,2\nc,3\n");
     // The Batch File Conventions: logs and outputs in the job's container.
     let container = blob::job_container(&id);
     assert_eq!(container, format!("job-{id}"));
-    assert_eq!(get_blob(&format!("{container}/score/$TaskLog/stdout.txt")).await.as_deref(), Some("sorted rows\n"));
     assert_eq!(
-        get_blob(&format!("{container}/score/$TaskOutput/output1.csv")).await.as_deref(),
+        get_blob(&format!("{container}/score/$TaskLog/stdout.txt"))
+            .await
+            .as_deref(),
+        Some("sorted rows\n")
+    );
+    assert_eq!(
+        get_blob(&format!("{container}/score/$TaskOutput/output1.csv"))
+            .await
+            .as_deref(),
         Some("a,1\nb,2\nc,3\n")
     );
 }
@@ -173,7 +241,14 @@ async fn a_bes_job_runs_on_a_pool_service_pool_and_the_pool_bills_to_the_plan() 
     let key = register_sorter(&s, "plan-dedicated").await;
     let ps = pool_service_key(&s).await;
     let swagger = format!("{}{SERVICE}/swagger.json", s.base);
-    let (status, pool) = bearer(&s, Method::POST, "/poolservice/pools", &ps, Some(json!({"NumberOfVMs": 1, "VmSize": "standard_a1", "SwaggerLocation": swagger}))).await;
+    let (status, pool) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools",
+        &ps,
+        Some(json!({"NumberOfVMs": 1, "VmSize": "standard_a1", "SwaggerLocation": swagger})),
+    )
+    .await;
     assert_eq!(status, 201, "{pool}");
     let pool_id = pool["Id"].as_str().unwrap().to_string();
     assert_eq!(pool_id.len(), 32, "a made-up id is 32 hex digits: {pool}");
@@ -184,47 +259,104 @@ async fn a_bes_job_runs_on_a_pool_service_pool_and_the_pool_bills_to_the_plan() 
 
     check_sorted_job(&s, &key, Some(&pool_id)).await;
     let (_, jobs) = s.get("/jobs").await;
-    assert_eq!(jobs["value"].as_array().unwrap().len(), 1, "the BES job ran as a Batch job of the pool's account: {jobs}");
+    assert_eq!(
+        jobs["value"].as_array().unwrap().len(),
+        1,
+        "the BES job ran as a Batch job of the pool's account: {jobs}"
+    );
 
-    let (status, _) = bearer(&s, Method::POST, &format!("/poolservice/pools/{pool_id}/resize"), &ps, Some(json!({"NumberOfVMs": 0}))).await;
+    let (status, _) = bearer(
+        &s,
+        Method::POST,
+        &format!("/poolservice/pools/{pool_id}/resize"),
+        &ps,
+        Some(json!({"NumberOfVMs": 0})),
+    )
+    .await;
     assert_eq!(status, 202);
     wait_for("the pool to have no VMs", || async {
-        let (_, p) = bearer(&s, Method::GET, &format!("/poolservice/pools/{pool_id}"), &ps, None).await;
+        let (_, p) = bearer(
+            &s,
+            Method::GET,
+            &format!("/poolservice/pools/{pool_id}"),
+            &ps,
+            None,
+        )
+        .await;
         (p["CurrentVMs"] == 0 && p["AllocationState"] == "Steady").then_some(())
     })
     .await;
     let range = "startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z";
     let plan_hours = |report: &Value| {
-        report["value"].as_array().unwrap().iter().find(|p| p["billingPlan"] == "plan-dedicated").map(|p| p["computeHours"].as_f64().unwrap())
+        report["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["billingPlan"] == "plan-dedicated")
+            .map(|p| p["computeHours"].as_f64().unwrap())
     };
     let (_, first) = s.get(&format!("/billing/plans?{range}")).await;
     let hours = plan_hours(&first).unwrap_or_else(|| panic!("{first}"));
     assert!(hours > 0.0, "{first}");
     let later = Utc::now() + Duration::milliseconds(20);
-    wait_for("the clock to move on", || async { (Utc::now() > later).then_some(()) }).await;
+    wait_for("the clock to move on", || async {
+        (Utc::now() > later).then_some(())
+    })
+    .await;
     let (_, second) = s.get(&format!("/billing/plans?{range}")).await;
-    assert_eq!(plan_hours(&second), Some(hours), "a pool of 0 VMs costs nothing more");
+    assert_eq!(
+        plan_hours(&second),
+        Some(hours),
+        "a pool of 0 VMs costs nothing more"
+    );
 
     // The job's share: the slot-seconds of its task, on the plan.
     let (_, jobs) = s.get(&format!("/billing/jobs?{range}")).await;
     let job = &jobs["value"][0];
     assert_eq!(job["billingPlan"], "plan-dedicated", "{jobs}");
-    assert!(job["computeHours"].as_f64().unwrap() > 0.0 && job["computeHours"].as_f64().unwrap() <= hours, "{jobs}");
+    assert!(
+        job["computeHours"].as_f64().unwrap() > 0.0
+            && job["computeHours"].as_f64().unwrap() <= hours,
+        "{jobs}"
+    );
     // And as CSV.
-    let resp = s.http.get(format!("{}/billing/jobs?{range}&format=csv", s.base)).send().await.unwrap();
+    let resp = s
+        .http
+        .get(format!("{}/billing/jobs?{range}&format=csv", s.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.headers()["content-type"], "text/csv; charset=utf-8");
     let csv = resp.text().await.unwrap();
-    assert!(csv.starts_with("jobId,poolId,billingPlan,slotHours,computeHours,taskAttempts\n"), "{csv}");
-    assert!(csv.contains(&format!(",{pool_id},plan-dedicated,")), "{csv}");
+    assert!(
+        csv.starts_with("jobId,poolId,billingPlan,slotHours,computeHours,taskAttempts\n"),
+        "{csv}"
+    );
+    assert!(
+        csv.contains(&format!(",{pool_id},plan-dedicated,")),
+        "{csv}"
+    );
 
-    let (status, _) = bearer(&s, Method::DELETE, &format!("/poolservice/pools/{pool_id}"), &ps, None).await;
+    let (status, _) = bearer(
+        &s,
+        Method::DELETE,
+        &format!("/poolservice/pools/{pool_id}"),
+        &ps,
+        None,
+    )
+    .await;
     assert_eq!(status, 202);
 }
 
 /// Without AzureBatchPoolId the job runs in the shared classic environment, first in first out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
-    let s = TestServer::start_with(Rt::Local, Some(common::fresh_database().await), &["--classic-concurrency", "1"]).await;
+    let s = TestServer::start_with(
+        Rt::Local,
+        Some(common::fresh_database().await),
+        &["--classic-concurrency", "1"],
+    )
+    .await;
     let key = register_sorter(&s, "plan-classic").await;
     check_sorted_job(&s, &key, None).await;
 
@@ -232,19 +364,43 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
     let mut ids = Vec::new();
     for n in 0..3 {
         put_blob(&format!("testint/fifo-{n}.csv"), &format!("{n}\n")).await;
-        let (status, id) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
-            Some(seed_request(&format!("testint/fifo-{n}.csv"), &format!("out/fifo-{n}.csv"), None))).await;
+        let (status, id) = bearer(
+            &s,
+            Method::POST,
+            &format!("{SERVICE}/jobs?api-version=2.0"),
+            &key,
+            Some(seed_request(
+                &format!("testint/fifo-{n}.csv"),
+                &format!("out/fifo-{n}.csv"),
+                None,
+            )),
+        )
+        .await;
         assert_eq!(status, 200, "{id}");
         ids.push(id.as_str().unwrap().to_string());
     }
     for id in &ids {
-        let (status, _) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"), &key, Some(json!({}))).await;
+        let (status, _) = bearer(
+            &s,
+            Method::POST,
+            &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+            &key,
+            Some(json!({})),
+        )
+        .await;
         assert_eq!(status, 200);
     }
     let ends = wait_for("the three jobs to finish", || async {
         let mut ends = Vec::new();
         for id in &ids {
-            let (_, job) = bearer(&s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+            let (_, job) = bearer(
+                &s,
+                Method::GET,
+                &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+                &key,
+                None,
+            )
+            .await;
             if job["StatusCode"] != "Finished" {
                 return None;
             }
@@ -257,9 +413,19 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
     sorted.sort();
     assert_eq!(ends, sorted, "first in, first out");
     for n in 0..3 {
-        assert_eq!(get_blob(&format!("out/fifo-{n}.csv")).await, Some(format!("{n}\n")));
+        assert_eq!(
+            get_blob(&format!("out/fifo-{n}.csv")).await,
+            Some(format!("{n}\n"))
+        );
     }
-    let (_, list) = bearer(&s, Method::GET, &format!("{SERVICE}/jobs?api-version=2.0"), &key, None).await;
+    let (_, list) = bearer(
+        &s,
+        Method::GET,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     assert_eq!(list.as_array().unwrap().len(), 4, "{list}");
     // The classic environment's Batch jobs are not the account's.
     let (_, jobs) = s.get("/jobs").await;
@@ -270,42 +436,93 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
     let s = TestServer::start(Rt::Local).await;
-    let (status, body) = put(&s, SERVICE, &json!({
-        "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 30",
-        "GlobalParameters": [{"Name": "Mode", "Required": true}],
-        "BillingPlan": "p",
-    })).await;
+    let (status, body) = put(
+        &s,
+        SERVICE,
+        &json!({
+            "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 30",
+            "GlobalParameters": [{"Name": "Mode", "Required": true}],
+            "BillingPlan": "p",
+        }),
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
     let key = body["PrimaryKey"].as_str().unwrap().to_string();
     let (_, failed) = run_job(&s, &key, json!({"GlobalParameters": {"Mode": "fail"}})).await;
     assert_eq!(failed["StatusCode"], "Failed", "{failed}");
     let details = failed["Details"].as_str().unwrap();
-    assert!(details.contains("code 3") && details.contains("broken"), "{details}");
+    assert!(
+        details.contains("code 3") && details.contains("broken"),
+        "{details}"
+    );
 
-    let (_, id) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key, Some(json!({"GlobalParameters": {"Mode": "slow"}}))).await;
+    let (_, id) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        Some(json!({"GlobalParameters": {"Mode": "slow"}})),
+    )
+    .await;
     let id = id.as_str().unwrap().to_string();
-    bearer(&s, Method::POST, &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"), &key, None).await;
+    bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     wait_for("the task to run", || async {
         let running: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await).await.unwrap();
+            .fetch_one(&s.db().await)
+            .await
+            .unwrap();
         (running == 1).then_some(())
-    }).await;
-    let (status, _) = bearer(&s, Method::DELETE, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+    })
+    .await;
+    let (status, _) = bearer(
+        &s,
+        Method::DELETE,
+        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
-    let (_, job) = bearer(&s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+    let (_, job) = bearer(
+        &s,
+        Method::GET,
+        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     assert_eq!(job["StatusCode"], "Cancelled", "{job}");
     wait_for("the cancelled job's task to be gone", || async {
         let left: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await).await.unwrap();
+            .fetch_one(&s.db().await)
+            .await
+            .unwrap();
         (left == 0).then_some(())
-    }).await;
+    })
+    .await;
     // DELETE of an ended job is fine and changes nothing.
-    let (status, _) = bearer(&s, Method::DELETE, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+    let (status, _) = bearer(
+        &s,
+        Method::DELETE,
+        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
 fn detail(body: &Value) -> &str {
-    body["error"]["details"][0]["code"].as_str().unwrap_or_else(|| panic!("not BES's error body: {body}"))
+    body["error"]["details"][0]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not BES's error body: {body}"))
 }
 
 /// Bad input gets BES's error body with the documented detail code, and changes nothing.
@@ -318,40 +535,131 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
     let good = seed_request("testint/bad-input.csv", "out/x.csv", None);
 
     let (status, body) = bearer(&s, Method::POST, &jobs, "wrong", Some(good.clone())).await;
-    assert_eq!((status, detail(&body)), (StatusCode::UNAUTHORIZED, "ScoreRequestUnauthorized"));
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::UNAUTHORIZED, "ScoreRequestUnauthorized")
+    );
     assert_eq!(body["error"]["code"], "Unauthorized");
 
     let mut both = good.clone();
     both["Inputs"] = json!({"input1": good["Input"].clone()});
     let cases = [
         (both, "DuplicateInputInBatchCall"),
-        (json!({"Inputs": {"input2": good["Input"].clone()}}), "InvalidInputNames"),
+        (
+            json!({"Inputs": {"input2": good["Input"].clone()}}),
+            "InvalidInputNames",
+        ),
         (json!({}), "BatchJobInputsNotSpecified"),
-        ({ let mut b = good.clone(); b["GlobalParameters"] = json!({"Nope": "1"}); b }, "UnexpectedParameter"),
-        ({ let mut b = good.clone(); b["Input"]["ConnectionString"] = json!("AccountName=devstoreaccount1"); b }, "InvalidBlobConnectionString"),
-        ({ let mut b = good.clone(); b["Input"]["RelativeLocation"] = json!("testint/missing.csv"); b }, "InvalidBlob"),
-        ({ let mut b = good.clone(); b["Input"]["ConnectionString"] = json!(connection_string().replace(AZURITE_KEY, "d3Jvbmcga2V5")); b }, "InvalidBlobConnectionString"),
-        ({ let mut b = good.clone(); b["Outputs"] = json!({"Output1": good["Outputs"]["output1"].clone()}); b }, "InvalidOutputOverrideName"),
-        ({ let mut b = good.clone(); b["Outputs"]["output1"]["RelativeLocation"] = json!("out/x.txt"); b }, "InvalidBlobExtension"),
-        ({ let mut b = good.clone(); b["AzureBatchPoolId"] = json!("8dfc151b0d3e446497b845f3b29ef53b"); b }, "PoolNotFound"),
+        (
+            {
+                let mut b = good.clone();
+                b["GlobalParameters"] = json!({"Nope": "1"});
+                b
+            },
+            "UnexpectedParameter",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["Input"]["ConnectionString"] = json!("AccountName=devstoreaccount1");
+                b
+            },
+            "InvalidBlobConnectionString",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["Input"]["RelativeLocation"] = json!("testint/missing.csv");
+                b
+            },
+            "InvalidBlob",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["Input"]["ConnectionString"] =
+                    json!(connection_string().replace(AZURITE_KEY, "d3Jvbmcga2V5"));
+                b
+            },
+            "InvalidBlobConnectionString",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["Outputs"] = json!({"Output1": good["Outputs"]["output1"].clone()});
+                b
+            },
+            "InvalidOutputOverrideName",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["Outputs"]["output1"]["RelativeLocation"] = json!("out/x.txt");
+                b
+            },
+            "InvalidBlobExtension",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["AzureBatchPoolId"] = json!("8dfc151b0d3e446497b845f3b29ef53b");
+                b
+            },
+            "PoolNotFound",
+        ),
         (json!("not an object"), "RequestBodyInvalid"),
     ];
     for (body, code) in cases {
         let (status, answer) = bearer(&s, Method::POST, &jobs, &key, Some(body.clone())).await;
-        assert_eq!((status, detail(&answer)), (StatusCode::BAD_REQUEST, code), "{body} -> {answer}");
+        assert_eq!(
+            (status, detail(&answer)),
+            (StatusCode::BAD_REQUEST, code),
+            "{body} -> {answer}"
+        );
     }
-    let (status, body) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=1.0"), &key, Some(good.clone())).await;
-    assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "BadVersionCall"));
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=1.0"),
+        &key,
+        Some(good.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "BadVersionCall")
+    );
 
     // A required parameter without a default.
     let (status, _) = put(&s, "/subscriptions/s/services/needs", &json!({
         "Command": "echo {param:Seed}", "GlobalParameters": [{"Name": "Seed", "Required": true}], "BillingPlan": "p"})).await;
     assert_eq!(status, 201);
-    let needs_key: String = sqlx::query_scalar("SELECT primary_key FROM services WHERE id = 'needs'").fetch_one(&s.db().await).await.unwrap();
-    let (status, body) = bearer(&s, Method::POST, "/subscriptions/s/services/needs/jobs", &needs_key, Some(json!({"GlobalParameters": {}}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "MissingRequiredGlobalParameters"));
+    let needs_key: String =
+        sqlx::query_scalar("SELECT primary_key FROM services WHERE id = 'needs'")
+            .fetch_one(&s.db().await)
+            .await
+            .unwrap();
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/subscriptions/s/services/needs/jobs",
+        &needs_key,
+        Some(json!({"GlobalParameters": {}})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "MissingRequiredGlobalParameters")
+    );
     // The same service through the classic workspace path, and a number as a parameter value.
-    let (status, _) = bearer(&s, Method::POST, "/workspaces/s/services/needs/jobs?api-version=2.0", &needs_key, Some(json!({"GlobalParameters": {"Seed": 12345}}))).await;
+    let (status, _) = bearer(
+        &s,
+        Method::POST,
+        "/workspaces/s/services/needs/jobs?api-version=2.0",
+        &needs_key,
+        Some(json!({"GlobalParameters": {"Seed": 12345}})),
+    )
+    .await;
     assert_eq!(status, 200);
 
     // Nothing was made by the refused requests.
@@ -364,35 +672,112 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
     let start = format!("{SERVICE}/jobs/{id}/start?api-version=2.0");
     assert_eq!(bearer(&s, Method::POST, &start, &key, None).await.0, 200);
     let (status, body) = bearer(&s, Method::POST, &start, &key, None).await;
-    assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "CannotStartJob"), "{body}");
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "CannotStartJob"),
+        "{body}"
+    );
     assert_eq!(body["error"]["code"], "InvalidOperation");
 
     // Services: a bad definition names what was wrong.
-    let (status, body) = put(&s, "/subscriptions/s/services/bad", &json!({"Command": "cat {in:nope}", "BillingPlan": "p"})).await;
-    assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "InvalidServiceDefinition"), "{body}");
+    let (status, body) = put(
+        &s,
+        "/subscriptions/s/services/bad",
+        &json!({"Command": "cat {in:nope}", "BillingPlan": "p"}),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidServiceDefinition"),
+        "{body}"
+    );
     assert_eq!(body["error"]["details"][0]["target"], "Command");
 
     // The Pool Service: its own key, a known swagger.json, quotas.
     let ps = pool_service_key(&s).await;
     let swagger = format!("{}{SERVICE}/swagger.json", s.base);
-    let (status, body) = bearer(&s, Method::POST, "/poolservice/pools", &key, Some(json!({"NumberOfVMs": 0, "SwaggerLocation": swagger}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::UNAUTHORIZED, "ScoreRequestUnauthorized"), "a service key is not the pool service key");
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools",
+        &key,
+        Some(json!({"NumberOfVMs": 0, "SwaggerLocation": swagger})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::UNAUTHORIZED, "ScoreRequestUnauthorized"),
+        "a service key is not the pool service key"
+    );
     let (status, body) = bearer(&s, Method::POST, "/poolservice/pools", &ps, Some(json!({"NumberOfVMs": 0, "SwaggerLocation": format!("{}/subscriptions/s/services/none/swagger.json", s.base)}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "InvalidSwaggerLocation"));
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidSwaggerLocation")
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-        .args(["account", "quota", "batchpool", "--max-pools", "1", "--max-vms-per-pool", "3", "--database-url"])
+        .args([
+            "account",
+            "quota",
+            "batchpool",
+            "--max-pools",
+            "1",
+            "--max-vms-per-pool",
+            "3",
+            "--database-url",
+        ])
         .arg(s.database_url.as_ref().unwrap())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let (status, body) = bearer(&s, Method::POST, "/poolservice/pools", &ps, Some(json!({"NumberOfVMs": 4, "SwaggerLocation": swagger}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded"));
-    let (status, body) = bearer(&s, Method::POST, "/poolservice/pools", &ps, Some(json!({"Id": "first", "NumberOfVMs": 0, "SwaggerLocation": swagger}))).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools",
+        &ps,
+        Some(json!({"NumberOfVMs": 4, "SwaggerLocation": swagger})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded")
+    );
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools",
+        &ps,
+        Some(json!({"Id": "first", "NumberOfVMs": 0, "SwaggerLocation": swagger})),
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
-    let (status, body) = bearer(&s, Method::POST, "/poolservice/pools", &ps, Some(json!({"NumberOfVMs": 0, "SwaggerLocation": swagger}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::CONFLICT, "MaxPoolsExceeded"));
-    let (status, body) = bearer(&s, Method::POST, "/poolservice/pools/first/resize", &ps, Some(json!({"NumberOfVMs": 9}))).await;
-    assert_eq!((status, detail(&body)), (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded"));
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools",
+        &ps,
+        Some(json!({"NumberOfVMs": 0, "SwaggerLocation": swagger})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::CONFLICT, "MaxPoolsExceeded")
+    );
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        "/poolservice/pools/first/resize",
+        &ps,
+        Some(json!({"NumberOfVMs": 9})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded")
+    );
     let (_, list) = bearer(&s, Method::GET, "/poolservice/pools", &ps, None).await;
     assert_eq!(list["value"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["value"][0]["NumberOfVMs"], 0);
@@ -405,7 +790,11 @@ async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
     let s = TestServer::start(Rt::Local).await;
     let db = s.db().await;
     let day = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
-    for (pool, plan, count, hours) in [("two", "plan-a", 2, 24), ("four", "plan-b", 4, 12), ("also-a", "plan-a", 1, 1)] {
+    for (pool, plan, count, hours) in [
+        ("two", "plan-a", 2, 24),
+        ("four", "plan-b", 4, 12),
+        ("also-a", "plan-a", 1, 1),
+    ] {
         for i in 0..count {
             sqlx::query(
                 "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, billing_plan, started_at, ended_at) \
@@ -421,14 +810,35 @@ async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
             .unwrap();
         }
     }
-    let (status, report) = s.get("/billing/plans?startTime=2026-03-01T00:00:00Z&endTime=2026-03-03T00:00:00Z").await;
+    let (status, report) = s
+        .get("/billing/plans?startTime=2026-03-01T00:00:00Z&endTime=2026-03-03T00:00:00Z")
+        .await;
     assert_eq!(status, 200, "{report}");
-    let plan = |name: &str| report["value"].as_array().unwrap().iter().find(|p| p["billingPlan"] == name).cloned().unwrap();
+    let plan = |name: &str| {
+        report["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["billingPlan"] == name)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(plan("plan-a")["computeHours"], json!(49.0));
     assert_eq!(plan("plan-a")["pools"].as_array().unwrap().len(), 2);
     assert_eq!(plan("plan-b")["computeHours"], json!(48.0));
-    let csv = s.http.get(format!("{}/billing/plans?startTime=2026-03-01T00:00:00Z&endTime=2026-03-03T00:00:00Z", s.base))
-        .header("accept", "text/csv").send().await.unwrap().text().await.unwrap();
+    let csv = s
+        .http
+        .get(format!(
+            "{}/billing/plans?startTime=2026-03-01T00:00:00Z&endTime=2026-03-03T00:00:00Z",
+            s.base
+        ))
+        .header("accept", "text/csv")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(csv, "billingPlan,computeHours\nplan-a,49.0\nplan-b,48.0\n");
 }
 
@@ -437,7 +847,9 @@ async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_locations_are_read_and_written_under_storage_roots_only() {
     let root = tempfile::tempdir().unwrap();
-    let root_url = url::Url::from_directory_path(root.path()).unwrap().to_string();
+    let root_url = url::Url::from_directory_path(root.path())
+        .unwrap()
+        .to_string();
     let s = TestServer::start_with(
         Rt::Local,
         Some(common::fresh_database().await),
@@ -454,21 +866,50 @@ async fn file_locations_are_read_and_written_under_storage_roots_only() {
     }))
     .await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
-    assert_eq!(std::fs::read_to_string(root.path().join("out/sorted.csv")).unwrap(), "1\n2\n");
-    assert_eq!(job["Results"]["output1"]["RelativeLocation"], "out/sorted.csv");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("out/sorted.csv")).unwrap(),
+        "1\n2\n"
+    );
+    assert_eq!(
+        job["Results"]["output1"]["RelativeLocation"],
+        "out/sorted.csv"
+    );
 
     // No override: the server's storage, under the conventions' container.
     let (id, job) = run_job(&s, &key, json!({"Inputs": {"input1": input}})).await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
     let result = &job["Results"]["output1"];
-    assert_eq!(result["RelativeLocation"], format!("job-{id}/score/$TaskOutput/output1.csv"), "{job}");
-    let path = url::Url::parse(result["BaseLocation"].as_str().unwrap()).unwrap().to_file_path().unwrap();
-    assert_eq!(std::fs::read_to_string(path.join(result["RelativeLocation"].as_str().unwrap())).unwrap(), "1\n2\n");
+    assert_eq!(
+        result["RelativeLocation"],
+        format!("job-{id}/score/$TaskOutput/output1.csv"),
+        "{job}"
+    );
+    let path = url::Url::parse(result["BaseLocation"].as_str().unwrap())
+        .unwrap()
+        .to_file_path()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(path.join(result["RelativeLocation"].as_str().unwrap())).unwrap(),
+        "1\n2\n"
+    );
 
-    for (base, rel) in [("file:///etc/", "passwd"), (root_url.as_str(), "../escape.csv")] {
-        let (status, body) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
-            Some(json!({"Inputs": {"input1": {"BaseLocation": base, "RelativeLocation": rel}}}))).await;
-        assert_eq!((status, detail(&body)), (StatusCode::BAD_REQUEST, "InvalidBlob"), "{base}{rel}: {body}");
+    for (base, rel) in [
+        ("file:///etc/", "passwd"),
+        (root_url.as_str(), "../escape.csv"),
+    ] {
+        let (status, body) = bearer(
+            &s,
+            Method::POST,
+            &format!("{SERVICE}/jobs?api-version=2.0"),
+            &key,
+            Some(json!({"Inputs": {"input1": {"BaseLocation": base, "RelativeLocation": rel}}})),
+        )
+        .await;
+        assert_eq!(
+            (status, detail(&body)),
+            (StatusCode::BAD_REQUEST, "InvalidBlob"),
+            "{base}{rel}: {body}"
+        );
     }
 }
 
@@ -476,28 +917,57 @@ async fn file_locations_are_read_and_written_under_storage_roots_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_bes_job_survives_a_server_restart() {
     let mut s = TestServer::start(Rt::Local).await;
-    let (status, body) = put(&s, SERVICE, &json!({
-        "Command": "sleep 1; sort {in:input1} > {out:output1}",
-        "Inputs": [{"Name": "input1"}], "Outputs": [{"Name": "output1"}], "BillingPlan": "p",
-    })).await;
+    let (status, body) = put(
+        &s,
+        SERVICE,
+        &json!({
+            "Command": "sleep 1; sort {in:input1} > {out:output1}",
+            "Inputs": [{"Name": "input1"}], "Outputs": [{"Name": "output1"}], "BillingPlan": "p",
+        }),
+    )
+    .await;
     assert_eq!(status, 201, "{body}");
     let key = body["PrimaryKey"].as_str().unwrap().to_string();
     put_blob("testint/restart.csv", "b\na\n").await;
-    let (_, id) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
-        Some(seed_request("testint/restart.csv", "out/restart.csv", None))).await;
+    let (_, id) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        Some(seed_request("testint/restart.csv", "out/restart.csv", None)),
+    )
+    .await;
     let id = id.as_str().unwrap().to_string();
-    bearer(&s, Method::POST, &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"), &key, None).await;
+    bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
     wait_for("the task to run", || async {
         let running: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await).await.unwrap();
+            .fetch_one(&s.db().await)
+            .await
+            .unwrap();
         (running == 1).then_some(())
-    }).await;
+    })
+    .await;
     s.kill().await;
     s.launch().await;
     let job = wait_for("the BES job to finish after the restart", || async {
-        let (_, job) = bearer(&s, Method::GET, &format!("{SERVICE}/jobs/{id}?api-version=2.0"), &key, None).await;
+        let (_, job) = bearer(
+            &s,
+            Method::GET,
+            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+            &key,
+            None,
+        )
+        .await;
         matches!(job["StatusCode"].as_str(), Some("Finished" | "Failed")).then_some(job)
-    }).await;
+    })
+    .await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
     assert_eq!(get_blob("out/restart.csv").await.as_deref(), Some("a\nb\n"));
 }

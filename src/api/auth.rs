@@ -96,7 +96,7 @@ pub fn signature(key_base64: &str, string_to_sign: &str) -> Option<String> {
 }
 
 /// Compares without an early exit, so the time taken says nothing about where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -69,16 +69,26 @@ fn window(range: &Range) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
 }
 
 /// JSON, or CSV of `columns` from each item of `value` when the client asks for it.
-fn respond(range: &Range, headers: &HeaderMap, body: Value, columns: &[&str]) -> ApiResult<Response> {
+fn respond(
+    range: &Range,
+    headers: &HeaderMap,
+    body: Value,
+    columns: &[&str],
+) -> ApiResult<Response> {
     let accept_csv = headers
         .get("accept")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/csv"));
     let csv = match range.format.as_deref() {
-        None | Some("json") => accept_csv,
+        None => accept_csv,
+        Some("json") => false,
         Some("csv") => true,
         Some(other) => {
-            return Err(ApiError::invalid_query("format", other, "must be json or csv"));
+            return Err(ApiError::invalid_query(
+                "format",
+                other,
+                "must be json or csv",
+            ));
         }
     };
     if !csv {
@@ -90,7 +100,9 @@ fn respond(range: &Range, headers: &HeaderMap, body: Value, columns: &[&str]) ->
             .iter()
             .map(|c| match &item[*c] {
                 Value::Null => String::new(),
-                Value::String(s) if s.contains([',', '"', '\n']) => format!("\"{}\"", s.replace('"', "\"\"")),
+                Value::String(s) if s.contains([',', '"', '\n']) => {
+                    format!("\"{}\"", s.replace('"', "\"\""))
+                }
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             })
@@ -103,7 +115,11 @@ fn respond(range: &Range, headers: &HeaderMap, body: Value, columns: &[&str]) ->
 
 /// Compute hours of each pool (of this account): every node counts from provisioned (container
 /// started) to removed, whether or not tasks ran.
-pub async fn pool_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+pub async fn pool_hours(
+    app: Ctx,
+    headers: HeaderMap,
+    Query(range): Query<Range>,
+) -> ApiResult<Response> {
     let (start, end) = window(&range)?;
     let now = Utc::now();
     let rows =
@@ -125,12 +141,28 @@ pub async fn pool_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>
         })
         .collect();
     let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "totalComputeHours": total, "value": pools});
-    respond(&range, &headers, body, &["poolId", "billingPlan", "vmSize", "computeHours", "coreHours", "usageRecords"])
+    respond(
+        &range,
+        &headers,
+        body,
+        &[
+            "poolId",
+            "billingPlan",
+            "vmSize",
+            "computeHours",
+            "coreHours",
+            "usageRecords",
+        ],
+    )
 }
 
 /// Compute hours per billing plan: the pools the Pool Service made for a service bill to its
 /// plan; pools made otherwise have none (`billingPlan` null).
-pub async fn plan_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+pub async fn plan_hours(
+    app: Ctx,
+    headers: HeaderMap,
+    Query(range): Query<Range>,
+) -> ApiResult<Response> {
     let (start, end) = window(&range)?;
     let now = Utc::now();
     let rows =
@@ -161,17 +193,33 @@ pub async fn plan_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>
 
 /// Hours attributed to each job: the slot-seconds its task attempts used, as a share of a node
 /// (a task using 1 of 4 slots for an hour is a quarter of a compute hour).
-pub async fn job_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>) -> ApiResult<Response> {
+pub async fn job_hours(
+    app: Ctx,
+    headers: HeaderMap,
+    Query(range): Query<Range>,
+) -> ApiResult<Response> {
     let (start, end) = window(&range)?;
     let now = Utc::now();
     let rows =
-        store::usage::slots_in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
+        store::usage::slots_in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end)
+            .await?;
     let mut by_job: BTreeMap<(&str, &str), (Option<&str>, f64, f64, usize)> = BTreeMap::new();
     for r in &rows {
-        let hours = compute_hours(&[UsageInterval { started: r.started_at, ended: r.ended_at }], start, end, now);
-        let entry = by_job
-            .entry((&r.job_id, &r.pool_id))
-            .or_insert((r.billing_plan.as_deref(), 0.0, 0.0, 0));
+        let hours = compute_hours(
+            &[UsageInterval {
+                started: r.started_at,
+                ended: r.ended_at,
+            }],
+            start,
+            end,
+            now,
+        );
+        let entry = by_job.entry((&r.job_id, &r.pool_id)).or_insert((
+            r.billing_plan.as_deref(),
+            0.0,
+            0.0,
+            0,
+        ));
         entry.1 += hours * r.slots as f64;
         entry.2 += hours * r.slots as f64 / r.slots_per_node.max(1) as f64;
         entry.3 += 1;
@@ -184,5 +232,17 @@ pub async fn job_hours(app: Ctx, headers: HeaderMap, Query(range): Query<Range>)
         })
         .collect();
     let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": jobs});
-    respond(&range, &headers, body, &["jobId", "poolId", "billingPlan", "slotHours", "computeHours", "taskAttempts"])
+    respond(
+        &range,
+        &headers,
+        body,
+        &[
+            "jobId",
+            "poolId",
+            "billingPlan",
+            "slotHours",
+            "computeHours",
+            "taskAttempts",
+        ],
+    )
 }

@@ -84,7 +84,13 @@ pub fn check_port_name(name: &str) -> Result<(), String> {
 /// `.csv`, `.ilearner`: a dot and letters or digits.
 pub fn check_extension(ext: &str) -> Result<(), String> {
     match ext.strip_prefix('.') {
-        Some(rest) if !rest.is_empty() && rest.len() <= 16 && rest.chars().all(|c| c.is_ascii_alphanumeric()) => Ok(()),
+        Some(rest)
+            if !rest.is_empty()
+                && rest.len() <= 16
+                && rest.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            Ok(())
+        }
         _ => Err("must be a dot followed by letters or digits, like .csv".into()),
     }
 }
@@ -115,11 +121,15 @@ pub fn render(
     for part in parse(template)? {
         match part {
             Ok(text) => out.push_str(&text),
-            Err(Placeholder::Input(n)) => out.push_str(inputs.get(&n).ok_or(format!("no input {n}"))?),
-            Err(Placeholder::Output(n)) => out.push_str(outputs.get(&n).ok_or(format!("no output {n}"))?),
-            Err(Placeholder::Param(n)) => {
-                out.push_str(&shell_quote(params.get(&n).ok_or(format!("no parameter {n}"))?))
+            Err(Placeholder::Input(n)) => {
+                out.push_str(inputs.get(&n).ok_or(format!("no input {n}"))?)
             }
+            Err(Placeholder::Output(n)) => {
+                out.push_str(outputs.get(&n).ok_or(format!("no output {n}"))?)
+            }
+            Err(Placeholder::Param(n)) => out.push_str(&shell_quote(
+                params.get(&n).ok_or(format!("no parameter {n}"))?,
+            )),
         }
     }
     Ok(out)
@@ -135,12 +145,16 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn placeholders_are_found_and_other_braces_left_alone() {
-        let parts = parse("sort {in:input1} > {out:output1} # ${HOME} {a,b} {param:Random seed}").unwrap();
+        let parts =
+            parse("sort {in:input1} > {out:output1} # ${HOME} {a,b} {param:Random seed}").unwrap();
         let holders: Vec<_> = parts.iter().filter_map(|p| p.clone().err()).collect();
         assert_eq!(
             holders,
@@ -163,7 +177,10 @@ mod tests {
             &map(&[("s", "1'; rm -rf / #")]),
         )
         .unwrap();
-        assert_eq!(cmd, r"tool inputs/a.csv outputs/b.csv --seed '1'\''; rm -rf / #'");
+        assert_eq!(
+            cmd,
+            r"tool inputs/a.csv outputs/b.csv --seed '1'\''; rm -rf / #'"
+        );
     }
 
     #[test]

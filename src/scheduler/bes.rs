@@ -54,7 +54,13 @@ pub struct Driver {
 }
 
 impl Driver {
-    pub fn new(db: PgPool, layout: Layout, config: Config, wake: Wakeups, cancel: CancellationToken) -> Arc<Self> {
+    pub fn new(
+        db: PgPool,
+        layout: Layout,
+        config: Config,
+        wake: Wakeups,
+        cancel: CancellationToken,
+    ) -> Arc<Self> {
         crate::install_tls();
         Arc::new(Self {
             db,
@@ -78,7 +84,11 @@ impl Driver {
                 }
             };
             // While jobs are in flight their tasks' ends are looked for often; idle, rarely.
-            let wait = if in_flight > 0 { Duration::from_millis(200) } else { self.wake.tick };
+            let wait = if in_flight > 0 {
+                Duration::from_millis(200)
+            } else {
+                self.wake.tick
+            };
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 _ = self.wake.bes.notified() => {}
@@ -156,7 +166,10 @@ impl Driver {
     }
 
     fn task_dir(&self, job: &BesJobRow) -> std::path::PathBuf {
-        self.layout.job_dir(&job.run_account, &job.id).join("job-1").join(TASK_ID)
+        self.layout
+            .job_dir(&job.run_account, &job.id)
+            .join("job-1")
+            .join(TASK_ID)
     }
 
     async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {
@@ -170,12 +183,20 @@ impl Driver {
         let wd = self.task_dir(job).join("wd");
         tokio::fs::create_dir_all(wd.join("inputs")).await?;
         tokio::fs::create_dir_all(wd.join("outputs")).await?;
-        let inputs = job.request["inputs"].as_object().cloned().unwrap_or_default();
+        let inputs = job.request["inputs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         for (name, input) in &inputs {
             let r: DataReference = serde_json::from_value(input["ref"].clone())?;
             let file = input["file"].as_str().unwrap_or_default();
             if let Err(e) = download(&r, &self.config.roots, &wd.join(file)).await {
-                return self.fail(job, format!("Input {name:?} could not be read (InvalidBlob): {e}")).await;
+                return self
+                    .fail(
+                        job,
+                        format!("Input {name:?} could not be read (InvalidBlob): {e}"),
+                    )
+                    .await;
             }
         }
         let mut tx = self.db.begin().await?;
@@ -188,7 +209,10 @@ impl Driver {
             return Ok(()); // cancelled meanwhile
         }
         let service = store::services::get_by_pk(&mut *tx, job.service_pk).await?;
-        let pool_id = job.pool_id.clone().unwrap_or_else(|| CLASSIC_POOL.to_string());
+        let pool_id = job
+            .pool_id
+            .clone()
+            .unwrap_or_else(|| CLASSIC_POOL.to_string());
         let new_job = store::jobs::NewJob {
             account: job.run_account.clone(),
             id: job.id.clone(),
@@ -212,17 +236,29 @@ impl Driver {
         if let Err(e) = store::jobs::insert(&mut *tx, &new_job).await {
             if store::is_unique_violation(&e) {
                 drop(tx);
-                return self.fail(job, format!("A Batch job {:?} exists already in the pool's account.", job.id)).await;
+                return self
+                    .fail(
+                        job,
+                        format!(
+                            "A Batch job {:?} exists already in the pool's account.",
+                            job.id
+                        ),
+                    )
+                    .await;
             }
             return Err(e.into());
         }
-        let batch_job = store::jobs::get(&mut *tx, &job.run_account, &job.id, store::jobs::Lock::None)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("the Batch job vanished"))?;
+        let batch_job =
+            store::jobs::get(&mut *tx, &job.run_account, &job.id, store::jobs::Lock::None)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the Batch job vanished"))?;
         let task = store::tasks::NewTask {
             id: TASK_ID.into(),
             display_name: Some("BES job".into()),
-            command_line: job.request["command"].as_str().unwrap_or("false").to_string(),
+            command_line: job.request["command"]
+                .as_str()
+                .unwrap_or("false")
+                .to_string(),
             environment: json!([{"name": "BES_JOB_ID", "value": job.id}]),
             required_slots: 1,
             max_wall_clock_ticks: None,
@@ -254,17 +290,29 @@ impl Driver {
         .fetch_optional(&self.db)
         .await?;
         let Some((_, exit_code, result, failure)) = outcome else {
-            return self.fail(job, "Its Batch job was deleted before the job ended.".into()).await;
+            return self
+                .fail(
+                    job,
+                    "Its Batch job was deleted before the job ended.".into(),
+                )
+                .await;
         };
         let dir = self.task_dir(job);
         let container = blob::job_container(&job.id);
-        let outputs = job.request["outputs"].as_object().cloned().unwrap_or_default();
+        let outputs = job.request["outputs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         // The conventions' container lives where the first output with an account key goes,
         // else in the server's storage.
         let home = outputs
             .values()
             .filter_map(|o| serde_json::from_value::<DataReference>(o["ref"].clone()).ok())
-            .find(|r| r.connection_string.as_deref().is_some_and(|c| !c.trim().is_empty()))
+            .find(|r| {
+                r.connection_string
+                    .as_deref()
+                    .is_some_and(|c| !c.trim().is_empty())
+            })
             .unwrap_or_else(|| self.config.storage.clone());
         let in_home = |path: String| -> Result<blob::Blob, blob::BlobError> {
             let r = DataReference {
@@ -282,9 +330,16 @@ impl Driver {
             }
         }
         if result.as_deref() != Some("success") {
-            let stderr = tokio::fs::read(dir.join("stderr.txt")).await.unwrap_or_default();
-            let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..]).trim().to_string();
-            let why = match (exit_code, failure.as_ref().and_then(|f| f["message"].as_str())) {
+            let stderr = tokio::fs::read(dir.join("stderr.txt"))
+                .await
+                .unwrap_or_default();
+            let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..])
+                .trim()
+                .to_string();
+            let why = match (
+                exit_code,
+                failure.as_ref().and_then(|f| f["message"].as_str()),
+            ) {
                 (Some(code), _) => format!("The command exited with code {code}."),
                 (None, Some(message)) => format!("The command did not run: {message}"),
                 (None, None) => "The command did not complete.".to_string(),
@@ -303,28 +358,49 @@ impl Driver {
             }
             let file_name = file.rsplit('/').next().unwrap_or(file).to_string();
             let conventions = in_home(format!("{TASK_ID}/$TaskOutput/{file_name}"))?;
-            let destination = match serde_json::from_value::<Option<DataReference>>(output["ref"].clone())? {
-                Some(r) => blob::resolve(&r, &self.config.roots)?,
-                None => conventions.clone(),
-            };
+            let destination =
+                match serde_json::from_value::<Option<DataReference>>(output["ref"].clone())? {
+                    Some(r) => blob::resolve(&r, &self.config.roots)?,
+                    None => conventions.clone(),
+                };
             if let Err(e) = self.upload(&local, &destination).await {
-                return self.fail(job, format!("Output {name:?} could not be written (InvalidBlob): {e:#}")).await;
+                return self
+                    .fail(
+                        job,
+                        format!("Output {name:?} could not be written (InvalidBlob): {e:#}"),
+                    )
+                    .await;
             }
             if destination.path != conventions.path || destination.place != conventions.place {
                 if let Err(e) = self.upload(&local, &conventions).await {
                     tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the output under the conventions failed");
                 }
             }
-            results.insert(name.clone(), serde_json::to_value(destination.result_reference(now))?);
+            results.insert(
+                name.clone(),
+                serde_json::to_value(destination.result_reference(now))?,
+            );
         }
-        if store::services::finish(&self.db, job.pk, phase::FINISHED, Some(&Value::Object(results)), None).await? {
+        if store::services::finish(
+            &self.db,
+            job.pk,
+            phase::FINISHED,
+            Some(&Value::Object(results)),
+            None,
+        )
+        .await?
+        {
             tracing::info!(job = %job.id, "BES job finished");
         }
         // The classic environment's Batch jobs are the server's own: they go once done (their
         // slot usage stays for billing).
         if job.pool_id.is_none() {
-            if let Some(b) = store::jobs::get(&self.db, CLASSIC_ACCOUNT, &job.id, store::jobs::Lock::None).await? {
-                store::jobs::set_state(&self.db, b.pk, crate::domain::job::JobState::Deleting).await?;
+            if let Some(b) =
+                store::jobs::get(&self.db, CLASSIC_ACCOUNT, &job.id, store::jobs::Lock::None)
+                    .await?
+            {
+                store::jobs::set_state(&self.db, b.pk, crate::domain::job::JobState::Deleting)
+                    .await?;
                 self.wake.dispatch.notify_one();
             }
         }
@@ -338,7 +414,10 @@ impl Driver {
             Err(e) => return Err(e.into()),
         };
         target.ensure_container(&self.http).await?;
-        target.store.put(&target.path, PutPayload::from(bytes)).await?;
+        target
+            .store
+            .put(&target.path, PutPayload::from(bytes))
+            .await?;
         Ok(())
     }
 
@@ -393,7 +472,9 @@ impl Driver {
             return Ok(());
         };
         if target != pool.target_dedicated_nodes
-            && store::pools::resize(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL, target, None, None).await?.is_ok()
+            && store::pools::resize(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL, target, None, None)
+                .await?
+                .is_ok()
         {
             self.wake.allocate.notify_one();
         }

@@ -93,11 +93,13 @@ pub async fn get(
     namespace: &str,
     id: &str,
 ) -> sqlx::Result<Option<ServiceRow>> {
-    sqlx::query_as("SELECT * FROM services WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)")
-        .bind(namespace)
-        .bind(id)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as(
+        "SELECT * FROM services WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)",
+    )
+    .bind(namespace)
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<ServiceRow>> {
@@ -135,7 +137,11 @@ pub async fn regenerate_key(
     pk: i64,
     secondary: bool,
 ) -> sqlx::Result<String> {
-    let column = if secondary { "secondary_key" } else { "primary_key" };
+    let column = if secondary {
+        "secondary_key"
+    } else {
+        "primary_key"
+    };
     sqlx::query_scalar(&format!(
         "UPDATE services SET {column} = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
             last_modified = now() WHERE pk = $1 RETURNING {column}"
@@ -335,7 +341,10 @@ pub async fn set_quotas(
     Ok(done.rows_affected() == 1)
 }
 
-pub async fn rotate_pool_service_key(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<String>> {
+pub async fn rotate_pool_service_key(
+    db: impl PgExecutor<'_>,
+    name: &str,
+) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar(
         "UPDATE accounts SET pool_service_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')          WHERE name = $1 RETURNING pool_service_key",
     )

@@ -19,7 +19,12 @@ pub struct MlError {
 pub type MlResult<T> = Result<T, MlError>;
 
 impl MlError {
-    pub fn new(status: StatusCode, class: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(
+        status: StatusCode,
+        class: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             status,
             class,
@@ -59,6 +64,7 @@ impl MlError {
             "Unauthorized" => "Unauthorized access.",
             "NotFound" => "The requested resource was not found.",
             "Conflict" => "The request conflicts with the current state.",
+            "MemoryQuotaViolation" => "The request is too large.",
             _ => "The server encountered an internal error.",
         }
     }

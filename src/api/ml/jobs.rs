@@ -64,15 +64,22 @@ fn extension(declared: &Option<String>, r: Option<&DataReference>) -> String {
 /// not when the job runs.
 async fn check_readable(name: &str, b: &blob::Blob) -> MlResult<()> {
     use object_store::{Error as E, ObjectStoreExt};
-    let head = tokio::time::timeout(std::time::Duration::from_secs(20), b.store.head(&b.path)).await;
+    let head =
+        tokio::time::timeout(std::time::Duration::from_secs(20), b.store.head(&b.path)).await;
     let (code, why) = match head {
         Ok(Ok(_)) => return Ok(()),
-        Err(_) => ("InvalidBlob", "the storage did not answer in 20 s".to_string()),
+        Err(_) => (
+            "InvalidBlob",
+            "the storage did not answer in 20 s".to_string(),
+        ),
         Ok(Err(E::NotFound { .. })) => ("InvalidBlob", "the blob does not exist".to_string()),
         Ok(Err(e @ (E::Unauthenticated { .. } | E::PermissionDenied { .. })))
             if matches!(b.place, blob::Place::AzureKey { .. }) =>
         {
-            ("InvalidBlobConnectionString", format!("the storage refused the account key: {e}"))
+            (
+                "InvalidBlobConnectionString",
+                format!("the storage refused the account key: {e}"),
+            )
         }
         Ok(Err(e)) => ("InvalidBlob", e.to_string()),
     };
@@ -100,15 +107,26 @@ pub async fn submit(
     let mut given_inputs: BTreeMap<String, DataReference> = BTreeMap::new();
     match (body.input, body.inputs) {
         (Some(_), Some(m)) if !m.is_empty() => {
-            return Err(MlError::bad("DuplicateInputInBatchCall", "Cannot specify both single and multiple input at the same time."))
+            return Err(MlError::bad(
+                "DuplicateInputInBatchCall",
+                "Cannot specify both single and multiple input at the same time.",
+            ))
         }
         (Some(one), _) => {
             let Some((first, _)) = declared_inputs.first() else {
-                return Err(MlError::bad("BatchJobInputsTooManySpecified", "The service declares no input, but the request gives one."));
+                return Err(MlError::bad(
+                    "BatchJobInputsTooManySpecified",
+                    "The service declares no input, but the request gives one.",
+                ));
             };
             if declared_inputs.len() > 1 {
-                return Err(MlError::bad("BatchJobInputsNotSpecified", format!(
-                    "The service has {} inputs; name them in Inputs.", declared_inputs.len())));
+                return Err(MlError::bad(
+                    "BatchJobInputsNotSpecified",
+                    format!(
+                        "The service has {} inputs; name them in Inputs.",
+                        declared_inputs.len()
+                    ),
+                ));
             }
             given_inputs.insert(first.clone(), one);
         }
@@ -121,15 +139,27 @@ pub async fn submit(
         }
         (None, None) => {}
     }
-    if let Some(bad) = given_inputs.keys().find(|n| !declared_inputs.iter().any(|(d, _)| d == *n)) {
+    if let Some(bad) = given_inputs
+        .keys()
+        .find(|n| !declared_inputs.iter().any(|(d, _)| d == *n))
+    {
         return Err(MlError::bad("InvalidInputNames", format!(
             "Input {bad:?} is not an input of the service (case sensitivity applies); its inputs: {}.",
             declared_inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))).target(format!("Inputs.{bad}")));
     }
-    let missing: Vec<&str> = declared_inputs.iter().map(|(n, _)| n.as_str()).filter(|n| !given_inputs.contains_key(*n)).collect();
+    let missing: Vec<&str> = declared_inputs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| !given_inputs.contains_key(*n))
+        .collect();
     if !missing.is_empty() {
-        return Err(MlError::bad("BatchJobInputsNotSpecified", format!(
-            "The following required input(s) were not specified with the request: {}.", missing.join(", "))));
+        return Err(MlError::bad(
+            "BatchJobInputsNotSpecified",
+            format!(
+                "The following required input(s) were not specified with the request: {}.",
+                missing.join(", ")
+            ),
+        ));
     }
 
     // Outputs: overrides by name; the rest go to the server's storage.
@@ -146,18 +176,30 @@ pub async fn submit(
     }
     for name in given_outputs.keys() {
         if !declared_outputs.iter().any(|(d, _)| d == name) {
-            return Err(MlError::bad("InvalidOutputOverrideName", format!(
-                "Output {name:?} is not an output of the service (case sensitivity applies)."
-            )).target(format!("Outputs.{name}")));
+            return Err(MlError::bad(
+                "InvalidOutputOverrideName",
+                format!(
+                    "Output {name:?} is not an output of the service (case sensitivity applies)."
+                ),
+            )
+            .target(format!("Outputs.{name}")));
         }
     }
 
     // Global parameters: known names only, every required one given.
     let mut params: BTreeMap<String, String> = BTreeMap::new();
-    let declared_params = service.global_parameters.as_array().cloned().unwrap_or_default();
+    let declared_params = service
+        .global_parameters
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for (name, v) in body.global_parameters.unwrap_or_default() {
         if !declared_params.iter().any(|p| p["Name"] == json!(name)) {
-            return Err(MlError::bad("UnexpectedParameter", format!("{name:?} is not a global parameter of the service.")).target(format!("GlobalParameters.{name}")));
+            return Err(MlError::bad(
+                "UnexpectedParameter",
+                format!("{name:?} is not a global parameter of the service."),
+            )
+            .target(format!("GlobalParameters.{name}")));
         }
         if let Some(s) = param_string(&v) {
             params.insert(name, s);
@@ -180,8 +222,13 @@ pub async fn submit(
         }
     }
     if !missing.is_empty() {
-        return Err(MlError::bad("MissingRequiredGlobalParameters", format!(
-            "The following required global parameter(s) were not given: {}.", missing.join(", "))));
+        return Err(MlError::bad(
+            "MissingRequiredGlobalParameters",
+            format!(
+                "The following required global parameter(s) were not given: {}.",
+                missing.join(", ")
+            ),
+        ));
     }
 
     // Every reference must resolve; inputs must be readable now.
@@ -190,7 +237,8 @@ pub async fn submit(
     let mut checks = Vec::new();
     for (name, ext) in &declared_inputs {
         let r = &given_inputs[name];
-        let b = blob::resolve(r, roots).map_err(|e| MlError::from(e).target(format!("Inputs.{name}")))?;
+        let b = blob::resolve(r, roots)
+            .map_err(|e| MlError::from(e).target(format!("Inputs.{name}")))?;
         let file = bes::input_path(name, &extension(ext, Some(r)));
         checks.push((name.clone(), b));
         input_files.insert(name.clone(), file.clone());
@@ -202,13 +250,19 @@ pub async fn submit(
     for (name, ext) in &declared_outputs {
         let r = given_outputs.get(name);
         if let Some(r) = r {
-            blob::resolve(r, roots).map_err(|e| MlError::from(e).target(format!("Outputs.{name}")))?;
+            blob::resolve(r, roots)
+                .map_err(|e| MlError::from(e).target(format!("Outputs.{name}")))?;
             let blob_ext = extension(&None, Some(r));
             if let Some(want) = ext {
                 if !blob_ext.eq_ignore_ascii_case(want) {
-                    return Err(MlError::bad("InvalidBlobExtension", format!(
-                        "Output {name:?} must be a {want} blob; {:?} is not.", r.relative_location.clone().unwrap_or_default()
-                    )).target(format!("Outputs.{name}")));
+                    return Err(MlError::bad(
+                        "InvalidBlobExtension",
+                        format!(
+                            "Output {name:?} must be a {want} blob; {:?} is not.",
+                            r.relative_location.clone().unwrap_or_default()
+                        ),
+                    )
+                    .target(format!("Outputs.{name}")));
                 }
             }
         }
@@ -245,7 +299,15 @@ pub async fn submit(
         "params": params,
     });
     let id = bes::new_id();
-    store::services::insert_job(&app.db, &id, service.pk, &run_account, pool_id.as_deref(), &request).await?;
+    store::services::insert_job(
+        &app.db,
+        &id,
+        service.pk,
+        &run_account,
+        pool_id.as_deref(),
+        &request,
+    )
+    .await?;
     tracing::info!(job = %id, service = %service.id, pool = ?pool_id, "BES job submitted");
     Ok(Json(id))
 }
@@ -277,12 +339,17 @@ pub async fn start(
     check_version(query.as_deref())?;
     let job = find(&app, &service, &id).await?;
     if !store::services::set_phase(&app.db, job.pk, &[phase::NOT_STARTED], phase::STAGING).await? {
-        let now = store::services::get_job_by_pk(&app.db, job.pk).await?.unwrap_or(job);
+        let now = store::services::get_job_by_pk(&app.db, job.pk)
+            .await?
+            .unwrap_or(job);
         return Err(MlError::new(
             StatusCode::BAD_REQUEST,
             "InvalidOperation",
             "CannotStartJob",
-            format!("The job cannot be started because it is in {} state.", phase::status_code(&now.phase)),
+            format!(
+                "The job cannot be started because it is in {} state.",
+                phase::status_code(&now.phase)
+            ),
         ));
     }
     app.wake_bes();
@@ -343,8 +410,23 @@ pub async fn cancel(
 pub async fn cancel_in(tx: &mut Transaction<'_, Postgres>, job: &BesJobRow) -> sqlx::Result<()> {
     // The guarded update waits for a driver that is turning the job into a Batch job, so the
     // Batch job is seen here if it was made at all.
-    if store::services::finish(&mut **tx, job.pk, phase::CANCELLED, None, Some("The job was cancelled.")).await? {
-        if let Some(batch_job) = store::jobs::get(&mut **tx, &job.run_account, &job.id, store::jobs::Lock::Update).await? {
+    if store::services::finish(
+        &mut **tx,
+        job.pk,
+        phase::CANCELLED,
+        None,
+        Some("The job was cancelled."),
+    )
+    .await?
+    {
+        if let Some(batch_job) = store::jobs::get(
+            &mut **tx,
+            &job.run_account,
+            &job.id,
+            store::jobs::Lock::Update,
+        )
+        .await?
+        {
             store::jobs::set_state(&mut **tx, batch_job.pk, JobState::Deleting).await?;
         }
         tracing::info!(job = %job.id, "BES job cancelled");

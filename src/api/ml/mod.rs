@@ -29,7 +29,9 @@ pub fn management_router() -> Router<Arc<AppState>> {
             .route(&format!("{prefix}/{{ns}}/services"), get(services::list))
             .route(
                 &format!("{prefix}/{{ns}}/services/{{svc}}"),
-                get(services::get).put(services::put).delete(services::delete),
+                get(services::get)
+                    .put(services::put)
+                    .delete(services::delete),
             )
             .route(
                 &format!("{prefix}/{{ns}}/services/{{svc}}/regeneratekey"),
@@ -69,14 +71,17 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim)
         .filter(|k| !k.is_empty())
 }
 
-/// Compares without an early exit.
+/// Compares keys without an early exit.
 pub fn same_key(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    crate::api::auth::constant_time_eq(a.as_bytes(), b.as_bytes())
 }
 
 /// BES speaks api-version 2.0; a request naming another is refused, one naming none is served.
@@ -104,24 +109,38 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, MlError> {
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                MlError::new(e.status(), "MemoryQuotaViolation", "RequestBodyTooLarge", "The request body is too large.")
+                MlError::new(
+                    e.status(),
+                    "MemoryQuotaViolation",
+                    "RequestBodyTooLarge",
+                    "The request body is too large.",
+                )
             } else {
-                MlError::bad("RequestBodyInvalid", format!("The request body could not be read: {e}"))
+                MlError::bad(
+                    "RequestBodyInvalid",
+                    format!("The request body could not be read: {e}"),
+                )
             }
         })?;
         let text = std::str::from_utf8(&bytes)
             .map_err(|_| MlError::bad("RequestBodyInvalid", "The request body is not UTF-8."))?;
-        let text = if text.trim().is_empty() || text.trim() == "\"\"" { "{}" } else { text };
+        let text = if text.trim().is_empty() || text.trim() == "\"\"" {
+            "{}"
+        } else {
+            text
+        };
         let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map(MlJson).map_err(|e| {
-            let path = e.path().to_string();
-            let target = if path == "." { None } else { Some(path) };
-            let mut err = MlError::bad(
-                "RequestBodyInvalid",
-                format!("The request body is invalid: {}", e.inner()),
-            );
-            err.target = target;
-            err
-        })
+        serde_path_to_error::deserialize(de)
+            .map(MlJson)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let target = if path == "." { None } else { Some(path) };
+                let mut err = MlError::bad(
+                    "RequestBodyInvalid",
+                    format!("The request body is invalid: {}", e.inner()),
+                );
+                err.target = target;
+                err
+            })
     }
 }

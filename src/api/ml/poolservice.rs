@@ -43,26 +43,44 @@ async fn authorize(app: &AppState, headers: &HeaderMap) -> MlResult<PoolServiceA
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct CreateBody {
     id: Option<String>,
-    #[serde(default, rename = "NumberOfVMs", deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(
+        default,
+        rename = "NumberOfVMs",
+        deserialize_with = "crate::api::lenient::opt_i32"
+    )]
     number_of_vms: Option<i32>,
     vm_size: Option<String>,
     swagger_location: Option<String>,
     /// How many BES jobs one VM runs at once (its task slots); 1 unless given.
-    #[serde(default, rename = "JobsPerVM", deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(
+        default,
+        rename = "JobsPerVM",
+        deserialize_with = "crate::api::lenient::opt_i32"
+    )]
     jobs_per_vm: Option<i32>,
 }
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct ResizeBody {
-    #[serde(default, rename = "NumberOfVMs", deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(
+        default,
+        rename = "NumberOfVMs",
+        deserialize_with = "crate::api::lenient::opt_i32"
+    )]
     number_of_vms: Option<i32>,
 }
 
 fn check_vms(n: Option<i32>, account: &PoolServiceAccount, server_max: i32) -> MlResult<i32> {
-    let n = n.ok_or_else(|| MlError::bad("MissingNumberOfVMs", "NumberOfVMs is required.").target("NumberOfVMs"))?;
+    let n = n.ok_or_else(|| {
+        MlError::bad("MissingNumberOfVMs", "NumberOfVMs is required.").target("NumberOfVMs")
+    })?;
     if n < 0 {
-        return Err(MlError::bad("InvalidNumberOfVMs", format!("NumberOfVMs {n} must not be negative.")).target("NumberOfVMs"));
+        return Err(MlError::bad(
+            "InvalidNumberOfVMs",
+            format!("NumberOfVMs {n} must not be negative."),
+        )
+        .target("NumberOfVMs"));
     }
     let quota = account.max_vms_per_pool.min(server_max);
     if n > quota {
@@ -82,11 +100,17 @@ fn parse_swagger_url(s: &str) -> Option<(String, String)> {
     let url = url::Url::parse(s).ok()?;
     let segments: Vec<String> = url
         .path_segments()?
-        .map(|p| form_urlencoded::parse(p.as_bytes()).map(|(k, _)| k.into_owned()).collect::<String>())
+        .map(|p| {
+            form_urlencoded::parse(p.as_bytes())
+                .map(|(k, _)| k.into_owned())
+                .collect::<String>()
+        })
         .collect();
     match segments.as_slice() {
         [.., kind, ns, services, svc, file]
-            if (kind == "subscriptions" || kind == "workspaces") && services == "services" && file == "swagger.json" =>
+            if (kind == "subscriptions" || kind == "workspaces")
+                && services == "services"
+                && file == "swagger.json" =>
         {
             Some((ns.clone(), svc.clone()))
         }
@@ -124,7 +148,10 @@ fn pool_json(p: &PoolRow) -> Value {
 async fn find(app: &AppState, account: &str, id: &str) -> MlResult<PoolRow> {
     match store::pools::get(&app.db, account, id).await? {
         Some(p) if p.pool_service => Ok(p),
-        _ => Err(MlError::not_found("PoolNotFound", format!("The pool {id:?} does not exist."))),
+        _ => Err(MlError::not_found(
+            "PoolNotFound",
+            format!("The pool {id:?} does not exist."),
+        )),
     }
 }
 
@@ -135,17 +162,31 @@ pub async fn create(
     MlJson(body): MlJson<CreateBody>,
 ) -> MlResult<Response> {
     let account = authorize(&app, &headers).await?;
-    let id = body.id.filter(|i| !i.is_empty()).unwrap_or_else(bes::new_id);
-    crate::domain::ids::check_id(&id).map_err(|why| MlError::bad("InvalidPoolId", format!("Id {id:?}: {why}")).target("Id"))?;
-    let target = check_vms(body.number_of_vms, &account, app.settings.max_nodes_per_pool)?;
+    let id = body
+        .id
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(bes::new_id);
+    crate::domain::ids::check_id(&id)
+        .map_err(|why| MlError::bad("InvalidPoolId", format!("Id {id:?}: {why}")).target("Id"))?;
+    let target = check_vms(
+        body.number_of_vms,
+        &account,
+        app.settings.max_nodes_per_pool,
+    )?;
     let slots = body.jobs_per_vm.unwrap_or(1);
     if !(1..=256).contains(&slots) {
-        return Err(MlError::bad("InvalidJobsPerVM", format!("JobsPerVM {slots} must be between 1 and 256.")).target("JobsPerVM"));
+        return Err(MlError::bad(
+            "InvalidJobsPerVM",
+            format!("JobsPerVM {slots} must be between 1 and 256."),
+        )
+        .target("JobsPerVM"));
     }
     let swagger = body.swagger_location.filter(|s| !s.trim().is_empty()).ok_or_else(|| {
         MlError::bad("MissingSwaggerLocation", "SwaggerLocation is required: the URL of a web service's swagger.json, which ties the pool to its billing plan.").target("SwaggerLocation")
     })?;
-    let unknown = || MlError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation");
+    let unknown = || {
+        MlError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
+    };
     let (ns, svc) = parse_swagger_url(&swagger).ok_or_else(unknown)?;
     let service = match store::services::get(&app.db, &ns, &svc).await? {
         Some(s) if s.account == account.name => s,
@@ -153,7 +194,14 @@ pub async fn create(
     };
     let size_name = body.vm_size.unwrap_or_else(|| "standard_d2_v3".to_string());
     let (vm_size, size) = app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
-        MlError::bad("InvalidVmSize", format!("VmSize {size_name:?} is unknown; the known sizes are: {}.", app.settings.vm_sizes.names().join(", "))).target("VmSize")
+        MlError::bad(
+            "InvalidVmSize",
+            format!(
+                "VmSize {size_name:?} is unknown; the known sizes are: {}.",
+                app.settings.vm_sizes.names().join(", ")
+            ),
+        )
+        .target("VmSize")
     })?;
     let new = store::pools::NewPool {
         account: account.name.clone(),
@@ -162,13 +210,19 @@ pub async fn create(
         vm_size,
         vcpus: size.vcpus,
         memory_mib: size.memory_mib as i64,
-        image: service.image.clone().unwrap_or_else(|| app.settings.default_image.clone()),
+        image: service
+            .image
+            .clone()
+            .unwrap_or_else(|| app.settings.default_image.clone()),
         vm_config: None,
         start_task: None,
         task_slots_per_node: slots,
         node_fill_type: "spread".into(),
         target_dedicated_nodes: target,
-        resize_timeout_ticks: IsoDuration::from_secs(crate::api::batch::pools::DEFAULT_RESIZE_TIMEOUT_SECS).ticks(),
+        resize_timeout_ticks: IsoDuration::from_secs(
+            crate::api::batch::pools::DEFAULT_RESIZE_TIMEOUT_SECS,
+        )
+        .ticks(),
         metadata: json!([{"name": SWAGGER_METADATA, "value": swagger}]),
         billing_plan: Some(service.billing_plan.clone()),
         service_pk: Some(service.pk),
@@ -180,21 +234,31 @@ pub async fn create(
         .bind(&account.name)
         .execute(&mut *tx)
         .await?;
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'")
-        .bind(&account.name)
-        .fetch_one(&mut *tx)
-        .await?;
+    let count: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'",
+    )
+    .bind(&account.name)
+    .fetch_one(&mut *tx)
+    .await?;
     if count >= account.max_pools as i64 {
         return Err(MlError::new(
             StatusCode::CONFLICT,
             "Conflict",
             "MaxPoolsExceeded",
-            format!("This account has {count} pools, its quota; delete one or ask for a larger quota."),
+            format!(
+                "This account has {count} pools, its quota; delete one or ask for a larger quota."
+            ),
         ));
     }
     match store::pools::insert(&mut *tx, &new).await {
         Err(e) if store::is_unique_violation(&e) => {
-            return Err(MlError::new(StatusCode::CONFLICT, "Conflict", "PoolExists", format!("A pool {id:?} exists already.")).target("Id"))
+            return Err(MlError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                "PoolExists",
+                format!("A pool {id:?} exists already."),
+            )
+            .target("Id"))
         }
         other => other?,
     }
@@ -207,18 +271,31 @@ pub async fn create(
 pub async fn list(State(app): State<Arc<AppState>>, headers: HeaderMap) -> MlResult<Json<Value>> {
     let account = authorize(&app, &headers).await?;
     let pools = store::pools::list(&app.db, &account.name).await?;
-    Ok(Json(json!({"value": pools.iter().filter(|p| p.pool_service).map(pool_json).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"value": pools.iter().filter(|p| p.pool_service).map(pool_json).collect::<Vec<_>>()}),
+    ))
 }
 
-pub async fn get_pool(State(app): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> MlResult<Json<Value>> {
+pub async fn get_pool(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> MlResult<Json<Value>> {
     let account = authorize(&app, &headers).await?;
     Ok(Json(pool_json(&find(&app, &account.name, &id).await?)))
 }
 
 fn refused(id: &str, r: Refused) -> MlError {
     match r {
-        Refused::NotFound => MlError::not_found("PoolNotFound", format!("The pool {id:?} does not exist.")),
-        Refused::BeingDeleted => MlError::new(StatusCode::CONFLICT, "Conflict", "PoolBeingDeleted", format!("The pool {id:?} is being deleted.")),
+        Refused::NotFound => {
+            MlError::not_found("PoolNotFound", format!("The pool {id:?} does not exist."))
+        }
+        Refused::BeingDeleted => MlError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            "PoolBeingDeleted",
+            format!("The pool {id:?} is being deleted."),
+        ),
         Refused::NotSteady(state) => MlError::new(
             StatusCode::CONFLICT,
             "Conflict",
@@ -236,8 +313,14 @@ pub async fn resize(
 ) -> MlResult<Response> {
     let account = authorize(&app, &headers).await?;
     let pool = find(&app, &account.name, &id).await?;
-    let target = check_vms(body.number_of_vms, &account, app.settings.max_nodes_per_pool)?;
-    if let Err(r) = store::pools::resize(&app.db, &account.name, &pool.id, target, None, None).await? {
+    let target = check_vms(
+        body.number_of_vms,
+        &account,
+        app.settings.max_nodes_per_pool,
+    )?;
+    if let Err(r) =
+        store::pools::resize(&app.db, &account.name, &pool.id, target, None, None).await?
+    {
         return Err(refused(&id, r));
     }
     app.wake_allocator();
@@ -245,7 +328,11 @@ pub async fn resize(
     Ok((StatusCode::ACCEPTED, Json(pool_json(&pool))).into_response())
 }
 
-pub async fn delete(State(app): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> MlResult<StatusCode> {
+pub async fn delete(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> MlResult<StatusCode> {
     let account = authorize(&app, &headers).await?;
     let pool = find(&app, &account.name, &id).await?;
     match store::pools::mark_deleting(&app.db, &account.name, &pool.id).await? {
@@ -268,10 +355,15 @@ mod tests {
             Some(("s1".into(), "svc".into()))
         );
         assert_eq!(
-            parse_swagger_url("https://ussouthcentral.services.azureml.net/workspaces/w/services/x/swagger.json"),
+            parse_swagger_url(
+                "https://ussouthcentral.services.azureml.net/workspaces/w/services/x/swagger.json"
+            ),
             Some(("w".into(), "x".into()))
         );
-        assert_eq!(parse_swagger_url("http://h/subscriptions/s1/services/svc"), None);
+        assert_eq!(
+            parse_swagger_url("http://h/subscriptions/s1/services/svc"),
+            None
+        );
         assert_eq!(parse_swagger_url("not a url"), None);
     }
 }

@@ -62,15 +62,27 @@ fn check_ports(what: &str, ports: &[Port]) -> MlResult<Value> {
     let mut out = Vec::new();
     for (i, p) in ports.iter().enumerate() {
         let target = format!("{what}[{i}]");
-        bes::check_port_name(&p.name)
-            .map_err(|why| MlError::bad("InvalidServiceDefinition", format!("{target}.Name {:?} {why}", p.name)).target(format!("{target}.Name")))?;
+        bes::check_port_name(&p.name).map_err(|why| {
+            MlError::bad(
+                "InvalidServiceDefinition",
+                format!("{target}.Name {:?} {why}", p.name),
+            )
+            .target(format!("{target}.Name"))
+        })?;
         if !seen.insert(p.name.clone()) {
-            return Err(MlError::bad("InvalidServiceDefinition", format!("{what} names {:?} twice", p.name)).target(target));
+            return Err(MlError::bad(
+                "InvalidServiceDefinition",
+                format!("{what} names {:?} twice", p.name),
+            )
+            .target(target));
         }
         if let Some(ext) = &p.extension {
             bes::check_extension(ext).map_err(|why| {
-                MlError::bad("InvalidServiceDefinition", format!("{target}.Extension {ext:?} {why}"))
-                    .target(format!("{target}.Extension"))
+                MlError::bad(
+                    "InvalidServiceDefinition",
+                    format!("{target}.Extension {ext:?} {why}"),
+                )
+                .target(format!("{target}.Extension"))
             })?;
         }
         out.push(json!({"Name": p.name, "Extension": p.extension}));
@@ -86,10 +98,20 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
     let billing_plan = body
         .billing_plan
         .filter(|p| !p.trim().is_empty())
-        .ok_or_else(|| MlError::bad("InvalidServiceDefinition", "BillingPlan is required: the plan its Pool Service pools' compute hours bill to.").target("BillingPlan"))?;
+        .ok_or_else(|| {
+            MlError::bad(
+                "InvalidServiceDefinition",
+                "BillingPlan is required: the plan its Pool Service pools' compute hours bill to.",
+            )
+            .target("BillingPlan")
+        })?;
     if let Some(image) = &body.image {
         if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(MlError::bad("InvalidServiceDefinition", format!("Image {image:?} is not a Docker image reference")).target("Image"));
+            return Err(MlError::bad(
+                "InvalidServiceDefinition",
+                format!("Image {image:?} is not a Docker image reference"),
+            )
+            .target("Image"));
         }
     }
     let inputs = check_ports("Inputs", &body.inputs)?;
@@ -100,7 +122,10 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
         if p.name.trim().is_empty() || p.name.contains('}') || !seen.insert(p.name.clone()) {
             return Err(MlError::bad(
                 "InvalidServiceDefinition",
-                format!("GlobalParameters[{i}].Name {:?} must be non-empty, unique and free of '}}'", p.name),
+                format!(
+                    "GlobalParameters[{i}].Name {:?} must be non-empty, unique and free of '}}'",
+                    p.name
+                ),
             )
             .target(format!("GlobalParameters[{i}].Name")));
         }
@@ -108,18 +133,26 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
         let required = p.required.unwrap_or(default.is_none());
         params.push(json!({"Name": p.name, "Default": default, "Required": required}));
     }
-    let parts = bes::parse(&command)
-        .map_err(|why| MlError::bad("InvalidServiceDefinition", format!("Command: {why}")).target("Command"))?;
+    let parts = bes::parse(&command).map_err(|why| {
+        MlError::bad("InvalidServiceDefinition", format!("Command: {why}")).target("Command")
+    })?;
     let declared = |list: &[Port], n: &str| list.iter().any(|p| p.name == n);
     for part in parts {
         let missing = match part {
             Ok(_) => None,
-            Err(Placeholder::Input(n)) => (!declared(&body.inputs, &n)).then(|| format!("{{in:{n}}} names no declared input")),
-            Err(Placeholder::Output(n)) => (!declared(&body.outputs, &n)).then(|| format!("{{out:{n}}} names no declared output")),
-            Err(Placeholder::Param(n)) => (!seen.contains(&n)).then(|| format!("{{param:{n}}} names no declared global parameter")),
+            Err(Placeholder::Input(n)) => {
+                (!declared(&body.inputs, &n)).then(|| format!("{{in:{n}}} names no declared input"))
+            }
+            Err(Placeholder::Output(n)) => (!declared(&body.outputs, &n))
+                .then(|| format!("{{out:{n}}} names no declared output")),
+            Err(Placeholder::Param(n)) => (!seen.contains(&n))
+                .then(|| format!("{{param:{n}}} names no declared global parameter")),
         };
         if let Some(why) = missing {
-            return Err(MlError::bad("InvalidServiceDefinition", format!("Command: {why}")).target("Command"));
+            return Err(
+                MlError::bad("InvalidServiceDefinition", format!("Command: {why}"))
+                    .target("Command"),
+            );
         }
     }
     Ok(ServiceDef {
@@ -137,7 +170,10 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
 /// The path prefix a service is addressed under (subscriptions or workspaces) from the request.
 fn urls(base: &str, s: &ServiceRow) -> (String, String) {
     let root = format!("{base}/subscriptions/{}/services/{}", s.namespace, s.id);
-    (format!("{root}/swagger.json"), format!("{root}/jobs?api-version=2.0"))
+    (
+        format!("{root}/swagger.json"),
+        format!("{root}/jobs?api-version=2.0"),
+    )
 }
 
 pub fn service_json(s: &ServiceRow, base: &str, with_keys: bool) -> Value {
@@ -166,7 +202,10 @@ pub fn service_json(s: &ServiceRow, base: &str, with_keys: bool) -> Value {
 }
 
 fn not_found(svc: &str) -> MlError {
-    MlError::not_found("WebServiceNotFound", format!("The web service {svc:?} does not exist."))
+    MlError::not_found(
+        "WebServiceNotFound",
+        format!("The web service {svc:?} does not exist."),
+    )
 }
 
 /// A service of the signing account.
@@ -184,7 +223,9 @@ pub async fn put(
     MlJson(body): MlJson<ServiceBody>,
 ) -> MlResult<Response> {
     for (what, v) in [("subscription or workspace id", &ns), ("service id", &svc)] {
-        crate::domain::ids::check_id(v).map_err(|why| MlError::bad("InvalidServiceDefinition", format!("The {what}: {why}")))?;
+        crate::domain::ids::check_id(v).map_err(|why| {
+            MlError::bad("InvalidServiceDefinition", format!("The {what}: {why}"))
+        })?;
     }
     let def = definition(body)?;
     let Some((row, created)) = store::upsert(&app.db, &app.account, &ns, &svc, &def).await? else {
@@ -195,7 +236,11 @@ pub async fn put(
             format!("The web service {svc:?} exists under another account."),
         ));
     };
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(service_json(&row, &base, true))).into_response())
 }
 
@@ -208,9 +253,15 @@ pub async fn get(
     Ok(Json(service_json(&s, &base, true)))
 }
 
-pub async fn list(app: Ctx, BaseUrl(base): BaseUrl, Path(ns): Path<String>) -> MlResult<Json<Value>> {
+pub async fn list(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(ns): Path<String>,
+) -> MlResult<Json<Value>> {
     let rows = store::list(&app.db, &app.account, &ns).await?;
-    Ok(Json(json!({"value": rows.iter().map(|s| service_json(s, &base, false)).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"value": rows.iter().map(|s| service_json(s, &base, false)).collect::<Vec<_>>()}),
+    ))
 }
 
 /// Deleting a service cancels its unfinished jobs and deletes them with it.
@@ -238,21 +289,39 @@ pub async fn regenerate_key(
     MlJson(body): MlJson<RegenerateBody>,
 ) -> MlResult<Json<Value>> {
     let s = owned(&app, &ns, &svc).await?;
-    let secondary = match body.key_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
+    let secondary = match body
+        .key_type
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         None | Some("primary") => false,
         Some("secondary") => true,
         Some(other) => {
-            return Err(MlError::bad("RequestBodyInvalid", format!("KeyType {other:?} must be Primary or Secondary")).target("KeyType"))
+            return Err(MlError::bad(
+                "RequestBodyInvalid",
+                format!("KeyType {other:?} must be Primary or Secondary"),
+            )
+            .target("KeyType"))
         }
     };
     let key = store::regenerate_key(&app.db, s.pk, secondary).await?;
-    let name = if secondary { "SecondaryKey" } else { "PrimaryKey" };
+    let name = if secondary {
+        "SecondaryKey"
+    } else {
+        "PrimaryKey"
+    };
     Ok(Json(json!({ name: key })))
 }
 
 /// The service a BES request names, if the Bearer key is one of its two keys. An unknown service
 /// answers 401 like a wrong key, so keys cannot be used to probe for services.
-pub async fn authorize(app: &AppState, headers: &HeaderMap, ns: &str, svc: &str) -> MlResult<ServiceRow> {
+pub async fn authorize(
+    app: &AppState,
+    headers: &HeaderMap,
+    ns: &str,
+    svc: &str,
+) -> MlResult<ServiceRow> {
     let given = bearer(headers).ok_or_else(MlError::unauthorized)?;
     match store::get(&app.db, ns, svc).await? {
         Some(s) if same_key(given, &s.primary_key) | same_key(given, &s.secondary_key) => Ok(s),
@@ -272,13 +341,30 @@ pub async fn swagger(
         "ConnectionString": {"type": "string"}, "RelativeLocation": {"type": "string"},
         "BaseLocation": {"type": "string"}, "SasBlobToken": {"type": "string"}}});
     let names = |v: &Value| -> Vec<String> {
-        v.as_array().into_iter().flatten().filter_map(|p| p["Name"].as_str().map(String::from)).collect()
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["Name"].as_str().map(String::from))
+            .collect()
     };
     let refs = |list: Vec<String>| -> Value {
-        Value::Object(list.into_iter().map(|n| (n, json!({"$ref": "#/definitions/AzureBlobDataReference"}))).collect())
+        Value::Object(
+            list.into_iter()
+                .map(|n| (n, json!({"$ref": "#/definitions/AzureBlobDataReference"})))
+                .collect(),
+        )
     };
-    let params: serde_json::Map<String, Value> = s.global_parameters.as_array().into_iter().flatten()
-        .filter_map(|p| Some((p["Name"].as_str()?.to_string(), json!({"type": "string", "default": p["Default"], "x-required": p["Required"]}))))
+    let params: serde_json::Map<String, Value> = s
+        .global_parameters
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p["Name"].as_str()?.to_string(),
+                json!({"type": "string", "default": p["Default"], "x-required": p["Required"]}),
+            ))
+        })
         .collect();
     let host = base.trim_start_matches("http://").to_string();
     let root = format!("/subscriptions/{}/services/{}", s.namespace, s.id);
