@@ -16,7 +16,8 @@
 #
 # Exported: BATCHPOOL_TEST_DATABASE_URL (a sqlx-compatible postgres:// URL),
 # BATCHPOOL_SDK15_PYTHON / BATCHPOOL_SDK14_PYTHON / BATCHPOOL_AZ (the official
-# SDKs and CLI), BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL).
+# SDKs and CLI), BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
+# BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test).
 #
 # Knobs (environment):
 #   BATCHPOOL_TEST_PG_DIR    socket + data directory (default /tmp/batchpool-test-pg)
@@ -386,20 +387,19 @@ EOF
     # memory (nothing survives a restart of the emulator, nothing is needed).
     # ------------------------------------------------------------------
     local azurite_dir="${BATCHPOOL_AZURITE_DIR:-/tmp/batchpool-azurite}"
-    local azurite_port="${BATCHPOOL_AZURITE_PORT:-10000}"
+    local azurite_port="${BATCHPOOL_AZURITE_PORT:-10000}" i
     command -v npm >/dev/null || die "npm not found (install nodejs and npm)"
-    if [[ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ]]; then
-        log "installing azurite into $azurite_dir"
+    if [[ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" || ! -x "$azurite_dir/node_modules/.bin/s3rver" ]]; then
+        log "installing azurite and s3rver into $azurite_dir"
         mkdir -p "$azurite_dir"
-        (cd "$azurite_dir" && npm install --no-audit --no-fund --silent azurite@3 >&2) \
-            || die "npm could not install azurite"
+        (cd "$azurite_dir" && npm install --no-audit --no-fund --silent azurite@3 s3rver@3 >&2) \
+            || die "npm could not install azurite and s3rver"
     fi
     if ! (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null; then
         log "starting azurite on 127.0.0.1:$azurite_port (log: $azurite_dir/azurite.log)"
         setsid "$azurite_dir/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
             --blobPort "$azurite_port" --inMemoryPersistence --skipApiVersionCheck --loose \
             >>"$azurite_dir/azurite.log" 2>&1 </dev/null 3>&- &
-        local i
         for ((i = 0; i < 100; i++)); do
             (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null && break
             sleep 0.2
@@ -408,6 +408,25 @@ EOF
             || die "azurite did not listen on $azurite_port (see $azurite_dir/azurite.log)"
     fi
     printf "export BATCHPOOL_TEST_AZURITE='http://127.0.0.1:%s/devstoreaccount1'\n" "$azurite_port" >&3
+
+    # s3rver, an S3 emulator from npm, for s3:// locations; one bucket,
+    # batchpool-test, with its well-known credentials S3RVER/S3RVER.
+    local s3_port="${BATCHPOOL_S3_PORT:-4568}"
+    if ! (exec 9<>"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null; then
+        log "starting s3rver on 127.0.0.1:$s3_port (log: $azurite_dir/s3rver.log)"
+        rm -rf "$azurite_dir/s3"
+        mkdir -p "$azurite_dir/s3"
+        setsid "$azurite_dir/node_modules/.bin/s3rver" -d "$azurite_dir/s3" -a 127.0.0.1 \
+            -p "$s3_port" --no-vhost-buckets --configure-bucket batchpool-test \
+            >>"$azurite_dir/s3rver.log" 2>&1 </dev/null 3>&- &
+        for ((i = 0; i < 100; i++)); do
+            (exec 9<>"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break
+            sleep 0.2
+        done
+        (exec 9<>"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null \
+            || die "s3rver did not listen on $s3_port (see $azurite_dir/s3rver.log)"
+    fi
+    printf "export BATCHPOOL_TEST_S3='http://127.0.0.1:%s'\n" "$s3_port" >&3
 )
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then

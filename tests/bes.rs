@@ -971,3 +971,84 @@ async fn a_started_bes_job_survives_a_server_restart() {
     assert_eq!(job["StatusCode"], "Finished", "{job}");
     assert_eq!(get_blob("out/restart.csv").await.as_deref(), Some("a\nb\n"));
 }
+
+/// s3:// locations, under a storage root, with the server's AWS_* settings (an S3 emulator here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_locations_are_read_and_written() {
+    let endpoint = std::env::var("BATCHPOOL_TEST_S3")
+        .expect("BATCHPOOL_TEST_S3: run the tests through scripts/test.sh (it starts s3rver)");
+    for (k, v) in [
+        ("AWS_ENDPOINT", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "S3RVER"),
+        ("AWS_SECRET_ACCESS_KEY", "S3RVER"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ] {
+        // The server process inherits them; no other test reads them.
+        std::env::set_var(k, v);
+    }
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let root = format!("s3://batchpool-test/{run}/");
+    let s = TestServer::start_with(
+        Rt::Local,
+        Some(common::fresh_database().await),
+        &["--storage-root", &root],
+    )
+    .await;
+    let key = register_sorter(&s, "plan-s3").await;
+    let at = |rel: &str| DataReference {
+        base_location: Some(root.clone()),
+        relative_location: Some(rel.into()),
+        ..Default::default()
+    };
+    let roots = Roots(vec![root.clone()]);
+    let input = blob::resolve(&at("in/data.csv"), &roots).unwrap();
+    input
+        .store
+        .put(&input.path, PutPayload::from(b"z\ny\n".to_vec()))
+        .await
+        .unwrap();
+
+    let (_, job) = run_job(
+        &s,
+        &key,
+        json!({
+            "Inputs": {"input1": at("in/data.csv")},
+            "Outputs": {"output1": at("out/sorted.csv")},
+        }),
+    )
+    .await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    let output = blob::resolve(&at("out/sorted.csv"), &roots).unwrap();
+    let bytes = output
+        .store
+        .get(&output.path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(&bytes[..], b"y\nz\n");
+    assert_eq!(job["Results"]["output1"]["BaseLocation"], json!(root));
+
+    let (status, body) = bearer(&s, Method::POST, &format!("{SERVICE}/jobs?api-version=2.0"), &key,
+        Some(json!({"Inputs": {"input1": {"BaseLocation": "s3://batchpool-test/elsewhere/", "RelativeLocation": "x.csv"}}}))).await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidBlob"),
+        "outside the root: {body}"
+    );
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        Some(json!({"Inputs": {"input1": at("in/missing.csv")}})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidBlob"),
+        "a missing object: {body}"
+    );
+}
