@@ -1052,3 +1052,96 @@ async fn s3_locations_are_read_and_written() {
         "a missing object: {body}"
     );
 }
+
+/// A large output goes up in parts; a job whose pool is deleted under it fails and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
+    let s = TestServer::start(Rt::Local).await;
+    let (status, body) = put(
+        &s,
+        SERVICE,
+        &json!({
+            "Command": "head -c 20000000 /dev/zero > {out:output1}",
+            "Outputs": [{"Name": "output1", "Extension": ".bin"}], "BillingPlan": "p",
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let key = body["PrimaryKey"].as_str().unwrap().to_string();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let output = format!("out/{run}/big.bin");
+    let (_, job) = run_job(
+        &s,
+        &key,
+        json!({"Outputs": {"output1": reference(&output)}}),
+    )
+    .await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    let b = blob::resolve(&reference(&output), &Roots::default()).unwrap();
+    assert_eq!(b.store.head(&b.path).await.unwrap().size, 20_000_000);
+
+    // A pool with no nodes keeps the job queued; deleting the pool ends it.
+    assert_eq!(
+        s.post(
+            "/pools",
+            &json!({"id": "empty", "vmSize": "standard_a1", "targetDedicatedNodes": 0})
+        )
+        .await
+        .0,
+        201
+    );
+    let (_, id) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        Some(json!({"AzureBatchPoolId": "empty"})),
+    )
+    .await;
+    let id = id.as_str().unwrap().to_string();
+    bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
+    wait_for("the job's task to be queued in the pool", || async {
+        let (status, _) = s.get(&format!("/jobs/{id}/tasks/score")).await;
+        (status == 200).then_some(())
+    })
+    .await;
+    let (_, queued) = bearer(
+        &s,
+        Method::GET,
+        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+        &key,
+        None,
+    )
+    .await;
+    assert_eq!(
+        queued["StatusCode"], "Running",
+        "queued in its pool: {queued}"
+    );
+    assert_eq!(s.delete("/pools/empty").await.0, 202);
+    let failed = wait_for("the job to fail", || async {
+        let (_, job) = bearer(
+            &s,
+            Method::GET,
+            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
+            &key,
+            None,
+        )
+        .await;
+        (job["StatusCode"] == "Failed").then_some(job)
+    })
+    .await;
+    assert!(
+        failed["Details"]
+            .as_str()
+            .unwrap()
+            .contains("\"empty\" was deleted"),
+        "{failed}"
+    );
+}

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures_util::StreamExt;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::Wakeups;
@@ -107,6 +107,11 @@ impl Driver {
         // the configured number are past staging.
         let mut admitted = classic.iter().filter(|j| j.phase != phase::STAGING).count() as i32;
         let ended = self.ended_tasks().await?;
+        for pk in self.pool_gone().await? {
+            if let Some(job) = jobs.iter().find(|j| j.pk == pk) {
+                self.abandon(job).await?;
+            }
+        }
         for job in &jobs {
             match job.phase.as_str() {
                 phase::STAGING => {
@@ -163,6 +168,42 @@ impl Driver {
         .fetch_all(&self.db)
         .await?;
         Ok(rows.into_iter().collect())
+    }
+
+    /// Jobs waiting for or running on a pool that is gone or being deleted.
+    async fn pool_gone(&self) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT b.pk FROM bes_jobs b \
+             WHERE b.phase IN ('staging', 'running') AND b.pool_id IS NOT NULL AND NOT EXISTS ( \
+                SELECT 1 FROM pools p WHERE p.account = b.run_account AND lower(p.id) = lower(b.pool_id) \
+                  AND p.state = 'active')",
+        )
+        .fetch_all(&self.db)
+        .await
+    }
+
+    /// Fails a job whose pool went away, and its Batch job with it.
+    async fn abandon(&self, job: &BesJobRow) -> anyhow::Result<()> {
+        let pool = job.pool_id.as_deref().unwrap_or_default();
+        let mut tx = self.db.begin().await?;
+        let details = format!("Its pool {pool:?} was deleted before the job ended.");
+        if store::services::finish(&mut *tx, job.pk, phase::FAILED, None, Some(&details)).await? {
+            if let Some(b) = store::jobs::get(
+                &mut *tx,
+                &job.run_account,
+                &job.id,
+                store::jobs::Lock::Update,
+            )
+            .await?
+            {
+                store::jobs::set_state(&mut *tx, b.pk, crate::domain::job::JobState::Deleting)
+                    .await?;
+            }
+            tracing::info!(job = %job.id, pool, "BES job failed: its pool is gone");
+        }
+        tx.commit().await?;
+        self.wake.dispatch.notify_one();
+        Ok(())
     }
 
     fn task_dir(&self, job: &BesJobRow) -> std::path::PathBuf {
@@ -407,17 +448,43 @@ impl Driver {
         Ok(())
     }
 
+    /// Uploads a file (an absent one as empty): in one request when small, else in 8 MiB parts
+    /// with at most 4 in flight, so a large output never sits whole in memory.
     async fn upload(&self, local: &std::path::Path, target: &blob::Blob) -> anyhow::Result<()> {
-        let bytes = match tokio::fs::read(local).await {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        const PART: usize = 8 * 1024 * 1024;
+        target.ensure_container(&self.http).await?;
+        let mut file = match tokio::fs::File::open(local).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                target
+                    .store
+                    .put(&target.path, PutPayload::from(Vec::new()))
+                    .await?;
+                return Ok(());
+            }
             Err(e) => return Err(e.into()),
         };
-        target.ensure_container(&self.http).await?;
-        target
-            .store
-            .put(&target.path, PutPayload::from(bytes))
-            .await?;
+        if file.metadata().await?.len() <= PART as u64 {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).await?;
+            target
+                .store
+                .put(&target.path, PutPayload::from(bytes))
+                .await?;
+            return Ok(());
+        }
+        let upload = target.store.put_multipart(&target.path).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
+        let mut buf = vec![0u8; 1024 * 1024];
+        loop {
+            let n = file.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            writer.wait_for_capacity(4).await?;
+            writer.write(&buf[..n]);
+        }
+        writer.finish().await?;
         Ok(())
     }
 
