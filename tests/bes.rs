@@ -1145,3 +1145,42 @@ async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
         "{failed}"
     );
 }
+
+/// An input named by BaseLocation + RelativeLocation + SasBlobToken is read with the SAS alone; a
+/// SAS the storage refuses is InvalidBlob at submit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sas_inputs_are_read_with_their_token() {
+    let s = TestServer::start(Rt::Local).await;
+    let key = register_sorter(&s, "plan-sas").await;
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let relative = format!("testint/{run}-sas.csv");
+    put_blob(&relative, "2\n1\n").await;
+    let account = blob::parse_connection_string(&connection_string()).unwrap();
+    let (container, name) = relative.split_once('/').unwrap();
+    let sas = blob::read_sas(&account, container, name, Utc::now() + Duration::hours(1));
+    let input = |token: &str| json!({"BaseLocation": format!("{}/", azurite()), "RelativeLocation": relative, "SasBlobToken": token});
+    let output = format!("out/{run}-sas.csv");
+    let (_, job) = run_job(
+        &s,
+        &key,
+        json!({"Inputs": {"input1": input(&sas)}, "Outputs": {"output1": reference(&output)}}),
+    )
+    .await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    assert_eq!(get_blob(&output).await.as_deref(), Some("1\n2\n"));
+
+    let forged = sas.replace("sig=", "sig=AAAA");
+    let (status, body) = bearer(
+        &s,
+        Method::POST,
+        &format!("{SERVICE}/jobs?api-version=2.0"),
+        &key,
+        Some(json!({"Inputs": {"input1": input(&forged)}})),
+    )
+    .await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidBlob"),
+        "{body}"
+    );
+}
