@@ -1184,3 +1184,48 @@ async fn sas_inputs_are_read_with_their_token() {
         "{body}"
     );
 }
+
+/// On Docker, a classic job runs in a node of its service's image (a classic pool per image).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_jobs_run_in_their_services_image() {
+    let s = TestServer::start(Rt::Docker).await;
+    let image = "batchpool-test-node:bes";
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        .args(["build-node-image", "--tag", image])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, body) = put(
+        &s,
+        SERVICE,
+        &json!({
+            "Command": "echo done > {out:output1}", "Image": image,
+            "Outputs": [{"Name": "output1", "Extension": ".txt"}], "BillingPlan": "p",
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let key = body["PrimaryKey"].as_str().unwrap().to_string();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let output = format!("out/{run}/image.txt");
+    let (_, job) = run_job(
+        &s,
+        &key,
+        json!({"Outputs": {"output1": reference(&output)}}),
+    )
+    .await;
+    assert_eq!(job["StatusCode"], "Finished", "{job}");
+    assert_eq!(get_blob(&output).await.as_deref(), Some("done\n"));
+    let classic: Vec<Value> = common::docker_containers(&s.server_id().await)
+        .into_iter()
+        .filter(|c| c["Config"]["Labels"]["batchpool.account"] == ".classic")
+        .collect();
+    assert!(!classic.is_empty(), "a classic node container");
+    for c in &classic {
+        assert_eq!(c["Config"]["Image"], image, "{}", c["Name"]);
+    }
+}

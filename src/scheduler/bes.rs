@@ -4,7 +4,7 @@
 //! uploads the outputs and the task's logs (Batch File Conventions) and records the results.
 //! All of its state is in `bes_jobs`, so a restarted leader picks up where the last one stopped.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use crate::store::services::{phase, BesJobRow};
 
 /// The one task of a BES job's Batch job.
 pub const TASK_ID: &str = "score";
-/// How long the classic pool keeps its nodes after its last job.
+/// How long a classic pool keeps its nodes after its last job.
 const CLASSIC_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
@@ -49,7 +49,8 @@ pub struct Driver {
     http: reqwest::Client,
     /// Jobs a spawned step is working on.
     busy: Mutex<HashSet<i64>>,
-    classic_last_busy: Mutex<Instant>,
+    /// When each classic pool last had a job in flight.
+    classic_last_busy: Mutex<HashMap<String, Instant>>,
     cancel: CancellationToken,
 }
 
@@ -69,7 +70,7 @@ impl Driver {
             wake,
             http: reqwest::Client::new(),
             busy: Mutex::default(),
-            classic_last_busy: Mutex::new(Instant::now()),
+            classic_last_busy: Mutex::default(),
             cancel,
         })
     }
@@ -100,8 +101,8 @@ impl Driver {
     async fn pass(self: &Arc<Self>) -> anyhow::Result<usize> {
         let jobs = store::services::in_flight(&self.db).await?;
         let classic: Vec<&BesJobRow> = jobs.iter().filter(|j| j.pool_id.is_none()).collect();
-        if let Err(e) = self.size_classic_pool(classic.len()).await {
-            tracing::warn!(error = %format!("{e:#}"), "sizing the classic pool failed");
+        if let Err(e) = self.size_classic_pools(&classic).await {
+            tracing::warn!(error = %format!("{e:#}"), "sizing the classic pools failed");
         }
         // First in, first out: staging classic jobs are admitted in start order while fewer than
         // the configured number are past staging.
@@ -253,7 +254,7 @@ impl Driver {
         let pool_id = job
             .pool_id
             .clone()
-            .unwrap_or_else(|| CLASSIC_POOL.to_string());
+            .unwrap_or_else(|| classic_pool_id(job.request["image"].as_str()));
         let new_job = store::jobs::NewJob {
             account: job.run_account.clone(),
             id: job.id.clone(),
@@ -488,64 +489,111 @@ impl Driver {
         Ok(())
     }
 
-    /// The classic pool has a node per classic job in flight, up to the configured number; it
-    /// keeps them until it has been idle a while, then goes to zero.
-    async fn size_classic_pool(&self, in_flight: usize) -> anyhow::Result<()> {
+    /// Each classic pool (one per image) has a node per classic job of its image in flight, up
+    /// to the configured number; it keeps them until it has been idle a while, then goes to zero.
+    async fn size_classic_pools(&self, jobs: &[&BesJobRow]) -> anyhow::Result<()> {
         let limit = self.config.classic_concurrency;
         if limit == 0 {
             return Ok(());
         }
-        let want = (in_flight as i32).min(limit);
-        if want > 0 {
-            *self.classic_last_busy.lock().unwrap() = Instant::now();
+        let mut wanted: BTreeMap<String, (Option<String>, i32)> = BTreeMap::new();
+        for job in jobs {
+            let image = job.request["image"].as_str().map(String::from);
+            wanted
+                .entry(classic_pool_id(image.as_deref()))
+                .or_insert((image, 0))
+                .1 += 1;
         }
-        let pool = store::pools::get(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL).await?;
-        let Some(pool) = pool else {
-            if want == 0 {
-                return Ok(());
-            }
-            let new = store::pools::NewPool {
-                account: CLASSIC_ACCOUNT.into(),
-                id: CLASSIC_POOL.into(),
-                display_name: Some("The classic BES environment".into()),
-                vm_size: self.config.classic_vm_size.clone(),
-                vcpus: self.config.classic_vcpus,
-                memory_mib: self.config.classic_memory_mib,
-                image: self.config.classic_image.clone(),
-                vm_config: None,
-                start_task: None,
-                task_slots_per_node: 1,
-                node_fill_type: "spread".into(),
-                target_dedicated_nodes: want,
-                resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
-                metadata: json!([]),
-                billing_plan: None,
-                service_pk: None,
-                pool_service: false,
+        let existing = store::pools::list(&self.db, CLASSIC_ACCOUNT).await?;
+        let mut ids: Vec<String> = wanted.keys().cloned().collect();
+        ids.extend(
+            existing
+                .iter()
+                .map(|p| p.id.clone())
+                .filter(|id| !wanted.contains_key(id)),
+        );
+        for id in ids {
+            let (image, count) = wanted.get(&id).cloned().unwrap_or((None, 0));
+            let want = count.min(limit);
+            let idle = {
+                let mut busy = self.classic_last_busy.lock().unwrap();
+                let last = busy.entry(id.clone()).or_insert_with(Instant::now);
+                if want > 0 {
+                    *last = Instant::now();
+                }
+                last.elapsed() >= CLASSIC_IDLE
             };
-            match store::pools::insert(&self.db, &new).await {
-                Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),
-                _ => {}
+            let Some(pool) = existing.iter().find(|p| p.id == id) else {
+                if want > 0 {
+                    self.make_classic_pool(&id, image, want).await?;
+                }
+                continue;
+            };
+            let target = if want > pool.target_dedicated_nodes {
+                want
+            } else if want == 0 && idle {
+                0
+            } else {
+                continue;
+            };
+            if target != pool.target_dedicated_nodes
+                && store::pools::resize(&self.db, CLASSIC_ACCOUNT, &id, target, None, None)
+                    .await?
+                    .is_ok()
+            {
+                self.wake.allocate.notify_one();
             }
-            self.wake.allocate.notify_one();
-            return Ok(());
-        };
-        let idle = self.classic_last_busy.lock().unwrap().elapsed() >= CLASSIC_IDLE;
-        let target = if want > pool.target_dedicated_nodes {
-            want
-        } else if want == 0 && idle {
-            0
-        } else {
-            return Ok(());
-        };
-        if target != pool.target_dedicated_nodes
-            && store::pools::resize(&self.db, CLASSIC_ACCOUNT, CLASSIC_POOL, target, None, None)
-                .await?
-                .is_ok()
-        {
-            self.wake.allocate.notify_one();
         }
         Ok(())
+    }
+
+    async fn make_classic_pool(
+        &self,
+        id: &str,
+        image: Option<String>,
+        nodes: i32,
+    ) -> anyhow::Result<()> {
+        let new = store::pools::NewPool {
+            account: CLASSIC_ACCOUNT.into(),
+            id: id.into(),
+            display_name: Some(format!(
+                "The classic BES environment ({})",
+                image.as_deref().unwrap_or("the default image")
+            )),
+            vm_size: self.config.classic_vm_size.clone(),
+            vcpus: self.config.classic_vcpus,
+            memory_mib: self.config.classic_memory_mib,
+            image: image.unwrap_or_else(|| self.config.classic_image.clone()),
+            vm_config: None,
+            start_task: None,
+            task_slots_per_node: 1,
+            node_fill_type: "spread".into(),
+            target_dedicated_nodes: nodes,
+            resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
+            metadata: json!([]),
+            billing_plan: None,
+            service_pk: None,
+            pool_service: false,
+        };
+        match store::pools::insert(&self.db, &new).await {
+            Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),
+            _ => {}
+        }
+        self.wake.allocate.notify_one();
+        Ok(())
+    }
+}
+
+/// The classic pool that runs the jobs of services with `image` (None: the default image).
+pub fn classic_pool_id(image: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    match image {
+        None => CLASSIC_POOL.to_string(),
+        Some(image) => {
+            let digest = Sha256::digest(image.as_bytes());
+            let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{CLASSIC_POOL}-{hex}")
+        }
     }
 }
 

@@ -294,6 +294,7 @@ pub async fn submit(
     };
     let request = json!({
         "command": command,
+        "image": service.image,
         "inputs": inputs,
         "outputs": outputs,
         "params": params,
