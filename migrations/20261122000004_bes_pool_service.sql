@@ -80,13 +80,18 @@ CREATE TABLE slot_usage (
 );
 CREATE INDEX slot_usage_time ON slot_usage (account, started_at);
 
+-- A BES job's attempts count for the service's account and plan: in the classic environment (the
+-- internal account '.classic') the service's owner is who ran it; on a pool, the pool's plan wins.
 CREATE FUNCTION record_slot_usage() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO slot_usage (account, job_id, pool_id, billing_plan, slots, slots_per_node, started_at, ended_at)
-    SELECT j.account, j.id, OLD.pool_id, p.billing_plan, OLD.required_slots, coalesce(p.task_slots_per_node, 1),
+    SELECT coalesce(s.account, j.account), j.id, OLD.pool_id, coalesce(p.billing_plan, s.billing_plan),
+           OLD.required_slots, coalesce(p.task_slots_per_node, 1),
            OLD.start_time, greatest(OLD.start_time, coalesce(NEW.end_time, now()))
     FROM jobs j
     LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(OLD.pool_id)
+    LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account
+    LEFT JOIN services s ON s.pk = b.service_pk
     WHERE j.pk = OLD.job_pk;
     RETURN NULL;
 END $$;

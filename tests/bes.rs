@@ -427,9 +427,23 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
     )
     .await;
     assert_eq!(list.as_array().unwrap().len(), 4, "{list}");
-    // The classic environment's Batch jobs are not the account's.
+    // The classic environment's Batch jobs are not the account's, but their hours are, on the
+    // service's plan.
     let (_, jobs) = s.get("/jobs").await;
     assert_eq!(jobs["value"], json!([]));
+    let (_, billed) = s
+        .get("/billing/jobs?startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z")
+        .await;
+    let billed = billed["value"].as_array().unwrap().clone();
+    assert_eq!(billed.len(), 4, "{billed:?}");
+    for id in &ids {
+        let row = billed
+            .iter()
+            .find(|r| r["jobId"] == json!(id))
+            .unwrap_or_else(|| panic!("{id} in {billed:?}"));
+        assert_eq!(row["billingPlan"], "plan-classic");
+        assert!(row["computeHours"].as_f64().unwrap() > 0.0);
+    }
 }
 
 /// A failing command fails the job with its exit code; DELETE cancels a running one.

@@ -74,6 +74,7 @@ pub async fn in_range(
 }
 
 /// Slot use of a job's task attempts: ended ones from `slot_usage`, running ones from the tasks.
+/// A BES job counts for its service's account and, off a plan's pool, its service's plan.
 #[derive(Debug, sqlx::FromRow)]
 pub struct SlotUsageRow {
     pub job_id: String,
@@ -96,10 +97,13 @@ pub async fn slots_in_range(
         "SELECT job_id, pool_id, billing_plan, slots, slots_per_node, started_at, ended_at FROM slot_usage \
          WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) AND started_at < $4 AND ended_at > $3 \
          UNION ALL \
-         SELECT j.id, t.pool_id, p.billing_plan, t.required_slots, coalesce(p.task_slots_per_node, 1), t.start_time, NULL \
+         SELECT j.id, t.pool_id, coalesce(p.billing_plan, s.billing_plan), t.required_slots, \
+            coalesce(p.task_slots_per_node, 1), t.start_time, NULL \
          FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
          LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id) \
-         WHERE j.account = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4 \
+         LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account \
+         LEFT JOIN services s ON s.pk = b.service_pk \
+         WHERE coalesce(s.account, j.account) = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4 \
            AND ($2::text IS NULL OR lower(t.pool_id) = lower($2)) \
          ORDER BY 1, 2",
     )
