@@ -27,8 +27,20 @@ struct JobRoom {
     running: i64,
 }
 
-/// Claims and records placements; returns the pks of the tasks now running.
+/// Claims and records placements; returns the pks of the tasks now running. Each pass logs its
+/// time at debug level (`batchpool::scheduler::dispatch=debug`), which the benchmark reads.
 pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<i64>> {
+    let started = std::time::Instant::now();
+    let placed = claim(db).await?;
+    tracing::debug!(
+        placed = placed.len(),
+        micros = started.elapsed().as_micros() as u64,
+        "dispatch pass"
+    );
+    Ok(placed)
+}
+
+async fn claim(db: &PgPool) -> sqlx::Result<Vec<i64>> {
     let mut tx = db.begin().await?;
     let free: Vec<FreeRow> = sqlx::query_as(
         "SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account, \

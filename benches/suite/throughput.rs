@@ -1,0 +1,54 @@
+//! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
+//! of 2 nodes x 16 slots runs them; next to the same number of `/bin/sh -c true` processes
+//! started by `xargs -P 32` (the pool's 32 slots) in the same run.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::{add_tasks, pass_summary, Server};
+
+pub async fn run(tasks: usize, clients: usize) {
+    let s = Server::start("local").await;
+    s.create(
+        "/pools",
+        json!({"id": "bench", "vmSize": "standard_d2s_v3", "targetDedicatedNodes": 2, "taskSlotsPerNode": 16}),
+        201,
+    )
+    .await;
+    s.wait_idle_nodes("bench", 2).await;
+    s.create("/jobs", json!({"id": "run", "poolInfo": {"poolId": "bench"}}), 201)
+        .await;
+    let started = Instant::now();
+    let submit = add_tasks(&s, "run", tasks, clients, "true").await;
+    s.wait_completed("run", tasks).await;
+    let total = started.elapsed().as_secs_f64();
+    let passes = s.take_passes();
+    s.stop().await;
+    let baseline = xargs_baseline(tasks);
+    println!(
+        "throughput: submit while running {:.0} tasks/s ({tasks} in {submit:.1} s, {clients} clients)",
+        tasks as f64 / submit
+    );
+    println!(
+        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s); xargs -P 32 baseline {:.0} tasks/s ({baseline:.1} s); ratio {:.2}",
+        tasks as f64 / total,
+        tasks as f64 / baseline,
+        baseline / total
+    );
+    println!("throughput: {}", pass_summary(&passes));
+}
+
+/// The physical floor: the same number of `/bin/sh -c true` processes, 32 at a time.
+pub fn xargs_baseline(count: usize) -> f64 {
+    let started = Instant::now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "seq {count} | xargs -P 32 -n 1 sh -c 'true' >/dev/null"
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    started.elapsed().as_secs_f64()
+}
