@@ -76,13 +76,16 @@ fn parse_pass(line: &str) -> Option<(u64, u64)> {
 }
 
 impl Server {
-    /// Starts the release binary with its own PostgreSQL on `runtime` ("local" or "docker").
+    /// Starts the release binary (or BENCH_SERVER_BIN, to compare two builds in one run) with
+    /// its own PostgreSQL on `runtime` ("local" or "docker").
     pub async fn start(runtime: &str) -> Self {
+        let bin = std::env::var("BENCH_SERVER_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
         let dir = tempfile::Builder::new()
             .prefix("bpbench")
             .tempdir()
             .unwrap();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        let mut child = tokio::process::Command::new(bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime])
             .arg("--data-dir")
             .arg(dir.path())

@@ -83,11 +83,13 @@ pub const STATE_DIR: &str = ".batchpool";
 /// The wrapper every command runs in. It records its pid (the process group to kill) and, when
 /// the command ends, its exit code: a restarted server reads the outcome of an attempt it did
 /// not see finish. The command line travels in an environment variable, so no quoting breaks it.
-/// It starts no process but the command's shell (the directories are made beforehand, and a
-/// half-written exit file reads as "not yet"), since every process costs on the hot path.
+/// It starts no program but itself (the directories are made beforehand, and a half-written exit
+/// file reads as "not yet"), since every process costs on the hot path: the command runs in a
+/// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
+/// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
 const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
 echo $$ > "$BATCHPOOL_STATE/pid"
-/bin/sh -c "$BATCHPOOL_COMMAND_LINE" >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
+(eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
 code=$?
 echo $code > "$BATCHPOOL_STATE/exit"
 exit $code"#;

@@ -420,18 +420,22 @@ pub struct AttemptRow {
     pub on_task_failure: String,
 }
 
+/// An `AttemptRow` but `node_alive`, from `tasks t` and `jobs j`.
+pub const ATTEMPT_COLUMNS: &str = "t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, \
+    t.node_id, t.node_pk, t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, \
+    t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure";
+
 /// Running attempts: of the tasks in `pks`, or all of them (after a restart).
 pub async fn running_attempts(
     db: impl PgExecutor<'_>,
     pks: Option<&[i64]>,
 ) -> sqlx::Result<Vec<AttemptRow>> {
     sqlx::query_as(
-        "SELECT t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, \
-                coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS node_alive, \
-                t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, \
-                t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure \
-         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk \
-         WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk",
+        &format!(
+            "SELECT {ATTEMPT_COLUMNS}, coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS node_alive \
+             FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk \
+             WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"
+        ),
     )
     .bind(pks)
     .fetch_all(db)
