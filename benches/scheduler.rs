@@ -12,12 +12,13 @@
 //!   BENCH_DOCKER_SLOTS (4) slots, against raw execs of the same command, as many at a time;
 //! - nodes: a Docker pool resized 0 -> BENCH_NODES (50) until all idle, against creating and
 //!   starting as many containers directly;
-//! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job: time to add, BENCH_PAGES (200) list
-//!   page reads, dispatch pass time while BENCH_SCALE_RUN (5,000) of them run, peak RSS.
+//! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job, after BENCH_SCALE_OTHER (100,000)
+//!   of another: time to add, BENCH_PAGES (200) list page reads, dispatch pass time while
+//!   BENCH_SCALE_RUN (5,000) of them run, peak RSS.
 //!
 //! The Docker sections are skipped when no engine answers. A quick run that checks it works:
 //! BENCH_TASKS=2000 BENCH_LATENCY_TRIES=20 BENCH_DOCKER_TASKS=100 BENCH_NODES=5 BENCH_QUEUED=20000
-//! BENCH_PAGES=20 BENCH_SCALE_RUN=500 cargo bench --bench scheduler
+//! BENCH_SCALE_OTHER=2000 BENCH_PAGES=20 BENCH_SCALE_RUN=500 cargo bench --bench scheduler
 
 mod suite;
 
@@ -53,6 +54,7 @@ async fn main() {
     if selected("scale") {
         suite::scale::run(
             env("BENCH_QUEUED", 1_000_000),
+            env("BENCH_SCALE_OTHER", 100_000),
             clients,
             env("BENCH_PAGES", 200),
             env("BENCH_SCALE_RUN", 5_000),

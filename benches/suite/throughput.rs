@@ -1,6 +1,6 @@
 //! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
 //! of 2 nodes x 16 slots runs them; next to the same number of `/bin/sh -c true` processes
-//! started by `xargs -P 32` (the pool's 32 slots) in the same run.
+//! started by `xargs -P 32` (the pool's 32 slots) in the same run, just before and just after.
 
 use std::time::Instant;
 
@@ -17,6 +17,9 @@ pub async fn run(tasks: usize, clients: usize) {
     )
     .await;
     s.wait_idle_nodes("bench", 2).await;
+    // The baseline runs before and after, so a machine that gets busier or quieter during the
+    // run moves both sides of the ratio alike.
+    let before = xargs_baseline(tasks);
     s.create("/jobs", json!({"id": "run", "poolInfo": {"poolId": "bench"}}), 201)
         .await;
     let started = Instant::now();
@@ -25,13 +28,14 @@ pub async fn run(tasks: usize, clients: usize) {
     let total = started.elapsed().as_secs_f64();
     let passes = s.take_passes();
     s.stop().await;
-    let baseline = xargs_baseline(tasks);
+    let after = xargs_baseline(tasks);
+    let baseline = (before + after) / 2.0;
     println!(
         "throughput: submit while running {:.0} tasks/s ({tasks} in {submit:.1} s, {clients} clients)",
         tasks as f64 / submit
     );
     println!(
-        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s); xargs -P 32 baseline {:.0} tasks/s ({baseline:.1} s); ratio {:.2}",
+        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s); xargs -P 32 baseline {:.0} tasks/s ({before:.1} s before, {after:.1} s after); ratio {:.2}",
         tasks as f64 / total,
         tasks as f64 / baseline,
         baseline / total
