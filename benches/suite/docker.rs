@@ -14,7 +14,7 @@ use bollard::Docker;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
-use super::{add_tasks, Server};
+use super::{add_tasks, timed_shell, Server};
 
 const IMAGE: &str = "batchpool/node:latest";
 /// The label on the baseline's own containers, so only they are removed.
@@ -43,16 +43,7 @@ pub async fn engine() -> Option<Docker> {
 /// `tasks` no-op tasks on a Docker pool of one node with `slots` slots, next to as many raw
 /// execs, `slots` at a time.
 pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
-    let s = Server::start("docker").await;
-    s.create(
-        "/pools",
-        json!({"id": "dock", "vmSize": "standard_d2s_v3", "targetDedicatedNodes": 1, "taskSlotsPerNode": slots}),
-        201,
-    )
-    .await;
-    s.wait_idle_nodes("dock", 1).await;
-    s.create("/jobs", json!({"id": "dj", "poolInfo": {"poolId": "dock"}}), 201)
-        .await;
+    let s = Server::with_pool("docker", "dock", 1, slots, "dj").await;
     let started = Instant::now();
     add_tasks(&s, "dj", tasks, 1, "true").await;
     s.wait_completed("dj", tasks).await;
@@ -67,16 +58,9 @@ pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
         .for_each_concurrent(slots, |_| raw_exec(docker, &name))
         .await;
     let api = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "seq {tasks} | xargs -P {slots} -I{{}} docker exec {name} sh -c true"
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let cli = started.elapsed().as_secs_f64();
+    let cli = timed_shell(&format!(
+        "seq {tasks} | xargs -P {slots} -I{{}} docker exec {name} sh -c true"
+    ));
     remove(docker, &name).await;
     let per = |secs: f64| secs * 1000.0 / tasks as f64;
     println!(

@@ -10,16 +10,7 @@ use serde_json::json;
 use super::{percentile, sorted, Server};
 
 pub async fn run(tries: usize) {
-    let s = Server::start("local").await;
-    s.create(
-        "/pools",
-        json!({"id": "idle", "vmSize": "standard_d2s_v3", "targetDedicatedNodes": 2, "taskSlotsPerNode": 16}),
-        201,
-    )
-    .await;
-    s.wait_idle_nodes("idle", 2).await;
-    s.create("/jobs", json!({"id": "lat", "poolInfo": {"poolId": "idle"}}), 201)
-        .await;
+    let s = Server::with_pool("local", "idle", 2, 16, "lat").await;
     let (mut to_running, mut to_completed, mut to_end) = (vec![], vec![], vec![]);
     for i in 0..tries {
         let id = format!("l{i}");

@@ -125,6 +125,22 @@ impl Server {
         }
     }
 
+    /// Starts a server with a pool of `nodes` x `slots` on `runtime`, waits until its nodes are
+    /// idle, and adds an empty job on it.
+    pub async fn with_pool(runtime: &str, pool: &str, nodes: usize, slots: usize, job: &str) -> Self {
+        let s = Self::start(runtime).await;
+        s.create(
+            "/pools",
+            json!({"id": pool, "vmSize": "standard_d2s_v3", "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots}),
+            201,
+        )
+        .await;
+        s.wait_idle_nodes(pool, nodes).await;
+        s.create("/jobs", json!({"id": job, "poolInfo": {"poolId": pool}}), 201)
+            .await;
+        s
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let req = signed(
             &self.key,
@@ -251,6 +267,18 @@ pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, comm
     for w in workers {
         w.await.unwrap();
     }
+    started.elapsed().as_secs_f64()
+}
+
+/// Runs a shell command line (a baseline) and returns the seconds it took.
+pub fn timed_shell(command: &str) -> f64 {
+    let started = Instant::now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{command}");
     started.elapsed().as_secs_f64()
 }
 

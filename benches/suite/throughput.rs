@@ -4,24 +4,13 @@
 
 use std::time::Instant;
 
-use serde_json::json;
-
-use super::{add_tasks, pass_summary, Server};
+use super::{add_tasks, pass_summary, timed_shell, Server};
 
 pub async fn run(tasks: usize, clients: usize) {
-    let s = Server::start("local").await;
-    s.create(
-        "/pools",
-        json!({"id": "bench", "vmSize": "standard_d2s_v3", "targetDedicatedNodes": 2, "taskSlotsPerNode": 16}),
-        201,
-    )
-    .await;
-    s.wait_idle_nodes("bench", 2).await;
+    let s = Server::with_pool("local", "bench", 2, 16, "run").await;
     // The baseline runs before and after, so a machine that gets busier or quieter during the
     // run moves both sides of the ratio alike.
     let before = xargs_baseline(tasks);
-    s.create("/jobs", json!({"id": "run", "poolInfo": {"poolId": "bench"}}), 201)
-        .await;
     let started = Instant::now();
     let submit = add_tasks(&s, "run", tasks, clients, "true").await;
     s.wait_completed("run", tasks).await;
@@ -45,14 +34,7 @@ pub async fn run(tasks: usize, clients: usize) {
 
 /// The physical floor: the same number of `/bin/sh -c true` processes, 32 at a time.
 pub fn xargs_baseline(count: usize) -> f64 {
-    let started = Instant::now();
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "seq {count} | xargs -P 32 -n 1 sh -c 'true' >/dev/null"
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    started.elapsed().as_secs_f64()
+    timed_shell(&format!(
+        "seq {count} | xargs -P 32 -n 1 sh -c 'true' >/dev/null"
+    ))
 }
