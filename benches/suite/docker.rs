@@ -48,6 +48,10 @@ pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
     add_tasks(&s, "dj", tasks, 1, "true").await;
     s.wait_completed("dj", tasks).await;
     let pool = started.elapsed().as_secs_f64();
+    // Nodes outlive a stopped server (a restart adopts them): remove this one first.
+    s.create("/pools/dock/resize", json!({"targetDedicatedNodes": 0}), 202)
+        .await;
+    s.wait_idle_nodes("dock", 0).await;
     s.stop().await;
 
     let name = format!("bpbench-exec-{}", std::process::id());
