@@ -296,9 +296,11 @@ async fn lost_attempt_is_requeued(rt: Rt) {
     let pid_file = s
         .data_dir
         .path()
-        .join("workitems/batchpool/j/job-1/victim/.batchpool/1/pid");
+        .join("workitems/batchpool/j/job-1/victim/.batchpool/1");
+    // The attempt's record: its pid on the first line.
     let pid: i32 = common::wait_for("the attempt's pid", || async {
-        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+        let text = std::fs::read_to_string(&pid_file).ok()?;
+        text.strip_suffix('\n')?.parse().ok()
     })
     .await;
     s.kill().await;

@@ -71,25 +71,38 @@ pub struct TaskDirs {
 }
 
 impl TaskDirs {
-    /// Where the wrapper leaves an attempt's pid and exit code.
-    pub fn state_dir(&self, attempt: i32) -> PathBuf {
+    /// Where the wrapper leaves an attempt's record: its pid on the first line, and once the
+    /// command has ended, its exit code on the second. One file, not a directory of two: every
+    /// file or directory a task makes costs an inode on the hot path.
+    pub fn state_file(&self, attempt: i32) -> PathBuf {
         self.host.join(STATE_DIR).join(attempt.to_string())
     }
+}
+
+/// An attempt's record: (pid, exit code once written). A line counts once its newline is there,
+/// so a half-written record reads as "not yet".
+fn parse_record(text: &str) -> (Option<i32>, Option<i64>) {
+    let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+    let pid = lines.next().and_then(|l| l.trim().parse().ok());
+    let exit = lines.next().and_then(|l| l.trim().parse().ok());
+    (pid, exit)
 }
 
 /// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
 pub const STATE_DIR: &str = ".batchpool";
 
 /// The wrapper every command runs in. It records its pid (the process group to kill) and, when
-/// the command ends, its exit code: a restarted server reads the outcome of an attempt it did
+/// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
 /// not see finish. The command line travels in an environment variable, so no quoting breaks it.
-/// It starts no process but the command's shell (the directories are made beforehand, and a
-/// half-written exit file reads as "not yet"), since every process costs on the hot path.
+/// It starts no program but itself (the directories are made beforehand, and a half-written exit
+/// file reads as "not yet"), since every process costs on the hot path: the command runs in a
+/// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
+/// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
 const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
-echo $$ > "$BATCHPOOL_STATE/pid"
-/bin/sh -c "$BATCHPOOL_COMMAND_LINE" >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
+echo $$ > "$BATCHPOOL_STATE"
+(eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
 code=$?
-echo $code > "$BATCHPOOL_STATE/exit"
+echo $code >> "$BATCHPOOL_STATE"
 exit $code"#;
 
 /// Where nodes and task directories live on this host.
@@ -243,10 +256,17 @@ impl Runtime {
         node_id: &str,
         spec: &ExecSpec,
     ) -> anyhow::Result<i64> {
-        let state = spec.dirs.state_dir(spec.attempt);
-        let _ = tokio::fs::remove_dir_all(&state).await;
-        tokio::fs::create_dir_all(&state).await?;
-        tokio::fs::create_dir_all(spec.dirs.host.join("wd")).await?;
+        let (state, wd) = (spec.dirs.state_file(spec.attempt), spec.dirs.host.join("wd"));
+        // One trip to the blocking pool for all of it, not one each.
+        tokio::task::spawn_blocking(move || {
+            // A record left by an earlier run of this attempt number must not pass for this one's.
+            if std::fs::remove_file(&state).is_err() {
+                let _ = std::fs::remove_dir_all(&state);
+            }
+            std::fs::create_dir_all(state.parent().expect("in a state directory"))?;
+            std::fs::create_dir_all(wd)
+        })
+        .await??;
         let mut env = spec.env.clone();
         env.push(("AZ_BATCH_TASK_DIR".into(), spec.dirs.node.clone()));
         env.push((
@@ -266,17 +286,17 @@ impl Runtime {
 
     /// The exit code an attempt recorded, if it finished.
     pub async fn recorded_exit(dirs: &TaskDirs, attempt: i32) -> Option<i64> {
-        let text = tokio::fs::read_to_string(dirs.state_dir(attempt).join("exit"))
+        let text = tokio::fs::read_to_string(dirs.state_file(attempt))
             .await
             .ok()?;
-        text.trim().parse().ok()
+        parse_record(&text).1
     }
 
     async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
-        let text = tokio::fs::read_to_string(dirs.state_dir(attempt).join("pid"))
+        let text = tokio::fs::read_to_string(dirs.state_file(attempt))
             .await
             .ok()?;
-        text.trim().parse().ok().filter(|pid| *pid > 1)
+        parse_record(&text).0.filter(|pid| *pid > 1)
     }
 
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
@@ -316,5 +336,19 @@ impl Runtime {
             // SAFETY: signal 0 only checks that the process exists.
             Runtime::Local(_) => unsafe { libc::kill(pid, 0) == 0 },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_record;
+
+    #[test]
+    fn a_record_counts_its_lines_once_they_end() {
+        assert_eq!(parse_record(""), (None, None));
+        assert_eq!(parse_record("12"), (None, None));
+        assert_eq!(parse_record("12\n"), (Some(12), None));
+        assert_eq!(parse_record("12\n13"), (Some(12), None));
+        assert_eq!(parse_record("12\n137\n"), (Some(12), Some(137)));
     }
 }

@@ -2,6 +2,8 @@
 //! for dependants (in `store::tasks::end_attempt`) and for the job (exit options' job action,
 //! onAllTasksComplete).
 
+use std::collections::{BTreeSet, HashSet};
+
 use serde_json::{json, Value};
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -30,72 +32,143 @@ pub fn ended_by(why: &str) -> Value {
 }
 
 pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Result<()> {
-    let mut tx = db.begin().await?;
-    record_in(&mut tx, a, outcome).await?;
-    tx.commit().await
+    record_together(db, &[(a.clone(), outcome)]).await
 }
 
-/// Records many outcomes in one transaction (one commit instead of one per task); if the batch
-/// fails, each is recorded alone so one bad record cannot hold the others back.
+/// Records many outcomes in one transaction (one commit, and the same few statements, for the
+/// whole batch instead of some per task); if the batch fails, each is recorded alone so one bad
+/// record cannot hold the others back.
 pub async fn record_many(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::Result<()> {
-    let together = async {
-        let mut tx = db.begin().await?;
-        let nodes: Vec<i64> = batch.iter().filter_map(|(a, _)| a.node_pk).collect();
-        store::tasks::lock_nodes(&mut *tx, &nodes).await?;
-        for (a, outcome) in batch {
-            record_in(&mut tx, a, outcome.clone()).await?;
-        }
-        tx.commit().await
-    };
-    if together.await.is_ok() {
+    if record_together(db, batch).await.is_ok() {
         return Ok(());
     }
-    for (a, outcome) in batch {
-        record(db, a, outcome.clone()).await?;
+    for one in batch {
+        record_together(db, std::slice::from_ref(one)).await?;
     }
     Ok(())
 }
 
-async fn record_in(
-    tx: &mut Transaction<'_, Postgres>,
-    a: &AttemptRow,
-    outcome: Outcome,
-) -> sqlx::Result<()> {
+async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::Result<()> {
+    let mut tx = db.begin().await?;
+    let nodes: Vec<i64> = batch.iter().filter_map(|(a, _)| a.node_pk).collect();
+    store::tasks::lock_nodes(&mut *tx, &nodes).await?;
+    let verdicts: Vec<Verdict> = batch.iter().map(|(a, o)| judge(a, o)).collect();
+    let items: Vec<_> = batch
+        .iter()
+        .zip(&verdicts)
+        .map(|((a, _), v)| (a.pk, Some(a.attempt), v.ending()))
+        .collect();
+    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, &["running"], &items)
+        .await?
+        .into_iter()
+        .filter(|e| e.state == "completed")
+        .map(|e| e.pk)
+        .collect();
+    let mut jobs = BTreeSet::new();
+    for ((a, _), v) in batch.iter().zip(&verdicts) {
+        if !completed.contains(&a.pk) {
+            continue;
+        }
+        jobs.insert(a.job_pk);
+        if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction.as_str() {
+            match v.job_action {
+                JobAction::Terminate => {
+                    terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
+                }
+                JobAction::Disable => {
+                    disable_job(&mut tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
+                        .await?
+                }
+                JobAction::None => {}
+            }
+        }
+    }
+    for job_pk in jobs {
+        // Only a job that asks (now) to end with its tasks pays for the scan of its tasks.
+        if store::jobs::ends_with_its_tasks(&mut *tx, job_pk).await? {
+            store::jobs::complete_if_all_tasks_done(&mut *tx, job_pk).await?;
+        }
+    }
+    tx.commit().await
+}
+
+/// What an outcome means for its task: how the attempt ends, and the job's action if it failed.
+struct Verdict {
+    end: End,
+    failure_info: Option<Value>,
+    job_action: JobAction,
+}
+
+enum End {
+    Completed {
+        exit_code: Option<i32>,
+        result: &'static str,
+        satisfies_dependants: bool,
+    },
+    Retry {
+        exit_code: Option<i32>,
+    },
+    Requeue,
+}
+
+impl Verdict {
+    fn ending(&self) -> Ending<'_> {
+        match self.end {
+            End::Completed {
+                exit_code,
+                result,
+                satisfies_dependants,
+            } => Ending::Completed {
+                exit_code,
+                result,
+                failure_info: self.failure_info.as_ref(),
+                satisfies_dependants,
+            },
+            End::Retry { exit_code } => Ending::Retry { exit_code },
+            End::Requeue => Ending::Requeue,
+        }
+    }
+}
+
+fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
     let conditions: ExitConditions = a
         .exit_conditions
         .clone()
         .and_then(|c| serde_json::from_value(c).ok())
         .unwrap_or_default();
-    let mut job_action = JobAction::None;
-    let failure_info;
-    let ending = match outcome {
+    let verdict = |end, failure_info, job_action| Verdict {
+        end,
+        failure_info,
+        job_action,
+    };
+    match outcome {
         Outcome::Exited(code) => {
-            let verdict = conditions.verdict(code);
+            let code = *code;
+            let judged = conditions.verdict(code);
             let retries_left =
                 a.max_task_retry_count == -1 || a.retry_count < a.max_task_retry_count;
-            let code32 = i32::try_from(code).ok();
-            if verdict.succeeded {
-                Ending::Completed {
-                    exit_code: code32,
+            let exit_code = i32::try_from(code).ok();
+            if judged.succeeded {
+                let end = End::Completed {
+                    exit_code,
                     result: "success",
-                    failure_info: None,
                     satisfies_dependants: true,
-                }
+                };
+                verdict(end, None, JobAction::None)
             } else if retries_left {
-                Ending::Retry { exit_code: code32 }
+                verdict(End::Retry { exit_code }, None, JobAction::None)
             } else {
-                job_action = verdict.job_action;
-                failure_info = failure(
+                let info = failure(
                     "FailureExitCode",
                     format!("The task exited with exit code {code}, representing a failure"),
                 );
-                Ending::Completed {
-                    exit_code: code32,
+                let end = End::Completed {
+                    exit_code,
                     result: "failure",
-                    failure_info: Some(&failure_info),
-                    satisfies_dependants: verdict.dependency
+                    satisfies_dependants: judged.dependency
                         == crate::domain::job::DependencyAction::Satisfy,
-                }
+                };
+                verdict(end, Some(info), judged.job_action)
             }
         }
         Outcome::TimedOut => {
@@ -103,41 +176,22 @@ async fn record_in(
                 .max_wall_clock_ticks
                 .map(|t| IsoDuration::from_ticks(t).to_string())
                 .unwrap_or_default();
-            failure_info = failure(
+            let info = failure(
                 "MaxWallClockTimeExceeded",
                 format!("The task ran longer than its maxWallClockTime of {limit} and was killed"),
             );
-            Ending::Completed {
+            let end = End::Completed {
                 exit_code: None,
                 result: "failure",
-                failure_info: Some(&failure_info),
                 satisfies_dependants: false,
-            }
+            };
+            verdict(end, Some(info), JobAction::None)
         }
         Outcome::Lost(why) => {
             tracing::warn!(task = %a.task_id, job = %a.job_id, %why, "the attempt's outcome is unknown; requeueing the task");
-            Ending::Requeue
-        }
-    };
-    let ended = store::tasks::end_attempt(tx, a.pk, Some(a.attempt), &["running"], ending).await?;
-    if ended.as_ref().is_some_and(|e| e.state == "completed") {
-        if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction.as_str() {
-            match job_action {
-                JobAction::Terminate => {
-                    terminate_job(tx, a.job_pk, "TaskFailed").await?;
-                }
-                JobAction::Disable => {
-                    disable_job(tx, a.job_pk, crate::domain::job::DisableTasks::Requeue).await?
-                }
-                JobAction::None => {}
-            }
-        }
-        // Only a job that asks (now) to end with its tasks pays for the scan of its tasks.
-        if store::jobs::ends_with_its_tasks(&mut **tx, a.job_pk).await? {
-            store::jobs::complete_if_all_tasks_done(&mut **tx, a.job_pk).await?;
+            verdict(End::Requeue, None, JobAction::None)
         }
     }
-    Ok(())
 }
 
 /// Completes a job and ends its running tasks (their processes are killed by the executor's

@@ -91,11 +91,10 @@ impl Executor {
     }
 
     /// Starts the attempts just placed.
-    pub async fn start_placed(self: &Arc<Self>, pks: &[i64]) -> sqlx::Result<()> {
-        for attempt in store::tasks::running_attempts(&self.db, Some(pks)).await? {
+    pub fn start_placed(self: &Arc<Self>, placed: Vec<AttemptRow>) {
+        for attempt in placed {
             self.spawn(attempt, false);
         }
-        Ok(())
     }
 
     /// After a start: every attempt the database says is running is either finished (its exit

@@ -171,19 +171,11 @@ async fn dispatch_loop(
         if let Err(e) = executor.reap().await {
             tracing::error!(error = %e, "reaping ended attempts failed");
         }
-        loop {
-            match dispatch::pass(&s.db).await {
-                Ok(placed) if placed.is_empty() => break,
-                Ok(placed) => {
-                    if let Err(e) = executor.start_placed(&placed).await {
-                        tracing::error!(error = %e, "starting placed attempts failed");
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "dispatch pass failed");
-                    break;
-                }
-            }
+        // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
+        // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
+        match dispatch::pass(&s.db).await {
+            Ok(placed) => executor.start_placed(placed),
+            Err(e) => tracing::error!(error = %e, "dispatch pass failed"),
         }
         tokio::select! {
             _ = cancel.cancelled() => break,

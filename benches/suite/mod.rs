@@ -1,0 +1,314 @@
+//! What every section of the benchmark shares: the server as its own process, Shared Key
+//! signed requests, adding tasks from concurrent clients, and small statistics.
+
+pub mod docker;
+pub mod latency;
+pub mod scale;
+pub mod throughput;
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// A size from the environment, or its default.
+pub fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether a section runs: all do unless BENCH_ONLY names some (comma-separated).
+pub fn selected(section: &str) -> bool {
+    match std::env::var("BENCH_ONLY") {
+        Ok(only) if !only.trim().is_empty() => only.split(',').any(|s| s.trim() == section),
+        _ => true,
+    }
+}
+
+pub struct Server {
+    child: tokio::process::Child,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub key: String,
+    /// Dispatch passes that placed tasks: (tasks placed, microseconds), from the server's log.
+    passes: Arc<Mutex<Vec<(u64, u64)>>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Signs a request with Shared Key, as the Azure SDKs do.
+pub fn signed(key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
+    let mut req = builder.build().unwrap();
+    let date = chrono::Utc::now()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    req.headers_mut().insert("ocp-date", date.parse().unwrap());
+    if let Some(len) = req.body().and_then(|b| b.as_bytes()).map(<[u8]>::len) {
+        req.headers_mut()
+            .insert("content-length", len.to_string().parse().unwrap());
+    }
+    let uri: axum_http::Uri = req.url()[url::Position::BeforePath..].parse().unwrap();
+    let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), "batchpool");
+    let sig = batchpool::api::auth::signature(key, &sts).unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("SharedKey batchpool:{sig}").parse().unwrap(),
+    );
+    req
+}
+
+/// `micros=N placed=M` from the server's "dispatch pass" debug line.
+fn parse_pass(line: &str) -> Option<(u64, u64)> {
+    if !line.contains("dispatch pass") {
+        return None;
+    }
+    let field = |name: &str| -> Option<u64> {
+        let rest = &line[line.find(name)? + name.len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("placed=")?, field("micros=")?))
+}
+
+impl Server {
+    /// Starts the release binary (or BENCH_SERVER_BIN, to compare two builds in one run) with
+    /// its own PostgreSQL on `runtime` ("local" or "docker").
+    pub async fn start(runtime: &str) -> Self {
+        let bin = std::env::var("BENCH_SERVER_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
+        let dir = tempfile::Builder::new()
+            .prefix("bpbench")
+            .tempdir()
+            .unwrap();
+        let mut child = tokio::process::Command::new(bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "warn,batchpool::scheduler::dispatch=debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let passes = Arc::new(Mutex::new(Vec::new()));
+        let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = passes.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = errors.next_line().await {
+                match parse_pass(&line) {
+                    Some(pass) => sink.lock().unwrap().push(pass),
+                    None => eprintln!("{line}"),
+                }
+            }
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let base = loop {
+            let line = lines.next_line().await.unwrap().expect("server exited");
+            if let Some(addr) = line.strip_prefix("batchpool listening on ") {
+                break addr.to_string();
+            }
+        };
+        let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap();
+        Server {
+            child,
+            base,
+            http: reqwest::Client::new(),
+            key,
+            passes,
+            _dir: dir,
+        }
+    }
+
+    /// Starts a server with a pool of `nodes` x `slots` on `runtime`, waits until its nodes are
+    /// idle, and adds an empty job on it.
+    pub async fn with_pool(runtime: &str, pool: &str, nodes: usize, slots: usize, job: &str) -> Self {
+        let s = Self::start(runtime).await;
+        s.create(
+            "/pools",
+            json!({"id": pool, "vmSize": "standard_d2s_v3", "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots}),
+            201,
+        )
+        .await;
+        s.wait_idle_nodes(pool, nodes).await;
+        s.create("/jobs", json!({"id": job, "poolInfo": {"poolId": pool}}), 201)
+            .await;
+        s
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let req = signed(
+            &self.key,
+            self.http.post(format!("{}{path}", self.base)).json(body),
+        );
+        let resp = self.http.execute(req).await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POSTs and insists on `status`.
+    pub async fn create(&self, path: &str, body: Value, status: u16) {
+        let (got, resp) = self.post(path, &body).await;
+        assert_eq!(got, status, "POST {path}: {resp}");
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let req = signed(&self.key, self.http.get(format!("{}{path}", self.base)));
+        self.http.execute(req).await.unwrap().json().await.unwrap()
+    }
+
+    /// Waits until the pool has `count` nodes, all idle; returns the seconds it took.
+    pub async fn wait_idle_nodes(&self, pool: &str, count: usize) -> f64 {
+        let started = Instant::now();
+        loop {
+            let p = self.get(&format!("/pools/{pool}/nodes")).await;
+            let nodes = p["value"].as_array().unwrap();
+            if nodes.len() == count && nodes.iter().all(|n| n["state"] == "idle") {
+                return started.elapsed().as_secs_f64();
+            }
+            if let Some(n) = nodes.iter().find(|n| n["state"] == "unusable") {
+                panic!("a node of {pool} is unusable: {n}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wait_completed(&self, job: &str, count: usize) {
+        loop {
+            let c = self.get(&format!("/jobs/{job}/taskcounts")).await;
+            if c["taskCounts"]["completed"].as_u64() == Some(count as u64) {
+                assert_eq!(
+                    c["taskCounts"]["succeeded"].as_u64(),
+                    Some(count as u64),
+                    "{c}"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Takes the dispatch passes logged since the last call.
+    pub fn take_passes(&self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut *self.passes.lock().unwrap())
+    }
+
+    /// Peak resident set size of the server process, in MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        kb / 1024.0
+    }
+
+    pub async fn stop(mut self) {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(self.child.id().unwrap() as i32, libc::SIGTERM) };
+        let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+    }
+}
+
+/// Adds `count` tasks to `job` from `clients` concurrent clients, 100 per addtaskcollection;
+/// returns the seconds it took.
+pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, command: &str) -> f64 {
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..clients {
+        let (next, http, base, job, command, key) = (
+            next.clone(),
+            s.http.clone(),
+            s.base.clone(),
+            job.to_string(),
+            command.to_string(),
+            s.key.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                let chunk = next.fetch_add(100, std::sync::atomic::Ordering::Relaxed);
+                if chunk >= count {
+                    break;
+                }
+                let tasks: Vec<Value> = (chunk..(chunk + 100).min(count))
+                    .map(|i| json!({"id": format!("t{i}"), "commandLine": command}))
+                    .collect();
+                let req = signed(
+                    &key,
+                    http.post(format!("{base}/jobs/{job}/addtaskcollection"))
+                        .json(&json!({"value": tasks})),
+                );
+                let resp = http.execute(req).await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let body: Value = resp.json().await.unwrap();
+                assert!(
+                    body["value"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|r| r["status"] == "success"),
+                    "{body}"
+                );
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// Runs a shell command line (a baseline) and returns the seconds it took.
+pub fn timed_shell(command: &str) -> f64 {
+    let started = Instant::now();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{command}");
+    started.elapsed().as_secs_f64()
+}
+
+/// The `p` quantile (0..=1) of sorted figures.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+/// p50 and p99 of the logged dispatch passes that placed tasks, in milliseconds, and their count.
+pub fn pass_summary(passes: &[(u64, u64)]) -> String {
+    let ms = sorted(
+        passes
+            .iter()
+            .filter(|(placed, _)| *placed > 0)
+            .map(|(_, micros)| *micros as f64 / 1000.0)
+            .collect(),
+    );
+    let placed: u64 = passes.iter().map(|(p, _)| p).sum();
+    format!(
+        "{} passes placed {placed} tasks; pass time p50 {:.2} ms, p99 {:.2} ms",
+        ms.len(),
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.99)
+    )
+}

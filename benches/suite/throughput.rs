@@ -1,0 +1,40 @@
+//! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
+//! of 2 nodes x 16 slots runs them; next to the same number of `/bin/sh -c true` processes
+//! started by `xargs -P 32` (the pool's 32 slots) in the same run, just before and just after.
+
+use std::time::Instant;
+
+use super::{add_tasks, pass_summary, timed_shell, Server};
+
+pub async fn run(tasks: usize, clients: usize) {
+    let s = Server::with_pool("local", "bench", 2, 16, "run").await;
+    // The baseline runs before and after, so a machine that gets busier or quieter during the
+    // run moves both sides of the ratio alike.
+    let before = xargs_baseline(tasks);
+    let started = Instant::now();
+    let submit = add_tasks(&s, "run", tasks, clients, "true").await;
+    s.wait_completed("run", tasks).await;
+    let total = started.elapsed().as_secs_f64();
+    let passes = s.take_passes();
+    s.stop().await;
+    let after = xargs_baseline(tasks);
+    let baseline = (before + after) / 2.0;
+    println!(
+        "throughput: submit while running {:.0} tasks/s ({tasks} in {submit:.1} s, {clients} clients)",
+        tasks as f64 / submit
+    );
+    println!(
+        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s); xargs -P 32 baseline {:.0} tasks/s ({before:.1} s before, {after:.1} s after); ratio {:.2}",
+        tasks as f64 / total,
+        tasks as f64 / baseline,
+        baseline / total
+    );
+    println!("throughput: {}", pass_summary(&passes));
+}
+
+/// The physical floor: the same number of `/bin/sh -c true` processes, 32 at a time.
+pub fn xargs_baseline(count: usize) -> f64 {
+    timed_shell(&format!(
+        "seq {count} | xargs -P 32 -n 1 sh -c 'true' >/dev/null"
+    ))
+}
