@@ -115,6 +115,8 @@ impl Server {
             }
         };
         let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap();
+        // Our reqwest has TLS without a built-in crypto provider: install the server's (ring).
+        batchpool::install_tls();
         Server {
             child,
             base,
