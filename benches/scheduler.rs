@@ -43,7 +43,10 @@ async fn main() {
     if selected("docker") || selected("nodes") {
         if let Some(docker) = suite::docker::engine().await {
             if selected("docker") {
-                let (tasks, slots) = (env("BENCH_DOCKER_TASKS", 2_000), env("BENCH_DOCKER_SLOTS", 4));
+                let (tasks, slots) = (
+                    env("BENCH_DOCKER_TASKS", 2_000),
+                    env("BENCH_DOCKER_SLOTS", 4),
+                );
                 suite::docker::dispatch(&docker, tasks, slots).await;
             }
             if selected("nodes") {

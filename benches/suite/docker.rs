@@ -49,8 +49,12 @@ pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
     s.wait_completed("dj", tasks).await;
     let pool = started.elapsed().as_secs_f64();
     // Nodes outlive a stopped server (a restart adopts them): remove this one first.
-    s.create("/pools/dock/resize", json!({"targetDedicatedNodes": 0}), 202)
-        .await;
+    s.create(
+        "/pools/dock/resize",
+        json!({"targetDedicatedNodes": 0}),
+        202,
+    )
+    .await;
     s.wait_idle_nodes("dock", 0).await;
     s.stop().await;
 
@@ -99,8 +103,12 @@ pub async fn allocation(docker: &Docker, nodes: usize, concurrency: usize) {
     s.wait_idle_nodes("alloc", nodes).await;
     let up = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    s.create("/pools/alloc/resize", json!({"targetDedicatedNodes": 0}), 202)
-        .await;
+    s.create(
+        "/pools/alloc/resize",
+        json!({"targetDedicatedNodes": 0}),
+        202,
+    )
+    .await;
     s.wait_idle_nodes("alloc", 0).await;
     let down = started.elapsed().as_secs_f64();
     s.stop().await;

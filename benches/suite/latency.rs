@@ -16,8 +16,12 @@ pub async fn run(tries: usize) {
         let id = format!("l{i}");
         let sent_at = chrono::Utc::now();
         let sent = Instant::now();
-        s.create("/jobs/lat/tasks", json!({"id": id, "commandLine": "true"}), 201)
-            .await;
+        s.create(
+            "/jobs/lat/tasks",
+            json!({"id": id, "commandLine": "true"}),
+            201,
+        )
+        .await;
         let task = loop {
             let t = s.get(&format!("/jobs/lat/tasks/{id}")).await;
             if t["state"] == "completed" {
@@ -27,8 +31,11 @@ pub async fn run(tries: usize) {
         };
         to_completed.push(sent.elapsed().as_secs_f64() * 1000.0);
         let at = |field: &str| -> f64 {
-            let t: chrono::DateTime<chrono::Utc> =
-                task["executionInfo"][field].as_str().unwrap().parse().unwrap();
+            let t: chrono::DateTime<chrono::Utc> = task["executionInfo"][field]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
             (t - sent_at).num_microseconds().unwrap() as f64 / 1000.0
         };
         assert_eq!(task["executionInfo"]["exitCode"], 0, "{task}");

@@ -129,7 +129,13 @@ impl Server {
 
     /// Starts a server with a pool of `nodes` x `slots` on `runtime`, waits until its nodes are
     /// idle, and adds an empty job on it.
-    pub async fn with_pool(runtime: &str, pool: &str, nodes: usize, slots: usize, job: &str) -> Self {
+    pub async fn with_pool(
+        runtime: &str,
+        pool: &str,
+        nodes: usize,
+        slots: usize,
+        job: &str,
+    ) -> Self {
         let s = Self::start(runtime).await;
         s.create(
             "/pools",
@@ -138,8 +144,12 @@ impl Server {
         )
         .await;
         s.wait_idle_nodes(pool, nodes).await;
-        s.create("/jobs", json!({"id": job, "poolInfo": {"poolId": pool}}), 201)
-            .await;
+        s.create(
+            "/jobs",
+            json!({"id": job, "poolInfo": {"poolId": pool}}),
+            201,
+        )
+        .await;
         s
     }
 

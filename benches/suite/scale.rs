@@ -18,12 +18,20 @@ pub async fn run(queued: usize, other: usize, clients: usize, pages: usize, run:
         201,
     )
     .await;
-    s.create("/jobs", json!({"id": "queue", "poolInfo": {"poolId": "empty"}}), 201)
-        .await;
+    s.create(
+        "/jobs",
+        json!({"id": "queue", "poolInfo": {"poolId": "empty"}}),
+        201,
+    )
+    .await;
     // Another job's tasks first, as in any database with history: a page of the big job must
     // not walk past them.
-    s.create("/jobs", json!({"id": "other", "poolInfo": {"poolId": "empty"}}), 201)
-        .await;
+    s.create(
+        "/jobs",
+        json!({"id": "other", "poolInfo": {"poolId": "empty"}}),
+        201,
+    )
+    .await;
     add_tasks(&s, "other", other, clients, "true").await;
     let add = add_tasks(&s, "queue", queued, clients, "true").await;
     let counts = s.get("/jobs/queue/taskcounts").await;
@@ -43,7 +51,11 @@ pub async fn run(queued: usize, other: usize, clients: usize, pages: usize, run:
             s.base
         );
         let started = Instant::now();
-        let resp = s.http.execute(signed(&s.key, s.http.get(url))).await.unwrap();
+        let resp = s
+            .http
+            .execute(signed(&s.key, s.http.get(url)))
+            .await
+            .unwrap();
         let bytes = resp.bytes().await.unwrap();
         // The page's time is the server's: until its last byte is here, not the client's parse.
         page_ms.push(started.elapsed().as_secs_f64() * 1000.0);
@@ -59,8 +71,12 @@ pub async fn run(queued: usize, other: usize, clients: usize, pages: usize, run:
 
     if run > 0 {
         s.take_passes();
-        s.create("/pools/empty/resize", json!({"targetDedicatedNodes": 2}), 202)
-            .await;
+        s.create(
+            "/pools/empty/resize",
+            json!({"targetDedicatedNodes": 2}),
+            202,
+        )
+        .await;
         loop {
             // The other job's tasks run first (same priority, older job); then the queue's.
             let mut done = 0;

@@ -256,7 +256,10 @@ impl Runtime {
         node_id: &str,
         spec: &ExecSpec,
     ) -> anyhow::Result<i64> {
-        let (state, wd) = (spec.dirs.state_file(spec.attempt), spec.dirs.host.join("wd"));
+        let (state, wd) = (
+            spec.dirs.state_file(spec.attempt),
+            spec.dirs.host.join("wd"),
+        );
         // One trip to the blocking pool for all of it, not one each.
         tokio::task::spawn_blocking(move || {
             // A record left by an earlier run of this attempt number must not pass for this one's.

@@ -171,6 +171,14 @@ impl Driver {
         Ok(rows.into_iter().collect())
     }
 
+    async fn still_in(&self, job: &BesJobRow, phases: &[&str]) -> sqlx::Result<bool> {
+        let now: Option<String> = sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1")
+            .bind(job.pk)
+            .fetch_optional(&self.db)
+            .await?;
+        Ok(now.is_some_and(|p| phases.contains(&p.as_str())))
+    }
+
     /// Jobs waiting for or running on a pool that is gone or being deleted.
     async fn pool_gone(&self) -> sqlx::Result<Vec<i64>> {
         sqlx::query_scalar(
@@ -222,6 +230,11 @@ impl Driver {
 
     /// Inputs down, then the Batch job and its task, in one transaction with the phase change.
     async fn stage(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
+        // A pass may hand over a job from a snapshot older than a step that just ended: go by
+        // the phase now, or a second download could rewrite inputs under a running command.
+        if !self.still_in(job, &[phase::STAGING]).await? {
+            return Ok(());
+        }
         let wd = self.task_dir(job).join("wd");
         tokio::fs::create_dir_all(wd.join("inputs")).await?;
         tokio::fs::create_dir_all(wd.join("outputs")).await?;
@@ -321,6 +334,12 @@ impl Driver {
 
     /// The task has ended: logs and outputs up, results recorded.
     async fn finish(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
+        if !self
+            .still_in(job, &[phase::RUNNING, phase::UPLOADING])
+            .await?
+        {
+            return Ok(());
+        }
         store::services::set_phase(&self.db, job.pk, &[phase::RUNNING], phase::UPLOADING).await?;
         let outcome: Option<(String, Option<i32>, Option<String>, Option<Value>)> = sqlx::query_as(
             "SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk \
@@ -604,10 +623,13 @@ async fn download(r: &DataReference, roots: &Roots, to: &std::path::Path) -> any
     if let Some(parent) = to.parent() {
         tokio::fs::create_dir_all(parent).await?;
     }
-    let mut file = tokio::fs::File::create(to).await?;
+    // Written aside and renamed into place: the file is there whole or not at all.
+    let partial = to.with_extension("partial");
+    let mut file = tokio::fs::File::create(&partial).await?;
     while let Some(chunk) = stream.next().await {
         file.write_all(&chunk?).await?;
     }
     file.flush().await?;
+    tokio::fs::rename(&partial, to).await?;
     Ok(())
 }
