@@ -59,6 +59,9 @@ pub async fn run(queued: usize, other: usize, clients: usize, pages: usize, run:
         let bytes = resp.bytes().await.unwrap();
         // The page's time is the server's: until its last byte is here, not the client's parse.
         page_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        if std::env::var_os("BENCH_PAGE_TRACE").is_some() {
+            println!("scale: page {i} after {after}: {:.1} ms", page_ms[i]);
+        }
         let body: Value = serde_json::from_slice(&bytes).unwrap();
         assert!(!body["value"].as_array().unwrap().is_empty());
     }

@@ -176,22 +176,34 @@ pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<
 }
 
 /// A page of a job's tasks in task order, after the task with pk `after`.
+///
+/// The scan must walk the (job_pk, pk) index in order and stop after `limit` rows. Right after a
+/// bulk add, before autovacuum has analyzed the table, the planner believes the job is a hundred
+/// rows and reads every remaining task of the job through a bitmap and sorts them: 40-60 ms for a
+/// 1,000-task page of a 300,000-task job instead of 0.3 ms (measured with EXPLAIN ANALYZE). So the
+/// page is read with bitmap scans off for its own transaction.
 pub async fn list(
-    db: impl PgExecutor<'_>,
+    db: &sqlx::PgPool,
     job_pk: i64,
     after: i64,
     limit: i64,
     state: Option<&str>,
 ) -> sqlx::Result<Vec<TaskRow>> {
-    sqlx::query_as(
+    let mut tx = db.begin().await?;
+    sqlx::query("SET LOCAL enable_bitmapscan = off")
+        .execute(&mut *tx)
+        .await?;
+    let rows = sqlx::query_as(
         "SELECT * FROM tasks WHERE job_pk = $1 AND pk > $2 AND ($4::text IS NULL OR state = $4) ORDER BY pk LIMIT $3",
     )
     .bind(job_pk)
-        .bind(after)
-        .bind(limit)
-        .bind(state)
-        .fetch_all(db)
-        .await
+    .bind(after)
+    .bind(limit)
+    .bind(state)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
 #[derive(Debug, Default, sqlx::FromRow)]
