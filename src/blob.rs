@@ -7,11 +7,9 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
 /// BES's AzureBlobDataReference, as clients send it (all four may be null or absent).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -396,47 +394,6 @@ pub fn resolve(r: &DataReference, roots: &Roots) -> Result<Blob, BlobError> {
 }
 
 impl Blob {
-    /// The same store, another object in it.
-    pub fn sibling(&self, container: Option<&str>, path: &str) -> Result<Blob, BlobError> {
-        match (&self.place, container) {
-            (Place::AzureKey { account, .. }, Some(container)) => {
-                let store = azure_store(
-                    &account.endpoint,
-                    &account.name,
-                    container,
-                    AzureCredential::Key(&account.key),
-                )?;
-                Ok(Blob {
-                    store,
-                    path: object_path(path, path)?,
-                    place: Place::AzureKey {
-                        account: account.clone(),
-                        container: container.to_string(),
-                        blob: path.to_string(),
-                    },
-                })
-            }
-            (Place::Url { base, .. }, _) => {
-                let relative = match container {
-                    Some(c) => format!("{c}/{path}"),
-                    None => path.to_string(),
-                };
-                Ok(Blob {
-                    store: self.store.clone(),
-                    path: object_path(&relative, &relative)?,
-                    place: Place::Url {
-                        base: base.clone(),
-                        relative,
-                    },
-                })
-            }
-            _ => Err(BlobError::new(
-                "InvalidBlob",
-                "only a store reached with an account key or a storage root can hold other containers",
-            )),
-        }
-    }
-
     /// Makes the container of an Azure blob exist (object_store writes blobs, not containers).
     pub async fn ensure_container(&self, http: &reqwest::Client) -> anyhow::Result<()> {
         let Place::AzureKey {
@@ -488,15 +445,6 @@ impl Blob {
 
 const STORAGE_VERSION: &str = "2021-06-08";
 
-fn hmac_base64(key_base64: &str, message: &str) -> String {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(key_base64)
-        .unwrap_or_default();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key");
-    mac.update(message.as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
-}
-
 /// A service SAS granting read of one blob until `expiry` (`?sv=...&sig=...`).
 pub fn read_sas(
     account: &AzureAccount,
@@ -509,7 +457,8 @@ pub fn read_sas(
     // sv 2020-12-06 and later: permissions, start, expiry, resource, identifier, IP, protocol,
     // version, resource type, snapshot time, encryption scope, then five response headers.
     let to_sign = format!("r\n\n{se}\n{resource}\n\n\n\n{STORAGE_VERSION}\nb\n\n\n\n\n\n\n");
-    let sig = hmac_base64(&account.key, &to_sign);
+    // The key was checked as base64 when the connection string was parsed.
+    let sig = crate::api::auth::signature(&account.key, &to_sign).unwrap_or_default();
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("sv", STORAGE_VERSION)
         .append_pair("sr", "b")
@@ -547,7 +496,7 @@ async fn create_container(
             format!(
                 "SharedKey {}:{}",
                 account.name,
-                hmac_base64(&account.key, &to_sign)
+                crate::api::auth::signature(&account.key, &to_sign).unwrap_or_default()
             ),
         )
         .send()

@@ -171,10 +171,6 @@ pub mod phase {
             _ => "Running",
         }
     }
-
-    pub fn is_final(phase: &str) -> bool {
-        matches!(phase, FINISHED | FAILED | CANCELLED)
-    }
 }
 
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -220,16 +216,12 @@ pub async fn get_job(
     db: impl PgExecutor<'_>,
     service_pk: i64,
     id: &str,
-    for_update: bool,
 ) -> sqlx::Result<Option<BesJobRow>> {
-    let lock = if for_update { " FOR UPDATE" } else { "" };
-    sqlx::query_as(&format!(
-        "SELECT * FROM bes_jobs WHERE service_pk = $1 AND lower(id) = lower($2){lock}"
-    ))
-    .bind(service_pk)
-    .bind(id)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as("SELECT * FROM bes_jobs WHERE service_pk = $1 AND lower(id) = lower($2)")
+        .bind(service_pk)
+        .bind(id)
+        .fetch_optional(db)
+        .await
 }
 
 pub async fn get_job_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<BesJobRow>> {
@@ -255,7 +247,10 @@ pub async fn set_phase(
     to: &str,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(
-        "UPDATE bes_jobs SET phase = $3, last_modified = now(),             start_time = CASE WHEN $3 = 'staging' THEN now() ELSE start_time END,             end_time = CASE WHEN $3 IN ('finished', 'failed', 'cancelled') THEN now() ELSE end_time END          WHERE pk = $1 AND phase = ANY($2)",
+        "UPDATE bes_jobs SET phase = $3, last_modified = now(), \
+            start_time = CASE WHEN $3 = 'staging' THEN now() ELSE start_time END, \
+            end_time = CASE WHEN $3 IN ('finished', 'failed', 'cancelled') THEN now() ELSE end_time END \
+         WHERE pk = $1 AND phase = ANY($2)",
     )
     .bind(pk)
     .bind(from)
@@ -274,7 +269,8 @@ pub async fn finish(
     details: Option<&str>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(
-        "UPDATE bes_jobs SET phase = $2, results = $3, details = $4, end_time = now(), last_modified = now()          WHERE pk = $1 AND phase NOT IN ('finished', 'failed', 'cancelled')",
+        "UPDATE bes_jobs SET phase = $2, results = $3, details = $4, end_time = now(), last_modified = now() \
+         WHERE pk = $1 AND phase NOT IN ('finished', 'failed', 'cancelled')",
     )
     .bind(pk)
     .bind(to)
@@ -331,7 +327,8 @@ pub async fn set_quotas(
     max_vms_per_pool: Option<i32>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query(
-        "UPDATE accounts SET max_pools = coalesce($2, max_pools), max_vms_per_pool = coalesce($3, max_vms_per_pool)          WHERE name = $1",
+        "UPDATE accounts SET max_pools = coalesce($2, max_pools), max_vms_per_pool = coalesce($3, max_vms_per_pool) \
+         WHERE name = $1",
     )
     .bind(name)
     .bind(max_pools)
@@ -346,7 +343,8 @@ pub async fn rotate_pool_service_key(
     name: &str,
 ) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar(
-        "UPDATE accounts SET pool_service_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')          WHERE name = $1 RETURNING pool_service_key",
+        "UPDATE accounts SET pool_service_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '') \
+         WHERE name = $1 RETURNING pool_service_key",
     )
     .bind(name)
     .fetch_optional(db)

@@ -19,7 +19,7 @@ use crate::blob::{self, DataReference};
 use crate::domain::bes;
 use crate::domain::job::JobState;
 use crate::store;
-use crate::store::services::{phase, BesJobRow, ServiceRow};
+use crate::store::services::{phase, BesJobRow};
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -313,8 +313,16 @@ pub async fn submit(
     Ok(Json(id))
 }
 
-async fn find(app: &AppState, service: &ServiceRow, id: &str) -> MlResult<BesJobRow> {
-    store::services::get_job(&app.db, service.pk, id, false)
+/// The job a request names, once its Bearer key and api-version pass.
+async fn find(
+    app: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    (ns, svc, id): &(String, String, String),
+) -> MlResult<BesJobRow> {
+    let service = authorize(app, headers, ns, svc).await?;
+    check_version(query)?;
+    store::services::get_job(&app.db, service.pk, id)
         .await?
         .ok_or_else(|| MlError::not_found("JobNotFound", format!("The job {id:?} does not exist.")))
 }
@@ -334,11 +342,9 @@ pub async fn start(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    Path((ns, svc, id)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
 ) -> MlResult<StatusCode> {
-    let service = authorize(&app, &headers, &ns, &svc).await?;
-    check_version(query.as_deref())?;
-    let job = find(&app, &service, &id).await?;
+    let job = find(&app, &headers, query.as_deref(), &path).await?;
     if !store::services::set_phase(&app.db, job.pk, &[phase::NOT_STARTED], phase::STAGING).await? {
         let now = store::services::get_job_by_pk(&app.db, job.pk)
             .await?
@@ -361,11 +367,11 @@ pub async fn get(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    Path((ns, svc, id)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
 ) -> MlResult<Json<Value>> {
-    let service = authorize(&app, &headers, &ns, &svc).await?;
-    check_version(query.as_deref())?;
-    Ok(Json(status_json(&find(&app, &service, &id).await?)))
+    Ok(Json(status_json(
+        &find(&app, &headers, query.as_deref(), &path).await?,
+    )))
 }
 
 pub async fn list(
@@ -395,11 +401,9 @@ pub async fn cancel(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    Path((ns, svc, id)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
 ) -> MlResult<StatusCode> {
-    let service = authorize(&app, &headers, &ns, &svc).await?;
-    check_version(query.as_deref())?;
-    let job = find(&app, &service, &id).await?;
+    let job = find(&app, &headers, query.as_deref(), &path).await?;
     let mut tx = app.db.begin().await?;
     cancel_in(&mut tx, &job).await?;
     tx.commit().await?;
