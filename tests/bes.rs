@@ -113,8 +113,8 @@ async fn pool_service_key(s: &TestServer) -> String {
         .unwrap()
 }
 
-/// Submits `body`, starts the job and waits for it to end; returns (id, final status).
-async fn run_job(s: &TestServer, key: &str, body: Value) -> (String, Value) {
+/// Submits a job; returns its id (the JSON string BES answers with).
+async fn submit(s: &TestServer, key: &str, body: Value) -> String {
     let (status, id) = bearer(
         s,
         Method::POST,
@@ -129,6 +129,22 @@ async fn run_job(s: &TestServer, key: &str, body: Value) -> (String, Value) {
         .expect("the job id is a JSON string")
         .to_string();
     assert_eq!(id.len(), 32);
+    id
+}
+
+async fn start(s: &TestServer, key: &str, id: &str, body: Option<Value>) {
+    let (status, answer) = bearer(
+        s,
+        Method::POST,
+        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
+        key,
+        body,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+async fn job_status(s: &TestServer, key: &str, id: &str) -> Value {
     let (status, job) = bearer(
         s,
         Method::GET,
@@ -137,30 +153,26 @@ async fn run_job(s: &TestServer, key: &str, body: Value) -> (String, Value) {
         None,
     )
     .await;
-    assert_eq!(
-        (status, job["StatusCode"].as_str()),
-        (StatusCode::OK, Some("NotStarted")),
-        "{job}"
-    );
+    assert_eq!(status, 200, "{job}");
+    job
+}
+
+async fn running_tasks(s: &TestServer) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
+        .fetch_one(&s.db().await)
+        .await
+        .unwrap()
+}
+
+/// Submits `body`, starts the job and waits for it to end; returns (id, final status).
+async fn run_job(s: &TestServer, key: &str, body: Value) -> (String, Value) {
+    let id = submit(s, key, body).await;
+    let job = job_status(s, key, &id).await;
+    assert_eq!(job["StatusCode"], "NotStarted", "{job}");
     // Clients start with no body at all (C#), `{}` (Python) or `""`.
-    let (status, _) = bearer(
-        s,
-        Method::POST,
-        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
-        key,
-        None,
-    )
-    .await;
-    assert_eq!(status, 200);
+    start(s, key, &id, None).await;
     let done = wait_for("the BES job to end", || async {
-        let (_, job) = bearer(
-            s,
-            Method::GET,
-            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-            key,
-            None,
-        )
-        .await;
+        let job = job_status(s, key, &id).await;
         matches!(
             job["StatusCode"].as_str(),
             Some("Finished" | "Failed" | "Cancelled")
@@ -364,43 +376,20 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
     let mut ids = Vec::new();
     for n in 0..3 {
         put_blob(&format!("testint/fifo-{n}.csv"), &format!("{n}\n")).await;
-        let (status, id) = bearer(
-            &s,
-            Method::POST,
-            &format!("{SERVICE}/jobs?api-version=2.0"),
-            &key,
-            Some(seed_request(
-                &format!("testint/fifo-{n}.csv"),
-                &format!("out/fifo-{n}.csv"),
-                None,
-            )),
-        )
-        .await;
-        assert_eq!(status, 200, "{id}");
-        ids.push(id.as_str().unwrap().to_string());
+        let body = seed_request(
+            &format!("testint/fifo-{n}.csv"),
+            &format!("out/fifo-{n}.csv"),
+            None,
+        );
+        ids.push(submit(&s, &key, body).await);
     }
     for id in &ids {
-        let (status, _) = bearer(
-            &s,
-            Method::POST,
-            &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
-            &key,
-            Some(json!({})),
-        )
-        .await;
-        assert_eq!(status, 200);
+        start(&s, &key, id, Some(json!({}))).await;
     }
     let ends = wait_for("the three jobs to finish", || async {
         let mut ends = Vec::new();
         for id in &ids {
-            let (_, job) = bearer(
-                &s,
-                Method::GET,
-                &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-                &key,
-                None,
-            )
-            .await;
+            let job = job_status(&s, &key, id).await;
             if job["StatusCode"] != "Finished" {
                 return None;
             }
@@ -470,28 +459,10 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
         "{details}"
     );
 
-    let (_, id) = bearer(
-        &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs?api-version=2.0"),
-        &key,
-        Some(json!({"GlobalParameters": {"Mode": "slow"}})),
-    )
-    .await;
-    let id = id.as_str().unwrap().to_string();
-    bearer(
-        &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
-        &key,
-        None,
-    )
-    .await;
+    let id = submit(&s, &key, json!({"GlobalParameters": {"Mode": "slow"}})).await;
+    start(&s, &key, &id, None).await;
     wait_for("the task to run", || async {
-        let running: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await)
-            .await
-            .unwrap();
+        let running = running_tasks(&s).await;
         (running == 1).then_some(())
     })
     .await;
@@ -504,20 +475,10 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
     )
     .await;
     assert_eq!(status, 200);
-    let (_, job) = bearer(
-        &s,
-        Method::GET,
-        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-        &key,
-        None,
-    )
-    .await;
+    let job = job_status(&s, &key, &id).await;
     assert_eq!(job["StatusCode"], "Cancelled", "{job}");
     wait_for("the cancelled job's task to be gone", || async {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await)
-            .await
-            .unwrap();
+        let left = running_tasks(&s).await;
         (left == 0).then_some(())
     })
     .await;
@@ -943,42 +904,22 @@ async fn a_started_bes_job_survives_a_server_restart() {
     assert_eq!(status, 201, "{body}");
     let key = body["PrimaryKey"].as_str().unwrap().to_string();
     put_blob("testint/restart.csv", "b\na\n").await;
-    let (_, id) = bearer(
+    let id = submit(
         &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs?api-version=2.0"),
         &key,
-        Some(seed_request("testint/restart.csv", "out/restart.csv", None)),
+        seed_request("testint/restart.csv", "out/restart.csv", None),
     )
     .await;
-    let id = id.as_str().unwrap().to_string();
-    bearer(
-        &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
-        &key,
-        None,
-    )
-    .await;
+    start(&s, &key, &id, None).await;
     wait_for("the task to run", || async {
-        let running: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE state = 'running'")
-            .fetch_one(&s.db().await)
-            .await
-            .unwrap();
+        let running = running_tasks(&s).await;
         (running == 1).then_some(())
     })
     .await;
     s.kill().await;
     s.launch().await;
     let job = wait_for("the BES job to finish after the restart", || async {
-        let (_, job) = bearer(
-            &s,
-            Method::GET,
-            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-            &key,
-            None,
-        )
-        .await;
+        let job = job_status(&s, &key, &id).await;
         matches!(job["StatusCode"].as_str(), Some("Finished" | "Failed")).then_some(job)
     })
     .await;
@@ -1104,50 +1045,21 @@ async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
         .0,
         201
     );
-    let (_, id) = bearer(
-        &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs?api-version=2.0"),
-        &key,
-        Some(json!({"AzureBatchPoolId": "empty"})),
-    )
-    .await;
-    let id = id.as_str().unwrap().to_string();
-    bearer(
-        &s,
-        Method::POST,
-        &format!("{SERVICE}/jobs/{id}/start?api-version=2.0"),
-        &key,
-        None,
-    )
-    .await;
+    let id = submit(&s, &key, json!({"AzureBatchPoolId": "empty"})).await;
+    start(&s, &key, &id, None).await;
     wait_for("the job's task to be queued in the pool", || async {
         let (status, _) = s.get(&format!("/jobs/{id}/tasks/score")).await;
         (status == 200).then_some(())
     })
     .await;
-    let (_, queued) = bearer(
-        &s,
-        Method::GET,
-        &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-        &key,
-        None,
-    )
-    .await;
+    let queued = job_status(&s, &key, &id).await;
     assert_eq!(
         queued["StatusCode"], "Running",
         "queued in its pool: {queued}"
     );
     assert_eq!(s.delete("/pools/empty").await.0, 202);
     let failed = wait_for("the job to fail", || async {
-        let (_, job) = bearer(
-            &s,
-            Method::GET,
-            &format!("{SERVICE}/jobs/{id}?api-version=2.0"),
-            &key,
-            None,
-        )
-        .await;
+        let job = job_status(&s, &key, &id).await;
         (job["StatusCode"] == "Failed").then_some(job)
     })
     .await;
