@@ -3,38 +3,8 @@
 #[macro_use]
 mod common;
 
-use common::{Rt, TestServer};
+use common::{account_cmd, key_line, Rt, TestServer};
 use serde_json::{json, Value};
-
-fn batchpool() -> &'static str {
-    env!("CARGO_BIN_EXE_batchpool")
-}
-
-/// Runs `batchpool account ...` against the server's database.
-fn account_cmd(s: &TestServer, args: &[&str]) -> String {
-    let out = std::process::Command::new(batchpool())
-        .arg("account")
-        .args(args)
-        .arg("--database-url")
-        .arg(s.database_url.as_ref().unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn key_line<'a>(text: &'a str, label: &str) -> &'a str {
-    text.lines()
-        .find(|l| l.starts_with(label))
-        .unwrap()
-        .split_whitespace()
-        .last()
-        .unwrap()
-}
 
 async fn raw(s: &TestServer, headers: &[(&str, String)]) -> (u16, Value) {
     let mut req = reqwest::Client::new().get(format!("{}/pools?api-version=2025-06-01", s.base));
@@ -328,4 +298,46 @@ async fn wire_details_the_sdks_rely_on() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
+}
+
+/// Web service names belong to their account: another account's service of the same name is
+/// neither revealed (no 409 "exists under another account") nor reachable, and each service's
+/// BES routes find it by its own key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_service_names_are_per_account() {
+    let s = TestServer::start(Rt::Local).await;
+    let path = "/subscriptions/sub1/services/scorer";
+    let define = |title: &str| {
+        json!({"Title": title, "Command": "echo scored", "BillingPlan": "standard"})
+    };
+    let (status, mine) = s
+        .request(reqwest::Method::PUT, path, Some(&define("mine")))
+        .await;
+    assert_eq!(status, 201, "{mine}");
+
+    let created = account_cmd(&s, &["create", "other"]);
+    let own = s.http.credentials.lock().unwrap().clone().unwrap();
+    *s.http.credentials.lock().unwrap() =
+        Some(("other".into(), key_line(&created, "primary key:").into()));
+    assert_eq!(s.get(path).await.0, 404, "the other account sees no service");
+    let (status, theirs) = s
+        .request(reqwest::Method::PUT, path, Some(&define("theirs")))
+        .await;
+    assert_eq!(status, 201, "the name is free in another account: {theirs}");
+    assert_eq!(s.get(path).await.1["Title"], "theirs");
+    *s.http.credentials.lock().unwrap() = Some(own);
+    assert_eq!(s.get(path).await.1["Title"], "mine", "the first is untouched");
+
+    // Each key reaches its own account's service.
+    for (body, title) in [(&mine, "mine"), (&theirs, "theirs")] {
+        let swagger = reqwest::Client::new()
+            .get(format!("{}{path}/swagger.json", s.base))
+            .header("authorization", format!("Bearer {}", body["PrimaryKey"].as_str().unwrap()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(swagger.status(), 200);
+        let doc: Value = swagger.json().await.unwrap();
+        assert_eq!(doc["info"]["title"], title, "{doc}");
+    }
 }

@@ -54,22 +54,22 @@ struct Upserted {
 }
 
 /// Creates or replaces a service of `account`; replacing keeps its keys. Returns the row and
-/// whether it is new, or None when another account owns the name.
+/// whether it is new. Names are per account: another account's service of the same name is
+/// neither touched nor revealed.
 pub async fn upsert(
     db: impl PgExecutor<'_>,
     account: &str,
     namespace: &str,
     id: &str,
     d: &ServiceDef,
-) -> sqlx::Result<Option<(ServiceRow, bool)>> {
-    let row: Option<Upserted> = sqlx::query_as(
+) -> sqlx::Result<(ServiceRow, bool)> {
+    let u: Upserted = sqlx::query_as(
         "INSERT INTO services (account, namespace, id, title, description, image, command, inputs, outputs, \
             global_parameters, billing_plan) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (lower(namespace), lower(id)) DO UPDATE SET title = $4, description = $5, image = $6, \
-            command = $7, inputs = $8, outputs = $9, global_parameters = $10, billing_plan = $11, \
-            last_modified = now() \
-            WHERE services.account = $1 \
+         ON CONFLICT (account, lower(namespace), lower(id)) DO UPDATE SET title = $4, description = $5, \
+            image = $6, command = $7, inputs = $8, outputs = $9, global_parameters = $10, \
+            billing_plan = $11, last_modified = now() \
          RETURNING services.*, (xmax = 0) AS created",
     )
     .bind(account)
@@ -83,22 +83,41 @@ pub async fn upsert(
     .bind(&d.outputs)
     .bind(&d.global_parameters)
     .bind(&d.billing_plan)
-    .fetch_optional(db)
+    .fetch_one(db)
     .await?;
-    Ok(row.map(|u| (u.row, u.created)))
+    Ok((u.row, u.created))
 }
 
+/// `account`'s service of that name.
 pub async fn get(
     db: impl PgExecutor<'_>,
+    account: &str,
     namespace: &str,
     id: &str,
 ) -> sqlx::Result<Option<ServiceRow>> {
+    sqlx::query_as(
+        "SELECT * FROM services \
+         WHERE account = $1 AND lower(namespace) = lower($2) AND lower(id) = lower($3)",
+    )
+    .bind(account)
+    .bind(namespace)
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Every account's service of that name: a BES request tells which one by its Bearer key.
+pub async fn named(
+    db: impl PgExecutor<'_>,
+    namespace: &str,
+    id: &str,
+) -> sqlx::Result<Vec<ServiceRow>> {
     sqlx::query_as(
         "SELECT * FROM services WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)",
     )
     .bind(namespace)
     .bind(id)
-    .fetch_optional(db)
+    .fetch_all(db)
     .await
 }
 

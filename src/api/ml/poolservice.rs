@@ -188,10 +188,9 @@ pub async fn create(
         MlError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
     };
     let (ns, svc) = parse_swagger_url(&swagger).ok_or_else(unknown)?;
-    let service = match store::services::get(&app.db, &ns, &svc).await? {
-        Some(s) if s.account == account.name => s,
-        _ => return Err(unknown()),
-    };
+    let service = store::services::get(&app.db, &account.name, &ns, &svc)
+        .await?
+        .ok_or_else(unknown)?;
     let size_name = body.vm_size.unwrap_or_else(|| "standard_d2_v3".to_string());
     let (vm_size, size) = app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
         MlError::bad(
