@@ -2,13 +2,16 @@
 //! its vmSize, never privileged, labelled with the installation, account, pool and node. Its root
 //! directory is a directory on this host bind-mounted at `/mnt/batch/tasks`, where Azure Batch
 //! puts it on Linux nodes; so the engine must share this host's filesystem (a local socket).
+//! Nodes of one account share a bridge network of their own, which the engine isolates from
+//! every other account's (and from the default bridge); no process in a node can gain privileges
+//! (`no-new-privileges`), and a node holds a bounded number of processes.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder,
@@ -24,12 +27,24 @@ use super::{
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
 pub const NODE_ROOT: &str = "/mnt/batch/tasks";
 
+/// The most processes (and threads) a node's container may hold at once: a fork bomb in a task
+/// stops there instead of exhausting the host's pid space.
+pub const NODE_PIDS_LIMIT: i64 = 4096;
+
+/// The bridge network of an account's nodes on this installation.
+fn network_name(server_id: &str, account: &str) -> String {
+    format!("batchpool-{server_id}-{account}")
+}
+
 /// The container's main process: it only keeps the node alive, and exits at once on SIGTERM.
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
 
 pub struct DockerRuntime {
     docker: Docker,
     pub(super) layout: Layout,
+    /// Held while a network is looked up and made: engines before API 1.44 make a second network
+    /// of the same name when asked twice, and a name that matches two is unusable.
+    networks: tokio::sync::Mutex<()>,
 }
 
 /// Connects to the engine at `host` (a `unix://` or `tcp://` address) or the local default, and
@@ -64,7 +79,11 @@ fn status_of(err: &bollard::errors::Error) -> Option<u16> {
 
 impl DockerRuntime {
     pub fn new(docker: Docker, layout: Layout) -> Self {
-        Self { docker, layout }
+        Self {
+            docker,
+            layout,
+            networks: tokio::sync::Mutex::default(),
+        }
     }
 
     pub fn client(&self) -> &Docker {
@@ -95,6 +114,10 @@ impl DockerRuntime {
             return Err(failed("inspecting the image", e));
         }
         let name = container_name(&spec.server_id, &spec.node_id);
+        let network = self
+            .ensure_network(&spec.server_id, &spec.account)
+            .await
+            .map_err(|e| failed("creating the account's network", e))?;
         let labels = HashMap::from([
             (LABEL_SERVER.to_string(), spec.server_id.clone()),
             (LABEL_ACCOUNT.to_string(), spec.account.clone()),
@@ -115,6 +138,9 @@ impl DockerRuntime {
                 // No swap beyond the memory limit: a node has the memory of its size, no more.
                 memory_swap: Some(memory),
                 privileged: Some(false),
+                security_opt: Some(vec!["no-new-privileges:true".into()]),
+                pids_limit: Some(NODE_PIDS_LIMIT),
+                network_mode: Some(network),
                 binds: Some(vec![
                     format!("{}:{NODE_ROOT}", root.display()),
                     format!("{}:{NODE_ROOT}/workitems", workitems.display()),
@@ -124,7 +150,15 @@ impl DockerRuntime {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        match self.docker.create_container(Some(options), body).await {
+        let mut created = self.docker.create_container(Some(options.clone()), body.clone()).await;
+        if matches!(&created, Err(e) if status_of(e) == Some(404)) {
+            // The network went with the account's last node a moment ago: make it again, once.
+            self.ensure_network(&spec.server_id, &spec.account)
+                .await
+                .map_err(|e| failed("creating the account's network", e))?;
+            created = self.docker.create_container(Some(options), body).await;
+        }
+        match created {
             Ok(_) => {}
             // It exists: a previous run created it before it could record so. Adopt it.
             Err(e) if status_of(&e) == Some(409) => {}
@@ -155,19 +189,64 @@ impl DockerRuntime {
         })
     }
 
+    /// Makes the account's network unless it exists; returns its name.
+    async fn ensure_network(
+        &self,
+        server_id: &str,
+        account: &str,
+    ) -> Result<String, bollard::errors::Error> {
+        let name = network_name(server_id, account);
+        let _one_at_a_time = self.networks.lock().await;
+        match self.docker.inspect_network(&name, None).await {
+            Err(e) if status_of(&e) == Some(404) => {}
+            other => return other.map(|_| name),
+        }
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([
+                (LABEL_SERVER.to_string(), server_id.to_string()),
+                (LABEL_ACCOUNT.to_string(), account.to_string()),
+            ])),
+            ..Default::default()
+        };
+        match self.docker.create_network(request).await {
+            // 409: another server made it meanwhile (engines from API 1.44 on say so).
+            Err(e) if status_of(&e) != Some(409) => Err(e),
+            _ => Ok(name),
+        }
+    }
+
     pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let container = container_name(server_id, node_id);
+        let account = match self.docker.inspect_container(&container, None).await {
+            Ok(info) => info
+                .config
+                .and_then(|c| c.labels)
+                .and_then(|mut l| l.remove(LABEL_ACCOUNT)),
+            Err(e) if status_of(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(e).context("inspecting the node's container"),
+        };
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
             .v(true)
             .build();
-        match self
-            .docker
-            .remove_container(&container_name(server_id, node_id), Some(options))
-            .await
-        {
-            Err(e) if status_of(&e) != Some(404) => Err(e).context("removing the node's container"),
-            _ => Ok(()),
+        match self.docker.remove_container(&container, Some(options)).await {
+            Err(e) if status_of(&e) != Some(404) => {
+                return Err(e).context("removing the node's container")
+            }
+            _ => {}
         }
+        // The account's network goes with its last node; while other nodes use it, the engine
+        // refuses (403), which is as it should be.
+        if let Some(account) = account {
+            let _one_at_a_time = self.networks.lock().await;
+            let _ = self
+                .docker
+                .remove_network(&network_name(server_id, &account))
+                .await;
+        }
+        Ok(())
     }
 
     pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {

@@ -413,6 +413,18 @@ impl Drop for TestServer {
                         .output();
                 }
             }
+            // And the accounts' node networks, which the engine's address pool runs out of.
+            let out = std::process::Command::new("docker")
+                .args(["network", "ls", "-q", "--filter"])
+                .arg(format!("label=batchpool.server={}", self.server_id_blocking()))
+                .output();
+            if let Ok(out) = out {
+                for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = std::process::Command::new("docker")
+                        .args(["network", "rm", id])
+                        .output();
+                }
+            }
         }
     }
 }
@@ -484,6 +496,32 @@ fn local_nodes(dir: &Path, server_id: &str) -> Vec<String> {
             (labels["server"] == server_id).then(|| labels["node"].as_str().unwrap().to_string())
         })
         .collect()
+}
+
+/// Runs `batchpool account ...` against the server's database.
+pub fn account_cmd(s: &TestServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        .arg("account")
+        .args(args)
+        .arg("--database-url")
+        .arg(s.database_url.as_ref().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn key_line<'a>(text: &'a str, label: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(label))
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
 }
 
 /// Polls `check` until it returns Some, for at most 90 s.
