@@ -30,6 +30,8 @@ pub struct Settings {
     /// Where BES outputs without an override and BES job logs go.
     pub bes_storage: crate::blob::DataReference,
     pub classic_concurrency: i32,
+    /// How long a client may take to send a request's body (api::guard).
+    pub body_read_timeout: std::time::Duration,
 }
 
 /// The shared classic BES environment lives in an account no client can sign as ('.' is not
@@ -87,7 +89,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&config.data_dir)?;
     let settings = load_settings(&config)?;
 
-    let (db, embedded) = open_database(config.database_url.as_ref(), &data_dir, 16).await?;
+    let acquire_timeout = std::time::Duration::from_secs(config.db_acquire_timeout);
+    let (db, embedded) =
+        open_database(config.database_url.as_ref(), &data_dir, 16, acquire_timeout).await?;
     let result = run(config, data_dir, settings, db).await;
     if let Some(pg) = embedded {
         pg.stop().await;
@@ -101,6 +105,7 @@ pub async fn open_database(
     url: Option<&crate::config::Secret>,
     data_dir: &std::path::Path,
     max_connections: u32,
+    acquire_timeout: std::time::Duration,
 ) -> anyhow::Result<(PgPool, Option<EmbeddedPostgres>)> {
     let (embedded, options) = match url {
         Some(url) => (
@@ -117,8 +122,11 @@ pub async fn open_database(
         }
     };
     let connected = async {
+        // A request that cannot get a connection soon is answered 503 (api::error) rather than
+        // held for sqlx's default 30 s.
         let db = PgPoolOptions::new()
             .max_connections(max_connections)
+            .acquire_timeout(acquire_timeout)
             .connect_with(options)
             .await
             .context("connecting to PostgreSQL")?;
@@ -143,7 +151,13 @@ pub async fn open_database(
 /// `batchpool account ...`.
 pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Result<()> {
     use crate::config::AccountAction;
-    let (db, embedded) = open_database(config.database_url.as_ref(), &config.data_dir, 2).await?;
+    let (db, embedded) = open_database(
+        config.database_url.as_ref(),
+        &config.data_dir,
+        2,
+        std::time::Duration::from_secs(30),
+    )
+    .await?;
     let result = async {
         match &config.action {
             AccountAction::List => {
@@ -298,13 +312,16 @@ async fn run(
     tracing::info!(%addr, "listening");
 
     let shutdown = cancel.clone();
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down");
-            shutdown.cancel();
-        })
-        .await?;
+    let limits = api::serve::Limits {
+        header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
+        max_connections: config.max_connections,
+    };
+    api::serve::serve(listener, api::router(state), &limits, async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        shutdown.cancel();
+    })
+    .await;
     cancel.cancel();
     let _ = scheduler.await;
     db.close().await;
@@ -399,6 +416,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
         vm_sizes,
         image_map,
         max_nodes_per_pool: config.max_nodes_per_pool,
+        body_read_timeout: std::time::Duration::from_secs(config.body_read_timeout),
     })
 }
 

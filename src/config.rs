@@ -161,6 +161,23 @@ pub struct ServeConfig {
     /// How many nodes the allocator creates or removes at once.
     #[arg(long, env = "BATCHPOOL_NODE_CONCURRENCY", default_value_t = 16)]
     pub node_concurrency: usize,
+
+    /// Seconds a client may take to send a request's headers; also how long an idle keep-alive
+    /// connection stays open.
+    #[arg(long, env = "BATCHPOOL_HEADER_READ_TIMEOUT", default_value_t = 30)]
+    pub header_read_timeout: u64,
+
+    /// Seconds a client may take to send a request's body.
+    #[arg(long, env = "BATCHPOOL_BODY_READ_TIMEOUT", default_value_t = 60)]
+    pub body_read_timeout: u64,
+
+    /// How many connections are served at once; more wait until one closes.
+    #[arg(long, env = "BATCHPOOL_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Seconds a request waits for a database connection before it is answered 503.
+    #[arg(long, env = "BATCHPOOL_DB_ACQUIRE_TIMEOUT", default_value_t = 5)]
+    pub db_acquire_timeout: u64,
 }
 
 #[derive(clap::Args, Debug, Clone)]

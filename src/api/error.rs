@@ -90,8 +90,34 @@ impl ApiError {
     }
 }
 
+/// How long a client is told to wait before it retries a 503.
+pub const RETRY_AFTER_SECS: u64 = 2;
+
+/// Whether a database error means the database cannot be reached or used right now (no
+/// connection within the acquire timeout, a refused or dropped connection, a server shutting
+/// down or out of connections), rather than something wrong with the request.
+pub fn database_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // Class 08: connection exception; 53300: too many connections; 57P01-57P03: the
+            // server is shutting down or starting.
+            code.starts_with("08") || code == "53300" || code.starts_with("57P0")
+        }),
+        _ => false,
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
+        if database_unavailable(&e) {
+            tracing::warn!(error = %e, "the database is unavailable");
+            return Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServerBusy",
+                "The server is currently unable to receive requests. Please retry your request.",
+            );
+        }
         Self::internal(format_args!("database: {e}"))
     }
 }
@@ -124,6 +150,12 @@ impl IntoResponse for ApiError {
         if self.status.is_client_error() {
             tracing::info!(code = self.code, message = %self.message, "request refused");
         }
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert("Retry-After", RETRY_AFTER_SECS.into());
+        }
+        response
     }
 }

@@ -4,11 +4,13 @@ pub mod auth;
 pub mod batch;
 pub mod billing;
 pub mod error;
+pub mod guard;
 pub mod json;
 pub mod lenient;
 pub mod ml;
 pub mod odata;
 pub mod request_id;
+pub mod serve;
 
 use std::sync::Arc;
 
@@ -57,7 +59,13 @@ pub fn router(state: Arc<AppState>) -> Router {
                 "The resource does not support this HTTP verb.",
             )
         })
-        .layer(DefaultBodyLimit::max(4 * 1024 * 1024))
+        .layer(DefaultBodyLimit::max(guard::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(guard::refuse_nul_in_uri))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::read_body_in_time,
+        ))
+        .layer(axum::middleware::from_fn(guard::catch_panic))
         .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
 }

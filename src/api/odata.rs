@@ -2,6 +2,11 @@
 //! or, not, startswith, parentheses) over the properties each list allows, and `$select`.
 //! Filters are evaluated on the wire JSON of each item, so they mean exactly what the client
 //! reads back.
+//!
+//! A filter comes from the query string, so its shape is bounded before anything recurses on it:
+//! `and`/`or` chains are kept flat (a list, not a left-leaning tree) and parentheses and `not`
+//! may nest at most [`MAX_NESTING`] deep. Parsing, matching and dropping then recurse at most
+//! that deep, however long the filter is.
 
 use serde_json::Value;
 
@@ -26,12 +31,17 @@ pub enum Op {
     Le,
 }
 
+/// How deep parentheses and `not` may nest in one `$filter`.
+pub const MAX_NESTING: usize = 64;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {
     Compare(String, Op, Literal),
     StartsWith(String, String),
-    And(Box<Filter>, Box<Filter>),
-    Or(Box<Filter>, Box<Filter>),
+    /// Two or more terms, all of which must hold.
+    And(Vec<Filter>),
+    /// Two or more terms, one of which must hold.
+    Or(Vec<Filter>),
     Not(Box<Filter>),
 }
 
@@ -127,6 +137,8 @@ struct Parser<'a> {
     tokens: Vec<Token>,
     pos: usize,
     allowed: &'a [&'a str],
+    /// How many `(` and `not` enclose the current position.
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -145,27 +157,49 @@ impl Parser<'_> {
     }
 
     fn or(&mut self) -> Result<Filter, String> {
-        let mut left = self.and()?;
-        while self.keyword("or") {
-            self.pos += 1;
-            left = Filter::Or(Box::new(left), Box::new(self.and()?));
-        }
-        Ok(left)
+        self.chain("or", Self::and, Filter::Or)
     }
 
     fn and(&mut self) -> Result<Filter, String> {
-        let mut left = self.unary()?;
-        while self.keyword("and") {
+        self.chain("and", Self::unary, Filter::And)
+    }
+
+    /// `term (keyword term)*`, flat: a long chain is a long list, not a deep tree.
+    fn chain(
+        &mut self,
+        keyword: &str,
+        term: fn(&mut Self) -> Result<Filter, String>,
+        join: fn(Vec<Filter>) -> Filter,
+    ) -> Result<Filter, String> {
+        let mut terms = vec![term(self)?];
+        while self.keyword(keyword) {
             self.pos += 1;
-            left = Filter::And(Box::new(left), Box::new(self.unary()?));
+            terms.push(term(self)?);
         }
-        Ok(left)
+        Ok(if terms.len() == 1 {
+            terms.pop().expect("one term")
+        } else {
+            join(terms)
+        })
+    }
+
+    /// Runs `inner` one level deeper, refusing to go past [`MAX_NESTING`].
+    fn nested(&mut self, inner: fn(&mut Self) -> Result<Filter, String>) -> Result<Filter, String> {
+        if self.depth == MAX_NESTING {
+            return Err(format!(
+                "parentheses and 'not' may nest at most {MAX_NESTING} deep"
+            ));
+        }
+        self.depth += 1;
+        let result = inner(self);
+        self.depth -= 1;
+        result
     }
 
     fn unary(&mut self) -> Result<Filter, String> {
         if self.keyword("not") {
             self.pos += 1;
-            return Ok(Filter::Not(Box::new(self.unary()?)));
+            return Ok(Filter::Not(Box::new(self.nested(Self::unary)?)));
         }
         self.primary()
     }
@@ -189,7 +223,7 @@ impl Parser<'_> {
     fn primary(&mut self) -> Result<Filter, String> {
         match self.next() {
             Some(Token::Open) => {
-                let inner = self.or()?;
+                let inner = self.nested(Self::or)?;
                 match self.next() {
                     Some(Token::Close) => Ok(inner),
                     _ => Err("a '(' is not closed".into()),
@@ -267,6 +301,7 @@ impl Filter {
             tokens,
             pos: 0,
             allowed,
+            depth: 0,
         };
         let filter = p.or().map_err(fail)?;
         if p.pos != p.tokens.len() {
@@ -280,8 +315,8 @@ impl Filter {
 
     pub fn matches(&self, item: &Value) -> bool {
         match self {
-            Filter::And(a, b) => a.matches(item) && b.matches(item),
-            Filter::Or(a, b) => a.matches(item) || b.matches(item),
+            Filter::And(terms) => terms.iter().all(|t| t.matches(item)),
+            Filter::Or(terms) => terms.iter().any(|t| t.matches(item)),
             Filter::Not(a) => !a.matches(item),
             Filter::StartsWith(prop, prefix) => lookup(item, prop)
                 .and_then(Value::as_str)
@@ -325,7 +360,7 @@ impl Filter {
     pub fn required_eq(&self, prop: &str) -> Option<&str> {
         match self {
             Filter::Compare(p, Op::Eq, Literal::Str(v)) if p == prop => Some(v),
-            Filter::And(a, b) => a.required_eq(prop).or_else(|| b.required_eq(prop)),
+            Filter::And(terms) => terms.iter().find_map(|t| t.required_eq(prop)),
             _ => None,
         }
     }
@@ -481,6 +516,89 @@ mod tests {
                 err.values
             );
         }
+    }
+
+    #[test]
+    fn nesting_is_capped_and_long_chains_stay_flat() {
+        let nested = |n: usize| format!("{}state eq 'x'{}", "(".repeat(n), ")".repeat(n));
+        assert!(Filter::parse(&nested(MAX_NESTING), TASK_PROPERTIES).is_ok());
+        for deep in [
+            nested(MAX_NESTING + 1),
+            nested(2_400),
+            format!("{}state eq 'x'", "not ".repeat(100_000)),
+            "(".repeat(100_000),
+        ] {
+            let err = Filter::parse(&deep, TASK_PROPERTIES).unwrap_err();
+            assert_eq!(err.code, "InvalidQueryParameterValue");
+            assert!(err.message.contains("at most 64 deep"), "{}", err.message);
+        }
+        let long = vec!["id eq 'a'"; 50_000].join(" or ");
+        let filter = Filter::parse(&long, TASK_PROPERTIES).unwrap();
+        assert!(filter.matches(&json!({"id": "a"})));
+        assert!(!filter.matches(&json!({"id": "b"})));
+    }
+
+    /// Random filters, mostly malformed, some very deep: the parser answers Ok or Err and never
+    /// panics, and what it accepts can be matched and dropped. It runs on a thread with a small
+    /// stack, so recursion that grows with the input would overflow here first.
+    #[test]
+    fn random_filters_never_panic_or_overflow() {
+        const PIECES: &[&str] = &[
+            "(",
+            "(",
+            "(",
+            ")",
+            ")",
+            "not ",
+            "not ",
+            " and ",
+            " or ",
+            "state eq 'x'",
+            "id ne 'a''b'",
+            "startswith(id, 'p')",
+            "startswith(",
+            "executionInfo/exitCode gt -3",
+            "eq",
+            "'",
+            ",",
+            " ",
+            "null",
+            "true",
+            "2025-01-01T00:00:00Z",
+            "datetime'",
+            "%",
+            "é",
+        ];
+        let check = || {
+            // xorshift64*, fixed seed: the same inputs on every run.
+            let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+            let mut next = move |bound: usize| {
+                state ^= state >> 12;
+                state ^= state << 25;
+                state ^= state >> 27;
+                (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % bound
+            };
+            let item = json!({"id": "pa", "state": "x", "executionInfo": {"exitCode": 1}});
+            for _ in 0..3_000 {
+                let mut text = String::new();
+                for _ in 0..next(60) {
+                    let piece = PIECES[next(PIECES.len())];
+                    // Now and then a long run of one piece: deep nesting, long not-chains.
+                    let times = if next(10) == 0 { next(5_000) } else { 1 };
+                    text.push_str(&piece.repeat(times));
+                }
+                if let Ok(filter) = Filter::parse(&text, TASK_PROPERTIES) {
+                    filter.matches(&item);
+                    filter.required_eq("state");
+                }
+            }
+        };
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(check)
+            .unwrap()
+            .join()
+            .expect("the parser panicked");
     }
 
     #[test]

@@ -321,6 +321,7 @@ impl Driver {
             max_task_retry_count: 0,
             depends_on: None,
             dependency_ids: Vec::new(),
+            dependency_ranges: Vec::new(),
             exit_conditions: None,
             extra: json!({}),
         };

@@ -58,8 +58,11 @@ pub struct NewTask {
     pub retention_ticks: i64,
     pub max_task_retry_count: i32,
     pub depends_on: Option<Value>,
-    /// The ids `depends_on` names, expanded.
+    /// The ids `depends_on` names.
     pub dependency_ids: Vec<String>,
+    /// The `taskIdRanges` of `depends_on`, inclusive, disjoint and sorted; resolved in SQL
+    /// (`task_number`), never expanded.
+    pub dependency_ranges: Vec<(i64, i64)>,
     pub exit_conditions: Option<Value>,
     pub extra: Value,
 }
@@ -81,6 +84,34 @@ pub async fn existing_ids(
     )
     .bind(job_pk)
     .bind(ids)
+    .fetch_all(db)
+    .await
+}
+
+/// For each inclusive range, the lowest number in it that is neither a task id of the job (see
+/// `task_number` in the migrations) nor among `also` (the numbered tasks being added with them);
+/// None if the range is complete. Reads only the numbers in the ranges, through the index.
+pub async fn first_missing_in_ranges(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    ranges: &[(i64, i64)],
+    also: &[i64],
+) -> sqlx::Result<Vec<Option<i64>>> {
+    let (lo, hi): (Vec<i64>, Vec<i64>) = ranges.iter().copied().unzip();
+    // The k-th number present (from 1) is lo + k - 1 until the first gap. `hi - lo` rather than
+    // the range's size, which overflows for 0..i64::MAX.
+    sqlx::query_scalar(
+        "SELECT (SELECT coalesce(min(r.lo + u.k - 1) FILTER (WHERE u.n <> r.lo + u.k - 1), \
+                                 CASE WHEN count(*) <= r.hi - r.lo THEN r.lo + count(*) END) \
+                 FROM (SELECT n, row_number() OVER (ORDER BY n) AS k FROM ( \
+                     SELECT task_number(id) AS n FROM tasks WHERE job_pk = $1 AND task_number(id) BETWEEN r.lo AND r.hi \
+                     UNION SELECT n FROM unnest($4::bigint[]) AS b(n) WHERE n BETWEEN r.lo AND r.hi) s) u) \
+         FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(lo, hi, i) ORDER BY r.i",
+    )
+    .bind(job_pk)
+    .bind(lo)
+    .bind(hi)
+    .bind(also)
     .fetch_all(db)
     .await
 }
@@ -120,43 +151,67 @@ pub async fn insert_many(
     .fetch_all(&mut **tx)
     .await?;
 
+    // One row per (task, id depended on) and per (task, range); ranges stay ranges.
     let (mut from, mut to) = (Vec::new(), Vec::new());
-    for task in tasks.iter().filter(|t| !t.dependency_ids.is_empty()) {
+    let (mut range_from, mut lo, mut hi) = (Vec::new(), Vec::new(), Vec::new());
+    for task in tasks {
         for dep in &task.dependency_ids {
             from.push(task.id.clone());
             to.push(dep.clone());
         }
+        for &(start, end) in &task.dependency_ranges {
+            range_from.push(task.id.clone());
+            lo.push(start);
+            hi.push(end);
+        }
     }
-    if !from.is_empty() {
-        // Lock the tasks depended on, so that none completes unseen between counting it as unmet
-        // and the dependency row being visible to its completion.
-        sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x)) FOR SHARE")
-            .bind(job_pk)
-            .bind(&to)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO task_deps (task_pk, depends_on_pk) \
-             SELECT DISTINCT t.pk, d.pk FROM unnest($2::text[], $3::text[]) AS e(task_id, dep_id) \
-             JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(e.task_id) \
-             JOIN tasks d ON d.job_pk = $1 AND lower(d.id) = lower(e.dep_id) \
-             ON CONFLICT DO NOTHING",
-        )
+    if from.is_empty() && range_from.is_empty() {
+        return Ok(inserted.into_iter().map(|(_, id)| id).collect());
+    }
+    // Lock the tasks depended on, so that none completes unseen between counting it as unmet
+    // and the dependency row being visible to its completion.
+    sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x)) FOR SHARE")
         .bind(job_pk)
-        .bind(&from)
         .bind(&to)
         .execute(&mut **tx)
         .await?;
-        sqlx::query(
-            "UPDATE tasks t SET unmet_deps = (SELECT count(*) FROM task_deps td JOIN tasks d ON d.pk = td.depends_on_pk \
-                 WHERE td.task_pk = t.pk AND NOT (d.state = 'completed' AND d.satisfies_dependants)) \
-             WHERE t.job_pk = $1 AND lower(t.id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x))",
-        )
-        .bind(job_pk)
-        .bind(&from)
-        .execute(&mut **tx)
-        .await?;
-    }
+    sqlx::query(
+        "SELECT 1 FROM tasks d, unnest($2::bigint[], $3::bigint[]) AS r(lo, hi) \
+         WHERE d.job_pk = $1 AND task_number(d.id) BETWEEN r.lo AND r.hi FOR SHARE OF d",
+    )
+    .bind(job_pk)
+    .bind(&lo)
+    .bind(&hi)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO task_deps (task_pk, depends_on_pk) \
+         SELECT t.pk, d.pk FROM unnest($2::text[], $3::text[]) AS e(task_id, dep_id) \
+             JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(e.task_id) \
+             JOIN tasks d ON d.job_pk = $1 AND lower(d.id) = lower(e.dep_id) \
+         UNION SELECT t.pk, d.pk FROM unnest($4::text[], $5::bigint[], $6::bigint[]) AS r(task_id, lo, hi) \
+             JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(r.task_id) \
+             JOIN tasks d ON d.job_pk = $1 AND task_number(d.id) BETWEEN r.lo AND r.hi \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(job_pk)
+    .bind(&from)
+    .bind(&to)
+    .bind(&range_from)
+    .bind(&lo)
+    .bind(&hi)
+    .execute(&mut **tx)
+    .await?;
+    from.extend(range_from);
+    sqlx::query(
+        "UPDATE tasks t SET unmet_deps = (SELECT count(*) FROM task_deps td JOIN tasks d ON d.pk = td.depends_on_pk \
+             WHERE td.task_pk = t.pk AND NOT (d.state = 'completed' AND d.satisfies_dependants)) \
+         WHERE t.job_pk = $1 AND lower(t.id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x))",
+    )
+    .bind(job_pk)
+    .bind(&from)
+    .execute(&mut **tx)
+    .await?;
     Ok(inserted.into_iter().map(|(_, id)| id).collect())
 }
 

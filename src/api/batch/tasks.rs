@@ -28,8 +28,6 @@ const MAX_TASKS_PER_COLLECTION: usize = 100;
 const MAX_COLLECTION_BYTES: usize = 1024 * 1024;
 /// Azure's default retentionTime: 7 days.
 const DEFAULT_RETENTION_SECS: i64 = 7 * 24 * 3600;
-/// The most task ids one dependency range may name.
-const MAX_RANGE: i64 = 10_000;
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -53,6 +51,71 @@ pub struct DependsOn {
 pub struct IdRange {
     start: i64,
     end: i64,
+}
+
+/// A task's dependencies, checked: ids as sent, and ranges merged (sorted, disjoint). A range is
+/// never expanded: a few bytes can name billions of ids.
+struct Dependencies {
+    ids: Vec<String>,
+    ranges: Vec<(i64, i64)>,
+}
+
+/// Azure's rules for `taskIdRanges`: start and end not negative, start <= end.
+fn dependencies(raw: &Value) -> ApiResult<Dependencies> {
+    let deps: DependsOn = serde_json::from_value(raw.clone())
+        .map_err(|e| ApiError::invalid_property("dependsOn", raw.to_string(), e.to_string()))?;
+    let mut ranges = Vec::with_capacity(deps.task_id_ranges.len());
+    for (i, r) in deps.task_id_ranges.iter().enumerate() {
+        for (end, value) in [("start", r.start), ("end", r.end)] {
+            if value < 0 {
+                return Err(ApiError::invalid_property(
+                    &format!("dependsOn.taskIdRanges[{i}].{end}"),
+                    value.to_string(),
+                    "must not be negative",
+                ));
+            }
+        }
+        if r.start > r.end {
+            return Err(ApiError::invalid_property(
+                &format!("dependsOn.taskIdRanges[{i}]"),
+                format!("{}-{}", r.start, r.end),
+                "start must not be greater than end",
+            ));
+        }
+        ranges.push((r.start, r.end));
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    Ok(Dependencies {
+        ids: deps.task_ids,
+        ranges: merged,
+    })
+}
+
+/// The number a task id stands for in a range: decimal, without sign or leading zeros (the
+/// `task_number` of the migrations).
+fn task_number(id: &str) -> Option<i64> {
+    let canonical = id.len() <= 18
+        && id.bytes().all(|b| b.is_ascii_digit())
+        && (id == "0" || !id.starts_with('0'));
+    canonical.then(|| id.parse().ok()).flatten()
+}
+
+fn in_ranges(ranges: &[(i64, i64)], id: &str) -> bool {
+    task_number(id).is_some_and(|n| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&n)))
+}
+
+/// What a batch's dependencies may name: the ids of the job's tasks and of the batch, and for
+/// each range the first number in it that is no such id.
+struct Known {
+    ids: HashSet<String>,
+    missing_in_range: HashMap<(i64, i64), Option<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -89,7 +152,7 @@ fn validate(
     t: TaskCreate,
     job: &JobRow,
     pool_slots: Option<i32>,
-    known: &HashSet<String>,
+    known: &Known,
 ) -> ApiResult<NewTask> {
     let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
@@ -135,8 +198,14 @@ fn validate(
         "constraints.maxTaskRetryCount",
         c.max_task_retry_count.unwrap_or(job.max_task_retry_count),
     )?;
-    let (depends_on, dependency_ids) = match t.depends_on {
-        None => (None, Vec::new()),
+    let (depends_on, deps) = match t.depends_on {
+        None => (
+            None,
+            Dependencies {
+                ids: Vec::new(),
+                ranges: Vec::new(),
+            },
+        ),
         Some(raw) => {
             if !job.uses_task_dependencies {
                 return Err(ApiError::new(
@@ -146,35 +215,33 @@ fn validate(
                 )
                 .with("PropertyName", "dependsOn"));
             }
-            let deps: DependsOn = serde_json::from_value(raw.clone()).map_err(|e| {
-                ApiError::invalid_property("dependsOn", raw.to_string(), e.to_string())
-            })?;
-            let mut ids = deps.task_ids.clone();
-            for r in &deps.task_id_ranges {
-                if r.start > r.end || r.end - r.start >= MAX_RANGE {
-                    return Err(ApiError::invalid_property(
-                        "dependsOn.taskIdRanges",
-                        format!("{}-{}", r.start, r.end),
-                        format!("a range needs start <= end and at most {MAX_RANGE} ids"),
-                    ));
-                }
-                ids.extend((r.start..=r.end).map(|n| n.to_string()));
-            }
-            if ids.contains(&id) {
+            let deps = dependencies(&raw)?;
+            if deps.ids.contains(&id) || in_ranges(&deps.ranges, &id) {
                 return Err(ApiError::invalid_property(
                     "dependsOn",
                     &id,
                     "a task cannot depend on itself",
                 ));
             }
-            if let Some(missing) = ids.iter().find(|d| !known.contains(*d)) {
+            if let Some(missing) = deps.ids.iter().find(|d| !known.ids.contains(*d)) {
                 return Err(ApiError::invalid_property(
                     "dependsOn",
                     missing,
                     format!("the job has no task {missing:?}"),
                 ));
             }
-            (Some(raw), ids)
+            let missing = deps
+                .ranges
+                .iter()
+                .find_map(|r| known.missing_in_range.get(r).copied().flatten());
+            if let Some(missing) = missing {
+                return Err(ApiError::invalid_property(
+                    "dependsOn.taskIdRanges",
+                    missing.to_string(),
+                    format!("the job has no task {:?}", missing.to_string()),
+                ));
+            }
+            (Some(raw), deps)
         }
     };
     let exit_conditions = match t.exit_conditions {
@@ -207,7 +274,8 @@ fn validate(
             .unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000),
         max_task_retry_count,
         depends_on,
-        dependency_ids,
+        dependency_ids: deps.ids,
+        dependency_ranges: deps.ranges,
         exit_conditions,
         extra: Value::Object(extra),
     })
@@ -243,29 +311,45 @@ async fn pool_slots(app: &Ctx, job: &JobRow) -> ApiResult<Option<i32>> {
         .map(|p| p.task_slots_per_node))
 }
 
-/// The ids a batch's dependencies may name: the job's existing tasks and the batch's own.
+/// What a batch's dependencies may name: the job's existing tasks and the batch's own. Nothing
+/// is looked up for a job without usesTaskDependencies (its tasks' dependsOn is refused) or for
+/// dependencies that do not pass `dependencies` (refused in `validate`).
 async fn known_ids(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     job: &JobRow,
     bodies: &[TaskCreate],
-) -> ApiResult<HashSet<String>> {
-    let mut wanted: Vec<String> = Vec::new();
-    for b in bodies {
-        let Some(raw) = &b.depends_on else { continue };
-        if let Ok(d) = serde_json::from_value::<DependsOn>(raw.clone()) {
-            wanted.extend(d.task_ids);
-            for r in d
-                .task_id_ranges
-                .iter()
-                .filter(|r| r.start <= r.end && r.end - r.start < MAX_RANGE)
-            {
-                wanted.extend((r.start..=r.end).map(|n| n.to_string()));
-            }
-        }
+) -> ApiResult<Known> {
+    let mut known = Known {
+        ids: bodies.iter().filter_map(|b| b.id.clone()).collect(),
+        missing_in_range: HashMap::new(),
+    };
+    if !job.uses_task_dependencies {
+        return Ok(known);
     }
-    let mut known: HashSet<String> = bodies.iter().filter_map(|b| b.id.clone()).collect();
+    let (mut wanted, mut ranges) = (Vec::new(), Vec::new());
+    for deps in bodies
+        .iter()
+        .filter_map(|b| b.depends_on.as_ref())
+        .filter_map(|raw| dependencies(raw).ok())
+    {
+        wanted.extend(deps.ids);
+        ranges.extend(deps.ranges);
+    }
     if !wanted.is_empty() {
-        known.extend(store::tasks::existing_ids(&mut **tx, job.pk, &wanted).await?);
+        known
+            .ids
+            .extend(store::tasks::existing_ids(&mut **tx, job.pk, &wanted).await?);
+    }
+    if !ranges.is_empty() {
+        ranges.sort_unstable();
+        ranges.dedup();
+        let numbered: Vec<i64> = bodies
+            .iter()
+            .filter_map(|b| b.id.as_deref().and_then(task_number))
+            .collect();
+        let missing =
+            store::tasks::first_missing_in_ranges(&mut **tx, job.pk, &ranges, &numbered).await?;
+        known.missing_in_range = ranges.into_iter().zip(missing).collect();
     }
     Ok(known)
 }
@@ -280,11 +364,10 @@ pub async fn add(
     let job = open_job(&mut tx, &app, &job_id).await?;
     let slots = pool_slots(&app, &job).await?;
     let bodies = vec![body];
-    let known = known_ids(&mut tx, &job, &bodies).await?;
-    let known: HashSet<String> = known
-        .into_iter()
-        .filter(|k| Some(k) != bodies[0].id.as_ref())
-        .collect();
+    let mut known = known_ids(&mut tx, &job, &bodies).await?;
+    if let Some(own) = &bodies[0].id {
+        known.ids.remove(own);
+    }
     let task = validate(bodies.into_iter().next().expect("one"), &job, slots, &known)?;
     let inserted = store::tasks::insert_many(&mut tx, job.pk, std::slice::from_ref(&task)).await?;
     if inserted.is_empty() {
@@ -393,9 +476,10 @@ pub async fn add_collection(
         .filter_map(|r| r["taskId"].as_str().map(String::from))
         .collect();
     let (ok, broken): (Vec<_>, Vec<_>) = valid.into_iter().partition(|(_, t)| {
-        !t.dependency_ids
-            .iter()
-            .any(|d| failed.contains(d) && !existing.contains(d))
+        !failed.iter().any(|d| {
+            !existing.contains(d)
+                && (t.dependency_ids.contains(d) || in_ranges(&t.dependency_ranges, d))
+        })
     });
     for (i, t) in broken {
         results[i] = Some(client_error(

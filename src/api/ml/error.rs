@@ -65,6 +65,8 @@ impl MlError {
             "NotFound" => "The requested resource was not found.",
             "Conflict" => "The request conflicts with the current state.",
             "MemoryQuotaViolation" => "The request is too large.",
+            "RequestTimeout" => "The request timed out.",
+            "ServiceUnavailable" => "The service is temporarily unavailable.",
             _ => "The server encountered an internal error.",
         }
     }
@@ -82,6 +84,15 @@ impl MlError {
 
 impl From<sqlx::Error> for MlError {
     fn from(e: sqlx::Error) -> Self {
+        if crate::api::error::database_unavailable(&e) {
+            tracing::warn!(error = %e, "the database is unavailable");
+            return Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "ServiceUnavailable",
+                "The service is temporarily unavailable. Please retry the request.",
+            );
+        }
         Self::internal(format_args!("database: {e}"))
     }
 }
@@ -112,6 +123,12 @@ impl IntoResponse for MlError {
             "message": self.class_message(),
             "details": [detail],
         }});
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert("Retry-After", crate::api::error::RETRY_AFTER_SECS.into());
+        }
+        response
     }
 }

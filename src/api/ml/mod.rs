@@ -129,6 +129,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
         } else {
             text
         };
+        if let Some(path) = crate::api::json::nul_path(text.as_bytes()) {
+            return Err(MlError::bad(
+                "RequestBodyInvalid",
+                format!(
+                    "The request body is invalid: {path} {}",
+                    crate::api::json::NUL_REASON
+                ),
+            )
+            .target(path));
+        }
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de)
             .map(MlJson)
