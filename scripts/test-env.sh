@@ -16,7 +16,8 @@
 #
 # Exported: BATCHPOOL_TEST_DATABASE_URL (a sqlx-compatible postgres:// URL),
 # BATCHPOOL_SDK15_PYTHON / BATCHPOOL_SDK14_PYTHON / BATCHPOOL_AZ (the official
-# SDKs and CLI), BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
+# SDKs and CLI), BATCHPOOL_SCHEMATHESIS (the schema-driven fuzzer's `st`),
+# BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
 # BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test).
 #
 # Knobs (environment):
@@ -379,6 +380,18 @@ EOF
             || die "pip could not install azure-cli"
     fi
     printf "export BATCHPOOL_AZ='%s'\n" "$az_venv/bin/az" >&3
+
+    # Schemathesis, the schema-driven API fuzzer (tests/fuzz.rs runs it over
+    # openapi/openapi.yaml), pinned so a seed gives the same requests on every machine.
+    local st_version=4.32.5
+    local st_venv="$sdk_dir/schemathesis-$st_version"
+    if ! "$st_venv/bin/st" --version 2>/dev/null | grep -q " $st_version\$"; then
+        log "installing schemathesis $st_version into $st_venv"
+        python3 -m venv "$st_venv" || die "python3 -m venv failed"
+        "$st_venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$st_version" \
+            || die "pip could not install schemathesis==$st_version"
+    fi
+    printf "export BATCHPOOL_SCHEMATHESIS='%s'\n" "$st_venv/bin/st" >&3
 
     # ------------------------------------------------------------------
     # Azurite, Microsoft's Azure Storage emulator, from npm: the BES tests
