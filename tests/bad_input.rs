@@ -438,6 +438,33 @@ async fn nul_characters_are_refused_with_the_field_named() {
     assert_eq!(body["error"]["details"][0]["code"], "InvalidUri", "{body}");
 }
 
+/// A number beyond 64-bit integers was stored exactly by PostgreSQL and could not be read back:
+/// the task answered 500 and every dispatch pass failed while it was queued. It is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numbers_that_cannot_be_read_back_are_refused() {
+    let s = TestServer::start(Rt::Local).await;
+    let (status, body) = s
+        .post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s
+        .post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = s
+        .post_raw(
+            "/jobs/j/tasks",
+            r#"{"id": "huge", "commandLine": "true",
+                "exitConditions": {"default": {"jobAction": "none", "x": 1.7976931348623157e308}}}"#,
+        )
+        .await;
+    names_property(status, &body, "exitConditions.default.x");
+    // The queue still moves.
+    s.add_tasks("j", vec![json!({"id": "after", "commandLine": "true"})])
+        .await;
+    s.wait_task("j", "after", "completed").await;
+}
+
 /// A raw connection to the server, for clients that misbehave below HTTP.
 async fn connect(s: &TestServer) -> tokio::net::TcpStream {
     tokio::net::TcpStream::connect(s.base.trim_start_matches("http://"))

@@ -170,12 +170,6 @@ async fn still_runs_tasks(s: &TestServer) {
     assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
 }
 
-// Open findings of issue 10 make it fail today (RELIABILITY.md lists each request): a NUL
-// (`\u0000` in a body, `%00` in `$skiptoken`) answers 500 (finding 6); `taskIdRanges` starting
-// at i64::MIN panic a handler, which drops the connection (findings 4 and 12); a number beyond
-// f64 in a task's `exitConditions` is stored and then cannot be read back: 500, and every
-// dispatch pass fails while the task is queued (new, RELIABILITY.md). Un-ignore with their fixes.
-#[ignore = "open findings of issue 10 (4, 6, 12, and exitConditions numbers beyond f64): see RELIABILITY.md"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_over_the_openapi_document_finds_no_server_error() {
     let st = std::env::var("BATCHPOOL_SCHEMATHESIS")

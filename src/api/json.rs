@@ -34,8 +34,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AzureJson<T> {
 }
 
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if let Some(path) = nul_path(bytes) {
-        return Err(ApiError::invalid_property(&path, "", NUL_REASON));
+    if let Some((path, reason)) = unstorable(bytes) {
+        return Err(ApiError::invalid_property(&path, "", reason));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -58,25 +58,54 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// Why a string with a NUL is refused: PostgreSQL text cannot hold one.
 pub const NUL_REASON: &str = "contains a NUL character (\\u0000), which is not allowed";
 
-/// The path (`environmentSettings[0].value`, as serde_path_to_error writes it) of the first string
-/// or key in a JSON body that holds a NUL character. JSON can only carry one escaped, so a body
-/// without `\u0000` is not parsed a second time.
-pub fn nul_path(bytes: &[u8]) -> Option<String> {
-    if !bytes.windows(6).any(|w| w == br"\u0000") {
+/// Why a number beyond 64-bit integers is refused: PostgreSQL keeps it exactly, and reading it
+/// back as a 64-bit float can fail, which would make the stored object unreadable (a task whose
+/// `exitConditions` held 1.7976931348623157e308 stopped every dispatch pass).
+pub const HUGE_REASON: &str =
+    "is a number beyond the 64-bit integer range (±9223372036854775807), which is not allowed";
+
+/// The path (`environmentSettings[0].value`, as serde_path_to_error writes it) of the first
+/// string or key in a JSON body that holds a NUL character, or of the first number too large to
+/// store and read back, with the reason. Most bodies hold neither (JSON can only carry a NUL
+/// escaped, and a huge number needs an exponent or 19 digits in a row), so they are not parsed a
+/// second time.
+pub fn unstorable(bytes: &[u8]) -> Option<(String, &'static str)> {
+    let nul = bytes.windows(6).any(|w| w == br"\u0000");
+    if !nul && !may_hold_huge_number(bytes) {
         return None;
     }
     let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
-    nul_in(&value, String::new())
+    unstorable_in(&value, String::new())
 }
 
-fn nul_in(value: &serde_json::Value, path: String) -> Option<String> {
+fn may_hold_huge_number(bytes: &[u8]) -> bool {
+    let mut run = 0;
+    for pair in bytes.windows(2) {
+        if pair[0].is_ascii_digit() && matches!(pair[1], b'e' | b'E') {
+            return true;
+        }
+        run = if pair[0].is_ascii_digit() { run + 1 } else { 0 };
+        if run >= 19 {
+            return true;
+        }
+    }
+    false
+}
+
+fn unstorable_in(value: &serde_json::Value, path: String) -> Option<(String, &'static str)> {
     let named = |path: String| if path.is_empty() { ".".into() } else { path };
     match value {
-        serde_json::Value::String(s) => s.contains('\0').then(|| named(path)),
+        serde_json::Value::String(s) => s.contains('\0').then(|| (named(path), NUL_REASON)),
+        serde_json::Value::Number(n) => {
+            let huge = n.as_i64().is_none()
+                && n.as_u64().is_none()
+                && n.as_f64().is_some_and(|f| f.abs() >= 9.223_372_036_854_776e18);
+            huge.then(|| (named(path), HUGE_REASON))
+        }
         serde_json::Value::Array(items) => items
             .iter()
             .enumerate()
-            .find_map(|(i, v)| nul_in(v, format!("{path}[{i}]"))),
+            .find_map(|(i, v)| unstorable_in(v, format!("{path}[{i}]"))),
         serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| {
             let key = k.replace('\0', "\\u0000");
             let here = if path.is_empty() {
@@ -85,9 +114,9 @@ fn nul_in(value: &serde_json::Value, path: String) -> Option<String> {
                 format!("{path}.{key}")
             };
             if k.contains('\0') {
-                Some(here)
+                Some((here, NUL_REASON))
             } else {
-                nul_in(v, here)
+                unstorable_in(v, here)
             }
         }),
         _ => None,
@@ -96,7 +125,33 @@ fn nul_in(value: &serde_json::Value, path: String) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::nul_path;
+    use super::{unstorable, HUGE_REASON, NUL_REASON};
+
+    fn nul_path(bytes: &[u8]) -> Option<String> {
+        unstorable(bytes).map(|(path, reason)| {
+            assert_eq!(reason, NUL_REASON);
+            path
+        })
+    }
+
+    #[test]
+    fn huge_numbers_are_found_with_their_path() {
+        let at = |body: &str| unstorable(body.as_bytes());
+        assert_eq!(at(r#"{"n": 1.5e3, "m": 12345678901234567890}"#), None);
+        assert_eq!(at(r#"{"n": -9223372036854775808}"#), None);
+        assert_eq!(
+            at(r#"{"exitConditions": {"x": [1.7976931348623157e308]}}"#),
+            Some(("exitConditions.x[0]".into(), HUGE_REASON))
+        );
+        assert_eq!(
+            at(r#"{"a": -1e19}"#),
+            Some(("a".into(), HUGE_REASON))
+        );
+        assert_eq!(
+            at(r#"{"a": 100000000000000000000}"#),
+            Some(("a".into(), HUGE_REASON))
+        );
+    }
 
     #[test]
     fn nul_is_found_with_its_path() {

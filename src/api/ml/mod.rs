@@ -129,13 +129,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
         } else {
             text
         };
-        if let Some(path) = crate::api::json::nul_path(text.as_bytes()) {
+        if let Some((path, reason)) = crate::api::json::unstorable(text.as_bytes()) {
             return Err(MlError::bad(
                 "RequestBodyInvalid",
-                format!(
-                    "The request body is invalid: {path} {}",
-                    crate::api::json::NUL_REASON
-                ),
+                format!("The request body is invalid: {path} {reason}"),
             )
             .target(path));
         }
