@@ -7,7 +7,7 @@ mod common;
 
 use batchpool::blob::{self, DataReference, Roots};
 use chrono::{Duration, TimeZone, Utc};
-use common::{wait_for, Rt, TestServer};
+use common::{account_cmd, wait_for, Rt, TestServer};
 use object_store::{ObjectStoreExt, PutPayload};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -689,24 +689,9 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
         (status, detail(&body)),
         (StatusCode::BAD_REQUEST, "InvalidSwaggerLocation")
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-        .args([
-            "account",
-            "quota",
-            "batchpool",
-            "--max-pools",
-            "1",
-            "--max-vms-per-pool",
-            "3",
-            "--database-url",
-        ])
-        .arg(s.database_url.as_ref().unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    account_cmd(
+        &s,
+        &["quota", "batchpool", "--max-pools", "1", "--max-vms-per-pool", "3"],
     );
     let (status, body) = bearer(
         &s,
