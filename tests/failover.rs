@@ -1,13 +1,15 @@
 //! PostgreSQL going away under running servers: a restart with two servers on one database (one
-//! scheduler leads at a time, fenced by its epoch).
+//! scheduler leads at a time, fenced by its epoch), and the embedded PostgreSQL killed (restarted
+//! by the server itself; readiness says so meanwhile).
 
 mod common;
 
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use common::pg::OwnPostgres;
 use common::{wait_for, Rt, TestServer};
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
@@ -162,4 +164,77 @@ async fn a_postgres_restart_leaves_one_leader_at_a_time() {
         );
         assert_eq!(task["executionInfo"]["result"], "success", "{task}");
     }
+}
+
+async fn readiness(s: &TestServer) -> (u16, Value) {
+    match reqwest::get(format!("{}/health/ready", s.base)).await {
+        Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// Without DATABASE_URL the server runs its own PostgreSQL; a SIGKILL of its postmaster is
+/// noticed, PostgreSQL comes back by itself within 15 s with its data, readiness answers 503 in
+/// between, and liveness stays 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_embedded_postgres_is_restarted() {
+    let mut s = TestServer::start_with(Rt::Local, None, &[]).await;
+    let (status, body) = readiness(&s).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["databaseReachable"], true);
+    assert_eq!(body["runtime"], "local");
+    assert_eq!(body["runtimeReachable"], true);
+    wait_for("the server to lead its scheduler", || async {
+        (readiness(&s).await.1["leadsScheduler"] == true).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.post(
+            "/jobs",
+            &json!({"id": "kept", "poolInfo": {"poolId": "none"}})
+        )
+        .await
+        .0,
+        201
+    );
+
+    let pid_file = s.data_dir.path().join("postgres").join("postmaster.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: a signal to the postmaster this test's server started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let killed = Instant::now();
+
+    let (status, body) = wait_for("readiness to say the database is gone", || async {
+        let (status, body) = readiness(&s).await;
+        (status != 200).then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["databaseReachable"], false, "{body}");
+    let live = reqwest::get(format!("{}/health", s.base)).await.unwrap();
+    assert_eq!(live.status(), 200, "liveness is not readiness");
+
+    wait_for("readiness to come back", || async {
+        (readiness(&s).await.0 == 200).then_some(())
+    })
+    .await;
+    let back = killed.elapsed();
+    assert!(back < Duration::from_secs(15), "back after {back:?}");
+    let (status, job) = s.get("/jobs/kept").await;
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["id"], "kept");
+    // pg_ctl may still be waiting for the start it made when the database already answers.
+    wait_for("the server to log the restart", || async {
+        full_log(&s).contains("restarted PostgreSQL").then_some(())
+    })
+    .await;
+    println!("PostgreSQL back {back:?} after its postmaster was killed");
+    assert!(s.terminate().await.success());
 }

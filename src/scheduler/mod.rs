@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod execute;
 pub mod start_task;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,6 +95,8 @@ pub struct Scheduler {
     pub wake: Wakeups,
     pub node_concurrency: usize,
     pub bes: bes::Config,
+    /// True while this server leads (for /health/ready).
+    pub leading: Arc<AtomicBool>,
 }
 
 /// How often a leader makes sure that its lock connection still answers, and how long it waits
@@ -162,6 +165,7 @@ async fn try_lead(db: &PgPool, holder: &str) -> sqlx::Result<Option<(sqlx::PgCon
 /// the leader_epoch migration); the term ends when `cancel` fires or the lock connection fails.
 async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &CancellationToken) {
     tracing::info!(epoch, "this server leads the scheduler");
+    s.leading.store(true, Ordering::Relaxed);
     let options = (*s.db.connect_options())
         .clone()
         .options([(store::leader::EPOCH_SETTING, epoch.to_string())]);
@@ -178,6 +182,7 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
         lost
     };
     let ((), lost) = tokio::join!(run_loops(&term, &stop), watch);
+    s.leading.store(false, Ordering::Relaxed);
     if lost {
         tracing::warn!(epoch, "stopped leading the scheduler");
     } else {
