@@ -44,6 +44,8 @@ pub struct AppState {
     pub settings: Settings,
     /// Where node and task directories live on this host (the files API reads them).
     pub layout: Layout,
+    /// What /health/ready checks besides the database.
+    pub probes: api::health::Probes,
     wake: Wakeups,
 }
 
@@ -92,7 +94,17 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let acquire_timeout = std::time::Duration::from_secs(config.db_acquire_timeout);
     let (db, embedded) =
         open_database(config.database_url.as_ref(), &data_dir, 16, acquire_timeout).await?;
+    let embedded = embedded.map(Arc::new);
+    let supervising = CancellationToken::new();
+    let supervisor = embedded.clone().map(|pg| {
+        let cancel = supervising.clone();
+        tokio::spawn(async move { pg.supervise(cancel).await })
+    });
     let result = run(config, data_dir, settings, db).await;
+    supervising.cancel();
+    if let Some(supervisor) = supervisor {
+        let _ = supervisor.await;
+    }
     if let Some(pg) = embedded {
         pg.stop().await;
     }
@@ -285,10 +297,15 @@ async fn run(
 
     let cancel = CancellationToken::new();
     let wake = Wakeups::new(std::time::Duration::from_millis(config.backup_tick_ms));
+    let probes = api::health::Probes {
+        runtime: runtime.clone(),
+        leading: Arc::default(),
+    };
     let scheduler = tokio::spawn(scheduler::run(
         Scheduler {
             db: db.clone(),
             runtime,
+            leading: probes.leading.clone(),
             server_id,
             wake: wake.clone(),
             node_concurrency: config.node_concurrency,
@@ -301,6 +318,7 @@ async fn run(
         db: db.clone(),
         settings,
         layout,
+        probes,
         wake,
     });
     let listener = tokio::net::TcpListener::bind(config.listen)

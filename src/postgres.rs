@@ -1,16 +1,23 @@
 //! The server's own PostgreSQL, for when no DATABASE_URL is given: a cluster in the data
 //! directory made with the server binaries on this machine, listening only on a unix socket in
-//! that directory (no TCP port), stopped when the server stops.
+//! that directory (no TCP port), restarted if its postmaster dies, stopped when the server stops.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use sqlx::postgres::PgConnectOptions;
 use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 const SUPERUSER: &str = "batchpool";
 const DATABASE: &str = "batchpool";
 const PORT: u16 = 5432;
+/// How often the supervisor looks for the postmaster.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
+/// The pauses between failed restarts: doubling from the first to the longest.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
 pub struct EmbeddedPostgres {
     dir: PathBuf,
@@ -48,18 +55,79 @@ impl EmbeddedPostgres {
         if pg.pg_ctl(&["status"]).await?.success() {
             tracing::info!(dir = %pg.dir.display(), "PostgreSQL already running; using it");
         } else {
-            // A server killed with SIGKILL leaves postmaster.pid behind; pg_ctl copes with a stale one.
-            let log = pg.dir.join("postgres.log");
-            let log = log.to_str().context("non-UTF-8 path")?;
-            let status = pg.pg_ctl(&["start", "-w", "-t", "60", "-l", log]).await?;
-            if !status.success() {
-                bail!("PostgreSQL did not start; see {log}");
-            }
+            pg.start_postmaster().await?;
             tracing::info!(dir = %pg.dir.display(), "started PostgreSQL on a unix socket");
             pg.started_here = true;
         }
         pg.create_database().await?;
         Ok(pg)
+    }
+
+    /// A server or postmaster killed with SIGKILL leaves postmaster.pid behind; pg_ctl copes
+    /// with a stale one.
+    async fn start_postmaster(&self) -> anyhow::Result<()> {
+        let log = self.dir.join("postgres.log");
+        let log = log.to_str().context("non-UTF-8 path")?;
+        let status = self.pg_ctl(&["start", "-w", "-t", "60", "-l", log]).await?;
+        if !status.success() {
+            bail!("PostgreSQL did not start; see {log}");
+        }
+        Ok(())
+    }
+
+    /// Restarts PostgreSQL whenever its postmaster is gone (killed, crashed), retrying with
+    /// backoff while it does not start (the old backends may still hold its shared memory for a
+    /// moment); until `cancel`. Call it before `stop`, and cancel it first.
+    pub async fn supervise(&self, cancel: CancellationToken) {
+        let mut restarts = 0u64;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(SUPERVISE_EVERY) => {}
+            }
+            if self.postmaster_alive() {
+                continue;
+            }
+            tracing::warn!(dir = %self.dir.display(), "PostgreSQL's postmaster is gone; restarting it");
+            let mut backoff = FIRST_BACKOFF;
+            loop {
+                match self.start_postmaster().await {
+                    Ok(()) => {
+                        restarts += 1;
+                        tracing::warn!(restarts, "restarted PostgreSQL");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), retry_in = ?backoff, "restarting PostgreSQL failed")
+                    }
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+
+    /// Whether the pid in postmaster.pid is a live process. A zombie (under a parent that does
+    /// not reap) counts as gone.
+    fn postmaster_alive(&self) -> bool {
+        let Some(pid) = std::fs::read_to_string(self.dir.join("postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<libc::pid_t>().ok())
+        else {
+            return false;
+        };
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        let exists = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        });
+        exists && !zombie
     }
 
     pub fn connect_options(&self) -> PgConnectOptions {

@@ -82,9 +82,14 @@ async fn restart_adopts_nodes(rt: Rt) {
             .collect::<HashSet<_>>(),
         stay
     );
+    // Removed from the runtime first, then its usage record ends: wait for both.
     common::wait_for("the orphan to be removed", || async {
         let on_runtime: HashSet<String> = s.runtime_nodes().await.into_iter().collect();
-        (on_runtime == stay).then_some(())
+        let metered = usage(&db)
+            .await
+            .iter()
+            .any(|u| u.1 == gone && u.3.is_none());
+        (on_runtime == stay && !metered).then_some(())
     })
     .await;
     if rt == Rt::Docker {

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod billing;
 pub mod error;
 pub mod guard;
+pub mod health;
 pub mod json;
 pub mod lenient;
 pub mod ml;
@@ -23,7 +24,7 @@ use crate::app::AppState;
 use error::ApiError;
 
 pub fn router(state: Arc<AppState>) -> Router {
-    // Everything but /health needs a Shared Key signature and a known api-version.
+    // Everything but /health and /health/ready needs a Shared Key signature and a known api-version.
     let authenticated = Router::new()
         .merge(batch::router())
         .nest("/billing", billing::router())
@@ -41,10 +42,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(authenticated)
         .merge(management)
         .merge(ml::bearer_router())
-        .route(
-            "/health",
-            get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
-        )
+        .route("/health", get(health::live))
+        .route("/health/ready", get(health::ready))
         .fallback(|| async {
             ApiError::new(
                 axum::http::StatusCode::NOT_FOUND,

@@ -9,9 +9,11 @@ pub mod dispatch;
 pub mod execute;
 pub mod start_task;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::runtime::Runtime;
 use crate::store;
 
-/// The advisory lock key the leading scheduler holds ("batchpol" in ASCII).
+/// The advisory lock key the leading scheduler holds ("batchpol" in ASCII); the fence in the
+/// leader_epoch migration names it too.
 const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
 /// The PostgreSQL channel API servers notify the leading scheduler on ("allocate", "dispatch").
 pub const WAKE_CHANNEL: &str = "batchpool_wake";
@@ -84,6 +87,7 @@ async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
     }
 }
 
+#[derive(Clone)]
 pub struct Scheduler {
     pub db: PgPool,
     pub runtime: Arc<Runtime>,
@@ -91,23 +95,133 @@ pub struct Scheduler {
     pub wake: Wakeups,
     pub node_concurrency: usize,
     pub bes: bes::Config,
+    /// True while this server leads (for /health/ready).
+    pub leading: Arc<AtomicBool>,
 }
 
-/// Waits to lead, then runs the loops until `cancel`.
+/// How often a leader makes sure that its lock connection still answers, and how long it waits
+/// for the answer before it gives the lead up.
+const LOCK_CHECK: Duration = Duration::from_millis(250);
+const LOCK_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Contends for the lead, leads while this server holds the lock, and contends again when it
+/// loses it (its connection dropped: PostgreSQL restarted or the network failed); until `cancel`.
 pub async fn run(s: Scheduler, cancel: CancellationToken) {
-    // The lock lives as long as this connection, which is kept out of the pool for that reason.
-    let mut conn = loop {
-        match try_lead(&s.db).await {
-            Ok(Some(conn)) => break conn,
-            Ok(None) => tracing::info!("another server leads the scheduler; waiting"),
+    let holder = format!(
+        "{} pid {}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+        std::process::id()
+    );
+    while !cancel.is_cancelled() {
+        let Some((lock, epoch)) = contend(&s, &holder, &cancel).await else {
+            return;
+        };
+        lead(&s, lock, epoch, &cancel).await;
+    }
+}
+
+/// Waits to lead; returns the connection that holds the lock (it lives as long as that
+/// connection, which is kept out of the pool for that reason) and this term's epoch.
+async fn contend(
+    s: &Scheduler,
+    holder: &str,
+    cancel: &CancellationToken,
+) -> Option<(sqlx::PgConnection, i64)> {
+    let mut said = false;
+    loop {
+        match try_lead(&s.db, holder).await {
+            Ok(Some(lead)) => return Some(lead),
+            Ok(None) if !said => {
+                tracing::info!("another server leads the scheduler; waiting");
+                said = true;
+            }
+            Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "cannot take the scheduler lock"),
         }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return None,
             _ = tokio::time::sleep(s.wake.tick) => {}
         }
+    }
+}
+
+async fn try_lead(db: &PgPool, holder: &str) -> sqlx::Result<Option<(sqlx::PgConnection, i64)>> {
+    let mut conn = db.acquire().await?.detach();
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LEADER_LOCK)
+        .fetch_one(&mut conn)
+        .await?;
+    if !locked {
+        return Ok(None);
+    }
+    let epoch = store::leader::take(&mut conn, holder).await?;
+    Ok(Some((conn, epoch)))
+}
+
+/// Runs the loops for one term. They write through a pool of their own whose connections carry
+/// the term's epoch, so the database refuses their writes once the term is over (the fence in
+/// the leader_epoch migration); the term ends when `cancel` fires or the lock connection fails.
+async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &CancellationToken) {
+    tracing::info!(epoch, "this server leads the scheduler");
+    s.leading.store(true, Ordering::Relaxed);
+    let options = (*s.db.connect_options())
+        .clone()
+        .options([(store::leader::EPOCH_SETTING, epoch.to_string())]);
+    let term = Scheduler {
+        db: PgPoolOptions::new()
+            .max_connections(s.db.options().get_max_connections())
+            .connect_lazy_with(options),
+        ..s.clone()
     };
-    tracing::info!("this server leads the scheduler");
+    let stop = cancel.child_token();
+    let watch = async {
+        let lost = watch_lock(&mut lock, epoch, &stop).await;
+        stop.cancel();
+        lost
+    };
+    let ((), lost) = tokio::join!(run_loops(&term, &stop), watch);
+    s.leading.store(false, Ordering::Relaxed);
+    if lost {
+        tracing::warn!(epoch, "stopped leading the scheduler");
+    } else {
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(LEADER_LOCK)
+            .execute(&mut lock)
+            .await;
+    }
+    let _ = tokio::time::timeout(LOCK_CHECK_TIMEOUT, term.db.close()).await;
+}
+
+/// Asks the lock connection, often, whether this term is still the current one; returns true
+/// when it is not (or the connection failed or hung), false when `stop` fired first.
+async fn watch_lock(lock: &mut sqlx::PgConnection, epoch: i64, stop: &CancellationToken) -> bool {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(LOCK_CHECK) => {}
+        }
+        match tokio::time::timeout(LOCK_CHECK_TIMEOUT, store::leader::epoch(&mut *lock)).await {
+            Ok(Ok(current)) if current == epoch => {}
+            Ok(Ok(current)) => {
+                tracing::warn!(epoch, current, "another server took the lead");
+                return true;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(epoch, error = %e, "the scheduler lock's connection failed");
+                return true;
+            }
+            Err(_) => {
+                tracing::warn!(epoch, "the scheduler lock's connection does not answer");
+                return true;
+            }
+        }
+    }
+}
+
+/// The allocator, the dispatcher (with the executor) and the BES driver, until `cancel`.
+async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     let allocator = allocate::Allocator::new(
         s.db.clone(),
         s.runtime.clone(),
@@ -133,23 +247,10 @@ pub async fn run(s: Scheduler, cancel: CancellationToken) {
     let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
     tokio::join!(
         allocator.run(),
-        dispatch_loop(&s, executor, &cancel),
+        dispatch_loop(s, executor, cancel),
         driver.run()
     );
     listener.abort();
-    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LEADER_LOCK)
-        .execute(&mut conn)
-        .await;
-}
-
-async fn try_lead(db: &PgPool) -> sqlx::Result<Option<sqlx::PgConnection>> {
-    let mut conn = db.acquire().await?.detach();
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LEADER_LOCK)
-        .fetch_one(&mut conn)
-        .await?;
-    Ok(locked.then_some(conn))
 }
 
 async fn dispatch_loop(

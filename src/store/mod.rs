@@ -22,4 +22,5 @@ pub fn is_unique_violation(err: &sqlx::Error) -> bool {
 }
 pub mod accounts;
 pub mod jobs;
+pub mod leader;
 pub mod tasks;

@@ -2,6 +2,8 @@
 //! and data directory, talked to over HTTP. Docker state is checked through the docker CLI.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;

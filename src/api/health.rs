@@ -1,0 +1,76 @@
+//! `/health` (liveness: the process answers) and `/health/ready` (readiness: it can serve, for a
+//! load balancer or an orchestrator to route by). Neither needs a signature.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::runtime::Runtime;
+
+/// A probe that takes longer than this counts as failed: readiness must answer while the
+/// database hangs, not after the pool's 30 s acquire timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What readiness looks at besides the database.
+pub struct Probes {
+    pub runtime: Arc<Runtime>,
+    /// Set by the scheduler while this server leads it.
+    pub leading: Arc<AtomicBool>,
+}
+
+pub async fn live() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// 200 when the database and the runtime answer, 503 while either does not; the body says which,
+/// and whether this server leads the scheduler (a follower is ready too: it serves the API).
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let database = async {
+        sqlx::query("SELECT 1")
+            .execute(&state.db)
+            .await
+            .map_err(|e| tracing::warn!(error = %e, "readiness: the database does not answer"))
+            .is_ok()
+    };
+    let runtime = async {
+        match state.probes.runtime.as_ref() {
+            Runtime::Docker(d) => d
+                .client()
+                .ping()
+                .await
+                .map_err(
+                    |e| tracing::warn!(error = %e, "readiness: the Docker engine does not answer"),
+                )
+                .is_ok(),
+            Runtime::Local(_) => true,
+        }
+    };
+    let (database, runtime) = tokio::join!(within_timeout(database), within_timeout(runtime));
+    let ready = database && runtime;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": if ready { "ready" } else { "unavailable" },
+        "databaseReachable": database,
+        "runtime": state.probes.runtime.name(),
+        "runtimeReachable": runtime,
+        "leadsScheduler": state.probes.leading.load(Ordering::Relaxed),
+    });
+    (status, Json(body)).into_response()
+}
+
+async fn within_timeout(probe: impl std::future::Future<Output = bool>) -> bool {
+    tokio::time::timeout(PROBE_TIMEOUT, probe)
+        .await
+        .unwrap_or(false)
+}
