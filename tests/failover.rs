@@ -173,9 +173,9 @@ async fn readiness(s: &TestServer) -> (u16, Value) {
     }
 }
 
-/// Without DATABASE_URL the server runs its own PostgreSQL; a SIGKILL of its postmaster is
-/// noticed, PostgreSQL comes back by itself within 15 s with its data, readiness answers 503 in
-/// between, and liveness stays 200.
+/// Without DATABASE_URL the server runs its own PostgreSQL; a SIGKILL of its postmaster in the
+/// middle of a run is noticed, PostgreSQL comes back by itself within 15 s with its data,
+/// readiness answers 503 in between, liveness stays 200, and every task runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_embedded_postgres_is_restarted() {
     let mut s = TestServer::start_with(Rt::Local, None, &[]).await;
@@ -197,6 +197,30 @@ async fn a_killed_embedded_postgres_is_restarted() {
         .0,
         201
     );
+    const TASKS: usize = 300;
+    assert_eq!(s.post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 4})).await.0, 201);
+    let nodes = vec![s.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()];
+    assert_eq!(
+        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    for chunk in (0..TASKS).collect::<Vec<_>>().chunks(100) {
+        let tasks = chunk
+            .iter()
+            .map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/ran; sleep 0.02"}))
+            .collect();
+        s.add_tasks("j", tasks).await;
+    }
+    wait_for("50 tasks to complete", || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["completed"].as_u64() >= Some(50)).then_some(())
+    })
+    .await;
 
     let pid_file = s.data_dir.path().join("postgres").join("postmaster.pid");
     let pid: i32 = std::fs::read_to_string(&pid_file)
@@ -235,6 +259,9 @@ async fn a_killed_embedded_postgres_is_restarted() {
         full_log(&s).contains("restarted PostgreSQL").then_some(())
     })
     .await;
-    println!("PostgreSQL back {back:?} after its postmaster was killed");
+    s.wait_all_completed("j", TASKS).await;
+    let tally = common::tally_runs(&s, "p", &nodes, "j", TASKS).await;
+    println!("PostgreSQL back {back:?} after its postmaster was killed; {TASKS} tasks: {tally}");
+    tally.assert_once_each();
     assert!(s.terminate().await.success());
 }

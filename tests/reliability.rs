@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use common::{wait_for, Rt, TestServer};
@@ -25,21 +24,6 @@ async fn counts(s: &TestServer, job: &str) -> Value {
 
 async fn completed(s: &TestServer, job: &str) -> u64 {
     counts(s, job).await["completed"].as_u64().unwrap()
-}
-
-/// Every task of the job, following `odata.nextLink`.
-async fn all_tasks(s: &TestServer, job: &str) -> Vec<Value> {
-    let mut tasks = Vec::new();
-    let mut path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
-    loop {
-        let (status, page) = s.get(&path).await;
-        assert_eq!(status, 200, "{page}");
-        tasks.extend(page["value"].as_array().unwrap().iter().cloned());
-        match page["odata.nextLink"].as_str() {
-            Some(next) => path = next.strip_prefix(&s.base).unwrap().to_string(),
-            None => return tasks,
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,50 +83,15 @@ async fn three_sigkills_during_3000_tasks_lose_nothing_and_run_nothing_twice() {
     .await;
     let elapsed = started.elapsed();
 
-    let mut runs: HashMap<String, u64> = HashMap::new();
-    for node in &nodes {
-        for id in s.shared_file("p", node, "ran").await.lines() {
-            *runs.entry(id.to_string()).or_default() += 1;
-        }
-    }
-    let tasks = all_tasks(&s, "j").await;
-    assert_eq!(tasks.len(), TASKS);
-    let (mut lost, mut twice, mut requeued, mut reran) = (Vec::new(), Vec::new(), 0, 0);
-    for t in &tasks {
-        let id = t["id"].as_str().unwrap();
-        let info = &t["executionInfo"];
-        assert_eq!(t["state"], "completed", "{t}");
-        assert_eq!(info["result"], "success", "{t}");
-        assert_eq!(
-            info["retryCount"], 0,
-            "nothing failed, so nothing retried: {t}"
-        );
-        let requeues = info["requeueCount"].as_u64().unwrap();
-        requeued += u64::from(requeues > 0);
-        match runs.get(id).copied().unwrap_or(0) {
-            0 => lost.push(id.to_string()),
-            n if n > 1 && n <= 1 + requeues => reran += 1,
-            n if n > 1 + requeues => {
-                twice.push(format!("{id}: ran {n} times, requeued {requeues}"))
-            }
-            _ => {}
-        }
-    }
+    let tally = common::tally_runs(&s, "p", &nodes, "j", TASKS).await;
     eprintln!(
         "reliability: {TASKS} tasks, 3 x SIGKILL (running then: {running_at_kill:?}), in {:.1} s; \
          back after each kill in {:?}; \
-         {requeued} requeued ({reran} of them had run before); {} lost; {} ran more often than \
-         the API reports",
+         {tally}",
         elapsed.as_secs_f64(),
         recoveries,
-        lost.len(),
-        twice.len()
     );
-    assert!(lost.is_empty(), "tasks completed that never ran: {lost:?}");
-    assert!(
-        twice.is_empty(),
-        "tasks ran again without a requeue: {twice:?}"
-    );
+    tally.assert_once_each();
     for node in &nodes {
         let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
         assert_eq!(n["state"], "idle", "every slot was given back: {n}");

@@ -622,3 +622,94 @@ impl TestServer {
             .unwrap_or_default()
     }
 }
+
+/// Every task of the job, following `odata.nextLink`.
+pub async fn all_tasks(s: &TestServer, job: &str) -> Vec<Value> {
+    let mut tasks = Vec::new();
+    let mut path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
+    loop {
+        let (status, page) = s.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        tasks.extend(page["value"].as_array().unwrap().iter().cloned());
+        match page["odata.nextLink"].as_str() {
+            Some(next) => path = next.strip_prefix(&s.base).unwrap().to_string(),
+            None => return tasks,
+        }
+    }
+}
+
+/// How often the tasks of a job ran, against what the API reports of them.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Tasks the API calls requeued.
+    pub requeued: u64,
+    /// Requeued tasks that had run before their requeue (as the API allows).
+    pub reran: u64,
+    /// Completed tasks whose command never ran.
+    pub lost: Vec<String>,
+    /// Tasks that ran more often than 1 + their requeueCount.
+    pub twice: Vec<String>,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} requeued ({} of them had run before); {} lost; {} ran more often than the API reports",
+            self.requeued,
+            self.reran,
+            self.lost.len(),
+            self.twice.len()
+        )
+    }
+}
+
+impl Tally {
+    pub fn assert_once_each(&self) {
+        assert!(self.lost.is_empty(), "tasks completed that never ran: {:?}", self.lost);
+        assert!(
+            self.twice.is_empty(),
+            "tasks ran again without a requeue: {:?}",
+            self.twice
+        );
+    }
+}
+
+/// Counts the runs of `job`'s tasks, each of which appended its id to `ran` in its node's shared
+/// directory (`echo $AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/ran`), after checking that all
+/// `count` tasks completed successfully without a retry.
+pub async fn tally_runs(
+    s: &TestServer,
+    pool: &str,
+    nodes: &[String],
+    job: &str,
+    count: usize,
+) -> Tally {
+    let mut runs: std::collections::HashMap<String, u64> = Default::default();
+    for node in nodes {
+        for id in s.shared_file(pool, node, "ran").await.lines() {
+            *runs.entry(id.to_string()).or_default() += 1;
+        }
+    }
+    let tasks = all_tasks(s, job).await;
+    assert_eq!(tasks.len(), count);
+    let mut tally = Tally::default();
+    for t in &tasks {
+        let id = t["id"].as_str().unwrap();
+        let info = &t["executionInfo"];
+        assert_eq!(t["state"], "completed", "{t}");
+        assert_eq!(info["result"], "success", "{t}");
+        assert_eq!(info["retryCount"], 0, "nothing failed, so nothing retried: {t}");
+        let requeues = info["requeueCount"].as_u64().unwrap();
+        tally.requeued += u64::from(requeues > 0);
+        match runs.get(id).copied().unwrap_or(0) {
+            0 => tally.lost.push(id.to_string()),
+            n if n > 1 && n <= 1 + requeues => tally.reran += 1,
+            n if n > 1 + requeues => tally
+                .twice
+                .push(format!("{id}: ran {n} times, requeued {requeues}")),
+            _ => {}
+        }
+    }
+    tally
+}
