@@ -443,7 +443,7 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
         &s,
         SERVICE,
         &json!({
-            "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 30",
+            "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 43030",
             "GlobalParameters": [{"Name": "Mode", "Required": true}],
             "BillingPlan": "p",
         }),
@@ -480,6 +480,10 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
     wait_for("the cancelled job's task to be gone", || async {
         let left = running_tasks(&s).await;
         (left == 0).then_some(())
+    })
+    .await;
+    wait_for("the cancelled job's process to be killed", || async {
+        (!s.process_running("sleep 43030").await).then_some(())
     })
     .await;
     // DELETE of an ended job is fine and changes nothing.
