@@ -14,6 +14,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+/// How deep `remove_all` goes below the directory it removes.
+const MAX_DEPTH: usize = 256;
+
 /// An open directory; paths given to its methods never leave it and never pass a symlink.
 #[derive(Debug)]
 pub struct Dir(OwnedFd);
@@ -162,6 +165,14 @@ impl Dir {
     /// A regular file below this directory, for reading; links and anything else that is not a
     /// regular file are refused.
     pub fn open_file(&self, rel: &Path) -> io::Result<File> {
+        // Looked at before it is opened: opening a device or a FIFO a task made could block
+        // or act. (Non-blocking as well, for one swapped in between.)
+        if !self.metadata(rel)?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
         let file = File::from(self.open(rel, libc::O_RDONLY | libc::O_NONBLOCK)?);
         if !file.metadata()?.is_file() {
             return Err(io::Error::new(
@@ -257,7 +268,7 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        match parent.remove_entry(last) {
+        match parent.remove_entry(last, 0) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
@@ -269,7 +280,7 @@ impl Dir {
         check(unsafe { libc::unlinkat(self.0.as_raw_fd(), c.as_ptr(), flags) }).map(|_| ())
     }
 
-    fn remove_entry(&self, name: &OsStr) -> io::Result<()> {
+    fn remove_entry(&self, name: &OsStr, depth: usize) -> io::Result<()> {
         // Opened without following: a link (even one swapped in since a look) fails to open as
         // a directory and is unlinked as the link it is.
         match open_name(
@@ -279,9 +290,14 @@ impl Dir {
             0,
         ) {
             Ok(fd) => {
+                // Each level holds an fd and a stack frame: a task's directories nested without
+                // end must not exhaust either.
+                if depth >= MAX_DEPTH {
+                    return Err(io::Error::other("directories nested too deep to remove"));
+                }
                 let dir = Dir(fd);
                 for child in dir.names()? {
-                    dir.remove_entry(&child)?;
+                    dir.remove_entry(&child, depth + 1)?;
                 }
                 self.unlink(name, libc::AT_REMOVEDIR)
             }
@@ -463,5 +479,9 @@ mod tests {
         symlink(&outside, tmp.path().join("root/mid")).unwrap();
         assert!(root.remove_all(Path::new("mid/b")).is_err());
         assert!(outside.join("b/file").exists());
+        // Nesting past the bound is refused, not followed down without end.
+        let deep: std::path::PathBuf = std::iter::repeat("d").take(MAX_DEPTH + 2).collect();
+        root.create_dir_all(&deep).unwrap();
+        assert!(root.remove_all(Path::new("d")).is_err());
     }
 }
