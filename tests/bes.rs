@@ -443,7 +443,7 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
         &s,
         SERVICE,
         &json!({
-            "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 30",
+            "Command": "if [ {param:Mode} = fail ]; then echo broken >&2; exit 3; fi; sleep 43030",
             "GlobalParameters": [{"Name": "Mode", "Required": true}],
             "BillingPlan": "p",
         }),
@@ -480,6 +480,10 @@ async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
     wait_for("the cancelled job's task to be gone", || async {
         let left = running_tasks(&s).await;
         (left == 0).then_some(())
+    })
+    .await;
+    wait_for("the cancelled job's process to be killed", || async {
+        (!s.process_running("sleep 43030").await).then_some(())
     })
     .await;
     // DELETE of an ended job is fine and changes nothing.
@@ -1139,4 +1143,34 @@ async fn classic_jobs_run_in_their_services_image() {
     for c in &classic {
         assert_eq!(c["Config"]["Image"], image, "{}", c["Name"]);
     }
+}
+
+/// A command cannot make the server (root on the host) upload a host file: an output that is a
+/// link is refused, never followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_that_links_out_of_the_task_is_not_uploaded() {
+    let s = TestServer::start(Rt::Local).await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("secret"), "canary-secret").unwrap();
+    let command = format!("ln -s {}/secret {{out:output1}}", host.path().display());
+    let (status, body) = put(
+        &s,
+        SERVICE,
+        &json!({
+            "Command": command,
+            "Outputs": [{"Name": "output1", "Extension": ".txt"}], "BillingPlan": "p",
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let key = body["PrimaryKey"].as_str().unwrap().to_string();
+    let output = format!("out/{}/leak.txt", uuid::Uuid::new_v4().simple());
+    let (_, job) = run_job(
+        &s,
+        &key,
+        json!({"Outputs": {"output1": reference(&output)}}),
+    )
+    .await;
+    assert_eq!(job["StatusCode"], "Failed", "{job}");
+    assert_eq!(get_blob(&output).await, None, "the host file was uploaded");
 }

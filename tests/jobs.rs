@@ -510,11 +510,16 @@ async fn terminate_disable_and_job_completion(rt: Rt) {
 
     // Deleting a job kills its tasks and removes it with its files.
     job(&s, "gone", "c", json!({})).await;
-    s.add_tasks("gone", vec![task("x", "sleep 60")]).await;
+    let sleeper = format!("sleep {}", if rt == Rt::Docker { 43101 } else { 43102 });
+    s.add_tasks("gone", vec![task("x", &sleeper)]).await;
     s.wait_task("gone", "x", "running").await;
     assert_eq!(s.delete("/jobs/gone").await.0, 202);
     wait_for("the job to be deleted", || async {
         (s.get("/jobs/gone").await.0 == 404).then_some(())
+    })
+    .await;
+    wait_for("the deleted job's process to be killed", || async {
+        (!s.process_running(&sleeper).await).then_some(())
     })
     .await;
     assert_eq!(s.get("/jobs/gone/tasks/x").await.1["code"], "JobNotFound");

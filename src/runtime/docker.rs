@@ -274,6 +274,7 @@ impl DockerRuntime {
         server_id: &str,
         node_id: &str,
         env: Vec<(String, String)>,
+        mut started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
         let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let exec = self
@@ -294,8 +295,25 @@ impl DockerRuntime {
         if let StartExecResults::Attached { mut output, .. } =
             self.docker.start_exec(&exec.id, None).await?
         {
+            // The wrapper's first line is its pid (in the node's pid namespace); nothing else
+            // comes, as the command's output goes to files.
+            let mut first_line = Vec::new();
             while let Some(chunk) = output.next().await {
-                chunk.context("reading the exec stream")?;
+                let chunk = chunk.context("reading the exec stream")?;
+                if let (Some(_), bollard::container::LogOutput::StdOut { message }) =
+                    (&started, chunk)
+                {
+                    first_line.extend_from_slice(&message);
+                    if let Some(end) = first_line.iter().position(|b| *b == b'\n') {
+                        let pid = std::str::from_utf8(&first_line[..end])
+                            .ok()
+                            .and_then(|p| p.trim().parse().ok());
+                        if let (Some(pid), Some(started)) = (pid, started.take()) {
+                            let _ = started.send(pid);
+                        }
+                        started = None;
+                    }
+                }
             }
         }
         // The stream ends as the process exits; the engine may take a moment to record the code.

@@ -2,12 +2,19 @@
 //! processes. It keeps the docker runtime's contract (layout, environment, output files) on a
 //! machine without Docker; it does not enforce CPU or memory limits.
 
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::path::Path;
+use std::sync::Mutex;
 
+use super::safe_fs::Dir;
 use super::{FoundNode, Layout, NodeError, NodeHandle, NodeSpec, WRAPPER};
 
 pub struct LocalRuntime {
     pub(super) layout: Layout,
+    /// The process groups running on each node, so that removing a node ends them as removing
+    /// a container does.
+    groups: Mutex<HashMap<String, HashSet<i32>>>,
 }
 
 /// The labels of a local node, kept beside its directories.
@@ -23,7 +30,10 @@ const LABELS_FILE: &str = ".batchpool-node.json";
 
 impl LocalRuntime {
     pub fn new(layout: Layout) -> Self {
-        Self { layout }
+        Self {
+            layout,
+            groups: Mutex::default(),
+        }
     }
 
     pub(super) async fn create_node(
@@ -38,35 +48,45 @@ impl LocalRuntime {
             node: spec.node_id.clone(),
         };
         let json = serde_json::to_vec(&labels).expect("labels serialize");
-        tokio::fs::write(root.join(LABELS_FILE), json)
-            .await
-            .map_err(|e| NodeError {
-                code: "NodeDirectoryFailed",
-                message: format!("cannot write the node's labels in {}: {e}", root.display()),
-            })?;
+        let write = |root: &Path| -> std::io::Result<()> {
+            let dir = Dir::open_root(root)?;
+            dir.create_file(LABELS_FILE.as_ref())?.write_all(&json)
+        };
+        write(root).map_err(|e| NodeError {
+            code: "NodeDirectoryFailed",
+            message: format!("cannot write the node's labels in {}: {e}", root.display()),
+        })?;
         Ok(NodeHandle {
             container_id: root.display().to_string(),
             ip_address: "127.0.0.1".into(),
         })
     }
 
-    pub(super) async fn remove_node(&self, _node_id: &str) -> anyhow::Result<()> {
-        // The directory is the node; the caller removes it.
+    pub(super) async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+        // The directory is the node, which the caller removes; its processes end here.
+        let groups = self.groups.lock().expect("lock").remove(node_id);
+        for pgid in groups.into_iter().flatten() {
+            // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
         Ok(())
     }
 
     pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let mut found = Vec::new();
-        let mut entries = match tokio::fs::read_dir(&self.layout.nodes).await {
-            Ok(e) => e,
+        let nodes = match Dir::open_root(&self.layout.nodes) {
+            Ok(dir) => dir,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
             Err(e) => return Err(e.into()),
         };
-        while let Some(entry) = entries.next_entry().await? {
-            let Ok(bytes) = tokio::fs::read(entry.path().join(LABELS_FILE)).await else {
+        for (name, _) in nodes.entries()? {
+            // The labels sit in the node's root, where its tasks write: read without following.
+            let Ok(file) = nodes.open_file(&Path::new(&name).join(LABELS_FILE)) else {
                 continue;
             };
-            let Ok(labels) = serde_json::from_slice::<NodeLabels>(&bytes) else {
+            let Ok(labels) =
+                serde_json::from_reader::<_, NodeLabels>(std::io::Read::take(file, 4096))
+            else {
                 continue;
             };
             if labels.server == server_id {
@@ -79,8 +99,13 @@ impl LocalRuntime {
         Ok(found)
     }
 
-    pub(super) async fn exec(&self, env: Vec<(String, String)>) -> anyhow::Result<i64> {
-        let status = tokio::process::Command::new("/bin/sh")
+    pub(super) async fn exec(
+        &self,
+        node_id: &str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> anyhow::Result<i64> {
+        let mut child = tokio::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(WRAPPER)
             // Only what a node would have: the server's own environment (its secrets) stays out.
@@ -92,11 +117,31 @@ impl LocalRuntime {
             .env("LANG", "C.UTF-8")
             .envs(env)
             .stdin(std::process::Stdio::null())
+            // The wrapper prints its pid there; here the child's id says it.
+            .stdout(std::process::Stdio::null())
             // Its own process group: a kill reaches the whole task tree, and signals meant for
             // the server (Ctrl-C) do not reach tasks.
             .process_group(0)
-            .status()
-            .await?;
+            .spawn()?;
+        let pgid = child.id().map(|id| id as i32);
+        if let Some(pgid) = pgid {
+            self.groups
+                .lock()
+                .expect("lock")
+                .entry(node_id.to_string())
+                .or_default()
+                .insert(pgid);
+            if let Some(started) = started {
+                let _ = started.send(pgid);
+            }
+        }
+        let status = child.wait().await;
+        if let Some(pgid) = pgid {
+            if let Some(groups) = self.groups.lock().expect("lock").get_mut(node_id) {
+                groups.remove(&pgid);
+            }
+        }
+        let status = status?;
         // A process killed by a signal reports 128 + the signal, as a shell would.
         use std::os::unix::process::ExitStatusExt;
         Ok(status

@@ -4,8 +4,12 @@
 
 pub mod docker;
 pub mod local;
+pub mod safe_fs;
 
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use safe_fs::Dir;
 
 pub use docker::DockerRuntime;
 pub use local::LocalRuntime;
@@ -63,19 +67,63 @@ pub struct ExecSpec {
     pub env: Vec<(String, String)>,
 }
 
-/// A task directory, on this host and as the node sees it.
+/// A task directory, on this host and as the node sees it. On this host it is `rel` below
+/// `root`, a directory the server made (an account's workitems, a node's root): everything
+/// below `root` is the tasks' to write, so it is only ever reached through `safe_fs`.
 #[derive(Clone, Debug)]
 pub struct TaskDirs {
-    pub host: PathBuf,
+    pub root: PathBuf,
+    pub rel: PathBuf,
     pub node: String,
 }
 
 impl TaskDirs {
-    /// Where the wrapper leaves an attempt's record: its pid on the first line, and once the
-    /// command has ended, its exit code on the second. One file, not a directory of two: every
-    /// file or directory a task makes costs an inode on the hot path.
-    pub fn state_file(&self, attempt: i32) -> PathBuf {
-        self.host.join(STATE_DIR).join(attempt.to_string())
+    /// Where the wrapper leaves an attempt's record, below the task directory: its pid on the
+    /// first line, and once the command has ended, its exit code on the second. One file, not a
+    /// directory of two: every file or directory a task makes costs an inode on the hot path.
+    fn state_file(attempt: i32) -> PathBuf {
+        Path::new(STATE_DIR).join(attempt.to_string())
+    }
+
+    /// Reads the attempt's record, never through a link.
+    async fn record(&self, attempt: i32) -> Option<String> {
+        let dirs = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let file = Dir::open_root(&dirs.root)
+                .ok()?
+                .open_file(&dirs.rel.join(Self::state_file(attempt)))
+                .ok()?;
+            // A record is two short lines; a task cannot make the server read more.
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text).ok()?;
+            Some(text)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Removes the task directory with everything in it, following no link.
+    pub async fn remove(&self) {
+        remove_below(&self.root, &self.rel).await
+    }
+}
+
+/// Removes `rel` below the trusted `root` (see `safe_fs`); what is not there is not an error.
+pub async fn remove_below(root: &Path, rel: &Path) {
+    let (root, rel) = (root.to_path_buf(), rel.to_path_buf());
+    let result = tokio::task::spawn_blocking({
+        let (root, rel) = (root.clone(), rel.clone());
+        move || match Dir::open_root(&root) {
+            Ok(dir) => dir.remove_all(&rel),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    if let Err(e) = result {
+        tracing::warn!(path = %root.join(rel).display(), error = %e, "removing a directory failed");
     }
 }
 
@@ -93,13 +141,15 @@ pub const STATE_DIR: &str = ".batchpool";
 
 /// The wrapper every command runs in. It records its pid (the process group to kill) and, when
 /// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
-/// not see finish. The command line travels in an environment variable, so no quoting breaks it.
+/// not see finish. It also prints its pid first on its own output, which is the server's: so
+/// the server knows whom to kill without reading a file in a directory that may be gone. The command line travels in an environment variable, so no quoting breaks it.
 /// It starts no program but itself (the directories are made beforehand, and a half-written exit
 /// file reads as "not yet"), since every process costs on the hot path: the command runs in a
 /// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
 /// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
 const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
 echo $$ > "$BATCHPOOL_STATE"
+echo $$
 (eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
 code=$?
 echo $code >> "$BATCHPOOL_STATE"
@@ -124,8 +174,9 @@ impl Layout {
         self.workitems.join(account)
     }
 
-    pub fn job_dir(&self, account: &str, job_id: &str) -> PathBuf {
-        self.account_workitems(account).join(job_id)
+    /// A job task's directory below its account's workitems.
+    pub fn task_rel(job_id: &str, task_id: &str) -> PathBuf {
+        Path::new(job_id).join("job-1").join(task_id)
     }
 }
 
@@ -166,7 +217,8 @@ impl Runtime {
     /// The start task's directory on a node.
     pub fn start_task_dirs(&self, node_id: &str) -> TaskDirs {
         TaskDirs {
-            host: self.host_root(node_id).join("startup"),
+            root: self.host_root(node_id),
+            rel: PathBuf::from("startup"),
             node: format!("{}/startup", self.node_root(node_id)),
         }
     }
@@ -175,11 +227,8 @@ impl Runtime {
     /// workitems directory, outside the node, so a task's files outlive the node that ran it.
     pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
         TaskDirs {
-            host: self
-                .layout()
-                .job_dir(account, job_id)
-                .join("job-1")
-                .join(task_id),
+            root: self.layout().account_workitems(account),
+            rel: Layout::task_rel(job_id, task_id),
             node: format!(
                 "{}/workitems/{job_id}/job-1/{task_id}",
                 self.node_root(node_id)
@@ -195,24 +244,28 @@ impl Runtime {
             code: "NodeDirectoryFailed",
             message: format!("cannot create the node directory {}: {e}", root.display()),
         };
-        for dir in [
-            root.join("shared"),
-            root.join("startup/wd"),
-            workitems.clone(),
-        ] {
-            tokio::fs::create_dir_all(dir).await.map_err(dir_failed)?;
-        }
+        let local = matches!(self, Runtime::Local(_));
+        let (r, w) = (root.clone(), workitems.clone());
+        // The node's root and the account's workitems are the server's; below the root, a
+        // restarted node's tasks may have left links, which `safe_fs` replaces.
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&r)?;
+            std::fs::create_dir_all(&w)?;
+            let node = Dir::open_root(&r)?;
+            node.create_dir_all(Path::new("shared"))?;
+            node.create_dir_all(Path::new("startup/wd"))?;
+            if local && node.metadata(Path::new("workitems")).is_err() {
+                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+        .map_err(dir_failed)?;
         match self {
             Runtime::Docker(d) => d.create_node(spec, &root, &workitems).await,
-            Runtime::Local(l) => {
-                let link = root.join("workitems");
-                if tokio::fs::symlink_metadata(&link).await.is_err() {
-                    tokio::fs::symlink(&workitems, &link)
-                        .await
-                        .map_err(dir_failed)?;
-                }
-                l.create_node(spec, &root).await
-            }
+            Runtime::Local(l) => l.create_node(spec, &root).await,
         }
     }
 
@@ -222,15 +275,9 @@ impl Runtime {
             Runtime::Docker(d) => d.remove_node(server_id, node_id).await?,
             Runtime::Local(l) => l.remove_node(node_id).await?,
         }
-        let root = self.host_root(node_id);
-        // The workitems link of a local node points at shared task directories: remove the link only.
-        let _ = tokio::fs::remove_file(root.join("workitems")).await;
-        match tokio::fs::remove_dir_all(&root).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(anyhow::anyhow!("removing {}: {e}", root.display()))
-            }
-            _ => Ok(()),
-        }
+        // Links in it (a local node's workitems, any a task made) go as links.
+        remove_below(&self.layout().nodes, Path::new(node_id)).await;
+        Ok(())
     }
 
     /// Restarts a node's container (a reboot); a local node has nothing to restart.
@@ -249,27 +296,28 @@ impl Runtime {
         }
     }
 
-    /// Runs a command on the node and waits for its exit code.
+    /// Runs a command on the node and waits for its exit code; `started` learns the pid of its
+    /// process group as soon as it runs.
     pub async fn exec(
         &self,
         server_id: &str,
         node_id: &str,
         spec: &ExecSpec,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let (state, wd) = (
-            spec.dirs.state_file(spec.attempt),
-            spec.dirs.host.join("wd"),
-        );
+        let (dirs, attempt) = (spec.dirs.clone(), spec.attempt);
         // One trip to the blocking pool for all of it, not one each.
         tokio::task::spawn_blocking(move || {
+            // The root is the server's (made with the node, unless removed since).
+            std::fs::create_dir_all(&dirs.root)?;
+            let task = Dir::open_root(&dirs.root)?.create_dir_all(&dirs.rel)?;
+            task.create_dir_all(Path::new(STATE_DIR))?;
             // A record left by an earlier run of this attempt number must not pass for this one's.
-            if std::fs::remove_file(&state).is_err() {
-                let _ = std::fs::remove_dir_all(&state);
-            }
-            std::fs::create_dir_all(state.parent().expect("in a state directory"))?;
-            std::fs::create_dir_all(wd)
+            task.remove_all(&TaskDirs::state_file(attempt))?;
+            task.create_dir_all(Path::new("wd")).map(|_| ())
         })
-        .await??;
+        .await?
+        .with_context(|| format!("preparing the task directory {}", spec.dirs.node))?;
         let mut env = spec.env.clone();
         env.push(("AZ_BATCH_TASK_DIR".into(), spec.dirs.node.clone()));
         env.push((
@@ -282,37 +330,29 @@ impl Runtime {
         ));
         env.push(("BATCHPOOL_COMMAND_LINE".into(), spec.command_line.clone()));
         match self {
-            Runtime::Docker(d) => d.exec(server_id, node_id, env).await,
-            Runtime::Local(l) => l.exec(env).await,
+            Runtime::Docker(d) => d.exec(server_id, node_id, env, started).await,
+            Runtime::Local(l) => l.exec(node_id, env, started).await,
         }
     }
 
     /// The exit code an attempt recorded, if it finished.
     pub async fn recorded_exit(dirs: &TaskDirs, attempt: i32) -> Option<i64> {
-        let text = tokio::fs::read_to_string(dirs.state_file(attempt))
-            .await
-            .ok()?;
-        parse_record(&text).1
+        parse_record(&dirs.record(attempt).await?).1
     }
 
-    async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
-        let text = tokio::fs::read_to_string(dirs.state_file(attempt))
-            .await
-            .ok()?;
-        parse_record(&text).0.filter(|pid| *pid > 1)
+    /// The pid an attempt recorded: only for attempts a previous server started, whose pid
+    /// this one never saw.
+    pub async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
+        parse_record(&dirs.record(attempt).await?)
+            .0
+            .filter(|pid| *pid > 1)
     }
 
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
-    pub async fn kill(
-        &self,
-        server_id: &str,
-        node_id: &str,
-        dirs: &TaskDirs,
-        attempt: i32,
-    ) -> anyhow::Result<()> {
-        let Some(pid) = Self::recorded_pid(dirs, attempt).await else {
+    pub async fn kill(&self, server_id: &str, node_id: &str, pid: i32) -> anyhow::Result<()> {
+        if pid <= 1 {
             return Ok(());
-        };
+        }
         match self {
             Runtime::Docker(d) => d.kill_group(server_id, node_id, pid).await,
             Runtime::Local(_) => {
@@ -324,16 +364,7 @@ impl Runtime {
     }
 
     /// Whether an attempt's process is still alive (after a restart, to wait for it).
-    pub async fn is_alive(
-        &self,
-        server_id: &str,
-        node_id: &str,
-        dirs: &TaskDirs,
-        attempt: i32,
-    ) -> bool {
-        let Some(pid) = Self::recorded_pid(dirs, attempt).await else {
-            return false;
-        };
+    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
         match self {
             Runtime::Docker(d) => d.is_alive(server_id, node_id, pid).await,
             // SAFETY: signal 0 only checks that the process exists.

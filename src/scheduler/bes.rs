@@ -20,6 +20,7 @@ use super::Wakeups;
 use crate::app::{CLASSIC_ACCOUNT, CLASSIC_POOL};
 use crate::blob::{self, DataReference, Roots};
 use crate::domain::duration::IsoDuration;
+use crate::runtime::safe_fs::Below;
 use crate::runtime::Layout;
 use crate::store;
 use crate::store::services::{phase, BesJobRow};
@@ -215,11 +216,12 @@ impl Driver {
         Ok(())
     }
 
-    fn task_dir(&self, job: &BesJobRow) -> std::path::PathBuf {
-        self.layout
-            .job_dir(&job.run_account, &job.id)
-            .join("job-1")
-            .join(TASK_ID)
+    /// The task's directory, where the command (and so a task before it) writes.
+    fn task_dir(&self, job: &BesJobRow) -> Below {
+        Below {
+            root: self.layout.account_workitems(&job.run_account),
+            rel: Layout::task_rel(&job.id, TASK_ID),
+        }
     }
 
     async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {
@@ -236,8 +238,8 @@ impl Driver {
             return Ok(());
         }
         let wd = self.task_dir(job).join("wd");
-        tokio::fs::create_dir_all(wd.join("inputs")).await?;
-        tokio::fs::create_dir_all(wd.join("outputs")).await?;
+        wd.join("inputs").create_dir_all().await?;
+        wd.join("outputs").create_dir_all().await?;
         let inputs = job.request["inputs"]
             .as_object()
             .cloned()
@@ -245,7 +247,7 @@ impl Driver {
         for (name, input) in &inputs {
             let r: DataReference = serde_json::from_value(input["ref"].clone())?;
             let file = input["file"].as_str().unwrap_or_default();
-            if let Err(e) = download(&r, &self.config.roots, &wd.join(file)).await {
+            if let Err(e) = download(&r, &self.config.roots, wd.join(file)).await {
                 return self
                     .fail(
                         job,
@@ -387,17 +389,13 @@ impl Driver {
         };
         for log in ["stdout.txt", "stderr.txt"] {
             let target = in_home(format!("{TASK_ID}/$TaskLog/{log}"))?;
-            if let Err(e) = self.upload(&dir.join(log), &target).await {
+            if let Err(e) = self.upload(dir.join(log), &target).await {
                 tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the task log failed");
             }
         }
         if result.as_deref() != Some("success") {
-            let stderr = tokio::fs::read(dir.join("stderr.txt"))
-                .await
-                .unwrap_or_default();
-            let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(2000)..])
-                .trim()
-                .to_string();
+            let stderr = tail(dir.join("stderr.txt"), 2000).await.unwrap_or_default();
+            let tail = String::from_utf8_lossy(&stderr).trim().to_string();
             let why = match (
                 exit_code,
                 failure.as_ref().and_then(|f| f["message"].as_str()),
@@ -415,7 +413,7 @@ impl Driver {
         for (name, output) in &outputs {
             let file = output["file"].as_str().unwrap_or_default();
             let local = dir.join("wd").join(file);
-            if !tokio::fs::try_exists(&local).await.unwrap_or(false) {
+            if local.with(|root, rel| root.metadata(rel)).await.is_err() {
                 return self.fail(job, format!("The command wrote no output {name:?} (expected {file} in its working directory).")).await;
             }
             let file_name = file.rsplit('/').next().unwrap_or(file).to_string();
@@ -425,7 +423,7 @@ impl Driver {
                     Some(r) => blob::resolve(&r, &self.config.roots)?,
                     None => conventions.clone(),
                 };
-            if let Err(e) = self.upload(&local, &destination).await {
+            if let Err(e) = self.upload(local.clone(), &destination).await {
                 return self
                     .fail(
                         job,
@@ -434,7 +432,7 @@ impl Driver {
                     .await;
             }
             if destination.path != conventions.path || destination.place != conventions.place {
-                if let Err(e) = self.upload(&local, &conventions).await {
+                if let Err(e) = self.upload(local, &conventions).await {
                     tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the output under the conventions failed");
                 }
             }
@@ -471,11 +469,12 @@ impl Driver {
 
     /// Uploads a file (an absent one as empty): in one request when small, else in 8 MiB parts
     /// with at most 4 in flight, so a large output never sits whole in memory.
-    async fn upload(&self, local: &std::path::Path, target: &blob::Blob) -> anyhow::Result<()> {
+    /// A link (the task's) is refused, never followed.
+    async fn upload(&self, local: Below, target: &blob::Blob) -> anyhow::Result<()> {
         const PART: usize = 8 * 1024 * 1024;
         target.ensure_container(&self.http).await?;
-        let mut file = match tokio::fs::File::open(local).await {
-            Ok(f) => f,
+        let mut file = match local.with(|root, rel| root.open_file(rel)).await {
+            Ok(f) => tokio::fs::File::from_std(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 target
                     .store
@@ -617,20 +616,50 @@ pub fn classic_pool_id(image: Option<&str>) -> String {
     }
 }
 
-/// Streams a blob into a file (made anew).
-async fn download(r: &DataReference, roots: &Roots, to: &std::path::Path) -> anyhow::Result<()> {
+/// Streams a blob into a file (made anew), through no link a task left on the way.
+async fn download(r: &DataReference, roots: &Roots, to: Below) -> anyhow::Result<()> {
     let b = blob::resolve(r, roots)?;
     let mut stream = b.store.get(&b.path).await?.into_stream();
-    if let Some(parent) = to.parent() {
-        tokio::fs::create_dir_all(parent).await?;
-    }
+    let name =
+        anyhow::Context::context(to.rel.file_name(), "an input names no file")?.to_os_string();
+    let parent = Below {
+        root: to.root.clone(),
+        rel: to
+            .rel
+            .parent()
+            .unwrap_or(std::path::Path::new(""))
+            .to_path_buf(),
+    };
     // Written aside and renamed into place: the file is there whole or not at all.
-    let partial = to.with_extension("partial");
-    let mut file = tokio::fs::File::create(&partial).await?;
+    let mut partial = name.clone();
+    partial.push(".partial");
+    let (dir, file) = parent
+        .with({
+            let partial = partial.clone();
+            move |root, rel| {
+                let dir = root.create_dir_all(rel)?;
+                let file = dir.create_file(&partial)?;
+                Ok((dir, file))
+            }
+        })
+        .await?;
+    let mut file = tokio::fs::File::from_std(file);
     while let Some(chunk) = stream.next().await {
         file.write_all(&chunk?).await?;
     }
     file.flush().await?;
-    tokio::fs::rename(&partial, to).await?;
+    tokio::task::spawn_blocking(move || dir.rename(&partial, &name)).await??;
     Ok(())
+}
+
+/// The last `max` bytes of a file, read from a seek: a task's log may be any size.
+async fn tail(file: Below, max: u64) -> std::io::Result<Vec<u8>> {
+    let file = file.with(|root, rel| root.open_file(rel)).await?;
+    let len = file.metadata()?.len();
+    let mut file = tokio::fs::File::from_std(file);
+    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(len.saturating_sub(max)))
+        .await?;
+    let mut out = Vec::new();
+    file.take(max).read_to_end(&mut out).await?;
+    Ok(out)
 }

@@ -3,6 +3,8 @@
 //! requeue), and, after a restart, the recovery of attempts a previous server started.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::complete::{self, Outcome};
 use super::start_task::{node_environment, Placement};
 use super::Wakeups;
-use crate::runtime::{ExecSpec, Runtime, TaskDirs};
+use crate::runtime::{ExecSpec, Runtime};
 use crate::store::{self, tasks::AttemptRow};
 
 pub struct Executor {
@@ -22,13 +24,25 @@ pub struct Executor {
     runtime: Arc<Runtime>,
     server_id: String,
     wake: Wakeups,
-    /// Attempts this server watches: task pk -> (attempt, token that kills it).
-    running: Mutex<HashMap<i64, (i32, CancellationToken)>>,
+    /// Attempts this server watches, by task pk.
+    running: Mutex<HashMap<i64, Watched>>,
     /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches.
     outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
 }
+
+/// An attempt being watched.
+struct Watched {
+    attempt: i32,
+    /// Cancelled to kill it.
+    kill: CancellationToken,
+    /// Cancelled once it is over: killed and its process gone, or ended by itself.
+    over: CancellationToken,
+}
+
+/// How long a killed attempt's process may take to go before its slot is handed on anyway.
+const KILL_WAIT: Duration = Duration::from_secs(15);
 
 /// The most outcomes recorded in one transaction.
 const OUTCOME_BATCH: usize = 256;
@@ -93,7 +107,7 @@ impl Executor {
     /// Starts the attempts just placed.
     pub fn start_placed(self: &Arc<Self>, placed: Vec<AttemptRow>) {
         for attempt in placed {
-            self.spawn(attempt, false);
+            self.spawn(attempt, None);
         }
     }
 
@@ -111,15 +125,18 @@ impl Executor {
             let dirs = self
                 .runtime
                 .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
+            // The pid of an attempt a previous server started is known only from its record.
+            let alive = match Runtime::recorded_pid(&dirs, a.attempt).await {
+                Some(pid) if self.runtime.is_alive(&self.server_id, &node_id, pid).await => {
+                    Some(pid)
+                }
+                _ => None,
+            };
             if let Some(code) = Runtime::recorded_exit(&dirs, a.attempt).await {
                 complete::record(&self.db, &a, Outcome::Exited(code)).await?;
                 finished += 1;
-            } else if self
-                .runtime
-                .is_alive(&self.server_id, &node_id, &dirs, a.attempt)
-                .await
-            {
-                self.spawn(a, true);
+            } else if alive.is_some() {
+                self.spawn(a, alive);
                 adopted += 1;
             } else {
                 complete::record(
@@ -140,37 +157,52 @@ impl Executor {
         Ok(())
     }
 
-    /// Kills the attempts this server runs whose attempt was ended elsewhere.
+    /// Kills the attempts this server runs whose attempt was ended elsewhere (the task or its
+    /// job deleted, terminated, requeued), and returns once their processes are gone: the
+    /// slots the database already counts free are handed on only after that.
     pub async fn reap(&self) -> sqlx::Result<()> {
         let (pks, attempts): (Vec<i64>, Vec<i32>) = self
             .running
             .lock()
             .expect("lock")
             .iter()
-            .map(|(pk, (attempt, _))| (*pk, *attempt))
+            .map(|(pk, w)| (*pk, w.attempt))
             .unzip();
         if pks.is_empty() {
             return Ok(());
         }
+        let mut ending = Vec::new();
         for pk in store::tasks::stale_attempts(&self.db, &pks, &attempts).await? {
-            if let Some((_, token)) = self.running.lock().expect("lock").get(&pk) {
-                token.cancel();
+            if let Some(w) = self.running.lock().expect("lock").get(&pk) {
+                w.kill.cancel();
+                ending.push(w.over.clone());
             }
+        }
+        let all_over = futures_util::future::join_all(ending.iter().map(|o| o.cancelled()));
+        if tokio::time::timeout(KILL_WAIT, all_over).await.is_err() {
+            tracing::warn!("killed attempts did not end in time; their slots are handed on");
         }
         Ok(())
     }
 
-    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: bool) {
-        let kill = CancellationToken::new();
+    /// Watches an attempt: starts it, or with the pid a previous server recorded, adopts it.
+    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: Option<i32>) {
+        let (kill, over) = (CancellationToken::new(), CancellationToken::new());
         {
             let mut running = self.running.lock().expect("lock");
             if running.contains_key(&a.pk) {
                 return;
             }
-            running.insert(a.pk, (a.attempt, kill.clone()));
+            let watched = Watched {
+                attempt: a.attempt,
+                kill: kill.clone(),
+                over: over.clone(),
+            };
+            running.insert(a.pk, watched);
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
+            let _over = over.drop_guard();
             match this.watch(&a, adopted, &kill).await {
                 Some(outcome) => {
                     let pk = a.pk;
@@ -179,6 +211,9 @@ impl Executor {
                     }
                 }
                 None => {
+                    if kill.is_cancelled() {
+                        this.remove_if_deleted(&a).await;
+                    }
                     this.running.lock().expect("lock").remove(&a.pk);
                     this.wake.dispatch.notify_one();
                 }
@@ -186,11 +221,29 @@ impl Executor {
         });
     }
 
+    /// A task deleted while it ran keeps its directory until its process is killed (the API
+    /// leaves it, so nothing of the task runs on in a directory it will not see removed).
+    async fn remove_if_deleted(&self, a: &AttemptRow) {
+        match store::tasks::exists(&self.db, &a.account, &a.job_id, &a.task_id).await {
+            Ok(false) => {
+                let Some(node_id) = a.node_id.as_deref() else {
+                    return;
+                };
+                let dirs = self
+                    .runtime
+                    .task_dirs(&a.account, node_id, &a.job_id, &a.task_id);
+                dirs.remove().await;
+            }
+            Ok(true) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),
+        }
+    }
+
     /// Runs (or, adopted, waits for) the attempt; None when there is nothing to record.
     async fn watch(
         &self,
         a: &AttemptRow,
-        adopted: bool,
+        adopted: Option<i32>,
         kill: &CancellationToken,
     ) -> Option<Outcome> {
         let node_id = a.node_id.clone()?;
@@ -204,9 +257,10 @@ impl Executor {
             // Limits beyond a century are "no limit".
             (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
         });
+        let (started, pid) = tokio::sync::oneshot::channel();
         let run = async {
-            if adopted {
-                self.wait_for_exit(&node_id, &dirs, a.attempt).await
+            if let Some(pid) = adopted {
+                self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
                 let spec = ExecSpec {
                     command_line: a.command_line.clone(),
@@ -215,9 +269,16 @@ impl Executor {
                     env: self.environment(a, &node_id),
                 };
                 self.runtime
-                    .exec(&self.server_id, &node_id, &spec)
+                    .exec(&self.server_id, &node_id, &spec, Some(started))
                     .await
                     .map_err(|e| format!("{e:#}"))
+            }
+        };
+        tokio::pin!(run);
+        let pid = async move {
+            match adopted {
+                Some(pid) => Some(pid),
+                None => pid.await.ok(),
             }
         };
         let timeout = async {
@@ -226,38 +287,52 @@ impl Executor {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            result = run => Some(match result {
+        let timed_out = tokio::select! {
+            result = &mut run => return Some(match result {
                 Ok(code) => Outcome::Exited(code),
                 Err(why) => Outcome::Lost(why),
             }),
-            _ = timeout => {
-                self.kill(&node_id, &dirs, a.attempt).await;
-                Some(Outcome::TimedOut)
-            }
-            _ = kill.cancelled() => {
-                self.kill(&node_id, &dirs, a.attempt).await;
-                None
-            }
-            _ = self.shutdown.cancelled() => None,
-        }
+            _ = timeout => true,
+            _ = kill.cancelled() => false,
+            _ = self.shutdown.cancelled() => return None,
+        };
+        self.kill(&node_id, run, pid).await;
+        timed_out.then_some(Outcome::TimedOut)
     }
 
-    async fn kill(&self, node_id: &str, dirs: &TaskDirs, attempt: i32) {
-        if let Err(e) = self
-            .runtime
-            .kill(&self.server_id, node_id, dirs, attempt)
-            .await
-        {
+    /// Kills the attempt once its pid is known (it may be starting still), then waits for it
+    /// to end, so that its slot is free only once its process is gone.
+    async fn kill<R: Future>(
+        &self,
+        node_id: &str,
+        mut run: Pin<&mut R>,
+        pid: impl Future<Output = Option<i32>>,
+    ) {
+        let pid = tokio::select! {
+            pid = pid => pid,
+            _ = run.as_mut() => return,
+        };
+        let Some(pid) = pid else {
+            return;
+        };
+        if let Err(e) = self.runtime.kill(&self.server_id, node_id, pid).await {
             tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
+        }
+        if tokio::time::timeout(KILL_WAIT, run).await.is_err() {
+            tracing::warn!(
+                node = node_id,
+                pid,
+                "a killed task's process did not end in time"
+            );
         }
     }
 
     async fn wait_for_exit(
         &self,
         node_id: &str,
-        dirs: &TaskDirs,
+        dirs: &crate::runtime::TaskDirs,
         attempt: i32,
+        pid: i32,
     ) -> Result<i64, String> {
         let mut polls: u32 = 0;
         loop {
@@ -265,12 +340,7 @@ impl Executor {
                 return Ok(code);
             }
             polls += 1;
-            if polls % 25 == 0
-                && !self
-                    .runtime
-                    .is_alive(&self.server_id, node_id, dirs, attempt)
-                    .await
-            {
+            if polls % 25 == 0 && !self.runtime.is_alive(&self.server_id, node_id, pid).await {
                 // It may have written its exit code just before dying.
                 return Runtime::recorded_exit(dirs, attempt)
                     .await

@@ -18,7 +18,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::Runtime;
+use crate::runtime::{remove_below, Layout, Runtime};
 use crate::store;
 
 /// The advisory lock key the leading scheduler holds ("batchpol" in ASCII); the fence in the
@@ -266,15 +266,18 @@ async fn dispatch_loop(
         }
     }
     loop {
-        if let Err(e) = housekeeping(s).await {
+        if let Err(e) = housekeeping(s, &executor).await {
             tracing::error!(error = %e, "job housekeeping failed");
-        }
-        if let Err(e) = executor.reap().await {
-            tracing::error!(error = %e, "reaping ended attempts failed");
         }
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
-        match dispatch::pass(&s.db).await {
+        let placed = dispatch::pass(&s.db).await;
+        // A slot the pass handed on may have been freed by ending an attempt that still runs:
+        // its process goes before the new attempts start.
+        if let Err(e) = executor.reap().await {
+            tracing::error!(error = %e, "reaping ended attempts failed");
+        }
+        match placed {
             Ok(placed) => executor.start_placed(placed),
             Err(e) => tracing::error!(error = %e, "dispatch pass failed"),
         }
@@ -286,9 +289,9 @@ async fn dispatch_loop(
     }
 }
 
-/// Jobs past their maxWallClockTime end; deleted jobs go with their tasks and files; task
-/// directories past their retentionTime are removed.
-async fn housekeeping(s: &Scheduler) -> anyhow::Result<()> {
+/// Jobs past their maxWallClockTime end; deleted jobs go with their tasks and files (once
+/// their processes are killed); task directories past their retentionTime are removed.
+async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
     for pk in store::jobs::past_wall_clock(&s.db).await? {
         let mut tx = s.db.begin().await?;
         complete::terminate_job(&mut tx, pk, "MaxWallClockTimeExpiry").await?;
@@ -300,27 +303,15 @@ async fn housekeeping(s: &Scheduler) -> anyhow::Result<()> {
         complete::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
-        remove_dir(&s.runtime.layout().job_dir(&job.account, &job.id)).await;
+        executor.reap().await?;
+        let workitems = s.runtime.layout().account_workitems(&job.account);
+        remove_below(&workitems, std::path::Path::new(&job.id)).await;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }
     for (account, job_id, task_id) in store::tasks::take_expired_files(&s.db, 500).await? {
-        remove_dir(
-            &s.runtime
-                .layout()
-                .job_dir(&account, &job_id)
-                .join("job-1")
-                .join(task_id),
-        )
-        .await;
+        let workitems = s.runtime.layout().account_workitems(&account);
+        remove_below(&workitems, &Layout::task_rel(&job_id, &task_id)).await;
     }
     Ok(())
-}
-
-async fn remove_dir(path: &std::path::Path) {
-    if let Err(e) = tokio::fs::remove_dir_all(path).await {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(path = %path.display(), error = %e, "removing a directory failed");
-        }
-    }
 }

@@ -72,7 +72,7 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let result = runtime.exec(at.server_id, at.node_id, &spec).await;
+        let result = runtime.exec(at.server_id, at.node_id, &spec, None).await;
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));
         let failure = match &result {

@@ -575,6 +575,24 @@ pub async fn stale_attempts(
     .await
 }
 
+/// Whether the job `job_id` of `account` has a task `task_id`.
+pub async fn exists(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    job_id: &str,
+    task_id: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
+                        WHERE j.account = $1 AND j.id = $2 AND t.id = $3)",
+    )
+    .bind(account)
+    .bind(job_id)
+    .bind(task_id)
+    .fetch_one(db)
+    .await
+}
+
 /// Task directories whose retention has run out: (job pk, task id); marks them removed.
 pub async fn take_expired_files(
     db: impl PgExecutor<'_>,

@@ -713,3 +713,35 @@ pub async fn tally_runs(
     }
     tally
 }
+
+impl TestServer {
+    /// Whether a process whose command line contains `marker` runs: on local, anywhere on this
+    /// host (`ps`); on docker, in one of this server's node containers (`docker top`).
+    pub async fn process_running(&self, marker: &str) -> bool {
+        let tables: Vec<Vec<u8>> = match self.runtime {
+            Rt::Local => vec![
+                std::process::Command::new("ps")
+                    .args(["-eo", "args"])
+                    .output()
+                    .expect("ps")
+                    .stdout,
+            ],
+            Rt::Docker => docker_containers(&self.server_id().await)
+                .iter()
+                .filter_map(|c| {
+                    // A container that is gone or stopped runs nothing.
+                    let out = std::process::Command::new("docker")
+                        .args(["top", c["Id"].as_str()?, "-eo", "pid,args"])
+                        .output()
+                        .ok()?;
+                    Some(out.stdout)
+                })
+                .collect(),
+        };
+        tables.iter().any(|t| {
+            String::from_utf8_lossy(t)
+                .lines()
+                .any(|l| l.contains(marker))
+        })
+    }
+}

@@ -1,22 +1,28 @@
 //! Files of tasks and nodes: list (recursive or not), download (with `ocp-range`, answered with
 //! 200 as the SDK requires) and properties (HEAD). A task's files are readable while it runs and
 //! after it ends, also after its node is gone, until its retentionTime or its job's deletion.
-//! No path leaves the directory it names.
+//! No path leaves the directory it names: everything below a node's root or an account's
+//! workitems is the tasks' to write, so it is read through `safe_fs`, which follows no link.
+//! Downloads stream from the file, so a large file or range costs no memory.
 
 use std::collections::HashMap;
+use std::io::SeekFrom;
 use std::path::{Component, Path as FsPath, PathBuf};
 
+use axum::body::Body;
 use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
 use crate::api::{header_value, odata, rfc1123, rfc3339, BaseUrl, ListQuery};
-use crate::runtime::STATE_DIR;
+use crate::runtime::safe_fs::Below;
+use crate::runtime::{Layout, STATE_DIR};
 
 /// A request path made safe: relative, no `..`, no root.
 fn relative(path: &str) -> ApiResult<PathBuf> {
@@ -39,20 +45,6 @@ fn is_private(name: &std::ffi::OsStr) -> bool {
     name.to_string_lossy().starts_with(".batchpool") || name == STATE_DIR
 }
 
-/// `full`, resolved, if it stays inside `root`: a link a task planted cannot lead outside.
-async fn contained(root: &FsPath, full: &FsPath, path: &str) -> ApiResult<PathBuf> {
-    let root = tokio::fs::canonicalize(root)
-        .await
-        .map_err(|_| file_not_found(path))?;
-    let resolved = tokio::fs::canonicalize(full)
-        .await
-        .map_err(|_| file_not_found(path))?;
-    if !resolved.starts_with(&root) {
-        return Err(file_not_found(path));
-    }
-    Ok(resolved)
-}
-
 fn file_not_found(path: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -61,43 +53,41 @@ fn file_not_found(path: &str) -> ApiError {
     )
 }
 
-/// The host directory of a task's files, if it ran.
+/// The directory of a task's files, if it ran and it is there.
 async fn task_root(
     app: &Ctx,
     job_id: &str,
     task_id: &str,
-) -> ApiResult<(String, String, Option<PathBuf>)> {
+) -> ApiResult<(String, String, Option<Below>)> {
     let job = super::jobs::find(app, job_id).await?;
     let task = super::tasks::find(app, &job, task_id).await?;
-    let dir = app
-        .layout
-        .job_dir(&job.account, &job.id)
-        .join("job-1")
-        .join(&task.id);
-    let exists = task.node_id.is_some() && tokio::fs::metadata(&dir).await.is_ok();
+    let dir = Below {
+        root: app.layout.account_workitems(&job.account),
+        rel: Layout::task_rel(&job.id, &task.id),
+    };
+    let exists = task.node_id.is_some()
+        && dir
+            .with(|root, rel| root.open_dir(rel).map(|_| ()))
+            .await
+            .is_ok();
     Ok((job.id, task.id, exists.then_some(dir)))
 }
 
-/// The host root and path of a node file: `workitems/...` lives in the account's task
-/// directories, the rest under the node's root.
-async fn node_path(
-    app: &Ctx,
-    pool_id: &str,
-    node_id: &str,
-    path: &FsPath,
-) -> ApiResult<(PathBuf, PathBuf)> {
+/// Where a node file lives: `workitems/...` in the account's task directories, the rest under
+/// the node's root.
+async fn node_path(app: &Ctx, pool_id: &str, node_id: &str, path: &FsPath) -> ApiResult<Below> {
     let pool = super::pools::find(app, pool_id).await?;
     super::nodes::find_node(app, &pool, node_id).await?;
     let mut parts = path.components();
     Ok(match parts.next() {
-        Some(first) if first.as_os_str() == "workitems" => {
-            let root = app.layout.account_workitems(&pool.account);
-            (root.clone(), root.join(parts.as_path()))
-        }
-        _ => {
-            let root = app.layout.nodes.join(node_id);
-            (root.clone(), root.join(path))
-        }
+        Some(first) if first.as_os_str() == "workitems" => Below {
+            root: app.layout.account_workitems(&pool.account),
+            rel: parts.as_path().to_path_buf(),
+        },
+        _ => Below {
+            root: app.layout.nodes.join(node_id),
+            rel: path.to_path_buf(),
+        },
     })
 }
 
@@ -110,7 +100,7 @@ pub async fn list_task_files(
     let (job_id, task_id, root) = task_root(&app, &job_id, &task_id).await?;
     let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files");
     let entries = match root {
-        Some(root) => list_dir(&root, recursive(&query), &url).await?,
+        Some(root) => list_dir(root, recursive(&query), &url).await?,
         None => Vec::new(),
     };
     let list = ListQuery::from_query(&query, odata::FILE_PROPERTIES)?;
@@ -132,10 +122,10 @@ pub async fn list_node_files(
     Path((pool_id, node_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let (root, _) = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
+    let root = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files");
     Ok(Json(
-        json!({"value": list_dir(&root, recursive(&query), &url).await?}),
+        json!({"value": list_dir(root, recursive(&query), &url).await?}),
     ))
 }
 
@@ -145,38 +135,33 @@ fn recursive(query: &HashMap<String, String>) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// Azure's BatchNodeFile entries under `root`, names relative to it with `/`.
-async fn list_dir(root: &FsPath, recursive: bool, url: &str) -> ApiResult<Vec<Value>> {
-    let mut out = Vec::new();
-    let mut pending = vec![PathBuf::new()];
-    while let Some(rel) = pending.pop() {
-        let Ok(mut entries) = tokio::fs::read_dir(root.join(&rel)).await else {
-            continue;
-        };
-        while let Some(entry) = entries
-            .next_entry()
-            .await
-            .map_err(|e| ApiError::internal(e))?
-        {
-            let name = entry.file_name();
-            if is_private(&name) {
-                continue;
-            }
-            let rel_path = rel.join(&name);
-            // Links are neither listed nor followed: a task could point one anywhere.
-            let Ok(meta) = tokio::fs::symlink_metadata(entry.path()).await else {
+/// Azure's BatchNodeFile entries under `dir`, names relative to it with `/`.
+async fn list_dir(dir: Below, recursive: bool, url: &str) -> ApiResult<Vec<Value>> {
+    let url = url.to_string();
+    let listed = dir.with(move |root, top| {
+        let mut out = Vec::new();
+        let mut pending = vec![PathBuf::new()];
+        while let Some(rel) = pending.pop() {
+            // A directory that went (or became a link) meanwhile has nothing to list.
+            let Ok(entries) = root.open_dir(&top.join(&rel)).and_then(|d| d.entries()) else {
                 continue;
             };
-            if meta.file_type().is_symlink() {
-                continue;
-            }
-            let name = rel_path.to_string_lossy().replace('\\', "/");
-            out.push(file_entry(&name, &meta, url));
-            if meta.is_dir() && recursive {
-                pending.push(rel_path);
+            for (name, meta) in entries {
+                // Links are neither listed nor followed: a task could point one anywhere.
+                if is_private(&name) || meta.file_type().is_symlink() {
+                    continue;
+                }
+                let rel_path = rel.join(&name);
+                let name = rel_path.to_string_lossy().replace('\\', "/");
+                out.push(file_entry(&name, &meta, &url));
+                if meta.is_dir() && recursive {
+                    pending.push(rel_path);
+                }
             }
         }
-    }
+        Ok(out)
+    });
+    let mut out = listed.await.map_err(ApiError::internal)?;
     out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Ok(out)
 }
@@ -225,8 +210,7 @@ pub async fn task_file(
     let (job_id, task_id, root) = task_root(&app, &job_id, &task_id).await?;
     let root = root.ok_or_else(|| file_not_found(&path))?;
     let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files/{path}");
-    let full = contained(&root, &root.join(rel), &path).await?;
-    serve(&full, &path, &url, &method, &headers).await
+    serve(root.join(&rel), &path, &url, &method, &headers).await
 }
 
 pub async fn node_file(
@@ -237,10 +221,9 @@ pub async fn node_file(
     Path((pool_id, node_id, path)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
-    let (root, full) = node_path(&app, &pool_id, &node_id, &rel).await?;
+    let file = node_path(&app, &pool_id, &node_id, &rel).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files/{path}");
-    let full = contained(&root, &full, &path).await?;
-    serve(&full, &path, &url, &method, &headers).await
+    serve(file, &path, &url, &method, &headers).await
 }
 
 /// `ocp-range: bytes=a-b` (inclusive; `a-` to the end).
@@ -274,15 +257,19 @@ fn range(headers: &HeaderMap, len: u64) -> ApiResult<Option<(u64, u64)>> {
 }
 
 async fn serve(
-    full: &FsPath,
+    file: Below,
     path: &str,
     url: &str,
     method: &Method,
     headers: &HeaderMap,
 ) -> ApiResult<Response> {
-    let meta = tokio::fs::metadata(full)
+    // A link is not a file of the task's, wherever it points.
+    let meta = file
+        .with(|root, rel| root.metadata(rel))
         .await
-        .map_err(|_| file_not_found(path))?;
+        .ok()
+        .filter(|m| !m.file_type().is_symlink())
+        .ok_or_else(|| file_not_found(path))?;
     let (created, modified) = times(&meta);
     let mut out = HeaderMap::new();
     let h = header_value;
@@ -310,12 +297,21 @@ async fn serve(
         out.insert(header::CONTENT_LENGTH, h(&meta.len().to_string()));
         return Ok((StatusCode::OK, out).into_response());
     }
-    let bytes = tokio::fs::read(full)
+    // The file as opened, not as looked at: it may have grown or been replaced since.
+    let std_file = file
+        .with(|root, rel| root.open_file(rel))
         .await
         .map_err(|_| file_not_found(path))?;
-    let body = match range(headers, bytes.len() as u64)? {
-        Some((start, end)) if !bytes.is_empty() => bytes[start as usize..=end as usize].to_vec(),
-        _ => bytes,
+    let len = std_file.metadata().map_err(ApiError::internal)?.len();
+    let (start, count) = match range(headers, len)? {
+        Some((start, end)) if len > 0 => (start, end - start + 1),
+        _ => (0, len),
     };
+    let mut f = tokio::fs::File::from_std(std_file);
+    f.seek(SeekFrom::Start(start))
+        .await
+        .map_err(ApiError::internal)?;
+    out.insert(header::CONTENT_LENGTH, h(&count.to_string()));
+    let body = Body::from_stream(tokio_util::io::ReaderStream::new(f.take(count)));
     Ok((StatusCode::OK, out, body).into_response())
 }

@@ -731,20 +731,18 @@ pub async fn delete(
         failure_info: Some(&info),
         satisfies_dependants: false,
     };
-    store::tasks::end_attempt(&mut tx, task.pk, None, &["running"], ending).await?;
+    let was_running = store::tasks::end_attempt(&mut tx, task.pk, None, &["running"], ending)
+        .await?
+        .is_some();
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     tx.commit().await?;
     app.wake_dispatcher();
-    let dir = app
-        .layout
-        .job_dir(&job.account, &job.id)
-        .join("job-1")
-        .join(&task.id);
-    if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(dir = %dir.display(), error = %e, "removing a deleted task's files failed");
-        }
+    // A running task's files go once the scheduler has killed its process (which may run on
+    // another server); removed here, the process would go on writing beside nothing.
+    if !was_running {
+        let rel = crate::runtime::Layout::task_rel(&job.id, &task.id);
+        crate::runtime::remove_below(&app.layout.account_workitems(&job.account), &rel).await;
     }
     Ok(StatusCode::OK.into_response())
 }

@@ -1,0 +1,487 @@
+//! Paths below node and task directories, which tasks can write. Tasks run as root in their
+//! node and can put a symlink anywhere below `<data>/nodes/<node>` or `<data>/workitems/<account>`;
+//! the server (root on the host) must never follow one, or a task could make it read, create or
+//! delete files anywhere. So every path below those trusted roots is resolved here, from a
+//! directory fd, one component at a time, refusing links: `openat2` with `RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS`, or on kernels without it (ENOSYS) an `openat(O_NOFOLLOW)` walk.
+//! Directories are made with `mkdirat` under an fd, and trees are removed with `unlinkat`,
+//! unlinking a link found on the way, never following it.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// How deep `remove_all` goes below the directory it removes.
+const MAX_DEPTH: usize = 256;
+
+/// An open directory; paths given to its methods never leave it and never pass a symlink.
+#[derive(Debug)]
+pub struct Dir(OwnedFd);
+
+fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// `rel` as its names: plain names only, no `..`, `.` or root.
+fn names(rel: &Path) -> io::Result<Vec<&OsStr>> {
+    rel.components()
+        .map(|c| match c {
+            Component::Normal(name) => Ok(name),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a plain relative path", rel.display()),
+            )),
+        })
+        .collect()
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `openat` of one name in `dir`, never following a link there.
+fn open_name(
+    dir: RawFd,
+    name: &OsStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    let name = cstr(name)?;
+    let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid directory fd and a NUL-terminated name; the fd returned is ours.
+    let fd = check(unsafe { libc::openat(dir, name.as_ptr(), flags, libc::c_uint::from(mode)) })?;
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Dir {
+    /// Opens a directory the server made and tasks cannot replace (a data directory, a node's
+    /// root, an account's workitems): the trusted start of every walk.
+    pub fn open_root(path: &Path) -> io::Result<Dir> {
+        let path = cstr(path.as_os_str())?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a NUL-terminated path; the fd returned is ours.
+        let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
+        // SAFETY: just opened, owned by nobody else.
+        Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Opens `rel` below this directory with `flags`; a symlink anywhere on the way, the last
+    /// name included, fails (ELOOP), except that `O_PATH` opens a final link itself.
+    fn open(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let parts = names(rel)?;
+        if parts.is_empty() {
+            return open_name(self.0.as_raw_fd(), OsStr::new("."), flags, 0);
+        }
+        match self.openat2(rel, flags) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.open_walk(&parts, flags),
+            other => other,
+        }
+    }
+
+    /// `open` on kernels before 5.6: one `openat(O_NOFOLLOW)` per name.
+    fn open_walk(&self, parts: &[&OsStr], flags: libc::c_int) -> io::Result<OwnedFd> {
+        let (last, dirs) = parts.split_last().expect("not empty");
+        let mut at: Option<OwnedFd> = None;
+        for name in dirs {
+            let dir = at.as_ref().map_or(self.0.as_raw_fd(), |d| d.as_raw_fd());
+            at = Some(open_name(dir, name, libc::O_PATH | libc::O_DIRECTORY, 0)?);
+        }
+        let dir = at.as_ref().map_or(self.0.as_raw_fd(), |d| d.as_raw_fd());
+        open_name(dir, last, flags, 0)
+    }
+
+    fn openat2(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let path = cstr(rel.as_os_str())?;
+        // SAFETY: open_how is plain data; zeroed is its documented default.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+        how.resolve =
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: the syscall reads `how` (of the size given) and the NUL-terminated path.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.0.as_raw_fd(),
+                path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: just opened, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    /// The directory `rel` below this one.
+    pub fn open_dir(&self, rel: &Path) -> io::Result<Dir> {
+        self.open(rel, libc::O_RDONLY | libc::O_DIRECTORY).map(Dir)
+    }
+
+    /// Makes `rel` and its parents below this directory (as `mkdir -p`) and opens it. These are
+    /// the server's directories: a link or file a task put in the place of one is removed (never
+    /// followed), so a planted link can neither redirect the server nor block the job for good.
+    pub fn create_dir_all(&self, rel: &Path) -> io::Result<Dir> {
+        let mut dir = Dir(self.0.try_clone()?);
+        for name in names(rel)? {
+            dir = dir.make_dir(name)?;
+        }
+        Ok(dir)
+    }
+
+    fn make_dir(&self, name: &OsStr) -> io::Result<Dir> {
+        let c = cstr(name)?;
+        for _ in 0..3 {
+            // SAFETY: a valid directory fd and a NUL-terminated name.
+            if let Err(e) = check(unsafe { libc::mkdirat(self.0.as_raw_fd(), c.as_ptr(), 0o755) }) {
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+            }
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+            match open_name(self.0.as_raw_fd(), name, flags, 0) {
+                Ok(fd) => return Ok(Dir(fd)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+                    self.unlink(name, 0)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // A task racing to put its link back each time: give up rather than loop.
+        Err(io::Error::other(
+            "a link keeps taking the directory's place",
+        ))
+    }
+
+    /// A regular file below this directory, for reading; links and anything else that is not a
+    /// regular file are refused.
+    pub fn open_file(&self, rel: &Path) -> io::Result<File> {
+        // Looked at before it is opened: opening a device or a FIFO a task made could block
+        // or act. (Non-blocking as well, for one swapped in between.)
+        if !self.metadata(rel)?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        let file = File::from(self.open(rel, libc::O_RDONLY | libc::O_NONBLOCK)?);
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok(file)
+    }
+
+    /// Creates (or truncates) the file `name` in this directory for writing; a link there fails.
+    pub fn create_file(&self, name: &OsStr) -> io::Result<File> {
+        names(Path::new(name))?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        open_name(self.0.as_raw_fd(), name, flags, 0o644).map(File::from)
+    }
+
+    /// What `rel` is, without following it: a link reads as a link.
+    pub fn metadata(&self, rel: &Path) -> io::Result<Metadata> {
+        File::from(self.open(rel, libc::O_PATH)?).metadata()
+    }
+
+    /// Renames `from` to `to`, both names in this directory.
+    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        let (from, to) = (cstr(from)?, cstr(to)?);
+        let fd = self.0.as_raw_fd();
+        // SAFETY: valid directory fds and NUL-terminated names.
+        check(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) }).map(|_| ())
+    }
+
+    /// The names in this directory with what each is (links not followed), `.` and `..` left out.
+    pub fn entries(&self) -> io::Result<Vec<(OsString, Metadata)>> {
+        let mut out = Vec::new();
+        for name in self.names()? {
+            // An entry removed since it was listed is simply not there.
+            match self.metadata(Path::new(&name)) {
+                Ok(meta) => out.push((name, meta)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn names(&self) -> io::Result<Vec<OsString>> {
+        // readdir works on its own fd (closedir closes it), from the start of the directory.
+        let fd = open_name(
+            self.0.as_raw_fd(),
+            OsStr::new("."),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )?;
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        // SAFETY: raw is an open directory fd whose ownership passes to the DIR stream.
+        let stream = unsafe { libc::fdopendir(raw) };
+        if stream.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so raw is still ours to close.
+            unsafe { libc::close(raw) };
+            return Err(e);
+        }
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: a valid stream; the entry is read before the next readdir call.
+            let entry = unsafe { libc::readdir(stream) };
+            if entry.is_null() {
+                break;
+            }
+            // SAFETY: d_name is NUL-terminated within the entry.
+            let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) };
+            let name = OsStr::from_bytes(name.to_bytes());
+            if name != "." && name != ".." {
+                out.push(name.to_os_string());
+            }
+        }
+        // SAFETY: the stream is valid and closed once.
+        unsafe { libc::closedir(stream) };
+        Ok(out)
+    }
+
+    /// Removes `rel` below this directory with everything in it; a link is removed, never
+    /// followed. Removing what is not there is not an error.
+    pub fn remove_all(&self, rel: &Path) -> io::Result<()> {
+        let parts = names(rel)?;
+        let Some((last, dirs)) = parts.split_last() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nothing to remove",
+            ));
+        };
+        let parent = match self.open_dir(&dirs.iter().collect::<std::path::PathBuf>()) {
+            Ok(parent) => parent,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match parent.remove_entry(last, 0) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    fn unlink(&self, name: &OsStr, flags: libc::c_int) -> io::Result<()> {
+        let c = cstr(name)?;
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        check(unsafe { libc::unlinkat(self.0.as_raw_fd(), c.as_ptr(), flags) }).map(|_| ())
+    }
+
+    fn remove_entry(&self, name: &OsStr, depth: usize) -> io::Result<()> {
+        // Opened without following: a link (even one swapped in since a look) fails to open as
+        // a directory and is unlinked as the link it is.
+        match open_name(
+            self.0.as_raw_fd(),
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        ) {
+            Ok(fd) => {
+                // Each level holds an fd and a stack frame: a task's directories nested without
+                // end must not exhaust either.
+                if depth >= MAX_DEPTH {
+                    return Err(io::Error::other("directories nested too deep to remove"));
+                }
+                let dir = Dir(fd);
+                for child in dir.names()? {
+                    dir.remove_entry(&child, depth + 1)?;
+                }
+                self.unlink(name, libc::AT_REMOVEDIR)
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+                self.unlink(name, 0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A path below a trusted root (a node's root, an account's workitems), never reached through
+/// a link.
+#[derive(Clone, Debug)]
+pub struct Below {
+    pub root: PathBuf,
+    pub rel: PathBuf,
+}
+
+impl Below {
+    /// Runs `f` on the blocking pool with the root opened.
+    pub async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(Dir, &Path) -> std::io::Result<T> + Send + 'static,
+    ) -> std::io::Result<T> {
+        let (root, rel) = (self.root.clone(), self.rel.clone());
+        tokio::task::spawn_blocking(move || f(Dir::open_root(&root)?, &rel))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+
+    /// Makes the directory, and the root too if it is not there yet (the root is the server's).
+    pub async fn create_dir_all(&self) -> std::io::Result<()> {
+        let (root, rel) = (self.root.clone(), self.rel.clone());
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&root)?;
+            Dir::open_root(&root)?.create_dir_all(&rel).map(|_| ())
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    pub fn join(&self, rel: impl AsRef<Path>) -> Below {
+        Below {
+            root: self.root.clone(),
+            rel: self.rel.join(rel),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A trusted root with `a/b/file`, and an "outside" directory with a canary in it.
+    fn setup() -> (tempfile::TempDir, Dir, std::path::PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/file"), "inside").unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("b")).unwrap();
+        std::fs::write(outside.join("b/file"), "canary").unwrap();
+        std::fs::write(outside.join("canary"), "canary").unwrap();
+        let dir = Dir::open_root(&root).unwrap();
+        (tmp, dir, outside)
+    }
+
+    fn read(dir: &Dir, rel: &str) -> io::Result<String> {
+        io::read_to_string(dir.open_file(Path::new(rel))?)
+    }
+
+    #[test]
+    fn plain_paths_open_and_list() {
+        let (_tmp, root, _) = setup();
+        assert_eq!(read(&root, "a/b/file").unwrap(), "inside");
+        let entries = root.open_dir(Path::new("a/b")).unwrap().entries().unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].0, "file");
+        assert!(entries[0].1.is_file());
+        assert!(
+            root.open_file(Path::new("a")).is_err(),
+            "a directory is not a file"
+        );
+    }
+
+    #[test]
+    fn dot_dot_and_absolute_paths_are_refused() {
+        let (_tmp, root, _) = setup();
+        for bad in ["../outside/canary", "a/../../outside/canary", "/etc/passwd"] {
+            let e = read(&root, bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_link_in_the_middle_is_not_followed() {
+        let (tmp, root, outside) = setup();
+        symlink(&outside, tmp.path().join("root/abs")).unwrap();
+        symlink("../outside", tmp.path().join("root/rel")).unwrap();
+        for path in ["abs/canary", "rel/canary", "abs/b/file"] {
+            assert!(read(&root, path).is_err(), "{path}");
+            assert!(
+                root.open_dir(Path::new(path).parent().unwrap()).is_err(),
+                "{path}"
+            );
+        }
+        // Making directories replaces the link and leaves its target alone.
+        root.create_dir_all(Path::new("abs/made")).unwrap();
+        assert!(!outside.join("made").exists());
+        assert!(tmp.path().join("root/abs/made").is_dir());
+    }
+
+    #[test]
+    fn a_link_as_the_last_name_is_seen_as_a_link() {
+        let (tmp, root, outside) = setup();
+        symlink(outside.join("canary"), tmp.path().join("root/a/link")).unwrap();
+        assert!(read(&root, "a/link").is_err());
+        assert!(root
+            .metadata(Path::new("a/link"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let names: Vec<_> = root.open_dir(Path::new("a")).unwrap().entries().unwrap();
+        assert!(names
+            .iter()
+            .any(|(n, m)| n == "link" && m.file_type().is_symlink()));
+        assert!(root
+            .open_dir(Path::new("a"))
+            .unwrap()
+            .create_file(OsStr::new("link"))
+            .is_err());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("canary")).unwrap(),
+            "canary"
+        );
+    }
+
+    #[test]
+    fn the_walk_for_old_kernels_refuses_links_too() {
+        let (tmp, root, outside) = setup();
+        symlink(&outside, tmp.path().join("root/abs")).unwrap();
+        symlink(outside.join("canary"), tmp.path().join("root/a/link")).unwrap();
+        let walk = |path: &str| {
+            let parts: Vec<&OsStr> = Path::new(path).iter().collect();
+            root.open_walk(&parts, libc::O_RDONLY)
+        };
+        assert!(walk("a/b/file").is_ok());
+        assert!(walk("abs/canary").is_err());
+        assert!(walk("a/link").is_err());
+    }
+
+    #[test]
+    fn directories_are_made_below_the_root() {
+        let (tmp, root, _) = setup();
+        root.create_dir_all(Path::new("x/y/z")).unwrap();
+        assert!(tmp.path().join("root/x/y/z").is_dir());
+        root.create_dir_all(Path::new("x/y/z")).unwrap();
+    }
+
+    #[test]
+    fn removing_a_tree_removes_links_and_leaves_their_targets() {
+        let (tmp, root, outside) = setup();
+        symlink(&outside, tmp.path().join("root/a/b/out")).unwrap();
+        symlink(outside.join("canary"), tmp.path().join("root/a/file-link")).unwrap();
+        root.remove_all(Path::new("a")).unwrap();
+        assert!(!tmp.path().join("root/a").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("canary")).unwrap(),
+            "canary"
+        );
+        assert!(outside.join("b/file").exists());
+        root.remove_all(Path::new("a")).unwrap();
+        // A link as the tree itself goes as a link; one on the way stops the removal.
+        symlink(&outside, tmp.path().join("root/top")).unwrap();
+        root.remove_all(Path::new("top")).unwrap();
+        assert!(outside.join("canary").exists());
+        symlink(&outside, tmp.path().join("root/mid")).unwrap();
+        assert!(root.remove_all(Path::new("mid/b")).is_err());
+        assert!(outside.join("b/file").exists());
+        // Nesting past the bound is refused, not followed down without end.
+        let deep: std::path::PathBuf = std::iter::repeat("d").take(MAX_DEPTH + 2).collect();
+        root.create_dir_all(&deep).unwrap();
+        assert!(root.remove_all(Path::new("d")).is_err());
+    }
+}

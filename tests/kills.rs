@@ -1,0 +1,112 @@
+//! Ending work ends its processes: deleting a running task, its job or its pool kills the
+//! process before its slot is handed on, so a 1-slot node never runs two tasks at once.
+
+#[macro_use]
+mod common;
+
+use common::{wait_for, Rt, TestServer};
+use serde_json::json;
+
+/// A command line no other test's process has: `sleep` of a number unique to the runtime and case.
+fn marker(rt: Rt, case: u32) -> String {
+    let base = match rt {
+        Rt::Docker => 41000,
+        Rt::Local => 42000,
+    };
+    format!("sleep {}", base + case)
+}
+
+/// A task that records in the node's shared `alive-<case>` how many processes run `marker`
+/// as it starts (the pattern written so that it does not match itself).
+fn witness(marker: &str, case: u32) -> String {
+    let (head, last) = marker.split_at(marker.len() - 1);
+    format!(
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -c '{head}[{last}]' \
+         > $AZ_BATCH_NODE_SHARED_DIR/alive-{case}; true"
+    )
+}
+
+async fn job(s: &TestServer, id: &str) {
+    let (status, body) = s
+        .post("/jobs", &json!({"id": id, "poolInfo": {"poolId": "one"}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// Starts `sleep <marker>` as `job/task` and waits until its process runs.
+async fn victim(s: &TestServer, job: &str, task: &str, marker: &str) {
+    s.add_tasks(job, vec![json!({"id": task, "commandLine": marker})])
+        .await;
+    s.wait_task(job, task, "running").await;
+    wait_for(&format!("{marker} to run"), || async {
+        s.process_running(marker).await.then_some(())
+    })
+    .await;
+}
+
+/// Runs the witness of `case` in `job` on the 1-slot node and returns what it saw.
+async fn witnessed(s: &TestServer, node: &str, job: &str, marker: &str, case: u32) -> String {
+    let id = format!("witness-{case}");
+    s.add_tasks(
+        job,
+        vec![json!({"id": id, "commandLine": witness(marker, case)})],
+    )
+    .await;
+    s.wait_task(job, &id, "completed").await;
+    s.shared_file("one", node, &format!("alive-{case}")).await
+}
+
+async fn ending_work_kills_its_processes(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let body = json!({"id": "one", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let node = s.wait_nodes("one", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Deleting a running task.
+    let m = marker(rt, 1);
+    job(&s, "j").await;
+    victim(&s, "j", "victim", &m).await;
+    assert_eq!(s.delete("/jobs/j/tasks/victim").await.0, 200);
+    assert_eq!(
+        witnessed(&s, &node, "j", &m, 1).await,
+        "0\n",
+        "the next task ran beside the deleted one"
+    );
+    assert!(!s.process_running(&m).await);
+
+    // Deleting a job with a running task.
+    let m = marker(rt, 2);
+    job(&s, "doomed").await;
+    victim(&s, "doomed", "victim", &m).await;
+    assert_eq!(s.delete("/jobs/doomed").await.0, 202);
+    wait_for("the job to be deleted", || async {
+        (s.get("/jobs/doomed").await.0 == 404).then_some(())
+    })
+    .await;
+    assert_eq!(
+        witnessed(&s, &node, "j", &m, 2).await,
+        "0\n",
+        "the next task ran beside the deleted job's"
+    );
+    assert!(!s.process_running(&m).await);
+
+    // Deleting the pool.
+    let m = marker(rt, 3);
+    victim(&s, "j", "last", &m).await;
+    assert_eq!(s.delete("/pools/one").await.0, 202);
+    wait_for("the pool to be deleted", || async {
+        (s.get("/pools/one").await.0 == 404).then_some(())
+    })
+    .await;
+    wait_for(&format!("{m} to be killed with its pool"), || async {
+        (!s.process_running(&m).await).then_some(())
+    })
+    .await;
+}
+on_both_runtimes!(
+    ending_work_kills_its_processes_first,
+    ending_work_kills_its_processes
+);
