@@ -239,6 +239,12 @@ async fn large_files_stream_in_constant_memory() {
     assert_eq!(read, SIZE + 3);
 
     let growth = memory(&s, "VmHWM").saturating_sub(before);
+    // RELIABILITY.md quotes this (`-- --nocapture`).
+    eprintln!(
+        "a ranged and a whole read of {SIZE} bytes: RSS {} MB before, peak {} MB after",
+        before >> 20,
+        memory(&s, "VmHWM") >> 20
+    );
     assert!(
         growth < 64 * 1024 * 1024,
         "serving a {SIZE}-byte file grew the server by {growth} bytes"
