@@ -80,7 +80,12 @@ impl Executor {
         mut receiver: tokio::sync::mpsc::UnboundedReceiver<(AttemptRow, Outcome)>,
     ) {
         let mut batch = Vec::with_capacity(OUTCOME_BATCH);
-        while receiver.recv_many(&mut batch, OUTCOME_BATCH).await > 0 {
+        // Ends with the term (this task holds the executor, so the channel alone never closes):
+        // an outcome not recorded by then is read from its attempt's record by the next leader.
+        while tokio::select! {
+            n = receiver.recv_many(&mut batch, OUTCOME_BATCH) => n > 0,
+            _ = self.shutdown.cancelled() => false,
+        } {
             // A failed write is retried: an outcome must not be dropped while the server runs.
             while let Err(e) = complete::record_many(&self.db, &batch).await {
                 tracing::error!(error = %e, count = batch.len(), "recording outcomes failed; retrying");
