@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{RuntimeChoice, ServeConfig};
 use crate::domain::vm_size::VmSizeTable;
-use crate::postgres::EmbeddedPostgres;
+use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
@@ -26,9 +26,9 @@ pub struct Settings {
     pub image_map: HashMap<String, String>,
     pub max_nodes_per_pool: i32,
     /// Where s3:// and file:// BES references may point.
-    pub storage_roots: crate::blob::Roots,
+    pub storage_roots: crate::storage::Roots,
     /// Where BES outputs without an override and BES job logs go.
-    pub bes_storage: crate::blob::DataReference,
+    pub bes_storage: crate::storage::DataReference,
     pub classic_concurrency: i32,
     /// How long a client may take to send a request's body (api::guard).
     pub body_read_timeout: std::time::Duration,
@@ -404,29 +404,29 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
     let bes_storage = match config.bes_storage.as_ref().map(|s| s.expose().to_string()) {
         Some(s) if s.starts_with("file://") || s.starts_with("s3://") => {
             storage_roots.push(s.clone());
-            crate::blob::DataReference {
+            crate::storage::DataReference {
                 base_location: Some(s),
                 ..Default::default()
             }
         }
         Some(s) => {
-            crate::blob::parse_connection_string(&s)
+            crate::storage::parse_connection_string(&s)
                 .map_err(|e| anyhow::anyhow!("--bes-storage: {}", e.message))?;
-            crate::blob::DataReference {
+            crate::storage::DataReference {
                 connection_string: Some(s),
                 ..Default::default()
             }
         }
         None => {
             storage_roots.push(default_storage.clone());
-            crate::blob::DataReference {
+            crate::storage::DataReference {
                 base_location: Some(default_storage),
                 ..Default::default()
             }
         }
     };
     Ok(Settings {
-        storage_roots: crate::blob::Roots(storage_roots),
+        storage_roots: crate::storage::Roots(storage_roots),
         bes_storage,
         classic_concurrency: config.classic_concurrency,
         account: config.account.clone(),

@@ -2,12 +2,12 @@
 
 pub mod api;
 pub mod app;
-pub mod blob;
 pub mod config;
 pub mod domain;
-pub mod postgres;
+pub mod embedded_pg;
 pub mod runtime;
 pub mod scheduler;
+pub mod storage;
 pub mod store;
 
 /// TLS for outgoing HTTPS (blob storage) uses rustls with ring; install it once per process

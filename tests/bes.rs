@@ -5,7 +5,7 @@
 #[macro_use]
 mod common;
 
-use batchpool::blob::{self, DataReference, Roots};
+use batchpool::storage::{self, DataReference, Roots};
 use chrono::{Duration, TimeZone, Utc};
 use common::{account_cmd, wait_for, Rt, TestServer};
 use object_store::{ObjectStoreExt, PutPayload};
@@ -38,7 +38,7 @@ fn reference(relative: &str) -> DataReference {
 }
 
 async fn put_blob(relative: &str, content: &str) {
-    let b = blob::resolve(&reference(relative), &Roots::default()).unwrap();
+    let b = storage::resolve(&reference(relative), &Roots::default()).unwrap();
     b.ensure_container(&reqwest::Client::new()).await.unwrap();
     b.store
         .put(&b.path, PutPayload::from(content.as_bytes().to_vec()))
@@ -47,7 +47,7 @@ async fn put_blob(relative: &str, content: &str) {
 }
 
 async fn get_blob(relative: &str) -> Option<String> {
-    let b = blob::resolve(&reference(relative), &Roots::default()).unwrap();
+    let b = storage::resolve(&reference(relative), &Roots::default()).unwrap();
     let got = b.store.get(&b.path).await.ok()?;
     Some(String::from_utf8(got.bytes().await.unwrap().to_vec()).unwrap())
 }
@@ -230,7 +230,7 @@ async fn check_sorted_job(s: &TestServer, key: &str, pool: Option<&str>) {
     );
     assert_eq!(download_result(result).await, "a,1\nb,2\nc,3\n");
     // The Batch File Conventions: logs and outputs in the job's container.
-    let container = blob::job_container(&id);
+    let container = storage::job_container(&id);
     assert_eq!(container, format!("job-{id}"));
     assert_eq!(
         get_blob(&format!("{container}/score/$TaskLog/stdout.txt"))
@@ -946,7 +946,7 @@ async fn s3_locations_are_read_and_written() {
         ..Default::default()
     };
     let roots = Roots(vec![root.clone()]);
-    let input = blob::resolve(&at("in/data.csv"), &roots).unwrap();
+    let input = storage::resolve(&at("in/data.csv"), &roots).unwrap();
     input
         .store
         .put(&input.path, PutPayload::from(b"z\ny\n".to_vec()))
@@ -963,7 +963,7 @@ async fn s3_locations_are_read_and_written() {
     )
     .await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
-    let output = blob::resolve(&at("out/sorted.csv"), &roots).unwrap();
+    let output = storage::resolve(&at("out/sorted.csv"), &roots).unwrap();
     let bytes = output
         .store
         .get(&output.path)
@@ -1021,7 +1021,7 @@ async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
     )
     .await;
     assert_eq!(job["StatusCode"], "Finished", "{job}");
-    let b = blob::resolve(&reference(&output), &Roots::default()).unwrap();
+    let b = storage::resolve(&reference(&output), &Roots::default()).unwrap();
     assert_eq!(b.store.head(&b.path).await.unwrap().size, 20_000_000);
 
     // A pool with no nodes keeps the job queued; deleting the pool ends it.
@@ -1070,9 +1070,9 @@ async fn sas_inputs_are_read_with_their_token() {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let relative = format!("testint/{run}-sas.csv");
     put_blob(&relative, "2\n1\n").await;
-    let account = blob::parse_connection_string(&connection_string()).unwrap();
+    let account = storage::parse_connection_string(&connection_string()).unwrap();
     let (container, name) = relative.split_once('/').unwrap();
-    let sas = blob::read_sas(&account, container, name, Utc::now() + Duration::hours(1));
+    let sas = storage::read_sas(&account, container, name, Utc::now() + Duration::hours(1));
     let input = |token: &str| json!({"BaseLocation": format!("{}/", azurite()), "RelativeLocation": relative, "SasBlobToken": token});
     let output = format!("out/{run}-sas.csv");
     let (_, job) = run_job(

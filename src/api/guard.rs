@@ -14,7 +14,7 @@ use futures_util::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::ApiError;
-use super::ml::error::MlError;
+use super::bes::error::BesError;
 use crate::app::AppState;
 
 /// The largest request body any route takes.
@@ -37,7 +37,7 @@ pub async fn refuse_nul_in_uri(req: Request, next: Next) -> Response {
     if let Some(segment) = path.split('/').find(|s| has_nul(s)) {
         let reason = format!("the path segment {segment:?} contains a NUL character (%00)");
         if is_ml(path) {
-            return MlError::bad(
+            return BesError::bad(
                 "InvalidUri",
                 format!("The request URI is invalid: {reason}."),
             )
@@ -60,7 +60,7 @@ pub async fn refuse_nul_in_uri(req: Request, next: Next) -> Response {
     {
         let reason = "contains a NUL character (%00)";
         if is_ml(path) {
-            return MlError::bad(
+            return BesError::bad(
                 "InvalidUri",
                 format!("The query parameter {name} is invalid: it {reason}."),
             )
@@ -101,7 +101,7 @@ pub async fn read_body_in_time(
                 return too_large(ml);
             }
             return closing(if ml {
-                MlError::bad(
+                BesError::bad(
                     "RequestBodyInvalid",
                     format!("The request body could not be read: {e}"),
                 )
@@ -125,7 +125,7 @@ fn too_large(ml: bool) -> Response {
     let message =
         format!("The request body is too large; at most {MAX_BODY_BYTES} bytes are accepted.");
     closing(if ml {
-        MlError::new(
+        BesError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "MemoryQuotaViolation",
             "RequestBodyTooLarge",
@@ -148,7 +148,7 @@ fn timed_out(deadline: Duration, ml: bool) -> Response {
         deadline.as_secs_f64()
     );
     if ml {
-        MlError::new(
+        BesError::new(
             StatusCode::REQUEST_TIMEOUT,
             "RequestTimeout",
             "RequestTimeout",

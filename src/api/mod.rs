@@ -8,7 +8,7 @@ pub mod guard;
 pub mod health;
 pub mod json;
 pub mod lenient;
-pub mod ml;
+pub mod bes;
 pub mod odata;
 pub mod request_id;
 pub mod serve;
@@ -34,14 +34,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             auth::layer,
         ));
     // Web services are managed with the account's Shared Key, but speak Azure ML's api-version.
-    let management = ml::management_router().route_layer(axum::middleware::from_fn_with_state(
+    let management = bes::management_router().route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
         auth::layer,
     ));
     Router::new()
         .merge(authenticated)
         .merge(management)
-        .merge(ml::bearer_router())
+        .merge(bes::bearer_router())
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))
         .fallback(|| async {

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Wakeups;
 use crate::app::{CLASSIC_ACCOUNT, CLASSIC_POOL};
-use crate::blob::{self, DataReference, Roots};
+use crate::storage::{self, DataReference, Roots};
 use crate::domain::duration::IsoDuration;
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Layout;
@@ -42,7 +42,7 @@ pub struct Config {
     pub classic_image: String,
 }
 
-pub struct Driver {
+pub struct BesJobDriver {
     db: PgPool,
     layout: Layout,
     config: Config,
@@ -55,7 +55,7 @@ pub struct Driver {
     cancel: CancellationToken,
 }
 
-impl Driver {
+impl BesJobDriver {
     pub fn new(
         db: PgPool,
         layout: Layout,
@@ -362,7 +362,7 @@ impl Driver {
                 .await;
         };
         let dir = self.task_dir(job);
-        let container = blob::job_container(&job.id);
+        let container = storage::job_container(&job.id);
         let outputs = job.request["outputs"]
             .as_object()
             .cloned()
@@ -378,14 +378,14 @@ impl Driver {
                     .is_some_and(|c| !c.trim().is_empty())
             })
             .unwrap_or_else(|| self.config.storage.clone());
-        let in_home = |path: String| -> Result<blob::Blob, blob::BlobError> {
+        let in_home = |path: String| -> Result<storage::Blob, storage::BlobError> {
             let r = DataReference {
                 relative_location: Some(format!("{container}/{path}")),
                 base_location: home.base_location.clone(),
                 connection_string: home.connection_string.clone(),
                 sas_blob_token: None,
             };
-            blob::resolve(&r, &self.config.roots)
+            storage::resolve(&r, &self.config.roots)
         };
         for log in ["stdout.txt", "stderr.txt"] {
             let target = in_home(format!("{TASK_ID}/$TaskLog/{log}"))?;
@@ -420,7 +420,7 @@ impl Driver {
             let conventions = in_home(format!("{TASK_ID}/$TaskOutput/{file_name}"))?;
             let destination =
                 match serde_json::from_value::<Option<DataReference>>(output["ref"].clone())? {
-                    Some(r) => blob::resolve(&r, &self.config.roots)?,
+                    Some(r) => storage::resolve(&r, &self.config.roots)?,
                     None => conventions.clone(),
                 };
             if let Err(e) = self.upload(local.clone(), &destination).await {
@@ -470,7 +470,7 @@ impl Driver {
     /// Uploads a file (an absent one as empty): in one request when small, else in 8 MiB parts
     /// with at most 4 in flight, so a large output never sits whole in memory.
     /// A link (the task's) is refused, never followed.
-    async fn upload(&self, local: Below, target: &blob::Blob) -> anyhow::Result<()> {
+    async fn upload(&self, local: Below, target: &storage::Blob) -> anyhow::Result<()> {
         const PART: usize = 8 * 1024 * 1024;
         target.ensure_container(&self.http).await?;
         let mut file = match local.with(|root, rel| root.open_file(rel)).await {
@@ -618,7 +618,7 @@ pub fn classic_pool_id(image: Option<&str>) -> String {
 
 /// Streams a blob into a file (made anew), through no link a task left on the way.
 async fn download(r: &DataReference, roots: &Roots, to: Below) -> anyhow::Result<()> {
-    let b = blob::resolve(r, roots)?;
+    let b = storage::resolve(r, roots)?;
     let mut stream = b.store.get(&b.path).await?.into_stream();
     let name =
         anyhow::Context::context(to.rel.file_name(), "an input names no file")?.to_os_string();

@@ -237,7 +237,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.wake.clone(),
         cancel.clone(),
     );
-    let driver = bes::Driver::new(
+    let driver = bes::BesJobDriver::new(
         s.db.clone(),
         s.runtime.layout().clone(),
         s.bes.clone(),

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 #[derive(Debug)]
-pub struct MlError {
+pub struct BesError {
     pub status: StatusCode,
     /// The error class (BadArgument, Unauthorized, NotFound, ...).
     pub class: &'static str,
@@ -16,9 +16,9 @@ pub struct MlError {
     pub target: Option<String>,
 }
 
-pub type MlResult<T> = Result<T, MlError>;
+pub type BesResult<T> = Result<T, BesError>;
 
-impl MlError {
+impl BesError {
     pub fn new(
         status: StatusCode,
         class: &'static str,
@@ -82,7 +82,7 @@ impl MlError {
     }
 }
 
-impl From<sqlx::Error> for MlError {
+impl From<sqlx::Error> for BesError {
     fn from(e: sqlx::Error) -> Self {
         if crate::api::error::database_unavailable(&e) {
             tracing::warn!(error = %e, "the database is unavailable");
@@ -97,19 +97,19 @@ impl From<sqlx::Error> for MlError {
     }
 }
 
-impl From<anyhow::Error> for MlError {
+impl From<anyhow::Error> for BesError {
     fn from(e: anyhow::Error) -> Self {
         Self::internal(format_args!("{e:#}"))
     }
 }
 
-impl From<crate::blob::BlobError> for MlError {
-    fn from(e: crate::blob::BlobError) -> Self {
+impl From<crate::storage::BlobError> for BesError {
+    fn from(e: crate::storage::BlobError) -> Self {
         Self::bad(e.code, e.message)
     }
 }
 
-impl IntoResponse for MlError {
+impl IntoResponse for BesError {
     fn into_response(self) -> Response {
         let mut detail = json!({"code": self.code, "message": self.message});
         if let Some(target) = &self.target {

@@ -10,12 +10,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::{Postgres, Transaction};
 
-use super::error::{MlError, MlResult};
+use super::error::{BesError, BesResult};
 use super::services::{authorize, param_string};
-use super::{check_version, MlJson};
+use super::{check_version, BesJson};
 use crate::api::rfc3339;
 use crate::app::{AppState, CLASSIC_ACCOUNT};
-use crate::blob::{self, DataReference};
+use crate::storage::{self, DataReference};
 use crate::domain::bes;
 use crate::domain::job::JobState;
 use crate::store;
@@ -62,7 +62,7 @@ fn extension(declared: &Option<String>, r: Option<&DataReference>) -> String {
 
 /// Reads an input's properties: a missing blob, a wrong key or an unreachable store is found now,
 /// not when the job runs.
-async fn check_readable(name: &str, b: &blob::Blob) -> MlResult<()> {
+async fn check_readable(name: &str, b: &storage::Blob) -> BesResult<()> {
     use object_store::{Error as E, ObjectStoreExt};
     let head =
         tokio::time::timeout(std::time::Duration::from_secs(20), b.store.head(&b.path)).await;
@@ -74,7 +74,7 @@ async fn check_readable(name: &str, b: &blob::Blob) -> MlResult<()> {
         ),
         Ok(Err(E::NotFound { .. })) => ("InvalidBlob", "the blob does not exist".to_string()),
         Ok(Err(e @ (E::Unauthenticated { .. } | E::PermissionDenied { .. })))
-            if matches!(b.place, blob::Place::AzureKey { .. }) =>
+            if matches!(b.place, storage::Place::AzureKey { .. }) =>
         {
             (
                 "InvalidBlobConnectionString",
@@ -83,7 +83,7 @@ async fn check_readable(name: &str, b: &blob::Blob) -> MlResult<()> {
         }
         Ok(Err(e)) => ("InvalidBlob", e.to_string()),
     };
-    Err(MlError::bad(
+    Err(BesError::bad(
         code,
         format!("Input {name:?} cannot be read: {why}. Verify that connection string / relative path or SAS token specification is correct."),
     )
@@ -95,8 +95,8 @@ pub async fn submit(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     Path((ns, svc)): Path<(String, String)>,
-    MlJson(body): MlJson<SubmitBody>,
-) -> MlResult<Json<String>> {
+    BesJson(body): BesJson<SubmitBody>,
+) -> BesResult<Json<String>> {
     let service = authorize(&app, &headers, &ns, &svc).await?;
     check_version(query.as_deref())?;
     let roots = &app.settings.storage_roots;
@@ -107,20 +107,20 @@ pub async fn submit(
     let mut given_inputs: BTreeMap<String, DataReference> = BTreeMap::new();
     match (body.input, body.inputs) {
         (Some(_), Some(m)) if !m.is_empty() => {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "DuplicateInputInBatchCall",
                 "Cannot specify both single and multiple input at the same time.",
             ))
         }
         (Some(one), _) => {
             let Some((first, _)) = declared_inputs.first() else {
-                return Err(MlError::bad(
+                return Err(BesError::bad(
                     "BatchJobInputsTooManySpecified",
                     "The service declares no input, but the request gives one.",
                 ));
             };
             if declared_inputs.len() > 1 {
-                return Err(MlError::bad(
+                return Err(BesError::bad(
                     "BatchJobInputsNotSpecified",
                     format!(
                         "The service has {} inputs; name them in Inputs.",
@@ -143,7 +143,7 @@ pub async fn submit(
         .keys()
         .find(|n| !declared_inputs.iter().any(|(d, _)| d == *n))
     {
-        return Err(MlError::bad("InvalidInputNames", format!(
+        return Err(BesError::bad("InvalidInputNames", format!(
             "Input {bad:?} is not an input of the service (case sensitivity applies); its inputs: {}.",
             declared_inputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))).target(format!("Inputs.{bad}")));
     }
@@ -153,7 +153,7 @@ pub async fn submit(
         .filter(|n| !given_inputs.contains_key(*n))
         .collect();
     if !missing.is_empty() {
-        return Err(MlError::bad(
+        return Err(BesError::bad(
             "BatchJobInputsNotSpecified",
             format!(
                 "The following required input(s) were not specified with the request: {}.",
@@ -176,7 +176,7 @@ pub async fn submit(
     }
     for name in given_outputs.keys() {
         if !declared_outputs.iter().any(|(d, _)| d == name) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "InvalidOutputOverrideName",
                 format!(
                     "Output {name:?} is not an output of the service (case sensitivity applies)."
@@ -195,7 +195,7 @@ pub async fn submit(
         .unwrap_or_default();
     for (name, v) in body.global_parameters.unwrap_or_default() {
         if !declared_params.iter().any(|p| p["Name"] == json!(name)) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "UnexpectedParameter",
                 format!("{name:?} is not a global parameter of the service."),
             )
@@ -222,7 +222,7 @@ pub async fn submit(
         }
     }
     if !missing.is_empty() {
-        return Err(MlError::bad(
+        return Err(BesError::bad(
             "MissingRequiredGlobalParameters",
             format!(
                 "The following required global parameter(s) were not given: {}.",
@@ -237,8 +237,8 @@ pub async fn submit(
     let mut checks = Vec::new();
     for (name, ext) in &declared_inputs {
         let r = &given_inputs[name];
-        let b = blob::resolve(r, roots)
-            .map_err(|e| MlError::from(e).target(format!("Inputs.{name}")))?;
+        let b = storage::resolve(r, roots)
+            .map_err(|e| BesError::from(e).target(format!("Inputs.{name}")))?;
         let file = bes::input_path(name, &extension(ext, Some(r)));
         checks.push((name.clone(), b));
         input_files.insert(name.clone(), file.clone());
@@ -250,12 +250,12 @@ pub async fn submit(
     for (name, ext) in &declared_outputs {
         let r = given_outputs.get(name);
         if let Some(r) = r {
-            blob::resolve(r, roots)
-                .map_err(|e| MlError::from(e).target(format!("Outputs.{name}")))?;
+            storage::resolve(r, roots)
+                .map_err(|e| BesError::from(e).target(format!("Outputs.{name}")))?;
             let blob_ext = extension(&None, Some(r));
             if let Some(want) = ext {
                 if !blob_ext.eq_ignore_ascii_case(want) {
-                    return Err(MlError::bad(
+                    return Err(BesError::bad(
                         "InvalidBlobExtension",
                         format!(
                             "Output {name:?} must be a {want} blob; {:?} is not.",
@@ -271,7 +271,7 @@ pub async fn submit(
         outputs.insert(name.clone(), json!({"ref": r, "file": file}));
     }
     let command = bes::render(&service.command, &input_files, &output_files, &params)
-        .map_err(MlError::internal)?;
+        .map_err(BesError::internal)?;
 
     // Where it runs: the pool it names, or the classic environment.
     let pool_id = body.azure_batch_pool_id.filter(|p| !p.trim().is_empty());
@@ -280,7 +280,7 @@ pub async fn submit(
             match store::pools::get(&app.db, &service.account, id).await? {
                 Some(p) if p.state != "deleting" => {}
                 _ => {
-                    return Err(MlError::bad("PoolNotFound", format!(
+                    return Err(BesError::bad("PoolNotFound", format!(
                         "AzureBatchPoolId {id:?} names no pool of this service's account."
                     )).target("AzureBatchPoolId"))
                 }
@@ -288,7 +288,7 @@ pub async fn submit(
             service.account.clone()
         }
         None if app.settings.classic_concurrency == 0 => {
-            return Err(MlError::bad("NoClassicEnvironment", "This server runs no classic batch environment (--classic-concurrency 0); give AzureBatchPoolId.").target("AzureBatchPoolId"))
+            return Err(BesError::bad("NoClassicEnvironment", "This server runs no classic batch environment (--classic-concurrency 0); give AzureBatchPoolId.").target("AzureBatchPoolId"))
         }
         None => CLASSIC_ACCOUNT.to_string(),
     };
@@ -319,12 +319,12 @@ async fn find(
     headers: &HeaderMap,
     query: Option<&str>,
     (ns, svc, id): &(String, String, String),
-) -> MlResult<BesJobRow> {
+) -> BesResult<BesJobRow> {
     let service = authorize(app, headers, ns, svc).await?;
     check_version(query)?;
     store::services::get_job(&app.db, service.pk, id)
         .await?
-        .ok_or_else(|| MlError::not_found("JobNotFound", format!("The job {id:?} does not exist.")))
+        .ok_or_else(|| BesError::not_found("JobNotFound", format!("The job {id:?} does not exist.")))
 }
 
 pub fn status_json(j: &BesJobRow) -> Value {
@@ -343,13 +343,13 @@ pub async fn start(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     Path(path): Path<(String, String, String)>,
-) -> MlResult<StatusCode> {
+) -> BesResult<StatusCode> {
     let job = find(&app, &headers, query.as_deref(), &path).await?;
     if !store::services::set_phase(&app.db, job.pk, &[phase::NOT_STARTED], phase::STAGING).await? {
         let now = store::services::get_job_by_pk(&app.db, job.pk)
             .await?
             .unwrap_or(job);
-        return Err(MlError::new(
+        return Err(BesError::new(
             StatusCode::BAD_REQUEST,
             "InvalidOperation",
             "CannotStartJob",
@@ -368,7 +368,7 @@ pub async fn get(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     Path(path): Path<(String, String, String)>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     Ok(Json(status_json(
         &find(&app, &headers, query.as_deref(), &path).await?,
     )))
@@ -379,7 +379,7 @@ pub async fn list(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     Path((ns, svc)): Path<(String, String)>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     let service = authorize(&app, &headers, &ns, &svc).await?;
     check_version(query.as_deref())?;
     let jobs = store::services::list_jobs(&app.db, service.pk).await?;
@@ -402,7 +402,7 @@ pub async fn cancel(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     Path(path): Path<(String, String, String)>,
-) -> MlResult<StatusCode> {
+) -> BesResult<StatusCode> {
     let job = find(&app, &headers, query.as_deref(), &path).await?;
     let mut tx = app.db.begin().await?;
     cancel_in(&mut tx, &job).await?;

@@ -12,8 +12,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{MlError, MlResult};
-use super::{bearer, same_key, MlJson};
+use super::error::{BesError, BesResult};
+use super::{bearer, same_key, BesJson};
 use crate::api::{rfc3339, BaseUrl};
 use crate::app::AppState;
 use crate::domain::bes;
@@ -30,13 +30,13 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 /// The account whose pool service key the request carries.
-async fn authorize(app: &AppState, headers: &HeaderMap) -> MlResult<PoolServiceAccount> {
-    let given = bearer(headers).ok_or_else(MlError::unauthorized)?;
+async fn authorize(app: &AppState, headers: &HeaderMap) -> BesResult<PoolServiceAccount> {
+    let given = bearer(headers).ok_or_else(BesError::unauthorized)?;
     store::services::pool_service_accounts(&app.db)
         .await?
         .into_iter()
         .find(|a| same_key(given, &a.pool_service_key))
-        .ok_or_else(MlError::unauthorized)
+        .ok_or_else(BesError::unauthorized)
 }
 
 #[derive(Deserialize, Debug)]
@@ -71,12 +71,12 @@ pub struct ResizeBody {
     number_of_vms: Option<i32>,
 }
 
-fn check_vms(n: Option<i32>, account: &PoolServiceAccount, server_max: i32) -> MlResult<i32> {
+fn check_vms(n: Option<i32>, account: &PoolServiceAccount, server_max: i32) -> BesResult<i32> {
     let n = n.ok_or_else(|| {
-        MlError::bad("MissingNumberOfVMs", "NumberOfVMs is required.").target("NumberOfVMs")
+        BesError::bad("MissingNumberOfVMs", "NumberOfVMs is required.").target("NumberOfVMs")
     })?;
     if n < 0 {
-        return Err(MlError::bad(
+        return Err(BesError::bad(
             "InvalidNumberOfVMs",
             format!("NumberOfVMs {n} must not be negative."),
         )
@@ -84,7 +84,7 @@ fn check_vms(n: Option<i32>, account: &PoolServiceAccount, server_max: i32) -> M
     }
     let quota = account.max_vms_per_pool.min(server_max);
     if n > quota {
-        return Err(MlError::new(
+        return Err(BesError::new(
             StatusCode::CONFLICT,
             "Conflict",
             "MaxVMsPerPoolExceeded",
@@ -145,10 +145,10 @@ fn pool_json(p: &PoolRow) -> Value {
     })
 }
 
-async fn find(app: &AppState, account: &str, id: &str) -> MlResult<PoolRow> {
+async fn find(app: &AppState, account: &str, id: &str) -> BesResult<PoolRow> {
     match store::pools::get(&app.db, account, id).await? {
         Some(p) if p.pool_service => Ok(p),
-        _ => Err(MlError::not_found(
+        _ => Err(BesError::not_found(
             "PoolNotFound",
             format!("The pool {id:?} does not exist."),
         )),
@@ -159,15 +159,15 @@ pub async fn create(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     BaseUrl(_base): BaseUrl,
-    MlJson(body): MlJson<CreateBody>,
-) -> MlResult<Response> {
+    BesJson(body): BesJson<CreateBody>,
+) -> BesResult<Response> {
     let account = authorize(&app, &headers).await?;
     let id = body
         .id
         .filter(|i| !i.is_empty())
         .unwrap_or_else(bes::new_id);
     crate::domain::ids::check_id(&id)
-        .map_err(|why| MlError::bad("InvalidPoolId", format!("Id {id:?}: {why}")).target("Id"))?;
+        .map_err(|why| BesError::bad("InvalidPoolId", format!("Id {id:?}: {why}")).target("Id"))?;
     let target = check_vms(
         body.number_of_vms,
         &account,
@@ -175,17 +175,17 @@ pub async fn create(
     )?;
     let slots = body.jobs_per_vm.unwrap_or(1);
     if !(1..=256).contains(&slots) {
-        return Err(MlError::bad(
+        return Err(BesError::bad(
             "InvalidJobsPerVM",
             format!("JobsPerVM {slots} must be between 1 and 256."),
         )
         .target("JobsPerVM"));
     }
     let swagger = body.swagger_location.filter(|s| !s.trim().is_empty()).ok_or_else(|| {
-        MlError::bad("MissingSwaggerLocation", "SwaggerLocation is required: the URL of a web service's swagger.json, which ties the pool to its billing plan.").target("SwaggerLocation")
+        BesError::bad("MissingSwaggerLocation", "SwaggerLocation is required: the URL of a web service's swagger.json, which ties the pool to its billing plan.").target("SwaggerLocation")
     })?;
     let unknown = || {
-        MlError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
+        BesError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
     };
     let (ns, svc) = parse_swagger_url(&swagger).ok_or_else(unknown)?;
     let service = store::services::get(&app.db, &account.name, &ns, &svc)
@@ -193,7 +193,7 @@ pub async fn create(
         .ok_or_else(unknown)?;
     let size_name = body.vm_size.unwrap_or_else(|| "standard_d2_v3".to_string());
     let (vm_size, size) = app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
-        MlError::bad(
+        BesError::bad(
             "InvalidVmSize",
             format!(
                 "VmSize {size_name:?} is unknown; the known sizes are: {}.",
@@ -240,7 +240,7 @@ pub async fn create(
     .fetch_one(&mut *tx)
     .await?;
     if count >= account.max_pools as i64 {
-        return Err(MlError::new(
+        return Err(BesError::new(
             StatusCode::CONFLICT,
             "Conflict",
             "MaxPoolsExceeded",
@@ -251,7 +251,7 @@ pub async fn create(
     }
     match store::pools::insert(&mut *tx, &new).await {
         Err(e) if store::is_unique_violation(&e) => {
-            return Err(MlError::new(
+            return Err(BesError::new(
                 StatusCode::CONFLICT,
                 "Conflict",
                 "PoolExists",
@@ -267,7 +267,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(pool_json(&pool))).into_response())
 }
 
-pub async fn list(State(app): State<Arc<AppState>>, headers: HeaderMap) -> MlResult<Json<Value>> {
+pub async fn list(State(app): State<Arc<AppState>>, headers: HeaderMap) -> BesResult<Json<Value>> {
     let account = authorize(&app, &headers).await?;
     let pools = store::pools::list(&app.db, &account.name).await?;
     Ok(Json(
@@ -279,23 +279,23 @@ pub async fn get_pool(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     let account = authorize(&app, &headers).await?;
     Ok(Json(pool_json(&find(&app, &account.name, &id).await?)))
 }
 
-fn refused(id: &str, r: Refused) -> MlError {
+fn refused(id: &str, r: Refused) -> BesError {
     match r {
         Refused::NotFound => {
-            MlError::not_found("PoolNotFound", format!("The pool {id:?} does not exist."))
+            BesError::not_found("PoolNotFound", format!("The pool {id:?} does not exist."))
         }
-        Refused::BeingDeleted => MlError::new(
+        Refused::BeingDeleted => BesError::new(
             StatusCode::CONFLICT,
             "Conflict",
             "PoolBeingDeleted",
             format!("The pool {id:?} is being deleted."),
         ),
-        Refused::NotSteady(state) => MlError::new(
+        Refused::NotSteady(state) => BesError::new(
             StatusCode::CONFLICT,
             "Conflict",
             "PoolNotSteady",
@@ -308,8 +308,8 @@ pub async fn resize(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    MlJson(body): MlJson<ResizeBody>,
-) -> MlResult<Response> {
+    BesJson(body): BesJson<ResizeBody>,
+) -> BesResult<Response> {
     let account = authorize(&app, &headers).await?;
     let pool = find(&app, &account.name, &id).await?;
     let target = check_vms(
@@ -331,7 +331,7 @@ pub async fn delete(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> MlResult<StatusCode> {
+) -> BesResult<StatusCode> {
     let account = authorize(&app, &headers).await?;
     let pool = find(&app, &account.name, &id).await?;
     match store::pools::mark_deleting(&app.db, &account.name, &pool.id).await? {

@@ -1,10 +1,10 @@
 //! The Azure ML side: web services (our own management API, signed with the account's Shared
 //! Key), their BES job API (Bearer service key), and the Pool Service (Bearer pool service key).
-//! Errors use Azure ML's body (`error::MlError`).
+//! Errors use Azure ML's body (`error::BesError`).
 
 pub mod error;
 pub mod jobs;
-pub mod poolservice;
+pub mod pool_service;
 pub mod services;
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use axum::Router;
 use serde::de::DeserializeOwned;
 
 use crate::app::AppState;
-use error::{MlError, MlResult};
+use error::{BesError, BesResult};
 
 /// Routes signed with the account's Shared Key: managing web services. Both URL families
 /// (`/subscriptions/{sub}` of Resource-Manager services, `/workspaces/{ws}` of classic ones) name
@@ -63,7 +63,7 @@ pub fn bearer_router() -> Router<Arc<AppState>> {
                 post(jobs::start),
             );
     }
-    r.nest("/poolservice", poolservice::router())
+    r.nest("/poolservice", pool_service::router())
 }
 
 /// The key of `Authorization: Bearer <key>`.
@@ -85,12 +85,12 @@ pub fn same_key(a: &str, b: &str) -> bool {
 }
 
 /// BES speaks api-version 2.0; a request naming another is refused, one naming none is served.
-pub fn check_version(query: Option<&str>) -> MlResult<()> {
+pub fn check_version(query: Option<&str>) -> BesResult<()> {
     let version = form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .find(|(k, _)| k == "api-version")
         .map(|(_, v)| v.into_owned());
     match version {
-        Some(v) if v != "2.0" => Err(MlError::bad(
+        Some(v) if v != "2.0" => Err(BesError::bad(
             "BadVersionCall",
             format!("Invalid version parameter was passed during the API call: {v:?}; use api-version=2.0."),
         )
@@ -101,36 +101,36 @@ pub fn check_version(query: Option<&str>) -> MlResult<()> {
 
 /// A JSON body read whatever its Content-Type says (BES clients send application/json,
 /// text/json or nothing); an empty body reads as `{}`.
-pub struct MlJson<T>(pub T);
+pub struct BesJson<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
-    type Rejection = MlError;
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for BesJson<T> {
+    type Rejection = BesError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, MlError> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, BesError> {
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                MlError::new(
+                BesError::new(
                     e.status(),
                     "MemoryQuotaViolation",
                     "RequestBodyTooLarge",
                     "The request body is too large.",
                 )
             } else {
-                MlError::bad(
+                BesError::bad(
                     "RequestBodyInvalid",
                     format!("The request body could not be read: {e}"),
                 )
             }
         })?;
         let text = std::str::from_utf8(&bytes)
-            .map_err(|_| MlError::bad("RequestBodyInvalid", "The request body is not UTF-8."))?;
+            .map_err(|_| BesError::bad("RequestBodyInvalid", "The request body is not UTF-8."))?;
         let text = if text.trim().is_empty() || text.trim() == "\"\"" {
             "{}"
         } else {
             text
         };
         if let Some((path, reason)) = crate::api::json::unstorable(text.as_bytes()) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "RequestBodyInvalid",
                 format!("The request body is invalid: {path} {reason}"),
             )
@@ -138,11 +138,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for MlJson<T> {
         }
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de)
-            .map(MlJson)
+            .map(BesJson)
             .map_err(|e| {
                 let path = e.path().to_string();
                 let target = if path == "." { None } else { Some(path) };
-                let mut err = MlError::bad(
+                let mut err = BesError::bad(
                     "RequestBodyInvalid",
                     format!("The request body is invalid: {}", e.inner()),
                 );

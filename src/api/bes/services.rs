@@ -10,8 +10,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{MlError, MlResult};
-use super::{bearer, same_key, MlJson};
+use super::error::{BesError, BesResult};
+use super::{bearer, same_key, BesJson};
 use crate::api::{rfc3339, BaseUrl, Ctx};
 use crate::app::AppState;
 use crate::domain::bes::{self, Placeholder};
@@ -57,20 +57,20 @@ pub fn param_string(v: &Value) -> Option<String> {
     }
 }
 
-fn check_ports(what: &str, ports: &[Port]) -> MlResult<Value> {
+fn check_ports(what: &str, ports: &[Port]) -> BesResult<Value> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (i, p) in ports.iter().enumerate() {
         let target = format!("{what}[{i}]");
         bes::check_port_name(&p.name).map_err(|why| {
-            MlError::bad(
+            BesError::bad(
                 "InvalidServiceDefinition",
                 format!("{target}.Name {:?} {why}", p.name),
             )
             .target(format!("{target}.Name"))
         })?;
         if !seen.insert(p.name.clone()) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "InvalidServiceDefinition",
                 format!("{what} names {:?} twice", p.name),
             )
@@ -78,7 +78,7 @@ fn check_ports(what: &str, ports: &[Port]) -> MlResult<Value> {
         }
         if let Some(ext) = &p.extension {
             bes::check_extension(ext).map_err(|why| {
-                MlError::bad(
+                BesError::bad(
                     "InvalidServiceDefinition",
                     format!("{target}.Extension {ext:?} {why}"),
                 )
@@ -90,16 +90,16 @@ fn check_ports(what: &str, ports: &[Port]) -> MlResult<Value> {
     Ok(Value::Array(out))
 }
 
-fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
+fn definition(body: ServiceBody) -> BesResult<ServiceDef> {
     let command = body
         .command
         .filter(|c| !c.trim().is_empty())
-        .ok_or_else(|| MlError::bad("InvalidServiceDefinition", "Command is required: the shell command a job runs, with {in:NAME}, {out:NAME} and {param:NAME} placeholders.").target("Command"))?;
+        .ok_or_else(|| BesError::bad("InvalidServiceDefinition", "Command is required: the shell command a job runs, with {in:NAME}, {out:NAME} and {param:NAME} placeholders.").target("Command"))?;
     let billing_plan = body
         .billing_plan
         .filter(|p| !p.trim().is_empty())
         .ok_or_else(|| {
-            MlError::bad(
+            BesError::bad(
                 "InvalidServiceDefinition",
                 "BillingPlan is required: the plan its Pool Service pools' compute hours bill to.",
             )
@@ -107,7 +107,7 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
         })?;
     if let Some(image) = &body.image {
         if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "InvalidServiceDefinition",
                 format!("Image {image:?} is not a Docker image reference"),
             )
@@ -120,7 +120,7 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
     let mut seen = HashSet::new();
     for (i, p) in body.global_parameters.iter().enumerate() {
         if p.name.trim().is_empty() || p.name.contains('}') || !seen.insert(p.name.clone()) {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "InvalidServiceDefinition",
                 format!(
                     "GlobalParameters[{i}].Name {:?} must be non-empty, unique and free of '}}'",
@@ -134,7 +134,7 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
         params.push(json!({"Name": p.name, "Default": default, "Required": required}));
     }
     let parts = bes::parse(&command).map_err(|why| {
-        MlError::bad("InvalidServiceDefinition", format!("Command: {why}")).target("Command")
+        BesError::bad("InvalidServiceDefinition", format!("Command: {why}")).target("Command")
     })?;
     let declared = |list: &[Port], n: &str| list.iter().any(|p| p.name == n);
     for part in parts {
@@ -150,7 +150,7 @@ fn definition(body: ServiceBody) -> MlResult<ServiceDef> {
         };
         if let Some(why) = missing {
             return Err(
-                MlError::bad("InvalidServiceDefinition", format!("Command: {why}"))
+                BesError::bad("InvalidServiceDefinition", format!("Command: {why}"))
                     .target("Command"),
             );
         }
@@ -201,15 +201,15 @@ pub fn service_json(s: &ServiceRow, base: &str, with_keys: bool) -> Value {
     v
 }
 
-fn not_found(svc: &str) -> MlError {
-    MlError::not_found(
+fn not_found(svc: &str) -> BesError {
+    BesError::not_found(
         "WebServiceNotFound",
         format!("The web service {svc:?} does not exist."),
     )
 }
 
 /// A service of the signing account.
-async fn owned(app: &Ctx, ns: &str, svc: &str) -> MlResult<ServiceRow> {
+async fn owned(app: &Ctx, ns: &str, svc: &str) -> BesResult<ServiceRow> {
     store::get(&app.db, &app.account, ns, svc)
         .await?
         .ok_or_else(|| not_found(svc))
@@ -219,11 +219,11 @@ pub async fn put(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((ns, svc)): Path<(String, String)>,
-    MlJson(body): MlJson<ServiceBody>,
-) -> MlResult<Response> {
+    BesJson(body): BesJson<ServiceBody>,
+) -> BesResult<Response> {
     for (what, v) in [("subscription or workspace id", &ns), ("service id", &svc)] {
         crate::domain::ids::check_id(v).map_err(|why| {
-            MlError::bad("InvalidServiceDefinition", format!("The {what}: {why}"))
+            BesError::bad("InvalidServiceDefinition", format!("The {what}: {why}"))
         })?;
     }
     let def = definition(body)?;
@@ -240,7 +240,7 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((ns, svc)): Path<(String, String)>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     let s = owned(&app, &ns, &svc).await?;
     Ok(Json(service_json(&s, &base, true)))
 }
@@ -249,7 +249,7 @@ pub async fn list(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(ns): Path<String>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     let rows = store::list(&app.db, &app.account, &ns).await?;
     Ok(Json(
         json!({"value": rows.iter().map(|s| service_json(s, &base, false)).collect::<Vec<_>>()}),
@@ -257,7 +257,7 @@ pub async fn list(
 }
 
 /// Deleting a service cancels its unfinished jobs and deletes them with it.
-pub async fn delete(app: Ctx, Path((ns, svc)): Path<(String, String)>) -> MlResult<StatusCode> {
+pub async fn delete(app: Ctx, Path((ns, svc)): Path<(String, String)>) -> BesResult<StatusCode> {
     let s = owned(&app, &ns, &svc).await?;
     let mut tx = app.db.begin().await?;
     for job in store::list_jobs(&mut *tx, s.pk).await? {
@@ -278,8 +278,8 @@ pub struct RegenerateBody {
 pub async fn regenerate_key(
     app: Ctx,
     Path((ns, svc)): Path<(String, String)>,
-    MlJson(body): MlJson<RegenerateBody>,
-) -> MlResult<Json<Value>> {
+    BesJson(body): BesJson<RegenerateBody>,
+) -> BesResult<Json<Value>> {
     let s = owned(&app, &ns, &svc).await?;
     let secondary = match body
         .key_type
@@ -290,7 +290,7 @@ pub async fn regenerate_key(
         None | Some("primary") => false,
         Some("secondary") => true,
         Some(other) => {
-            return Err(MlError::bad(
+            return Err(BesError::bad(
                 "RequestBodyInvalid",
                 format!("KeyType {other:?} must be Primary or Secondary"),
             )
@@ -313,8 +313,8 @@ pub async fn authorize(
     headers: &HeaderMap,
     ns: &str,
     svc: &str,
-) -> MlResult<ServiceRow> {
-    let given = bearer(headers).ok_or_else(MlError::unauthorized)?;
+) -> BesResult<ServiceRow> {
+    let given = bearer(headers).ok_or_else(BesError::unauthorized)?;
     // Each account may have a service of this name; the key says which one is meant. Every
     // candidate's keys are compared, so the time taken does not tell which key matched.
     let mut found = None;
@@ -323,7 +323,7 @@ pub async fn authorize(
             found = Some(s);
         }
     }
-    found.ok_or_else(MlError::unauthorized)
+    found.ok_or_else(BesError::unauthorized)
 }
 
 /// A Swagger 2.0 document of the service's BES API, with its inputs, outputs and parameters.
@@ -332,7 +332,7 @@ pub async fn swagger(
     headers: HeaderMap,
     BaseUrl(base): BaseUrl,
     Path((ns, svc)): Path<(String, String)>,
-) -> MlResult<Json<Value>> {
+) -> BesResult<Json<Value>> {
     let s = authorize(&app, &headers, &ns, &svc).await?;
     let blob_ref = json!({"type": "object", "properties": {
         "ConnectionString": {"type": "string"}, "RelativeLocation": {"type": "string"},
