@@ -227,7 +227,7 @@ impl EmbeddedPostgres {
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid).gid(gid);
         }
-        cmd.current_dir(&self.dir.parent().unwrap_or(&self.dir));
+        cmd.current_dir(self.dir.parent().unwrap_or(&self.dir));
         cmd
     }
 }

@@ -480,7 +480,7 @@ mod tests {
         assert!(root.remove_all(Path::new("mid/b")).is_err());
         assert!(outside.join("b/file").exists());
         // Nesting past the bound is refused, not followed down without end.
-        let deep: std::path::PathBuf = std::iter::repeat("d").take(MAX_DEPTH + 2).collect();
+        let deep: std::path::PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 2).collect();
         root.create_dir_all(&deep).unwrap();
         assert!(root.remove_all(Path::new("d")).is_err());
     }

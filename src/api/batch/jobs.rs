@@ -328,7 +328,7 @@ pub async fn replace(
 
 async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiResult<Response> {
     let mut tx = app.db.begin().await?;
-    let job = lock_open_job(&mut tx, &app, job_id).await?;
+    let job = lock_open_job(&mut tx, app, job_id).await?;
     let keep = |current: i32, default: i32| if replace { default } else { current };
     let constraints = body.constraints;
     let props = JobProps {
