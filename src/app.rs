@@ -15,75 +15,8 @@ use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
+use crate::api::state::{AppState, Settings};
 use crate::{api, scheduler, store};
-
-/// What handlers need to know about this server's setup.
-pub struct Settings {
-    pub account: String,
-    pub default_image: String,
-    pub vm_sizes: VmSizeTable,
-    /// "publisher/offer/sku" (lower case) or an image id -> Docker image.
-    pub image_map: HashMap<String, String>,
-    pub max_nodes_per_pool: i32,
-    /// Where s3:// and file:// BES references may point.
-    pub storage_roots: crate::storage::Roots,
-    /// Where BES outputs without an override and BES job logs go.
-    pub bes_storage: crate::storage::DataReference,
-    pub classic_concurrency: i32,
-    /// How long a client may take to send a request's body (api::guard).
-    pub body_read_timeout: std::time::Duration,
-}
-
-/// The shared classic BES environment lives in an account no client can sign as ('.' is not
-/// allowed in account names), in one pool.
-pub const CLASSIC_ACCOUNT: &str = ".classic";
-pub const CLASSIC_POOL: &str = "classic";
-
-pub struct AppState {
-    pub db: PgPool,
-    pub settings: Settings,
-    /// Where node and task directories live on this host (the files API reads them).
-    pub layout: Layout,
-    /// What /health/ready checks besides the database.
-    pub probes: api::health::Probes,
-    wake: Wakeups,
-}
-
-impl AppState {
-    /// Tells the allocator that a pool changed.
-    pub fn wake_allocator(&self) {
-        self.wake.allocate.notify_one();
-        self.notify_leader("allocate");
-    }
-
-    /// Tells the BES driver that a job was started or cancelled.
-    pub fn wake_bes(&self) {
-        self.wake.bes.notify_one();
-        self.notify_leader("bes");
-    }
-
-    /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
-    pub fn wake_dispatcher(&self) {
-        self.wake.dispatch.notify_one();
-        self.notify_leader("dispatch");
-    }
-
-    /// The leading scheduler may be another process: tell it through PostgreSQL, off the
-    /// request's path.
-    fn notify_leader(&self, what: &'static str) {
-        let db = self.db.clone();
-        tokio::spawn(async move {
-            if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(crate::scheduler::WAKE_CHANNEL)
-                .bind(what)
-                .execute(&db)
-                .await
-            {
-                tracing::debug!(error = %e, "notifying the leader failed; its backup tick covers");
-            }
-        });
-    }
-}
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
@@ -314,13 +247,7 @@ async fn run(
         cancel.clone(),
     ));
 
-    let state = Arc::new(AppState {
-        db: db.clone(),
-        settings,
-        layout,
-        probes,
-        wake,
-    });
+    let state = Arc::new(AppState::new(db.clone(), settings, layout, probes, wake));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -5,6 +5,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod embedded_pg;
+pub mod ops;
 pub mod runtime;
 pub mod scheduler;
 pub mod storage;

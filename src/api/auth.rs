@@ -10,11 +10,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
 use super::error::ApiError;
-use crate::app::AppState;
+use crate::api::state::AppState;
 use crate::store;
 
 /// The authenticated account of a request.
@@ -85,15 +83,7 @@ pub fn string_to_sign(method: &Method, uri: &Uri, headers: &HeaderMap, account: 
     s
 }
 
-/// base64(HMAC-SHA256(base64-decoded key, string)).
-pub fn signature(key_base64: &str, string_to_sign: &str) -> Option<String> {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(key_base64)
-        .ok()?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
-    mac.update(string_to_sign.as_bytes());
-    Some(base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
-}
+pub use crate::domain::signing::signature;
 
 /// Compares without an early exit, so the time taken says nothing about where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

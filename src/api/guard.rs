@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::error::ApiError;
 use super::bes::error::BesError;
-use crate::app::AppState;
+use crate::api::state::AppState;
 
 /// The largest request body any route takes.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;

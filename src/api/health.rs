@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::app::AppState;
+use crate::api::state::AppState;
 use crate::runtime::Runtime;
 
 /// A probe that takes longer than this counts as failed: readiness must answer while the

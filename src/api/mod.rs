@@ -7,9 +7,9 @@ pub mod error;
 pub mod guard;
 pub mod health;
 pub mod json;
-pub mod lenient;
 pub mod bes;
 pub mod odata;
+pub mod state;
 pub mod request_id;
 pub mod serve;
 
@@ -20,7 +20,7 @@ use axum::http::request::Parts;
 use axum::routing::get;
 use axum::Router;
 
-use crate::app::AppState;
+use crate::api::state::AppState;
 use error::ApiError;
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -152,10 +152,7 @@ impl<S: Send + Sync> FromRequestParts<S> for BaseUrl {
     }
 }
 
-/// RFC 3339 with microseconds, as the SDKs parse it.
-pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
+pub use crate::domain::rfc3339;
 
 /// RFC 1123, for headers such as Last-Modified.
 pub fn rfc1123(t: chrono::DateTime<chrono::Utc>) -> String {

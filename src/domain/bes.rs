@@ -4,6 +4,11 @@
 //! the local paths of an input or output (relative to the task's working directory, where the
 //! command runs), `{param:NAME}` the value of a global parameter, shell-quoted.
 
+/// The shared classic BES environment lives in an account no client can sign as ('.' is not
+/// allowed in account names), in one pool.
+pub const CLASSIC_ACCOUNT: &str = ".classic";
+pub const CLASSIC_POOL: &str = "classic";
+
 use std::collections::BTreeMap;
 
 /// One placeholder of a template.

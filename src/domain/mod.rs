@@ -30,10 +30,17 @@ macro_rules! wire_enum {
 pub mod bes;
 pub mod duration;
 pub mod ids;
+pub mod lenient;
 pub mod metering;
 pub mod pool;
+pub mod signing;
 pub mod vm_size;
 
 pub use duration::IsoDuration;
 pub mod job;
 pub mod placement;
+
+/// RFC 3339 with microseconds, as the SDKs parse it.
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}

@@ -1,4 +1,7 @@
-//! Pool and node states as Azure Batch spells them on the wire, and the rules between them.
+//! Pool and node states as Azure Batch spells them on the wire, and the rules between them; the
+//! start task as the scheduler runs it.
+
+use serde::Deserialize;
 
 wire_enum!(PoolState { Active = "active", Deleting = "deleting" });
 
@@ -52,6 +55,25 @@ impl NodeState {
     pub fn is_provisioned(self) -> bool {
         !matches!(self, NodeState::Creating | NodeState::LeavingPool)
     }
+}
+
+/// The start task fields this server acts on; the rest is kept and echoed as sent.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartTask {
+    pub command_line: Option<String>,
+    #[serde(default)]
+    pub environment_settings: Vec<EnvironmentSetting>,
+    pub wait_for_success: Option<bool>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    pub max_task_retry_count: Option<i32>,
+}
+
+/// A name and value of `environmentSettings` (pools' start tasks, jobs, tasks).
+#[derive(Deserialize)]
+pub struct EnvironmentSetting {
+    pub name: String,
+    pub value: Option<String>,
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::start_task::{self, Placement};
-use crate::api::batch::pools::StartTask;
+use crate::domain::pool::StartTask;
 use crate::domain::ids::new_node_id;
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
 use crate::runtime::{NodeSpec, Runtime};
@@ -288,7 +288,7 @@ impl Allocator {
         option: NodeDeallocationOption,
     ) -> anyhow::Result<()> {
         let mut tx = self.db.begin().await?;
-        super::complete::stop_tasks_on_nodes(&mut tx, node_pks, option).await?;
+        crate::ops::jobs::stop_tasks_on_nodes(&mut tx, node_pks, option).await?;
         tx.commit().await?;
         self.wake.dispatch.notify_one();
         Ok(())

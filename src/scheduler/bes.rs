@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::Wakeups;
-use crate::app::{CLASSIC_ACCOUNT, CLASSIC_POOL};
+use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
 use crate::storage::{self, DataReference, Roots};
 use crate::domain::duration::IsoDuration;
 use crate::runtime::safe_fs::Below;

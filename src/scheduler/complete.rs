@@ -4,11 +4,12 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use serde_json::{json, Value};
-use sqlx::{PgPool, Postgres, Transaction};
+use serde_json::Value;
+use sqlx::PgPool;
 
-use crate::domain::job::{ExitConditions, JobAction, JobState, TaskFailureMode};
+use crate::domain::job::{ExitConditions, JobAction, TaskFailureMode};
 use crate::domain::IsoDuration;
+use crate::ops::{self, jobs::failure};
 use crate::store::{self, tasks::AttemptRow, tasks::Ending};
 
 /// How an attempt ended, as the executor saw it.
@@ -19,16 +20,6 @@ pub enum Outcome {
     TimedOut,
     /// Its outcome cannot be known (its node went away, the runtime failed): run it again.
     Lost(String),
-}
-
-fn failure(code: &str, message: String) -> Value {
-    json!({"category": "usererror", "code": code, "message": message,
-           "details": [{"name": "Message", "value": message}]})
-}
-
-/// The failureInfo of a task terminated by a user or with its job.
-pub fn ended_by(why: &str) -> Value {
-    failure("TaskEnded", format!("The task was terminated: {why}"))
 }
 
 pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Result<()> {
@@ -73,10 +64,10 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction.as_str() {
             match v.job_action {
                 JobAction::Terminate => {
-                    terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
+                    ops::jobs::terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
                 }
                 JobAction::Disable => {
-                    disable_job(&mut tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
+                    ops::jobs::disable_job(&mut tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
                         .await?
                 }
                 JobAction::None => {}
@@ -192,90 +183,4 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
             verdict(End::Requeue, None, JobAction::None)
         }
     }
-}
-
-/// Completes a job and ends its running tasks (their processes are killed by the executor's
-/// reaper once it sees their attempts gone). Returns whether the job was still open.
-pub async fn terminate_job(
-    tx: &mut Transaction<'_, Postgres>,
-    job_pk: i64,
-    reason: &str,
-) -> sqlx::Result<bool> {
-    if !store::jobs::complete(&mut **tx, job_pk, reason).await? {
-        return Ok(false);
-    }
-    end_running_tasks(tx, job_pk, &format!("its job was terminated ({reason})")).await?;
-    Ok(true)
-}
-
-/// Ends every running task of a job as failed-by-termination.
-pub async fn end_running_tasks(
-    tx: &mut Transaction<'_, Postgres>,
-    job_pk: i64,
-    why: &str,
-) -> sqlx::Result<()> {
-    let info = ended_by(why);
-    store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
-    for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
-        let ending = Ending::Completed {
-            exit_code: None,
-            result: "failure",
-            failure_info: Some(&info),
-            satisfies_dependants: false,
-        };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
-    }
-    Ok(())
-}
-
-/// Disables a job: no new placements; running tasks are requeued, terminated, or left to finish.
-pub async fn disable_job(
-    tx: &mut Transaction<'_, Postgres>,
-    job_pk: i64,
-    mode: crate::domain::job::DisableTasks,
-) -> sqlx::Result<()> {
-    use crate::domain::job::DisableTasks;
-    match mode {
-        DisableTasks::Requeue => {
-            store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
-            for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
-                store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], Ending::Requeue)
-                    .await?;
-            }
-        }
-        DisableTasks::Terminate => end_running_tasks(tx, job_pk, "its job was disabled").await?,
-        DisableTasks::Wait => {}
-    }
-    store::jobs::set_state(&mut **tx, job_pk, JobState::Disabled).await
-}
-
-/// What happens to the tasks running on nodes that leave the pool or reboot: requeued (the
-/// default), ended as failed (terminate), or left to finish (taskcompletion, retaineddata).
-pub async fn stop_tasks_on_nodes(
-    tx: &mut Transaction<'_, Postgres>,
-    node_pks: &[i64],
-    option: crate::domain::pool::NodeDeallocationOption,
-) -> sqlx::Result<()> {
-    use crate::domain::pool::NodeDeallocationOption;
-    if matches!(
-        option,
-        NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
-    ) {
-        return Ok(());
-    }
-    store::tasks::lock_nodes(&mut **tx, node_pks).await?;
-    let info = ended_by("its node was removed or rebooted");
-    for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
-        let ending = match option {
-            NodeDeallocationOption::Terminate => Ending::Completed {
-                exit_code: None,
-                result: "failure",
-                failure_info: Some(&info),
-                satisfies_dependants: false,
-            },
-            _ => Ending::Requeue,
-        };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
-    }
-    Ok(())
 }

@@ -15,43 +15,16 @@ use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
+use crate::ops;
 use crate::runtime::{remove_below, Layout, Runtime};
 use crate::store;
 
 /// The advisory lock key the leading scheduler holds ("batchpol" in ASCII); the fence in the
 /// leader_epoch migration names it too.
 const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
-/// The PostgreSQL channel API servers notify the leading scheduler on ("allocate", "dispatch").
-pub const WAKE_CHANNEL: &str = "batchpool_wake";
-
-/// What the API pokes when it changes something a loop acts on. In this process through the
-/// `Notify`s; across processes through NOTIFY on `WAKE_CHANNEL`, which the leader listens to.
-#[derive(Clone)]
-pub struct Wakeups {
-    /// Pools changed: nodes to add or remove.
-    pub allocate: Arc<Notify>,
-    /// Tasks or slots changed: placements to make, attempts to kill.
-    pub dispatch: Arc<Notify>,
-    /// BES jobs started or cancelled.
-    pub bes: Arc<Notify>,
-    /// How often the loops look even when nobody woke them.
-    pub tick: Duration,
-}
-
-impl Wakeups {
-    pub fn new(tick: Duration) -> Self {
-        Self {
-            allocate: Arc::default(),
-            dispatch: Arc::default(),
-            bes: Arc::default(),
-            tick,
-        }
-    }
-}
-
 /// Turns notifications from other servers into wake-ups of this one's loops.
 async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
     loop {
@@ -294,13 +267,13 @@ async fn dispatch_loop(
 async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
     for pk in store::jobs::past_wall_clock(&s.db).await? {
         let mut tx = s.db.begin().await?;
-        complete::terminate_job(&mut tx, pk, "MaxWallClockTimeExpiry").await?;
+        ops::jobs::terminate_job(&mut tx, pk, "MaxWallClockTimeExpiry").await?;
         tx.commit().await?;
         s.wake.dispatch.notify_one();
     }
     for job in store::jobs::deleting(&s.db).await? {
         let mut tx = s.db.begin().await?;
-        complete::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
+        ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
         executor.reap().await?;

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::api::batch::pools::StartTask;
-use crate::api::rfc3339;
+use crate::domain::pool::StartTask;
+use crate::domain::rfc3339;
 use crate::runtime::{ExecSpec, Runtime};
 
 /// Everything a start task needs to know about where it runs.

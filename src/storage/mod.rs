@@ -458,7 +458,7 @@ pub fn read_sas(
     // version, resource type, snapshot time, encryption scope, then five response headers.
     let to_sign = format!("r\n\n{se}\n{resource}\n\n\n\n{STORAGE_VERSION}\nb\n\n\n\n\n\n\n");
     // The key was checked as base64 when the connection string was parsed.
-    let sig = crate::api::auth::signature(&account.key, &to_sign).unwrap_or_default();
+    let sig = crate::domain::signing::signature(&account.key, &to_sign).unwrap_or_default();
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("sv", STORAGE_VERSION)
         .append_pair("sr", "b")
@@ -496,7 +496,7 @@ async fn create_container(
             format!(
                 "SharedKey {}:{}",
                 account.name,
-                crate::api::auth::signature(&account.key, &to_sign).unwrap_or_default()
+                crate::domain::signing::signature(&account.key, &to_sign).unwrap_or_default()
             ),
         )
         .send()

@@ -19,14 +19,15 @@ use crate::api::{
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, DisableTasks, JobState, TaskFailureMode};
 use crate::domain::IsoDuration;
-use crate::scheduler::complete;
+use crate::domain::pool::EnvironmentSetting;
+use crate::ops;
 use crate::store::{self, jobs::JobProps, jobs::JobRow};
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Constraints {
     max_wall_clock_time: Option<IsoDuration>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     max_task_retry_count: Option<i32>,
 }
 
@@ -38,19 +39,13 @@ pub struct PoolInfo {
 }
 
 #[derive(Deserialize)]
-pub struct EnvironmentSetting {
-    pub name: String,
-    pub value: Option<String>,
-}
-
-#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobCreate {
     id: Option<String>,
     display_name: Option<String>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     priority: Option<i32>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     max_parallel_tasks: Option<i32>,
     constraints: Option<Constraints>,
     pool_info: Option<PoolInfo>,
@@ -68,9 +63,9 @@ pub struct JobCreate {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     priority: Option<i32>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     max_parallel_tasks: Option<i32>,
     constraints: Option<Constraints>,
     pool_info: Option<PoolInfo>,
@@ -443,7 +438,7 @@ pub async fn terminate(
     };
     let mut tx = app.db.begin().await?;
     let job = lock_open_job(&mut tx, &app, &job_id).await?;
-    complete::terminate_job(
+    ops::jobs::terminate_job(
         &mut tx,
         job.pk,
         body.terminate_reason.as_deref().unwrap_or("UserTerminate"),
@@ -485,7 +480,7 @@ pub async fn disable(
             ),
         ));
     }
-    complete::disable_job(&mut tx, job.pk, mode).await?;
+    ops::jobs::disable_job(&mut tx, job.pk, mode).await?;
     tx.commit().await?;
     app.wake_dispatcher();
     accepted(&app, &job_id).await

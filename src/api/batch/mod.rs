@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::app::AppState;
+use crate::api::state::AppState;
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()

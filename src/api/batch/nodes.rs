@@ -134,7 +134,7 @@ pub async fn reboot(
         return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be rebooted when it is idle, running, unusable or its start task failed.", node.state)));
     }
     let mut tx = app.db.begin().await?;
-    crate::scheduler::complete::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
+    crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
     store::nodes::set_state(&mut *tx, node.pk, crate::domain::pool::NodeState::Rebooting).await?;
     tx.commit().await?;
     app.wake_allocator();

@@ -14,7 +14,7 @@ use crate::api::{
     etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
 };
 use crate::domain::ids::check_id;
-use crate::domain::pool::{NodeDeallocationOption, NodeFillType};
+use crate::domain::pool::{NodeDeallocationOption, NodeFillType, StartTask};
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
 
@@ -31,13 +31,13 @@ pub struct PoolCreate {
     vm_size: Option<String>,
     virtual_machine_configuration: Option<Value>,
     resize_timeout: Option<IsoDuration>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     target_dedicated_nodes: Option<i32>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     target_low_priority_nodes: Option<i32>,
     enable_auto_scale: Option<bool>,
     start_task: Option<Value>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     task_slots_per_node: Option<i32>,
     task_scheduling_policy: Option<SchedulingPolicy>,
     metadata: Option<Vec<MetadataItem>>,
@@ -76,24 +76,6 @@ struct ImageReference {
 #[serde(rename_all = "camelCase")]
 struct ContainerConfiguration {
     container_image_names: Option<Vec<String>>,
-}
-
-/// The start task fields this server acts on; the rest is kept and echoed as sent.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StartTask {
-    pub command_line: Option<String>,
-    #[serde(default)]
-    pub environment_settings: Vec<EnvironmentSetting>,
-    pub wait_for_success: Option<bool>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
-    pub max_task_retry_count: Option<i32>,
-}
-
-#[derive(Deserialize)]
-pub struct EnvironmentSetting {
-    pub name: String,
-    pub value: Option<String>,
 }
 
 pub async fn create(
@@ -340,9 +322,9 @@ pub async fn list(
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeBody {
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     target_dedicated_nodes: Option<i32>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     target_low_priority_nodes: Option<i32>,
     resize_timeout: Option<IsoDuration>,
     node_deallocation_option: Option<String>,
@@ -646,7 +628,7 @@ pub async fn remove_nodes(
         }
     }
     let mut tx = app.db.begin().await?;
-    crate::scheduler::complete::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
+    crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
     let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
     sqlx::query(
         "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \

@@ -10,7 +10,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::jobs::{check_retry_count, env_json, find as find_job, EnvironmentSetting};
+use super::jobs::{check_retry_count, env_json, find as find_job};
+use crate::domain::pool::EnvironmentSetting;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
 use crate::api::Ctx;
@@ -20,7 +21,7 @@ use crate::api::{
 use crate::domain::ids::check_id;
 use crate::domain::job::{ExitConditions, JobState};
 use crate::domain::IsoDuration;
-use crate::scheduler::complete;
+use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::NewTask, tasks::TaskRow};
 
 /// Azure's limits on one addtaskcollection request.
@@ -34,7 +35,7 @@ const DEFAULT_RETENTION_SECS: i64 = 7 * 24 * 3600;
 pub struct TaskConstraints {
     max_wall_clock_time: Option<IsoDuration>,
     retention_time: Option<IsoDuration>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     max_task_retry_count: Option<i32>,
 }
 
@@ -125,7 +126,7 @@ pub struct TaskCreate {
     display_name: Option<String>,
     command_line: Option<String>,
     environment_settings: Option<Vec<EnvironmentSetting>>,
-    #[serde(default, deserialize_with = "crate::api::lenient::opt_i32")]
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     required_slots: Option<i32>,
     constraints: Option<TaskConstraints>,
     depends_on: Option<Value>,
@@ -631,7 +632,7 @@ pub async fn terminate(
     check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
-    let info = complete::ended_by("terminated by a user");
+    let info = ops::jobs::ended_by("terminated by a user");
     let mut tx = app.db.begin().await?;
     let ending = Ending::Completed {
         exit_code: None,
@@ -724,7 +725,7 @@ pub async fn delete(
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let mut tx = app.db.begin().await?;
-    let info = complete::ended_by("the task was deleted");
+    let info = ops::jobs::ended_by("the task was deleted");
     let ending = Ending::Completed {
         exit_code: None,
         result: "failure",

@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
 
-use crate::app::AppState;
+use crate::api::state::AppState;
 use error::{BesError, BesResult};
 
 /// Routes signed with the account's Shared Key: managing web services. Both URL families

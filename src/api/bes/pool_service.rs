@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::error::{BesError, BesResult};
 use super::{bearer, same_key, BesJson};
 use crate::api::{rfc3339, BaseUrl};
-use crate::app::AppState;
+use crate::api::state::AppState;
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
 use crate::store;
@@ -46,7 +46,7 @@ pub struct CreateBody {
     #[serde(
         default,
         rename = "NumberOfVMs",
-        deserialize_with = "crate::api::lenient::opt_i32"
+        deserialize_with = "crate::domain::lenient::opt_i32"
     )]
     number_of_vms: Option<i32>,
     vm_size: Option<String>,
@@ -55,7 +55,7 @@ pub struct CreateBody {
     #[serde(
         default,
         rename = "JobsPerVM",
-        deserialize_with = "crate::api::lenient::opt_i32"
+        deserialize_with = "crate::domain::lenient::opt_i32"
     )]
     jobs_per_vm: Option<i32>,
 }
@@ -66,7 +66,7 @@ pub struct ResizeBody {
     #[serde(
         default,
         rename = "NumberOfVMs",
-        deserialize_with = "crate::api::lenient::opt_i32"
+        deserialize_with = "crate::domain::lenient::opt_i32"
     )]
     number_of_vms: Option<i32>,
 }

@@ -1,0 +1,79 @@
+//! What handlers may use: the database, this server's settings, where node directories live,
+//! the readiness probes, and the wake-ups of the scheduler's loops.
+
+use std::collections::HashMap;
+
+use sqlx::PgPool;
+
+use crate::domain::vm_size::VmSizeTable;
+use crate::ops::wake::{notify_leader, Wakeups};
+use crate::runtime::Layout;
+
+/// What handlers need to know about this server's setup.
+pub struct Settings {
+    pub account: String,
+    pub default_image: String,
+    pub vm_sizes: VmSizeTable,
+    /// "publisher/offer/sku" (lower case) or an image id -> Docker image.
+    pub image_map: HashMap<String, String>,
+    pub max_nodes_per_pool: i32,
+    /// Where s3:// and file:// BES references may point.
+    pub storage_roots: crate::storage::Roots,
+    /// Where BES outputs without an override and BES job logs go.
+    pub bes_storage: crate::storage::DataReference,
+    pub classic_concurrency: i32,
+    /// How long a client may take to send a request's body (api::guard).
+    pub body_read_timeout: std::time::Duration,
+}
+
+
+pub struct AppState {
+    pub db: PgPool,
+    pub settings: Settings,
+    /// Where node and task directories live on this host (the files API reads them).
+    pub layout: Layout,
+    /// What /health/ready checks besides the database.
+    pub probes: super::health::Probes,
+    wake: Wakeups,
+}
+
+impl AppState {
+    pub fn new(
+        db: PgPool,
+        settings: Settings,
+        layout: Layout,
+        probes: super::health::Probes,
+        wake: Wakeups,
+    ) -> Self {
+        Self {
+            db,
+            settings,
+            layout,
+            probes,
+            wake,
+        }
+    }
+
+    /// Tells the allocator that a pool changed.
+    pub fn wake_allocator(&self) {
+        self.wake.allocate.notify_one();
+        self.notify_leader("allocate");
+    }
+
+    /// Tells the BES driver that a job was started or cancelled.
+    pub fn wake_bes(&self) {
+        self.wake.bes.notify_one();
+        self.notify_leader("bes");
+    }
+
+    /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
+    pub fn wake_dispatcher(&self) {
+        self.wake.dispatch.notify_one();
+        self.notify_leader("dispatch");
+    }
+
+    /// The leading scheduler may be another process: tell it through PostgreSQL too.
+    fn notify_leader(&self, what: &'static str) {
+        notify_leader(&self.db, what);
+    }
+}

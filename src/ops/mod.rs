@@ -1,0 +1,5 @@
+//! State changes that both the API and the scheduler start, so neither imports the other:
+//! ending jobs and tasks, and waking the scheduler's loops.
+
+pub mod jobs;
+pub mod wake;

@@ -1,0 +1,52 @@
+//! Wake-ups of the scheduler's loops: in this process through `Notify`s, across processes
+//! through PostgreSQL NOTIFY on `WAKE_CHANNEL`, which the leading scheduler listens to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+/// The PostgreSQL channel API servers notify the leading scheduler on ("allocate", "dispatch").
+pub const WAKE_CHANNEL: &str = "batchpool_wake";
+
+/// What the API pokes when it changes something a loop acts on. In this process through the
+/// `Notify`s; across processes through NOTIFY on `WAKE_CHANNEL`, which the leader listens to.
+#[derive(Clone)]
+pub struct Wakeups {
+    /// Pools changed: nodes to add or remove.
+    pub allocate: Arc<Notify>,
+    /// Tasks or slots changed: placements to make, attempts to kill.
+    pub dispatch: Arc<Notify>,
+    /// BES jobs started or cancelled.
+    pub bes: Arc<Notify>,
+    /// How often the loops look even when nobody woke them.
+    pub tick: Duration,
+}
+
+impl Wakeups {
+    pub fn new(tick: Duration) -> Self {
+        Self {
+            allocate: Arc::default(),
+            dispatch: Arc::default(),
+            bes: Arc::default(),
+            tick,
+        }
+    }
+}
+
+/// Tells the leading scheduler, which may be another process, through PostgreSQL; off the
+/// caller's path.
+pub fn notify_leader(db: &PgPool, what: &'static str) {
+    let db = db.clone();
+    tokio::spawn(async move {
+        if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WAKE_CHANNEL)
+            .bind(what)
+            .execute(&db)
+            .await
+        {
+            tracing::debug!(error = %e, "notifying the leader failed; its backup tick covers");
+        }
+    });
+}
