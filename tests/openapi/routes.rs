@@ -74,7 +74,7 @@ pub fn documented() -> Operations {
 }
 
 /// A Rust file under src/api/: its module path (`api::batch` for api/batch/mod.rs) and its text
-/// up to its tests (a test module may build routers of its own).
+/// up to its `#[cfg(test)] mod` (a test module may build routers of its own).
 struct Source {
     module: Vec<String>,
     name: String,
@@ -94,7 +94,10 @@ fn sources(dir: &Path, module: &[String], out: &mut Vec<Source>) {
             sources(&path, &child, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             let text = std::fs::read_to_string(&path).expect("reading a source file");
-            let end = text.find("#[cfg(test)]").unwrap_or(text.len());
+            let end = text
+                .match_indices("#[cfg(test)]")
+                .find(|(i, m)| text[i + m.len()..].trim_start().starts_with("mod "))
+                .map_or(text.len(), |(i, _)| i);
             out.push(Source {
                 module: if stem == "mod" {
                     module.to_vec()
