@@ -120,10 +120,29 @@ pub struct TestServer {
     extra_args: Vec<String>,
 }
 
+/// Stops the whole test binary with one line when it runs without scripts/test.sh (a bare `cargo
+/// test`), and cargo with it: a panic in every test, each with its backtrace, would bury what to
+/// do. Written past the test harness's output capture, and checked once. Unit tests
+/// (`cargo test --lib`) need no environment and still run first.
+pub fn require_test_env() {
+    static CHECKED: OnceLock<()> = OnceLock::new();
+    CHECKED.get_or_init(|| {
+        if std::env::var_os("BATCHPOOL_TEST_DATABASE_URL").is_none() {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "integration tests need the test environment: run scripts/test.sh \
+                 (it starts Docker, PostgreSQL and the emulators)"
+            );
+            std::process::exit(2);
+        }
+    });
+}
+
 /// The throwaway PostgreSQL the test script started (scripts/test-env.sh).
 fn admin_url() -> String {
-    std::env::var("BATCHPOOL_TEST_DATABASE_URL")
-        .expect("BATCHPOOL_TEST_DATABASE_URL is not set: run the tests through scripts/test.sh (see README)")
+    require_test_env();
+    std::env::var("BATCHPOOL_TEST_DATABASE_URL").expect("checked by require_test_env")
 }
 
 /// Makes a fresh database on the test server and returns its URL.
@@ -165,6 +184,7 @@ impl TestServer {
     }
 
     pub async fn start_with(runtime: Rt, database_url: Option<String>, extra: &[&str]) -> Self {
+        require_test_env();
         batchpool::install_tls();
         if runtime == Rt::Docker {
             ensure_test_image();

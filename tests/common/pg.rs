@@ -12,6 +12,7 @@ pub struct OwnPostgres {
 
 impl OwnPostgres {
     pub fn start() -> Self {
+        super::require_test_env();
         let dir = tempfile::Builder::new()
             .prefix("bppg")
             .tempdir()
