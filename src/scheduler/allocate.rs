@@ -116,10 +116,7 @@ impl Allocator {
             }
         }
         // Records whose node row is gone (deleted with its pool while no server ran) end now.
-        sqlx::query("UPDATE usage_records SET ended_at = greatest($1, started_at) WHERE ended_at IS NULL AND node_id NOT IN (SELECT id FROM nodes)")
-            .bind(now)
-            .execute(&self.db)
-            .await?;
+        store::usage::close_orphaned(&self.db, now).await?;
         tracing::info!(
             adopted,
             runtime = self.runtime.name(),
@@ -296,12 +293,7 @@ impl Allocator {
 
     async fn remove(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
         // A node left to finish its tasks (taskcompletion) goes when the last one ends.
-        let busy: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running')",
-        )
-        .bind(node_pk)
-        .fetch_one(&self.db)
-        .await?;
+        let busy = store::tasks::any_running_on_node(&self.db, node_pk).await?;
         if busy {
             return Ok(());
         }

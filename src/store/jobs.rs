@@ -234,3 +234,29 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
         .await?;
     Ok(())
 }
+
+/// An active job and how many of its tasks are running.
+#[derive(sqlx::FromRow)]
+pub struct JobRoom {
+    pub pk: i64,
+    pub max_parallel_tasks: i32,
+    pub running: i64,
+}
+
+/// A pool's active jobs, in dispatch order (priority, then age), with their running tasks.
+pub async fn active_in_pool(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    pool_id: &str,
+) -> sqlx::Result<Vec<JobRoom>> {
+    sqlx::query_as(
+        "SELECT j.pk, j.max_parallel_tasks, \
+                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state = 'running') AS running \
+         FROM jobs j WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state = 'active' \
+         ORDER BY j.priority DESC, j.creation_time, j.pk",
+    )
+    .bind(account)
+    .bind(pool_id)
+    .fetch_all(db)
+    .await
+}

@@ -156,3 +156,49 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
         .await?;
     Ok(())
 }
+
+/// A usable node with free slots, with what dispatch needs of its pool.
+#[derive(sqlx::FromRow)]
+pub struct FreeSlots {
+    pub node_pk: i64,
+    pub pool_pk: i64,
+    pub pool_id: String,
+    pub account: String,
+    pub free: i32,
+    pub fill: String,
+}
+
+/// Locks every usable node (of an active pool) with free slots and returns its free slots, in
+/// node order.
+pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSlots>> {
+    sqlx::query_as(
+        "SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account, \
+                p.task_slots_per_node - n.running_task_slots AS free, p.node_fill_type AS fill \
+         FROM nodes n JOIN pools p ON p.pk = n.pool_pk \
+         WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node \
+         ORDER BY n.pk FOR UPDATE OF n",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Adds placed tasks to their nodes (per node: slots taken and tasks started) and marks them
+/// running.
+pub async fn add_placements(
+    db: impl PgExecutor<'_>,
+    node_pks: &[i64],
+    slots: &[i32],
+    tasks: &[i32],
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, total_tasks_run = n.total_tasks_run + d.tasks, running_tasks = n.running_tasks + d.tasks, \
+            state = 'running', state_transition_time = CASE WHEN n.state = 'running' THEN n.state_transition_time ELSE now() END \
+         FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(pk, slots, tasks) WHERE n.pk = d.pk",
+    )
+    .bind(node_pks)
+    .bind(slots)
+    .bind(tasks)
+    .execute(db)
+    .await?;
+    Ok(())
+}

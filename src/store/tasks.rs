@@ -607,3 +607,53 @@ pub async fn take_expired_files(
     .fetch_all(db)
     .await
 }
+
+/// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
+/// skipping those another pass holds: (pk, required slots).
+pub async fn claim_ready(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query_as(
+        "SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0 \
+         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(job_pk)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.
+pub async fn start_attempts(
+    db: impl PgExecutor<'_>,
+    task_pks: &[i64],
+    node_pks: &[i64],
+) -> sqlx::Result<Vec<AttemptRow>> {
+    sqlx::query_as(&format!(
+        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
+            state = 'running', state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
+            node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
+            exit_code = NULL, result = NULL, failure_info = NULL \
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
+         JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
+         WHERE t.pk = u.pk AND j.pk = t.job_pk \
+         RETURNING {}, true AS node_alive",
+        ATTEMPT_COLUMNS
+    ))
+    .bind(task_pks)
+    .bind(node_pks)
+    .fetch_all(db)
+    .await
+}
+
+/// Whether a task is running on the node.
+pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running')",
+    )
+    .bind(node_pk)
+    .fetch_one(db)
+    .await
+}

@@ -114,3 +114,12 @@ pub async fn slots_in_range(
     .fetch_all(db)
     .await
 }
+
+/// Closes the open records whose node row is gone.
+pub async fn close_orphaned(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::Result<()> {
+    sqlx::query("UPDATE usage_records SET ended_at = greatest($1, started_at) WHERE ended_at IS NULL AND node_id NOT IN (SELECT id FROM nodes)")
+        .bind(at)
+        .execute(db)
+        .await?;
+    Ok(())
+}
