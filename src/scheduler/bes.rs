@@ -160,36 +160,18 @@ impl BesJobDriver {
 
     /// Running BES jobs whose task has completed, or whose Batch job is gone.
     async fn ended_tasks(&self) -> sqlx::Result<HashSet<i64>> {
-        let rows: Vec<i64> = sqlx::query_scalar(
-            "SELECT b.pk FROM bes_jobs b \
-             LEFT JOIN jobs j ON j.account = b.run_account AND lower(j.id) = lower(b.id) \
-             LEFT JOIN tasks t ON t.job_pk = j.pk AND t.id = $1 \
-             WHERE b.phase = 'running' AND (t.pk IS NULL OR t.state = 'completed')",
-        )
-        .bind(TASK_ID)
-        .fetch_all(&self.db)
-        .await?;
+        let rows = store::services::running_jobs_ended(&self.db, TASK_ID).await?;
         Ok(rows.into_iter().collect())
     }
 
     async fn still_in(&self, job: &BesJobRow, phases: &[&str]) -> sqlx::Result<bool> {
-        let now: Option<String> = sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1")
-            .bind(job.pk)
-            .fetch_optional(&self.db)
-            .await?;
+        let now = store::services::job_phase(&self.db, job.pk).await?;
         Ok(now.is_some_and(|p| phases.contains(&p.as_str())))
     }
 
     /// Jobs waiting for or running on a pool that is gone or being deleted.
     async fn pool_gone(&self) -> sqlx::Result<Vec<i64>> {
-        sqlx::query_scalar(
-            "SELECT b.pk FROM bes_jobs b \
-             WHERE b.phase IN ('staging', 'running') AND b.pool_id IS NOT NULL AND NOT EXISTS ( \
-                SELECT 1 FROM pools p WHERE p.account = b.run_account AND lower(p.id) = lower(b.pool_id) \
-                  AND p.state = 'active')",
-        )
-        .fetch_all(&self.db)
-        .await
+        store::services::jobs_without_pool(&self.db).await
     }
 
     /// Fails a job whose pool went away, and its Batch job with it.
@@ -257,11 +239,7 @@ impl BesJobDriver {
             }
         }
         let mut tx = self.db.begin().await?;
-        let current: Option<String> =
-            sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1 FOR UPDATE")
-                .bind(job.pk)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let current = store::services::lock_job_phase(&mut *tx, job.pk).await?;
         if current.as_deref() != Some(phase::STAGING) {
             return Ok(()); // cancelled meanwhile
         }
@@ -344,15 +322,7 @@ impl BesJobDriver {
             return Ok(());
         }
         store::services::set_phase(&self.db, job.pk, &[phase::RUNNING], phase::UPLOADING).await?;
-        let outcome: Option<(String, Option<i32>, Option<String>, Option<Value>)> = sqlx::query_as(
-            "SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk \
-             WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3",
-        )
-        .bind(&job.run_account)
-        .bind(&job.id)
-        .bind(TASK_ID)
-        .fetch_optional(&self.db)
-        .await?;
+        let outcome = store::tasks::outcome(&self.db, &job.run_account, &job.id, TASK_ID).await?;
         let Some((_, exit_code, result, failure)) = outcome else {
             return self
                 .fail(

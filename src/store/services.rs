@@ -369,3 +369,44 @@ pub async fn rotate_pool_service_key(
     .fetch_optional(db)
     .await
 }
+
+/// Running BES jobs whose task (`task_id`) has completed, or whose Batch job is gone.
+pub async fn running_jobs_ended(db: impl PgExecutor<'_>, task_id: &str) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT b.pk FROM bes_jobs b \
+         LEFT JOIN jobs j ON j.account = b.run_account AND lower(j.id) = lower(b.id) \
+         LEFT JOIN tasks t ON t.job_pk = j.pk AND t.id = $1 \
+         WHERE b.phase = 'running' AND (t.pk IS NULL OR t.state = 'completed')",
+    )
+    .bind(task_id)
+    .fetch_all(db)
+    .await
+}
+
+/// A BES job's phase, if the job still exists.
+pub async fn job_phase(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+/// A BES job's phase, if the job still exists, locking its row.
+pub async fn lock_job_phase(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1 FOR UPDATE")
+        .bind(pk)
+        .fetch_optional(db)
+        .await
+}
+
+/// BES jobs waiting for or running on a pool that is gone or being deleted.
+pub async fn jobs_without_pool(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT b.pk FROM bes_jobs b \
+         WHERE b.phase IN ('staging', 'running') AND b.pool_id IS NOT NULL AND NOT EXISTS ( \
+            SELECT 1 FROM pools p WHERE p.account = b.run_account AND lower(p.id) = lower(b.pool_id) \
+              AND p.state = 'active')",
+    )
+    .fetch_all(db)
+    .await
+}

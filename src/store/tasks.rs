@@ -657,3 +657,24 @@ pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx:
     .fetch_one(db)
     .await
 }
+
+/// How a task ended: (state, exit code, result, failure info).
+pub type Outcome = (String, Option<i32>, Option<String>, Option<Value>);
+
+/// A task's outcome, found by its job's account and id (any case) and its own id.
+pub async fn outcome(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    job_id: &str,
+    task_id: &str,
+) -> sqlx::Result<Option<Outcome>> {
+    sqlx::query_as(
+        "SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk \
+         WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3",
+    )
+    .bind(account)
+    .bind(job_id)
+    .bind(task_id)
+    .fetch_optional(db)
+    .await
+}
