@@ -22,18 +22,10 @@ use crate::ops;
 use crate::runtime::{remove_below, Layout, Runtime};
 use crate::store;
 
-/// The advisory lock key the leading scheduler holds ("batchpol" in ASCII); the fence in the
-/// leader_epoch migration names it too.
-const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
 /// Turns notifications from other servers into wake-ups of this one's loops.
 async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
     loop {
-        let listener = async {
-            let mut listener = sqlx::postgres::PgListener::connect_with(&db).await?;
-            listener.listen(WAKE_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        match listener.await {
+        match store::leader::listen(&db, WAKE_CHANNEL).await {
             Ok(mut listener) => loop {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
@@ -122,10 +114,7 @@ async fn contend(
 
 async fn try_lead(db: &PgPool, holder: &str) -> sqlx::Result<Option<(sqlx::PgConnection, i64)>> {
     let mut conn = db.acquire().await?.detach();
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LEADER_LOCK)
-        .fetch_one(&mut conn)
-        .await?;
+    let locked = store::leader::try_lock(&mut conn).await?;
     if !locked {
         return Ok(None);
     }
@@ -159,10 +148,7 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
     if lost {
         tracing::warn!(epoch, "stopped leading the scheduler");
     } else {
-        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(LEADER_LOCK)
-            .execute(&mut lock)
-            .await;
+        let _ = store::leader::unlock(&mut lock).await;
     }
     let _ = tokio::time::timeout(LOCK_CHECK_TIMEOUT, term.db.close()).await;
 }

@@ -31,3 +31,32 @@ pub async fn epoch(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
 pub fn is_stale(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.code().as_deref() == Some(STALE))
 }
+
+/// The advisory lock key the leading scheduler holds ("batchpol" in ASCII); the fence in the
+/// leader_epoch migration names it too.
+const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
+
+/// Takes the leader's advisory lock on this connection if no other session holds it; returns
+/// whether it did.
+pub async fn try_lock(db: impl PgExecutor<'_>) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LEADER_LOCK)
+        .fetch_one(db)
+        .await
+}
+
+/// Releases the leader's advisory lock held by this connection.
+pub async fn unlock(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(LEADER_LOCK)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A connection of its own listening on `channel` (the scheduler's wake-ups).
+pub async fn listen(db: &sqlx::PgPool, channel: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(db).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
