@@ -33,8 +33,7 @@ pub async fn live() -> Json<serde_json::Value> {
 /// and whether this server leads the scheduler (a follower is ready too: it serves the API).
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let database = async {
-        sqlx::query("SELECT 1")
-            .execute(&state.db)
+        crate::store::ping(&state.db)
             .await
             .map_err(|e| tracing::warn!(error = %e, "readiness: the database does not answer"))
             .is_ok()

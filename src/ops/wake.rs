@@ -40,12 +40,7 @@ impl Wakeups {
 pub fn notify_leader(db: &PgPool, what: &'static str) {
     let db = db.clone();
     tokio::spawn(async move {
-        if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(WAKE_CHANNEL)
-            .bind(what)
-            .execute(&db)
-            .await
-        {
+        if let Err(e) = crate::store::notify(&db, WAKE_CHANNEL, what).await {
             tracing::debug!(error = %e, "notifying the leader failed; its backup tick covers");
         }
     });

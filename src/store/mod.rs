@@ -24,3 +24,23 @@ pub mod accounts;
 pub mod jobs;
 pub mod leader;
 pub mod tasks;
+
+/// Whether the database answers (readiness).
+pub async fn ping(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1").execute(db).await?;
+    Ok(())
+}
+
+/// Sends `payload` on the NOTIFY `channel` (delivered when the transaction, if any, commits).
+pub async fn notify(
+    db: impl sqlx::PgExecutor<'_>,
+    channel: &str,
+    payload: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(db)
+        .await?;
+    Ok(())
+}

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::pool::{AllocationState, PoolState};
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, PoolState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct PoolRow {
@@ -299,4 +299,48 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// After `removed` of the pool's nodes were marked leaving: lowers its target by as many (never
+/// below 0), sets the resize timeout if one is given, and starts a resize with no errors.
+pub async fn shrink_for_removed_nodes(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    removed: i32,
+    resize_timeout_ticks: Option<i64>,
+    option: NodeDeallocationOption,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
+            resize_timeout_ticks = coalesce($3, resize_timeout_ticks), node_deallocation_option = $4, \
+            allocation_state = 'resizing', allocation_state_transition_time = now(), resize_errors = '[]', last_modified = now() \
+         WHERE pk = $1",
+    )
+    .bind(pk)
+    .bind(removed)
+    .bind(resize_timeout_ticks)
+    .bind(option.as_str())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Serializes the Pool Service's pool creations of `account` until the transaction ends, so its
+/// quota check and insert are one step. Takes a transaction.
+pub async fn lock_pool_service_account(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('poolservice:' || $1))")
+        .bind(account)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// How many Pool Service pools `account` has, not counting those being deleted (its quota's use).
+pub async fn count_pool_service(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'",
+    )
+    .bind(account)
+    .fetch_one(db)
+    .await
 }

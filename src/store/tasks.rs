@@ -678,3 +678,49 @@ pub async fn outcome(
     .fetch_optional(db)
     .await
 }
+
+/// Replaces a task's constraints.
+pub async fn update_constraints(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    max_wall_clock_ticks: Option<i64>,
+    retention_ticks: i64,
+    max_task_retry_count: i32,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE tasks SET max_wall_clock_ticks = $2, retention_ticks = $3, max_task_retry_count = $4, last_modified = now() WHERE pk = $1",
+    )
+    .bind(pk)
+    .bind(max_wall_clock_ticks)
+    .bind(retention_ticks)
+    .bind(max_task_retry_count)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Makes a task that completed with a failure active again, its retries counted afresh. `None`
+/// if it is not such a task; else whether its failure satisfied its dependants (which then must
+/// count it as unmet again: `unsatisfy_dependants`).
+pub async fn reactivate(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar(
+        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, state = 'active', \
+            state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
+            failure_info = NULL, end_time = NULL, satisfies_dependants = false \
+         FROM (SELECT pk, satisfies_dependants FROM tasks WHERE pk = $1 FOR UPDATE) old \
+         WHERE t.pk = old.pk AND t.state = 'completed' AND t.result = 'failure' \
+         RETURNING old.satisfies_dependants",
+    )
+    .bind(pk)
+    .fetch_optional(db)
+    .await
+}
+
+/// The tasks depending on `pk` count it as an unmet dependency again.
+pub async fn unsatisfy_dependants(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE tasks SET unmet_deps = unmet_deps + 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)")
+        .bind(pk)
+        .execute(db)
+        .await?;
+    Ok(())
+}

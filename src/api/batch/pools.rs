@@ -630,17 +630,13 @@ pub async fn remove_nodes(
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
     let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
-    sqlx::query(
-        "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
-            resize_timeout_ticks = coalesce($3, resize_timeout_ticks), node_deallocation_option = $4, \
-            allocation_state = 'resizing', allocation_state_transition_time = now(), resize_errors = '[]', last_modified = now() \
-         WHERE pk = $1",
+    store::pools::shrink_for_removed_nodes(
+        &mut *tx,
+        pool.pk,
+        leaving.len() as i32,
+        timeout,
+        option,
     )
-    .bind(pool.pk)
-    .bind(leaving.len() as i32)
-    .bind(timeout)
-    .bind(option.as_str())
-    .execute(&mut *tx)
     .await?;
     tx.commit().await?;
     app.wake_allocator();

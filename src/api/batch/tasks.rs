@@ -610,14 +610,15 @@ pub async fn update(
         "constraints.maxTaskRetryCount",
         c.max_task_retry_count.unwrap_or(job.max_task_retry_count),
     )?;
-    sqlx::query(
-        "UPDATE tasks SET max_wall_clock_ticks = $2, retention_ticks = $3, max_task_retry_count = $4, last_modified = now() WHERE pk = $1",
+    store::tasks::update_constraints(
+        &app.db,
+        task.pk,
+        c.max_wall_clock_time.map(IsoDuration::ticks),
+        c.retention_time
+            .map(IsoDuration::ticks)
+            .unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000),
+        retries,
     )
-    .bind(task.pk)
-    .bind(c.max_wall_clock_time.map(IsoDuration::ticks))
-    .bind(c.retention_time.map(IsoDuration::ticks).unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000))
-    .bind(retries)
-    .execute(&app.db)
     .await?;
     let task = find(&app, &job, &task_id).await?;
     Ok((StatusCode::OK, resource_headers(task.last_modified)).into_response())
@@ -683,22 +684,9 @@ pub async fn reactivate(
     let mut tx = app.db.begin().await?;
     // A failure that satisfied its dependants (dependencyAction satisfy) no longer does once the
     // task runs again: they count it as unmet until it ends anew.
-    let done: Option<bool> = sqlx::query_scalar(
-        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, state = 'active', \
-            state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
-            failure_info = NULL, end_time = NULL, satisfies_dependants = false \
-         FROM (SELECT pk, satisfies_dependants FROM tasks WHERE pk = $1 FOR UPDATE) old \
-         WHERE t.pk = old.pk AND t.state = 'completed' AND t.result = 'failure' \
-         RETURNING old.satisfies_dependants",
-    )
-    .bind(task.pk)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let done = store::tasks::reactivate(&mut *tx, task.pk).await?;
     if done == Some(true) {
-        sqlx::query("UPDATE tasks SET unmet_deps = unmet_deps + 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)")
-            .bind(task.pk)
-            .execute(&mut *tx)
-            .await?;
+        store::tasks::unsatisfy_dependants(&mut *tx, task.pk).await?;
     }
     tx.commit().await?;
     if done.is_none() {

@@ -229,16 +229,8 @@ pub async fn create(
     };
     // The quota check and the insert are one step per account.
     let mut tx = app.db.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('poolservice:' || $1))")
-        .bind(&account.name)
-        .execute(&mut *tx)
-        .await?;
-    let count: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'",
-    )
-    .bind(&account.name)
-    .fetch_one(&mut *tx)
-    .await?;
+    store::pools::lock_pool_service_account(&mut *tx, &account.name).await?;
+    let count = store::pools::count_pool_service(&mut *tx, &account.name).await?;
     if count >= account.max_pools as i64 {
         return Err(BesError::new(
             StatusCode::CONFLICT,
