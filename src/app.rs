@@ -221,9 +221,7 @@ async fn run(
     let layout = Layout::new(&data_dir);
     let runtime = Arc::new(choose_runtime(&config, layout.clone()).await?);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
-    if let Runtime::Docker(d) = runtime.as_ref() {
-        ensure_default_image(d, &config.default_image).await;
-    }
+    runtime.ensure_default_image(&config.default_image).await;
 
     std::fs::create_dir_all(&layout.nodes)?;
     std::fs::create_dir_all(&layout.workitems)?;
@@ -368,41 +366,21 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
 async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<Runtime> {
     let host = config.docker_host.as_deref();
     match config.runtime {
-        RuntimeChoice::Local => Ok(Runtime::Local(LocalRuntime::new(layout))),
-        RuntimeChoice::Docker => Ok(Runtime::Docker(DockerRuntime::new(
+        RuntimeChoice::Local => Ok(Runtime::new(LocalRuntime::new(layout))),
+        RuntimeChoice::Docker => Ok(Runtime::new(DockerRuntime::new(
             docker::connect(host).await?,
             layout,
         ))),
         RuntimeChoice::Auto => match docker::connect(host).await {
             Ok(client) => {
                 tracing::info!("a Docker engine answers: nodes are containers");
-                Ok(Runtime::Docker(DockerRuntime::new(client, layout)))
+                Ok(Runtime::new(DockerRuntime::new(client, layout)))
             }
             Err(e) => {
                 tracing::warn!(reason = %format!("{e:#}"), "no Docker engine answers: using the local runtime (nodes are directories and processes)");
-                Ok(Runtime::Local(LocalRuntime::new(layout)))
+                Ok(Runtime::new(LocalRuntime::new(layout)))
             }
         },
-    }
-}
-
-/// The built-in default image is built from the machine's static busybox when it is missing, so
-/// a fresh machine runs pools without a registry. Other images are the user's to provide.
-async fn ensure_default_image(docker: &DockerRuntime, image: &str) {
-    const BUILT_IN: &str = "batchpool/node:latest";
-    const BUSYBOX: &str = "/bin/busybox";
-    if image != BUILT_IN || docker.client().inspect_image(image).await.is_ok() {
-        return;
-    }
-    if !std::path::Path::new(BUSYBOX).exists() {
-        tracing::warn!(image, "the default node image is missing and {BUSYBOX} is not there to build it (apt-get install busybox-static)");
-        return;
-    }
-    match docker::build_busybox_image(docker.client(), image, std::path::Path::new(BUSYBOX)).await {
-        Ok(()) => tracing::info!(image, "built the default node image from {BUSYBOX}"),
-        Err(e) => {
-            tracing::warn!(image, error = %format!("{e:#}"), "building the default node image failed")
-        }
     }
 }
 

@@ -38,19 +38,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
             .map_err(|e| tracing::warn!(error = %e, "readiness: the database does not answer"))
             .is_ok()
     };
-    let runtime = async {
-        match state.probes.runtime.as_ref() {
-            Runtime::Docker(d) => d
-                .client()
-                .ping()
-                .await
-                .map_err(
-                    |e| tracing::warn!(error = %e, "readiness: the Docker engine does not answer"),
-                )
-                .is_ok(),
-            Runtime::Local(_) => true,
-        }
-    };
+    let runtime = state.probes.runtime.reachable();
     let (database, runtime) = tokio::join!(within_timeout(database), within_timeout(runtime));
     let ready = database && runtime;
     let status = if ready {

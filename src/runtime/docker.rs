@@ -20,8 +20,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::{
-    FoundNode, Layout, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
-    LABEL_SERVER, WRAPPER,
+    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, LABEL_ACCOUNT,
+    LABEL_NODE, LABEL_POOL, LABEL_SERVER, WRAPPER,
 };
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
@@ -41,7 +41,7 @@ const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait 
 
 pub struct DockerRuntime {
     docker: Docker,
-    pub(super) layout: Layout,
+    layout: Layout,
     /// Held while a network is looked up and made: engines before API 1.44 make a second network
     /// of the same name when asked twice, and a name that matches two is unusable.
     networks: tokio::sync::Mutex<()>,
@@ -90,7 +90,7 @@ impl DockerRuntime {
         &self.docker
     }
 
-    pub(super) async fn create_node(
+    async fn create_node(
         &self,
         spec: &NodeSpec,
         root: &Path,
@@ -217,7 +217,7 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+    async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         let container = container_name(server_id, node_id);
         let account = match self.docker.inspect_container(&container, None).await {
             Ok(info) => info
@@ -249,7 +249,7 @@ impl DockerRuntime {
         Ok(())
     }
 
-    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let filters = HashMap::from([(
             "label".to_string(),
             vec![format!("{LABEL_SERVER}={server_id}")],
@@ -269,7 +269,7 @@ impl DockerRuntime {
             .collect())
     }
 
-    pub(super) async fn exec(
+    async fn exec(
         &self,
         server_id: &str,
         node_id: &str,
@@ -372,7 +372,7 @@ impl DockerRuntime {
             .unwrap_or(-1))
     }
 
-    pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+    async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
             .t(1)
             .build();
@@ -382,12 +382,7 @@ impl DockerRuntime {
             .context("restarting the node's container")
     }
 
-    pub(super) async fn kill_group(
-        &self,
-        server_id: &str,
-        node_id: &str,
-        pid: i32,
-    ) -> anyhow::Result<()> {
+    async fn kill_group(&self, server_id: &str, node_id: &str, pid: i32) -> anyhow::Result<()> {
         match self
             .run_quick(
                 server_id,
@@ -403,7 +398,7 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
+    async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
         matches!(
             self.run_quick(
                 server_id,
@@ -413,6 +408,117 @@ impl DockerRuntime {
             .await,
             Ok(0)
         )
+    }
+}
+
+impl NodeRuntime for DockerRuntime {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Every node's root is bind-mounted at the same place in its container.
+    fn node_root(&self, _host_root: &Path) -> String {
+        NODE_ROOT.to_string()
+    }
+
+    fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(ensure_default_image(&self.docker, image))
+    }
+
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async {
+            self.docker
+                .ping()
+                .await
+                .map_err(
+                    |e| tracing::warn!(error = %e, "readiness: the Docker engine does not answer"),
+                )
+                .is_ok()
+        })
+    }
+
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        root: &'a Path,
+        workitems: &'a Path,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
+        Box::pin(DockerRuntime::create_node(self, spec, root, workitems))
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerRuntime::remove_node(self, server_id, node_id))
+    }
+
+    fn restart_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerRuntime::restart_node(self, server_id, node_id))
+    }
+
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
+        Box::pin(DockerRuntime::list_nodes(self, server_id))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(DockerRuntime::exec(self, server_id, node_id, env, started))
+    }
+
+    fn kill_group<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerRuntime::kill_group(self, server_id, node_id, pid))
+    }
+
+    fn is_alive<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(DockerRuntime::is_alive(self, server_id, node_id, pid))
+    }
+}
+
+/// The built-in default image is built from the machine's static busybox when it is missing, so
+/// a fresh machine runs pools without a registry. Other images are the user's to provide.
+async fn ensure_default_image(docker: &Docker, image: &str) {
+    const BUILT_IN: &str = "batchpool/node:latest";
+    const BUSYBOX: &str = "/bin/busybox";
+    if image != BUILT_IN || docker.inspect_image(image).await.is_ok() {
+        return;
+    }
+    if !std::path::Path::new(BUSYBOX).exists() {
+        tracing::warn!(image, "the default node image is missing and {BUSYBOX} is not there to build it (apt-get install busybox-static)");
+        return;
+    }
+    match build_busybox_image(docker, image, std::path::Path::new(BUSYBOX)).await {
+        Ok(()) => tracing::info!(image, "built the default node image from {BUSYBOX}"),
+        Err(e) => {
+            tracing::warn!(image, error = %format!("{e:#}"), "building the default node image failed")
+        }
     }
 }
 

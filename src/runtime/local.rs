@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::safe_fs::Dir;
-use super::{FoundNode, Layout, NodeError, NodeHandle, NodeSpec, WRAPPER};
+use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, WRAPPER};
 
 pub struct LocalRuntime {
-    pub(super) layout: Layout,
+    layout: Layout,
     /// The process groups running on each node, so that removing a node ends them as removing
     /// a container does.
     groups: Mutex<HashMap<String, HashSet<i32>>>,
@@ -36,11 +36,30 @@ impl LocalRuntime {
         }
     }
 
-    pub(super) async fn create_node(
+    async fn create_node(
         &self,
         spec: &NodeSpec,
         root: &Path,
+        workitems: &Path,
     ) -> Result<NodeHandle, NodeError> {
+        // Commands find the account's workitems below the node's root, as in a container.
+        let (r, w) = (root.to_path_buf(), workitems.to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            if Dir::open_root(&r)?
+                .metadata(Path::new("workitems"))
+                .is_err()
+            {
+                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+        .map_err(|e| NodeError {
+            code: "NodeDirectoryFailed",
+            message: format!("cannot create the node directory {}: {e}", root.display()),
+        })?;
         let labels = NodeLabels {
             server: spec.server_id.clone(),
             account: spec.account.clone(),
@@ -62,7 +81,7 @@ impl LocalRuntime {
         })
     }
 
-    pub(super) async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+    async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
         // The directory is the node, which the caller removes; its processes end here.
         let groups = self.groups.lock().expect("lock").remove(node_id);
         for pgid in groups.into_iter().flatten() {
@@ -72,7 +91,7 @@ impl LocalRuntime {
         Ok(())
     }
 
-    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let mut found = Vec::new();
         let nodes = match Dir::open_root(&self.layout.nodes) {
             Ok(dir) => dir,
@@ -99,7 +118,7 @@ impl LocalRuntime {
         Ok(found)
     }
 
-    pub(super) async fn exec(
+    async fn exec(
         &self,
         node_id: &str,
         env: Vec<(String, String)>,
@@ -148,5 +167,89 @@ impl LocalRuntime {
             .code()
             .map(i64::from)
             .unwrap_or_else(|| 128 + i64::from(status.signal().unwrap_or(0))))
+    }
+}
+
+impl NodeRuntime for LocalRuntime {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn node_root(&self, host_root: &Path) -> String {
+        host_root.display().to_string()
+    }
+
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        root: &'a Path,
+        workitems: &'a Path,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
+        Box::pin(LocalRuntime::create_node(self, spec, root, workitems))
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(LocalRuntime::remove_node(self, node_id))
+    }
+
+    /// A local node has nothing to restart.
+    fn restart_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        _node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
+        Box::pin(LocalRuntime::list_nodes(self, server_id))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(LocalRuntime::exec(self, node_id, env, started))
+    }
+
+    fn kill_group<'a>(
+        &'a self,
+        _server_id: &'a str,
+        _node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            Ok(())
+        })
+    }
+
+    fn is_alive<'a>(
+        &'a self,
+        _server_id: &'a str,
+        _node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, bool> {
+        // SAFETY: signal 0 only checks that the process exists.
+        Box::pin(async move { unsafe { libc::kill(pid, 0) == 0 } })
     }
 }

@@ -6,7 +6,9 @@ pub mod docker;
 pub mod local;
 pub mod safe_fs;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 
 use anyhow::Context;
 use safe_fs::Dir;
@@ -180,17 +182,102 @@ impl Layout {
     }
 }
 
-pub enum Runtime {
-    Docker(DockerRuntime),
-    Local(LocalRuntime),
+/// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What differs from one kind of node to another (a container, a directory and processes, a node
+/// agent): adding a runtime means implementing this, and nothing else looks at which runtime it
+/// is. What every runtime shares (the directory layout, preparing node and task directories, the
+/// wrapper, the attempt records) is [`Runtime`]'s, around it.
+pub trait NodeRuntime: Send + Sync {
+    /// The runtime's name, for the log.
+    fn name(&self) -> &'static str;
+
+    /// Where this runtime keeps node and task directories on this host.
+    fn layout(&self) -> &Layout;
+
+    /// The node's root directory as commands on the node see it (AZ_BATCH_NODE_ROOT_DIR), given
+    /// where it is on this host.
+    fn node_root(&self, host_root: &Path) -> String;
+
+    /// Makes sure the default node image is there, once at start; most runtimes have none.
+    fn ensure_default_image<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Whether the runtime answers, for `/health/ready`.
+    fn reachable(&self) -> BoxFuture<'_, bool>;
+
+    /// Creates and starts the node, whose `root` (on this host) and account's `workitems` are
+    /// made already; if the node exists already (a crash mid-way), adopts it.
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        root: &'a Path,
+        workitems: &'a Path,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>>;
+
+    /// Removes the node (not its directory); a node that is already gone is not an error.
+    fn remove_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Restarts the node (a reboot).
+    fn restart_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// The nodes of this installation that exist on the runtime.
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>>;
+
+    /// Runs the [`WRAPPER`] on the node with `env` and waits for its exit code; `started` learns
+    /// the pid of its process group as soon as it runs.
+    fn exec<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>>;
+
+    /// Kills the process group `pid` (> 1) on the node.
+    fn kill_group<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Whether the process `pid` is alive on the node.
+    fn is_alive<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, bool>;
+}
+
+/// The node runtime this server uses, with what every runtime shares.
+pub struct Runtime {
+    node: Box<dyn NodeRuntime>,
 }
 
 impl Runtime {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Runtime::Docker(_) => "docker",
-            Runtime::Local(_) => "local",
+    pub fn new(node: impl NodeRuntime + 'static) -> Self {
+        Self {
+            node: Box::new(node),
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.node.name()
     }
 
     /// The node's root directory on this host.
@@ -200,18 +287,22 @@ impl Runtime {
 
     /// Where this runtime keeps node and task directories.
     pub fn layout(&self) -> &Layout {
-        match self {
-            Runtime::Docker(d) => &d.layout,
-            Runtime::Local(l) => &l.layout,
-        }
+        self.node.layout()
     }
 
     /// The node's root directory as commands on the node see it (AZ_BATCH_NODE_ROOT_DIR).
     pub fn node_root(&self, node_id: &str) -> String {
-        match self {
-            Runtime::Docker(_) => docker::NODE_ROOT.to_string(),
-            Runtime::Local(_) => self.host_root(node_id).display().to_string(),
-        }
+        self.node.node_root(&self.host_root(node_id))
+    }
+
+    /// Makes sure the default node image is there (see [`NodeRuntime::ensure_default_image`]).
+    pub async fn ensure_default_image(&self, image: &str) {
+        self.node.ensure_default_image(image).await
+    }
+
+    /// Whether the runtime answers, for `/health/ready`.
+    pub async fn reachable(&self) -> bool {
+        self.node.reachable().await
     }
 
     /// The start task's directory on a node.
@@ -244,7 +335,6 @@ impl Runtime {
             code: "NodeDirectoryFailed",
             message: format!("cannot create the node directory {}: {e}", root.display()),
         };
-        let local = matches!(self, Runtime::Local(_));
         let (r, w) = (root.clone(), workitems.clone());
         // The node's root and the account's workitems are the server's; below the root, a
         // restarted node's tasks may have left links, which `safe_fs` replaces.
@@ -254,46 +344,31 @@ impl Runtime {
             let node = Dir::open_root(&r)?;
             node.create_dir_all(Path::new("shared"))?;
             node.create_dir_all(Path::new("startup/wd"))?;
-            if local && node.metadata(Path::new("workitems")).is_err() {
-                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
-            }
             Ok(())
         })
         .await
         .map_err(std::io::Error::other)
         .and_then(|r| r)
         .map_err(dir_failed)?;
-        match self {
-            Runtime::Docker(d) => d.create_node(spec, &root, &workitems).await,
-            Runtime::Local(l) => l.create_node(spec, &root).await,
-        }
+        self.node.create_node(spec, &root, &workitems).await
     }
 
     /// Removes the node and its directory. Removing a node that is already gone is not an error.
     pub async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        match self {
-            Runtime::Docker(d) => d.remove_node(server_id, node_id).await?,
-            Runtime::Local(l) => l.remove_node(node_id).await?,
-        }
+        self.node.remove_node(server_id, node_id).await?;
         // Links in it (a local node's workitems, any a task made) go as links.
         remove_below(&self.layout().nodes, Path::new(node_id)).await;
         Ok(())
     }
 
-    /// Restarts a node's container (a reboot); a local node has nothing to restart.
+    /// Restarts a node (a reboot).
     pub async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        match self {
-            Runtime::Docker(d) => d.restart_node(server_id, node_id).await,
-            Runtime::Local(_) => Ok(()),
-        }
+        self.node.restart_node(server_id, node_id).await
     }
 
     /// The nodes of this installation that exist on the runtime.
     pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
-        match self {
-            Runtime::Docker(d) => d.list_nodes(server_id).await,
-            Runtime::Local(l) => l.list_nodes(server_id).await,
-        }
+        self.node.list_nodes(server_id).await
     }
 
     /// Runs a command on the node and waits for its exit code; `started` learns the pid of its
@@ -329,10 +404,7 @@ impl Runtime {
             format!("{}/{STATE_DIR}/{}", spec.dirs.node, spec.attempt),
         ));
         env.push(("BATCHPOOL_COMMAND_LINE".into(), spec.command_line.clone()));
-        match self {
-            Runtime::Docker(d) => d.exec(server_id, node_id, env, started).await,
-            Runtime::Local(l) => l.exec(node_id, env, started).await,
-        }
+        self.node.exec(server_id, node_id, env, started).await
     }
 
     /// The exit code an attempt recorded, if it finished.
@@ -353,23 +425,12 @@ impl Runtime {
         if pid <= 1 {
             return Ok(());
         }
-        match self {
-            Runtime::Docker(d) => d.kill_group(server_id, node_id, pid).await,
-            Runtime::Local(_) => {
-                // SAFETY: kill has no memory preconditions; a negative pid names a process group.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-                Ok(())
-            }
-        }
+        self.node.kill_group(server_id, node_id, pid).await
     }
 
     /// Whether an attempt's process is still alive (after a restart, to wait for it).
     pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
-        match self {
-            Runtime::Docker(d) => d.is_alive(server_id, node_id, pid).await,
-            // SAFETY: signal 0 only checks that the process exists.
-            Runtime::Local(_) => unsafe { libc::kill(pid, 0) == 0 },
-        }
+        self.node.is_alive(server_id, node_id, pid).await
     }
 }
 
