@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use sqlx::{Postgres, Transaction};
 
-use crate::domain::job::{DisableTasks, JobState};
+use crate::domain::job::{DisableTasks, JobState, TaskState};
 use crate::domain::pool::NodeDeallocationOption;
 use crate::store::{self, tasks::Ending};
 
@@ -49,7 +49,7 @@ pub async fn end_running_tasks(
             failure_info: Some(&info),
             satisfies_dependants: false,
         };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
+        store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;
     }
     Ok(())
 }
@@ -64,8 +64,8 @@ pub async fn disable_job(
         DisableTasks::Requeue => {
             store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
             for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
-                store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], Ending::Requeue)
-                    .await?;
+                let running = &[TaskState::Running];
+                store::tasks::end_attempt(tx, pk, Some(attempt), running, Ending::Requeue).await?;
             }
         }
         DisableTasks::Terminate => end_running_tasks(tx, job_pk, "its job was disabled").await?,
@@ -99,7 +99,7 @@ pub async fn stop_tasks_on_nodes(
             },
             _ => Ending::Requeue,
         };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &["running"], ending).await?;
+        store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;
     }
     Ok(())
 }

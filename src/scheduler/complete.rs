@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::domain::job::{ExitConditions, JobAction, TaskFailureMode};
+use crate::domain::job::{ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops::{self, jobs::failure};
 use crate::store::{self, tasks::AttemptRow, tasks::Ending};
@@ -49,10 +49,10 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         .zip(&verdicts)
         .map(|((a, _), v)| (a.pk, Some(a.attempt), v.ending()))
         .collect();
-    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, &["running"], &items)
+    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, &[TaskState::Running], &items)
         .await?
         .into_iter()
-        .filter(|e| e.state == "completed")
+        .filter(|e| e.task_state() == Some(TaskState::Completed))
         .map(|e| e.pk)
         .collect();
     let mut jobs = BTreeSet::new();

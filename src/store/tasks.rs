@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, Transaction};
 
+use crate::domain::job::TaskState;
+
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TaskRow {
     pub pk: i64,
@@ -308,6 +310,13 @@ pub struct Ended {
     pub result: Option<String>,
 }
 
+impl Ended {
+    /// The state the task is in now.
+    pub fn task_state(&self) -> Option<TaskState> {
+        TaskState::parse(&self.state)
+    }
+}
+
 /// How an attempt ends.
 pub enum Ending<'a> {
     /// The task is done: `result` success or failure.
@@ -329,7 +338,7 @@ pub async fn end_attempt(
     tx: &mut Transaction<'_, Postgres>,
     pk: i64,
     attempt: Option<i32>,
-    from: &[&str],
+    from: &[TaskState],
     ending: Ending<'_>,
 ) -> sqlx::Result<Option<Ended>> {
     Ok(end_attempts(tx, from, &[(pk, attempt, ending)])
@@ -342,7 +351,7 @@ pub async fn end_attempt(
 /// touch several nodes lock them first (`lock_nodes`), as dispatch does.
 pub async fn end_attempts(
     tx: &mut Transaction<'_, Postgres>,
-    from: &[&str],
+    from: &[TaskState],
     items: &[(i64, Option<i32>, Ending<'_>)],
 ) -> sqlx::Result<Vec<Ended>> {
     let (mut pks, mut attempts, mut states, mut codes) = (vec![], vec![], vec![], vec![]);
@@ -356,7 +365,7 @@ pub async fn end_attempts(
                 failure_info,
                 satisfies_dependants,
             } => (
-                "completed",
+                TaskState::Completed,
                 *exit_code,
                 Some(*result),
                 failure_info.cloned(),
@@ -364,12 +373,12 @@ pub async fn end_attempts(
                 0,
                 0,
             ),
-            Ending::Retry { exit_code } => ("active", *exit_code, None, None, false, 1, 0),
-            Ending::Requeue => ("active", None, None, None, false, 0, 1),
+            Ending::Retry { exit_code } => (TaskState::Active, *exit_code, None, None, false, 1, 0),
+            Ending::Requeue => (TaskState::Active, None, None, None, false, 0, 1),
         };
         pks.push(*pk);
         attempts.push(*attempt);
-        states.push(state);
+        states.push(state.as_str());
         codes.push(code);
         results.push(result);
         infos.push(info);
@@ -377,7 +386,7 @@ pub async fn end_attempts(
         retries.push(retry);
         requeues.push(requeue);
     }
-    let from: Vec<String> = from.iter().map(|s| s.to_string()).collect();
+    let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
     let ended: Vec<Ended> = sqlx::query_as(
         "WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], \
                         $7::bool[], $8::int[], $9::int[]) \
@@ -422,7 +431,7 @@ pub async fn end_attempts(
     }
     let satisfied: Vec<i64> = ended
         .iter()
-        .filter(|e| e.state == "completed" && e.satisfies_dependants)
+        .filter(|e| e.task_state() == Some(TaskState::Completed) && e.satisfies_dependants)
         .map(|e| e.pk)
         .collect();
     if !satisfied.is_empty() {

@@ -19,7 +19,7 @@ use crate::api::{
     etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
 };
 use crate::domain::ids::check_id;
-use crate::domain::job::{ExitConditions, JobState};
+use crate::domain::job::{ExitConditions, JobState, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::NewTask, tasks::TaskRow};
@@ -645,7 +645,7 @@ pub async fn terminate(
         &mut tx,
         task.pk,
         None,
-        &["active", "preparing", "running"],
+        &[TaskState::Active, TaskState::Preparing, TaskState::Running],
         ending,
     )
     .await?;
@@ -720,9 +720,10 @@ pub async fn delete(
         failure_info: Some(&info),
         satisfies_dependants: false,
     };
-    let was_running = store::tasks::end_attempt(&mut tx, task.pk, None, &["running"], ending)
-        .await?
-        .is_some();
+    let was_running =
+        store::tasks::end_attempt(&mut tx, task.pk, None, &[TaskState::Running], ending)
+            .await?
+            .is_some();
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     tx.commit().await?;
