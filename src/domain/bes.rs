@@ -9,6 +9,32 @@
 pub const CLASSIC_ACCOUNT: &str = ".classic";
 pub const CLASSIC_POOL: &str = "classic";
 
+wire_enum!(
+    /// A BES job's phase, as the bes_jobs table stores it.
+    Phase {
+        NotStarted = "notstarted",
+        Staging = "staging",
+        Running = "running",
+        Uploading = "uploading",
+        Finished = "finished",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+);
+
+impl Phase {
+    /// BES's StatusCode for a phase.
+    pub fn status_code(self) -> &'static str {
+        match self {
+            Phase::NotStarted => "NotStarted",
+            Phase::Finished => "Finished",
+            Phase::Failed => "Failed",
+            Phase::Cancelled => "Cancelled",
+            Phase::Staging | Phase::Running | Phase::Uploading => "Running",
+        }
+    }
+}
+
 use std::collections::BTreeMap;
 
 /// One placeholder of a template.

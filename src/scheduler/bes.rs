@@ -23,7 +23,8 @@ use crate::domain::duration::IsoDuration;
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Layout;
 use crate::store;
-use crate::store::services::{phase, BesJobRow};
+use crate::domain::bes::Phase;
+use crate::store::services::BesJobRow;
 
 /// The one task of a BES job's Batch job.
 pub const TASK_ID: &str = "score";
@@ -107,7 +108,10 @@ impl BesJobDriver {
         }
         // First in, first out: staging classic jobs are admitted in start order while fewer than
         // the configured number are past staging.
-        let mut admitted = classic.iter().filter(|j| j.phase != phase::STAGING).count() as i32;
+        let mut admitted = classic
+            .iter()
+            .filter(|j| j.job_phase() != Some(Phase::Staging))
+            .count() as i32;
         let ended = self.ended_tasks().await?;
         for pk in self.pool_gone().await? {
             if let Some(job) = jobs.iter().find(|j| j.pk == pk) {
@@ -115,8 +119,8 @@ impl BesJobDriver {
             }
         }
         for job in &jobs {
-            match job.phase.as_str() {
-                phase::STAGING => {
+            match job.job_phase() {
+                Some(Phase::Staging) => {
                     if job.pool_id.is_none() {
                         if admitted >= self.config.classic_concurrency {
                             continue;
@@ -125,10 +129,10 @@ impl BesJobDriver {
                     }
                     self.spawn(job, |d, j| async move { d.stage(&j).await });
                 }
-                phase::RUNNING if ended.contains(&job.pk) => {
+                Some(Phase::Running) if ended.contains(&job.pk) => {
                     self.spawn(job, |d, j| async move { d.finish(&j).await });
                 }
-                phase::UPLOADING => {
+                Some(Phase::Uploading) => {
                     self.spawn(job, |d, j| async move { d.finish(&j).await });
                 }
                 _ => {}
@@ -164,9 +168,9 @@ impl BesJobDriver {
         Ok(rows.into_iter().collect())
     }
 
-    async fn still_in(&self, job: &BesJobRow, phases: &[&str]) -> sqlx::Result<bool> {
+    async fn still_in(&self, job: &BesJobRow, phases: &[Phase]) -> sqlx::Result<bool> {
         let now = store::services::job_phase(&self.db, job.pk).await?;
-        Ok(now.is_some_and(|p| phases.contains(&p.as_str())))
+        Ok(now.is_some_and(|p| Phase::parse(&p).is_some_and(|p| phases.contains(&p))))
     }
 
     /// Jobs waiting for or running on a pool that is gone or being deleted.
@@ -179,7 +183,7 @@ impl BesJobDriver {
         let pool = job.pool_id.as_deref().unwrap_or_default();
         let mut tx = self.db.begin().await?;
         let details = format!("Its pool {pool:?} was deleted before the job ended.");
-        if store::services::finish(&mut *tx, job.pk, phase::FAILED, None, Some(&details)).await? {
+        if store::services::finish(&mut *tx, job.pk, Phase::Failed, None, Some(&details)).await? {
             if let Some(b) = store::jobs::get(
                 &mut *tx,
                 &job.run_account,
@@ -208,7 +212,7 @@ impl BesJobDriver {
 
     async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {
         tracing::info!(job = %job.id, %details, "BES job failed");
-        store::services::finish(&self.db, job.pk, phase::FAILED, None, Some(&details)).await?;
+        store::services::finish(&self.db, job.pk, Phase::Failed, None, Some(&details)).await?;
         Ok(())
     }
 
@@ -216,7 +220,7 @@ impl BesJobDriver {
     async fn stage(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
         // A pass may hand over a job from a snapshot older than a step that just ended: go by
         // the phase now, or a second download could rewrite inputs under a running command.
-        if !self.still_in(job, &[phase::STAGING]).await? {
+        if !self.still_in(job, &[Phase::Staging]).await? {
             return Ok(());
         }
         let wd = self.task_dir(job).join("wd");
@@ -240,7 +244,7 @@ impl BesJobDriver {
         }
         let mut tx = self.db.begin().await?;
         let current = store::services::lock_job_phase(&mut *tx, job.pk).await?;
-        if current.as_deref() != Some(phase::STAGING) {
+        if current.as_deref().and_then(Phase::parse) != Some(Phase::Staging) {
             return Ok(()); // cancelled meanwhile
         }
         let service = store::services::get_by_pk(&mut *tx, job.service_pk).await?;
@@ -306,7 +310,7 @@ impl BesJobDriver {
             extra: json!({}),
         };
         store::tasks::insert_many(&mut tx, batch_job.pk, &[task]).await?;
-        store::services::set_phase(&mut *tx, job.pk, &[phase::STAGING], phase::RUNNING).await?;
+        store::services::set_phase(&mut *tx, job.pk, &[Phase::Staging], Phase::Running).await?;
         tx.commit().await?;
         tracing::info!(job = %job.id, "BES job's inputs are in place; its task is queued");
         self.wake.dispatch.notify_one();
@@ -316,12 +320,12 @@ impl BesJobDriver {
     /// The task has ended: logs and outputs up, results recorded.
     async fn finish(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
         if !self
-            .still_in(job, &[phase::RUNNING, phase::UPLOADING])
+            .still_in(job, &[Phase::Running, Phase::Uploading])
             .await?
         {
             return Ok(());
         }
-        store::services::set_phase(&self.db, job.pk, &[phase::RUNNING], phase::UPLOADING).await?;
+        store::services::set_phase(&self.db, job.pk, &[Phase::Running], Phase::Uploading).await?;
         let outcome = store::tasks::outcome(&self.db, &job.run_account, &job.id, TASK_ID).await?;
         let Some((_, exit_code, result, failure)) = outcome else {
             return self
@@ -414,7 +418,7 @@ impl BesJobDriver {
         if store::services::finish(
             &self.db,
             job.pk,
-            phase::FINISHED,
+            Phase::Finished,
             Some(&Value::Object(results)),
             None,
         )

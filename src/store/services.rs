@@ -4,6 +4,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
+use crate::domain::bes::Phase;
+
 #[derive(Clone, sqlx::FromRow)]
 pub struct ServiceRow {
     pub pk: i64,
@@ -170,28 +172,6 @@ pub async fn regenerate_key(
     .await
 }
 
-/// BES job phases (see the bes_jobs table).
-pub mod phase {
-    pub const NOT_STARTED: &str = "notstarted";
-    pub const STAGING: &str = "staging";
-    pub const RUNNING: &str = "running";
-    pub const UPLOADING: &str = "uploading";
-    pub const FINISHED: &str = "finished";
-    pub const FAILED: &str = "failed";
-    pub const CANCELLED: &str = "cancelled";
-
-    /// BES's StatusCode for a phase.
-    pub fn status_code(phase: &str) -> &'static str {
-        match phase {
-            NOT_STARTED => "NotStarted",
-            FINISHED => "Finished",
-            FAILED => "Failed",
-            CANCELLED => "Cancelled",
-            _ => "Running",
-        }
-    }
-}
-
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct BesJobRow {
     pub pk: i64,
@@ -207,6 +187,18 @@ pub struct BesJobRow {
     pub start_time: Option<DateTime<Utc>>,
     pub end_time: Option<DateTime<Utc>>,
     pub last_modified: DateTime<Utc>,
+}
+
+impl BesJobRow {
+    /// The job's phase (None for a phase this build does not know).
+    pub fn job_phase(&self) -> Option<Phase> {
+        Phase::parse(&self.phase)
+    }
+
+    /// BES's StatusCode for the job's phase.
+    pub fn status_code(&self) -> &'static str {
+        self.job_phase().map_or("Running", Phase::status_code)
+    }
 }
 
 pub async fn insert_job(
@@ -225,7 +217,7 @@ pub async fn insert_job(
     .bind(run_account)
     .bind(pool_id)
     .bind(request)
-    .bind(phase::NOT_STARTED)
+    .bind(Phase::NotStarted.as_str())
     .execute(db)
     .await?;
     Ok(())
@@ -262,9 +254,10 @@ pub async fn list_jobs(db: impl PgExecutor<'_>, service_pk: i64) -> sqlx::Result
 pub async fn set_phase(
     db: impl PgExecutor<'_>,
     pk: i64,
-    from: &[&str],
-    to: &str,
+    from: &[Phase],
+    to: Phase,
 ) -> sqlx::Result<bool> {
+    let from: Vec<&str> = from.iter().map(|p| p.as_str()).collect();
     let done = sqlx::query(
         "UPDATE bes_jobs SET phase = $3, last_modified = now(), \
             start_time = CASE WHEN $3 = 'staging' THEN now() ELSE start_time END, \
@@ -272,8 +265,8 @@ pub async fn set_phase(
          WHERE pk = $1 AND phase = ANY($2)",
     )
     .bind(pk)
-    .bind(from)
-    .bind(to)
+    .bind(&from)
+    .bind(to.as_str())
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -283,7 +276,7 @@ pub async fn set_phase(
 pub async fn finish(
     db: impl PgExecutor<'_>,
     pk: i64,
-    to: &str,
+    to: Phase,
     results: Option<&Value>,
     details: Option<&str>,
 ) -> sqlx::Result<bool> {
@@ -292,7 +285,7 @@ pub async fn finish(
          WHERE pk = $1 AND phase NOT IN ('finished', 'failed', 'cancelled')",
     )
     .bind(pk)
-    .bind(to)
+    .bind(to.as_str())
     .bind(results)
     .bind(details)
     .execute(db)

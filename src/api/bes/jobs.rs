@@ -20,7 +20,8 @@ use crate::storage::{self, DataReference};
 use crate::domain::bes;
 use crate::domain::job::JobState;
 use crate::store;
-use crate::store::services::{phase, BesJobRow};
+use crate::domain::bes::Phase;
+use crate::store::services::BesJobRow;
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -330,8 +331,8 @@ async fn find(
 
 pub fn status_json(j: &BesJobRow) -> Value {
     json!({
-        "StatusCode": phase::status_code(&j.phase),
-        "Results": if j.phase == phase::FINISHED { j.results.clone().unwrap_or(Value::Null) } else { Value::Null },
+        "StatusCode": j.status_code(),
+        "Results": if j.job_phase() == Some(Phase::Finished) { j.results.clone().unwrap_or(Value::Null) } else { Value::Null },
         "Details": j.details,
         "CreatedAt": rfc3339(j.creation_time),
         "StartTime": j.start_time.map(rfc3339),
@@ -346,7 +347,7 @@ pub async fn start(
     Path(path): Path<(String, String, String)>,
 ) -> BesResult<StatusCode> {
     let job = find(&app, &headers, query.as_deref(), &path).await?;
-    if !store::services::set_phase(&app.db, job.pk, &[phase::NOT_STARTED], phase::STAGING).await? {
+    if !store::services::set_phase(&app.db, job.pk, &[Phase::NotStarted], Phase::Staging).await? {
         let now = store::services::get_job_by_pk(&app.db, job.pk)
             .await?
             .unwrap_or(job);
@@ -356,7 +357,7 @@ pub async fn start(
             "CannotStartJob",
             format!(
                 "The job cannot be started because it is in {} state.",
-                phase::status_code(&now.phase)
+                now.status_code()
             ),
         ));
     }
@@ -419,7 +420,7 @@ pub async fn cancel_in(tx: &mut Transaction<'_, Postgres>, job: &BesJobRow) -> s
     if store::services::finish(
         &mut **tx,
         job.pk,
-        phase::CANCELLED,
+        Phase::Cancelled,
         None,
         Some("The job was cancelled."),
     )
