@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
 use anyhow::Context;
-use safe_fs::Dir;
+use safe_fs::{Below, Dir};
 
 pub use docker::DockerRuntime;
 pub use local::LocalRuntime;
@@ -69,13 +69,12 @@ pub struct ExecSpec {
     pub env: Vec<(String, String)>,
 }
 
-/// A task directory, on this host and as the node sees it. On this host it is `rel` below
-/// `root`, a directory the server made (an account's workitems, a node's root): everything
-/// below `root` is the tasks' to write, so it is only ever reached through `safe_fs`.
+/// A task directory, on this host and as the node sees it. On this host it lies below a
+/// directory the server made (an account's workitems, a node's root): everything below that is
+/// the tasks' to write, so it is only ever reached through `safe_fs`.
 #[derive(Clone, Debug)]
 pub struct TaskDirs {
-    pub root: PathBuf,
-    pub rel: PathBuf,
+    pub host: Below,
     pub node: String,
 }
 
@@ -89,43 +88,16 @@ impl TaskDirs {
 
     /// Reads the attempt's record, never through a link.
     async fn record(&self, attempt: i32) -> Option<String> {
-        let dirs = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let file = Dir::open_root(&dirs.root)
-                .ok()?
-                .open_file(&dirs.rel.join(Self::state_file(attempt)))
-                .ok()?;
-            // A record is two short lines; a task cannot make the server read more.
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text).ok()?;
-            Some(text)
-        })
-        .await
-        .ok()
-        .flatten()
-    }
-
-    /// Removes the task directory with everything in it, following no link.
-    pub async fn remove(&self) {
-        remove_below(&self.root, &self.rel).await
-    }
-}
-
-/// Removes `rel` below the trusted `root` (see `safe_fs`); what is not there is not an error.
-pub async fn remove_below(root: &Path, rel: &Path) {
-    let (root, rel) = (root.to_path_buf(), rel.to_path_buf());
-    let result = tokio::task::spawn_blocking({
-        let (root, rel) = (root.clone(), rel.clone());
-        move || match Dir::open_root(&root) {
-            Ok(dir) => dir.remove_all(&rel),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
-    })
-    .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    if let Err(e) = result {
-        tracing::warn!(path = %root.join(rel).display(), error = %e, "removing a directory failed");
+        self.host
+            .with(move |root, rel| {
+                let file = root.open_file(&rel.join(Self::state_file(attempt)))?;
+                // A record is two short lines; a task cannot make the server read more.
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text)?;
+                Ok(text)
+            })
+            .await
+            .ok()
     }
 }
 
@@ -176,9 +148,17 @@ impl Layout {
         self.workitems.join(account)
     }
 
-    /// A job task's directory below its account's workitems.
-    pub fn task_rel(job_id: &str, task_id: &str) -> PathBuf {
-        Path::new(job_id).join("job-1").join(task_id)
+    /// A job's directory: Azure's `workitems/{job}` below its account's workitems.
+    pub fn job_dir(&self, account: &str, job_id: &str) -> Below {
+        Below {
+            root: self.account_workitems(account),
+            rel: PathBuf::from(job_id),
+        }
+    }
+
+    /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`.
+    pub fn task_dir(&self, account: &str, job_id: &str, task_id: &str) -> Below {
+        self.job_dir(account, job_id).join(Path::new("job-1").join(task_id))
     }
 }
 
@@ -308,8 +288,10 @@ impl Runtime {
     /// The start task's directory on a node.
     pub fn start_task_dirs(&self, node_id: &str) -> TaskDirs {
         TaskDirs {
-            root: self.host_root(node_id),
-            rel: PathBuf::from("startup"),
+            host: Below {
+                root: self.host_root(node_id),
+                rel: PathBuf::from("startup"),
+            },
             node: format!("{}/startup", self.node_root(node_id)),
         }
     }
@@ -318,8 +300,7 @@ impl Runtime {
     /// workitems directory, outside the node, so a task's files outlive the node that ran it.
     pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
         TaskDirs {
-            root: self.layout().account_workitems(account),
-            rel: Layout::task_rel(job_id, task_id),
+            host: self.layout().task_dir(account, job_id, task_id),
             node: format!(
                 "{}/workitems/{job_id}/job-1/{task_id}",
                 self.node_root(node_id)
@@ -357,7 +338,12 @@ impl Runtime {
     pub async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         self.node.remove_node(server_id, node_id).await?;
         // Links in it (a local node's workitems, any a task made) go as links.
-        remove_below(&self.layout().nodes, Path::new(node_id)).await;
+        Below {
+            root: self.layout().nodes.clone(),
+            rel: PathBuf::from(node_id),
+        }
+        .remove()
+        .await;
         Ok(())
     }
 
@@ -380,19 +366,20 @@ impl Runtime {
         spec: &ExecSpec,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let (dirs, attempt) = (spec.dirs.clone(), spec.attempt);
-        // One trip to the blocking pool for all of it, not one each.
-        tokio::task::spawn_blocking(move || {
-            // The root is the server's (made with the node, unless removed since).
-            std::fs::create_dir_all(&dirs.root)?;
-            let task = Dir::open_root(&dirs.root)?.create_dir_all(&dirs.rel)?;
-            task.create_dir_all(Path::new(STATE_DIR))?;
-            // A record left by an earlier run of this attempt number must not pass for this one's.
-            task.remove_all(&TaskDirs::state_file(attempt))?;
-            task.create_dir_all(Path::new("wd")).map(|_| ())
-        })
-        .await?
-        .with_context(|| format!("preparing the task directory {}", spec.dirs.node))?;
+        let attempt = spec.attempt;
+        // One trip to the blocking pool for all of it, not one each. The root is the server's
+        // (made with the node, unless removed since).
+        spec.dirs
+            .host
+            .create_then(move |task| {
+                task.create_dir_all(Path::new(STATE_DIR))?;
+                // A record left by an earlier run of this attempt number must not pass for this
+                // one's.
+                task.remove_all(&TaskDirs::state_file(attempt))?;
+                task.create_dir_all(Path::new("wd")).map(|_| ())
+            })
+            .await
+            .with_context(|| format!("preparing the task directory {}", spec.dirs.node))?;
         let mut env = spec.env.clone();
         env.push(("AZ_BATCH_TASK_DIR".into(), spec.dirs.node.clone()));
         env.push((

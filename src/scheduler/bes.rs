@@ -204,10 +204,7 @@ impl BesJobDriver {
 
     /// The task's directory, where the command (and so a task before it) writes.
     fn task_dir(&self, job: &BesJobRow) -> Below {
-        Below {
-            root: self.layout.account_workitems(&job.run_account),
-            rel: Layout::task_rel(&job.id, TASK_ID),
-        }
+        self.layout.task_dir(&job.run_account, &job.id, TASK_ID)
     }
 
     async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {

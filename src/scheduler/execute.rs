@@ -237,7 +237,7 @@ impl Executor {
                 let dirs = self
                     .runtime
                     .task_dirs(&a.account, node_id, &a.job_id, &a.task_id);
-                dirs.remove().await;
+                dirs.host.remove().await;
             }
             Ok(true) => {}
             Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),

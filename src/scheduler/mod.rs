@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
 use crate::ops;
-use crate::runtime::{remove_below, Layout, Runtime};
+use crate::runtime::Runtime;
 use crate::store;
 
 /// Turns notifications from other servers into wake-ups of this one's loops.
@@ -263,14 +263,16 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
         executor.reap().await?;
-        let workitems = s.runtime.layout().account_workitems(&job.account);
-        remove_below(&workitems, std::path::Path::new(&job.id)).await;
+        s.runtime.layout().job_dir(&job.account, &job.id).remove().await;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }
     for (account, job_id, task_id) in store::tasks::take_expired_files(&s.db, 500).await? {
-        let workitems = s.runtime.layout().account_workitems(&account);
-        remove_below(&workitems, &Layout::task_rel(&job_id, &task_id)).await;
+        s.runtime
+            .layout()
+            .task_dir(&account, &job_id, &task_id)
+            .remove()
+            .await;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
 use crate::api::{header_value, odata, rfc1123, rfc3339, BaseUrl, ListQuery};
 use crate::runtime::safe_fs::Below;
-use crate::runtime::{Layout, STATE_DIR};
+use crate::runtime::STATE_DIR;
 
 /// A request path made safe: relative, no `..`, no root.
 fn relative(path: &str) -> ApiResult<PathBuf> {
@@ -61,10 +61,7 @@ async fn task_root(
 ) -> ApiResult<(String, String, Option<Below>)> {
     let job = super::jobs::find(app, job_id).await?;
     let task = super::tasks::find(app, &job, task_id).await?;
-    let dir = Below {
-        root: app.layout.account_workitems(&job.account),
-        rel: Layout::task_rel(&job.id, &task.id),
-    };
+    let dir = app.layout.task_dir(&job.account, &job.id, &task.id);
     let exists = task.node_id.is_some()
         && dir
             .with(|root, rel| root.open_dir(rel).map(|_| ()))

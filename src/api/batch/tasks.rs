@@ -731,8 +731,7 @@ pub async fn delete(
     // A running task's files go once the scheduler has killed its process (which may run on
     // another server); removed here, the process would go on writing beside nothing.
     if !was_running {
-        let rel = crate::runtime::Layout::task_rel(&job.id, &task.id);
-        crate::runtime::remove_below(&app.layout.account_workitems(&job.account), &rel).await;
+        app.layout.task_dir(&job.account, &job.id, &task.id).remove().await;
     }
     Ok(StatusCode::OK.into_response())
 }
