@@ -42,24 +42,6 @@ impl LocalRuntime {
         root: &Path,
         workitems: &Path,
     ) -> Result<NodeHandle, NodeError> {
-        // Commands find the account's workitems below the node's root, as in a container.
-        let (r, w) = (root.to_path_buf(), workitems.to_path_buf());
-        tokio::task::spawn_blocking(move || {
-            if Dir::open_root(&r)?
-                .metadata(Path::new("workitems"))
-                .is_err()
-            {
-                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)
-        .and_then(|r| r)
-        .map_err(|e| NodeError {
-            code: "NodeDirectoryFailed",
-            message: format!("cannot create the node directory {}: {e}", root.display()),
-        })?;
         let labels = NodeLabels {
             server: spec.server_id.clone(),
             account: spec.account.clone(),
@@ -67,13 +49,22 @@ impl LocalRuntime {
             node: spec.node_id.clone(),
         };
         let json = serde_json::to_vec(&labels).expect("labels serialize");
-        let write = |root: &Path| -> std::io::Result<()> {
-            let dir = Dir::open_root(root)?;
+        let (r, w) = (root.to_path_buf(), workitems.to_path_buf());
+        // One trip to the blocking pool; the root is read without following a task's links.
+        tokio::task::spawn_blocking(move || {
+            let dir = Dir::open_root(&r)?;
+            // Commands find the account's workitems below the node's root, as in a container.
+            if dir.metadata(Path::new("workitems")).is_err() {
+                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
+            }
             dir.create_file(LABELS_FILE.as_ref())?.write_all(&json)
-        };
-        write(root).map_err(|e| NodeError {
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+        .map_err(|e| NodeError {
             code: "NodeDirectoryFailed",
-            message: format!("cannot write the node's labels in {}: {e}", root.display()),
+            message: format!("cannot create the node directory {}: {e}", root.display()),
         })?;
         Ok(NodeHandle {
             container_id: root.display().to_string(),
