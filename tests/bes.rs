@@ -7,7 +7,7 @@ mod common;
 
 use batchpool::storage::{self, DataReference, Roots};
 use chrono::{Duration, TimeZone, Utc};
-use common::{account_cmd, wait_for, Rt, TestServer};
+use common::{account_cmd, run_ok, wait_for, Rt, TestServer};
 use object_store::{ObjectStoreExt, PutPayload};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -1105,14 +1105,9 @@ async fn sas_inputs_are_read_with_their_token() {
 async fn classic_jobs_run_in_their_services_image() {
     let s = TestServer::start(Rt::Docker).await;
     let image = "batchpool-test-node:bes";
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-        .args(["build-node-image", "--tag", image])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .args(["build-node-image", "--tag", image]),
     );
     let (status, body) = put(
         &s,

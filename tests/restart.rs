@@ -316,15 +316,13 @@ async fn lost_attempt_is_requeued(rt: Rt) {
         },
         Rt::Docker => {
             let container = format!("batchpool-{}-{node}", s.server_id().await);
-            let out = std::process::Command::new("docker")
-                .args(["exec", &container, "kill", "-9", &format!("-{pid}")])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            common::run_ok(std::process::Command::new("docker").args([
+                "exec",
+                &container,
+                "kill",
+                "-9",
+                &format!("-{pid}"),
+            ]));
         }
     }
     s.launch().await;

@@ -166,14 +166,9 @@ pub async fn fresh_database() -> String {
 fn ensure_test_image() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-            .args(["build-node-image", "--tag", TEST_IMAGE])
-            .output()
-            .expect("running build-node-image");
-        assert!(
-            out.status.success(),
-            "building the test image failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+                .args(["build-node-image", "--tag", TEST_IMAGE]),
         );
     });
 }
@@ -476,21 +471,13 @@ impl TestServer {
 
 /// `docker inspect` of every container labelled with this server id.
 pub fn docker_containers(server_id: &str) -> Vec<Value> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=batchpool.server={server_id}"),
-        ])
-        .output()
-        .expect("docker ps");
-    assert!(
-        out.status.success(),
-        "docker ps: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let listed = run_ok(std::process::Command::new("docker").args([
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=batchpool.server={server_id}"),
+    ]));
+    let ids: Vec<String> = listed
         .split_whitespace()
         .map(String::from)
         .collect();
@@ -520,21 +507,30 @@ fn local_nodes(dir: &Path, server_id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Runs `batchpool account ...` against the server's database.
-pub fn account_cmd(s: &TestServer, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-        .arg("account")
-        .args(args)
-        .arg("--database-url")
-        .arg(s.database_url.as_ref().unwrap())
+/// Runs a command that must succeed; its standard output. A failure names the command and
+/// shows what it wrote to standard error.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd
         .output()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "{}",
+        "{cmd:?} failed ({}): {}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `batchpool account ...` against the server's database.
+pub fn account_cmd(s: &TestServer, args: &[&str]) -> String {
+    run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .arg("account")
+            .args(args)
+            .arg("--database-url")
+            .arg(s.database_url.as_ref().unwrap()),
+    )
 }
 
 pub fn key_line<'a>(text: &'a str, label: &str) -> &'a str {
