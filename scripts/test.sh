@@ -14,6 +14,10 @@ if ! command -v cargo >/dev/null; then
     echo "cargo is not installed: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
+# The full suite (CI) also checks that .sqlx/ describes the queries as they are now.
+if [[ $# -eq 0 ]]; then
+    scripts/sqlx-prepare.sh --check
+fi
 # The totals of every test binary, on one closing line.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -10,12 +10,12 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::state::{AppState, Settings};
 use crate::config::{RuntimeChoice, ServeConfig};
 use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
-use crate::api::state::{AppState, Settings};
 use crate::{api, scheduler, store};
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {

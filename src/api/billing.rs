@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::rfc3339;
-use crate::api::Ctx;
 use crate::api::state::AppState;
+use crate::api::Ctx;
 use crate::domain::metering::{compute_hours, UsageInterval};
 use crate::store;
 

@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::error::ApiError;
 use super::bes::error::BesError;
+use super::error::ApiError;
 use crate::api::state::AppState;
 
 /// The largest request body any route takes.

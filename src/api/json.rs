@@ -99,7 +99,8 @@ fn unstorable_in(value: &serde_json::Value, path: String) -> Option<(String, &'s
         serde_json::Value::Number(n) => {
             let huge = n.as_i64().is_none()
                 && n.as_u64().is_none()
-                && n.as_f64().is_some_and(|f| f.abs() >= 9.223_372_036_854_776e18);
+                && n.as_f64()
+                    .is_some_and(|f| f.abs() >= 9.223_372_036_854_776e18);
             huge.then(|| (named(path), HUGE_REASON))
         }
         serde_json::Value::Array(items) => items
@@ -143,10 +144,7 @@ mod tests {
             at(r#"{"exitConditions": {"x": [1.7976931348623157e308]}}"#),
             Some(("exitConditions.x[0]".into(), HUGE_REASON))
         );
-        assert_eq!(
-            at(r#"{"a": -1e19}"#),
-            Some(("a".into(), HUGE_REASON))
-        );
+        assert_eq!(at(r#"{"a": -1e19}"#), Some(("a".into(), HUGE_REASON)));
         assert_eq!(
             at(r#"{"a": 100000000000000000000}"#),
             Some(("a".into(), HUGE_REASON))

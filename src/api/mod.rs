@@ -2,16 +2,16 @@
 
 pub mod auth;
 pub mod batch;
+pub mod bes;
 pub mod billing;
 pub mod error;
 pub mod guard;
 pub mod health;
 pub mod json;
-pub mod bes;
 pub mod odata;
-pub mod state;
 pub mod request_id;
 pub mod serve;
+pub mod state;
 
 use std::sync::Arc;
 

@@ -26,7 +26,6 @@ pub struct Settings {
     pub body_read_timeout: std::time::Duration,
 }
 
-
 pub struct AppState {
     pub db: PgPool,
     pub settings: Settings,

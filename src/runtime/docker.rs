@@ -150,7 +150,10 @@ impl DockerRuntime {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let mut created = self.docker.create_container(Some(options.clone()), body.clone()).await;
+        let mut created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
         if matches!(&created, Err(e) if status_of(e) == Some(404)) {
             // The network went with the account's last node a moment ago: make it again, once.
             self.ensure_network(&spec.server_id, &spec.account)
@@ -231,7 +234,11 @@ impl DockerRuntime {
             .force(true)
             .v(true)
             .build();
-        match self.docker.remove_container(&container, Some(options)).await {
+        match self
+            .docker
+            .remove_container(&container, Some(options))
+            .await
+        {
             Err(e) if status_of(&e) != Some(404) => {
                 return Err(e).context("removing the node's container")
             }

@@ -158,7 +158,8 @@ impl Layout {
 
     /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`.
     pub fn task_dir(&self, account: &str, job_id: &str, task_id: &str) -> Below {
-        self.job_dir(account, job_id).join(Path::new("job-1").join(task_id))
+        self.job_dir(account, job_id)
+            .join(Path::new("job-1").join(task_id))
     }
 }
 

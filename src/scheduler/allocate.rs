@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::start_task::{self, Placement};
-use crate::domain::pool::StartTask;
 use crate::domain::ids::new_node_id;
+use crate::domain::pool::StartTask;
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
 use crate::runtime::{NodeSpec, Runtime};
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};

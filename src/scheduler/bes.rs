@@ -17,13 +17,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::Wakeups;
+use crate::domain::bes::Phase;
 use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
-use crate::storage::{self, DataReference, Roots};
 use crate::domain::duration::IsoDuration;
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Layout;
+use crate::storage::{self, DataReference, Roots};
 use crate::store;
-use crate::domain::bes::Phase;
 use crate::store::services::BesJobRow;
 
 /// The one task of a BES job's Batch job.

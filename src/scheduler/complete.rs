@@ -49,12 +49,13 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         .zip(&verdicts)
         .map(|((a, _), v)| (a.pk, Some(a.attempt), v.ending()))
         .collect();
-    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, &[TaskState::Running], &items)
-        .await?
-        .into_iter()
-        .filter(|e| e.task_state() == Some(TaskState::Completed))
-        .map(|e| e.pk)
-        .collect();
+    let completed: HashSet<i64> =
+        store::tasks::end_attempts(&mut tx, &[TaskState::Running], &items)
+            .await?
+            .into_iter()
+            .filter(|e| e.task_state() == Some(TaskState::Completed))
+            .map(|e| e.pk)
+            .collect();
     let mut jobs = BTreeSet::new();
     for ((a, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
@@ -67,8 +68,12 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
                     ops::jobs::terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
                 }
                 JobAction::Disable => {
-                    ops::jobs::disable_job(&mut tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
-                        .await?
+                    ops::jobs::disable_job(
+                        &mut tx,
+                        a.job_pk,
+                        crate::domain::job::DisableTasks::Requeue,
+                    )
+                    .await?
                 }
                 JobAction::None => {}
             }

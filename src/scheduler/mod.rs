@@ -17,8 +17,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
 use crate::ops;
+pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
 use crate::runtime::Runtime;
 use crate::store;
 
@@ -263,7 +263,11 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
         executor.reap().await?;
-        s.runtime.layout().job_dir(&job.account, &job.id).remove().await;
+        s.runtime
+            .layout()
+            .job_dir(&job.account, &job.id)
+            .remove()
+            .await;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }

@@ -550,7 +550,10 @@ pub fn job_container(job_id: &str) -> String {
 /// SHA-1, which the conventions' container names fix, as 40 lower-case hex digits.
 fn sha1_hex(data: &[u8]) -> String {
     use sha1::{Digest, Sha1};
-    Sha1::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+    Sha1::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

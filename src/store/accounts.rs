@@ -18,14 +18,17 @@ impl std::fmt::Debug for AccountKeys {
 }
 
 pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<AccountKeys>> {
-    sqlx::query_as("SELECT name, primary_key, secondary_key FROM accounts WHERE name = $1")
-        .bind(name)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as!(
+        AccountKeys,
+        r#"SELECT name, primary_key, secondary_key FROM accounts WHERE name = $1"#,
+        name,
+    )
+    .fetch_optional(db)
+    .await
 }
 
 pub async fn names(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("SELECT name FROM accounts ORDER BY name")
+    sqlx::query_scalar!("SELECT name FROM accounts ORDER BY name")
         .fetch_all(db)
         .await
 }
@@ -37,10 +40,12 @@ pub async fn create(
     primary: &str,
     secondary: &str,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query("INSERT INTO accounts (name, primary_key, secondary_key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-        .bind(name)
-        .bind(primary)
-        .bind(secondary)
+    let done = sqlx::query!(
+        "INSERT INTO accounts (name, primary_key, secondary_key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        name,
+        primary,
+        secondary,
+    )
         .execute(db)
         .await?;
     Ok(done.rows_affected() == 1)
@@ -53,16 +58,22 @@ pub async fn rotate(
     secondary: bool,
     key: &str,
 ) -> sqlx::Result<bool> {
-    let sql = if secondary {
-        "UPDATE accounts SET secondary_key = $2, keys_rotated_at = now() WHERE name = $1"
-    } else {
-        "UPDATE accounts SET primary_key = $2, keys_rotated_at = now() WHERE name = $1"
-    };
-    Ok(sqlx::query(sql)
-        .bind(name)
-        .bind(key)
+    let done = if secondary {
+        sqlx::query!(
+            "UPDATE accounts SET secondary_key = $2, keys_rotated_at = now() WHERE name = $1",
+            name,
+            key,
+        )
         .execute(db)
         .await?
-        .rows_affected()
-        == 1)
+    } else {
+        sqlx::query!(
+            "UPDATE accounts SET primary_key = $2, keys_rotated_at = now() WHERE name = $1",
+            name,
+            key,
+        )
+        .execute(db)
+        .await?
+    };
+    Ok(done.rows_affected() == 1)
 }

@@ -33,6 +33,17 @@ pub struct JobRow {
     pub last_modified: DateTime<Utc>,
 }
 
+/// Reads whole `JobRow`s: `select_jobs!("WHERE ...", args)` is the checked query over every column.
+macro_rules! select_jobs {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            JobRow,
+            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified FROM jobs "# + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 impl JobRow {
     pub fn job_state(&self) -> JobState {
         JobState::parse(&self.state).unwrap_or(JobState::Active)
@@ -62,25 +73,25 @@ pub struct NewJob {
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO jobs (account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, \
             max_task_retry_count, pool_id, on_all_tasks_complete, on_task_failure, uses_task_dependencies, \
             common_environment, metadata, state, state_transition_time, start_time, creation_time, last_modified) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), now(), now(), now())",
+        &j.account,
+        &j.id,
+        &j.display_name as _,
+        j.props.priority,
+        j.props.max_parallel_tasks,
+        j.props.max_wall_clock_ticks,
+        j.props.max_task_retry_count,
+        &j.props.pool_id,
+        &j.props.on_all_tasks_complete,
+        &j.props.on_task_failure,
+        j.uses_task_dependencies,
+        &j.common_environment,
+        &j.props.metadata,
     )
-    .bind(&j.account)
-    .bind(&j.id)
-    .bind(&j.display_name)
-    .bind(j.props.priority)
-    .bind(j.props.max_parallel_tasks)
-    .bind(j.props.max_wall_clock_ticks)
-    .bind(j.props.max_task_retry_count)
-    .bind(&j.props.pool_id)
-    .bind(&j.props.on_all_tasks_complete)
-    .bind(&j.props.on_task_failure)
-    .bind(j.uses_task_dependencies)
-    .bind(&j.common_environment)
-    .bind(&j.props.metadata)
     .execute(db)
     .await?;
     Ok(())
@@ -102,25 +113,36 @@ pub async fn get(
     id: &str,
     lock: Lock,
 ) -> sqlx::Result<Option<JobRow>> {
-    let sql = match lock {
-        Lock::None => "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2)",
-        Lock::Share => "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR SHARE",
-        Lock::Update => {
-            "SELECT * FROM jobs WHERE account = $1 AND lower(id) = lower($2) FOR UPDATE"
+    // One statement per lock: the checked macros take a literal.
+    match lock {
+        Lock::None => {
+            select_jobs!("WHERE account = $1 AND lower(id) = lower($2)", account, id,)
+                .fetch_optional(db)
+                .await
         }
-    };
-    sqlx::query_as(sql)
-        .bind(account)
-        .bind(id)
-        .fetch_optional(db)
-        .await
+        Lock::Share => {
+            select_jobs!(
+                "WHERE account = $1 AND lower(id) = lower($2) FOR SHARE",
+                account,
+                id,
+            )
+            .fetch_optional(db)
+            .await
+        }
+        Lock::Update => {
+            select_jobs!(
+                "WHERE account = $1 AND lower(id) = lower($2) FOR UPDATE",
+                account,
+                id,
+            )
+            .fetch_optional(db)
+            .await
+        }
+    }
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<JobRow>> {
-    sqlx::query_as("SELECT * FROM jobs WHERE pk = $1")
-        .bind(pk)
-        .fetch_optional(db)
-        .await
+    select_jobs!("WHERE pk = $1", pk,).fetch_optional(db).await
 }
 
 /// A page of jobs in id order after `after` (exclusive).
@@ -130,31 +152,31 @@ pub async fn list(
     after: Option<&str>,
     limit: i64,
 ) -> sqlx::Result<Vec<JobRow>> {
-    sqlx::query_as(
-        "SELECT * FROM jobs WHERE account = $1 AND ($2::text IS NULL OR lower(id) > lower($2)) ORDER BY lower(id) LIMIT $3",
+    select_jobs!(
+        "WHERE account = $1 AND ($2::text IS NULL OR lower(id) > lower($2)) ORDER BY lower(id) LIMIT $3",
+        account,
+        after,
+        limit,
     )
-    .bind(account)
-    .bind(after)
-    .bind(limit)
     .fetch_all(db)
     .await
 }
 
 pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE jobs SET priority = $2, max_parallel_tasks = $3, max_wall_clock_ticks = $4, max_task_retry_count = $5, \
             pool_id = $6, on_all_tasks_complete = $7, on_task_failure = $8, metadata = $9, last_modified = now() \
          WHERE pk = $1",
+        pk,
+        p.priority,
+        p.max_parallel_tasks,
+        p.max_wall_clock_ticks,
+        p.max_task_retry_count,
+        &p.pool_id,
+        &p.on_all_tasks_complete,
+        &p.on_task_failure,
+        &p.metadata,
     )
-    .bind(pk)
-    .bind(p.priority)
-    .bind(p.max_parallel_tasks)
-    .bind(p.max_wall_clock_ticks)
-    .bind(p.max_task_retry_count)
-    .bind(&p.pool_id)
-    .bind(&p.on_all_tasks_complete)
-    .bind(&p.on_task_failure)
-    .bind(&p.metadata)
     .execute(db)
     .await?;
     Ok(())
@@ -162,74 +184,77 @@ pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::
 
 /// Moves a job to `state`, keeping the previous one as Azure reports it.
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: JobState) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
             state = $2, state_transition_time = now(), last_modified = now() \
          WHERE pk = $1 AND state <> $2",
+        pk,
+        state.as_str(),
     )
-    .bind(pk)
-    .bind(state.as_str())
     .execute(db)
     .await?;
     Ok(())
 }
 
-/// The update that completes a job with a reason ($2); callers add their conditions.
-const COMPLETE_JOB: &str = "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
-    state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
-    WHERE pk = $1";
-
 /// Completes a job that is not completed or being deleted yet; returns whether it did.
 pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::Result<bool> {
-    let sql = format!("{COMPLETE_JOB} AND state NOT IN ('completed', 'deleting')");
-    let done = sqlx::query(&sql).bind(pk).bind(reason).execute(db).await?;
+    let done = sqlx::query!(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
+         WHERE pk = $1 AND state NOT IN ('completed', 'deleting')",
+        pk,
+        reason,
+    )
+    .execute(db)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// Whether the job is set to complete when all its tasks have (onAllTasksComplete=terminatejob).
 pub async fn ends_with_its_tasks(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
-    let v: Option<bool> =
-        sqlx::query_scalar("SELECT on_all_tasks_complete = 'terminatejob' FROM jobs WHERE pk = $1")
-            .bind(pk)
-            .fetch_optional(db)
-            .await?;
+    let v: Option<bool> = sqlx::query_scalar!(
+        r#"SELECT on_all_tasks_complete = 'terminatejob' AS "terminates!" FROM jobs WHERE pk = $1"#,
+        pk,
+    )
+    .fetch_optional(db)
+    .await?;
     Ok(v.unwrap_or(false))
 }
 
 /// onAllTasksComplete=terminatejob: completes the job when it has no unfinished task.
 pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
-    let sql = format!(
-        "{COMPLETE_JOB} AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
-         AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')"
-    );
-    let done = sqlx::query(&sql)
-        .bind(pk)
-        .bind("AllTasksComplete")
-        .execute(db)
-        .await?;
+    let done = sqlx::query!(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
+         WHERE pk = $1 AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
+         AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')",
+        pk,
+        "AllTasksComplete",
+    )
+    .execute(db)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// Jobs whose maxWallClockTime has run out.
 pub async fn past_wall_clock(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT pk FROM jobs WHERE state IN ('active', 'disabled', 'disabling', 'enabling') \
            AND max_wall_clock_ticks IS NOT NULL AND max_wall_clock_ticks < 31536000000000000 \
-           AND start_time + make_interval(secs => max_wall_clock_ticks / 1e7) < now()",
+           AND start_time + make_interval(secs => max_wall_clock_ticks / 1e7) < now()"
     )
     .fetch_all(db)
     .await
 }
 
 pub async fn deleting(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<JobRow>> {
-    sqlx::query_as("SELECT * FROM jobs WHERE state = 'deleting'")
+    select_jobs!("WHERE state = 'deleting'",)
         .fetch_all(db)
         .await
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM jobs WHERE pk = $1")
-        .bind(pk)
+    sqlx::query!("DELETE FROM jobs WHERE pk = $1", pk,)
         .execute(db)
         .await?;
     Ok(())
@@ -249,14 +274,15 @@ pub async fn active_in_pool(
     account: &str,
     pool_id: &str,
 ) -> sqlx::Result<Vec<JobRoom>> {
-    sqlx::query_as(
-        "SELECT j.pk, j.max_parallel_tasks, \
-                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state = 'running') AS running \
-         FROM jobs j WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state = 'active' \
-         ORDER BY j.priority DESC, j.creation_time, j.pk",
+    sqlx::query_as!(
+        JobRoom,
+        r#"SELECT j.pk, j.max_parallel_tasks,
+                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state = 'running') AS "running!"
+         FROM jobs j WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state = 'active'
+         ORDER BY j.priority DESC, j.creation_time, j.pk"#,
+        account,
+        pool_id,
     )
-    .bind(account)
-    .bind(pool_id)
     .fetch_all(db)
     .await
 }

@@ -12,17 +12,17 @@ const STALE: &str = "BP001";
 /// Starts a new term: bumps the epoch (after every transaction of the previous leader still in
 /// flight has ended) and returns it. Call it holding the advisory lock.
 pub async fn take(db: impl PgExecutor<'_>, holder: &str) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE leader SET epoch = epoch + 1, holder = $1, since = now() RETURNING epoch",
+        holder,
     )
-    .bind(holder)
     .fetch_one(db)
     .await
 }
 
 /// The current epoch.
 pub async fn epoch(db: impl PgExecutor<'_>) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT epoch FROM leader")
+    sqlx::query_scalar!("SELECT epoch FROM leader")
         .fetch_one(db)
         .await
 }
@@ -39,17 +39,18 @@ const LEADER_LOCK: i64 = 0x6261_7463_6870_6f6c;
 /// Takes the leader's advisory lock on this connection if no other session holds it; returns
 /// whether it did.
 pub async fn try_lock(db: impl PgExecutor<'_>) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LEADER_LOCK)
-        .fetch_one(db)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_lock($1) AS "locked!""#,
+        LEADER_LOCK,
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Releases the leader's advisory lock held by this connection.
 pub async fn unlock(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LEADER_LOCK)
-        .execute(db)
+    sqlx::query!("SELECT pg_advisory_unlock($1) AS unlocked", LEADER_LOCK,)
+        .fetch_one(db)
         .await?;
     Ok(())
 }

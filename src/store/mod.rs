@@ -1,8 +1,13 @@
 //! SQL, in small functions over `impl PgExecutor` so they run on the pool or in a transaction.
 
+pub mod accounts;
+pub mod jobs;
+pub mod leader;
 pub mod nodes;
 pub mod pools;
 pub mod services;
+pub mod tasks;
+mod text_enum;
 pub mod usage;
 
 use sqlx::PgPool;
@@ -11,7 +16,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The identity this installation labels its nodes with.
 pub async fn server_id(db: &PgPool) -> sqlx::Result<String> {
-    sqlx::query_scalar("SELECT server_id FROM installation")
+    sqlx::query_scalar!("SELECT server_id FROM installation")
         .fetch_one(db)
         .await
 }
@@ -20,14 +25,9 @@ pub async fn server_id(db: &PgPool) -> sqlx::Result<String> {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.is_unique_violation())
 }
-pub mod accounts;
-pub mod jobs;
-pub mod leader;
-pub mod tasks;
-
 /// Whether the database answers (readiness).
 pub async fn ping(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<()> {
-    sqlx::query("SELECT 1").execute(db).await?;
+    sqlx::query!("SELECT 1 AS one").fetch_one(db).await?;
     Ok(())
 }
 
@@ -37,9 +37,7 @@ pub async fn notify(
     channel: &str,
     payload: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(channel)
-        .bind(payload)
+    sqlx::query!("SELECT pg_notify($1, $2)", channel, payload,)
         .execute(db)
         .await?;
     Ok(())

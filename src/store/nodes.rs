@@ -25,6 +25,17 @@ pub struct NodeRow {
     pub total_tasks_succeeded: i32,
 }
 
+/// Reads whole `NodeRow`s: `select_nodes!("WHERE ...", args)` is the checked query over every column.
+macro_rules! select_nodes {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            NodeRow,
+            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded FROM nodes "# + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 impl NodeRow {
     pub fn node_state(&self) -> NodeState {
         NodeState::parse(&self.state).unwrap_or(NodeState::Unknown)
@@ -38,53 +49,45 @@ pub async fn insert_creating(
     pool_pk: i64,
     ids: &[String],
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO nodes (pool_pk, id, state, state_transition_time, allocation_time) \
          SELECT $1, unnest($2::text[]), 'creating', now(), now()",
+        pool_pk,
+        ids,
     )
-    .bind(pool_pk)
-    .bind(ids)
     .execute(db)
     .await?;
     Ok(())
 }
 
 pub async fn list_for_pool(db: impl PgExecutor<'_>, pool_pk: i64) -> sqlx::Result<Vec<NodeRow>> {
-    sqlx::query_as("SELECT * FROM nodes WHERE pool_pk = $1 ORDER BY allocation_time, id")
-        .bind(pool_pk)
+    select_nodes!("WHERE pool_pk = $1 ORDER BY allocation_time, id", pool_pk,)
         .fetch_all(db)
         .await
 }
 
 pub async fn list_all(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<NodeRow>> {
-    sqlx::query_as("SELECT * FROM nodes ORDER BY pk")
-        .fetch_all(db)
-        .await
+    select_nodes!("ORDER BY pk",).fetch_all(db).await
 }
 
 pub async fn get(db: impl PgExecutor<'_>, pool_pk: i64, id: &str) -> sqlx::Result<Option<NodeRow>> {
-    sqlx::query_as("SELECT * FROM nodes WHERE pool_pk = $1 AND id = $2")
-        .bind(pool_pk)
-        .bind(id)
+    select_nodes!("WHERE pool_pk = $1 AND id = $2", pool_pk, id,)
         .fetch_optional(db)
         .await
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<NodeRow>> {
-    sqlx::query_as("SELECT * FROM nodes WHERE pk = $1")
-        .bind(pk)
-        .fetch_optional(db)
-        .await
+    select_nodes!("WHERE pk = $1", pk,).fetch_optional(db).await
 }
 
 /// Moves a node to `state` unless it is already leaving the pool (a removal always wins).
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now() \
          WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2",
+        pk,
+        state.as_str(),
     )
-    .bind(pk)
-    .bind(state.as_str())
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -98,15 +101,15 @@ pub async fn set_started(
     container_id: &str,
     ip_address: &str,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
             last_boot_time = now(), errors = '[]' \
          WHERE pk = $1 AND state <> 'leavingpool'",
+        pk,
+        state.as_str(),
+        container_id,
+        ip_address,
     )
-    .bind(pk)
-    .bind(state.as_str())
-    .bind(container_id)
-    .bind(ip_address)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -114,12 +117,12 @@ pub async fn set_started(
 
 /// The node could not be made: it is unusable and says why.
 pub async fn set_unusable(db: impl PgExecutor<'_>, pk: i64, errors: &Value) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE nodes SET state = 'unusable', state_transition_time = now(), errors = $2 \
          WHERE pk = $1 AND state <> 'leavingpool'",
+        pk,
+        errors,
     )
-    .bind(pk)
-    .bind(errors)
     .execute(db)
     .await?;
     Ok(())
@@ -130,28 +133,29 @@ pub async fn set_start_task_info(
     pk: i64,
     info: &Value,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE nodes SET start_task_info = $2 WHERE pk = $1")
-        .bind(pk)
-        .bind(info)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "UPDATE nodes SET start_task_info = $2 WHERE pk = $1",
+        pk,
+        info
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
 
 /// Marks nodes as leaving; returns those that were not already.
 pub async fn mark_leaving(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE nodes SET state = 'leavingpool', state_transition_time = now() \
          WHERE pk = ANY($1) AND state <> 'leavingpool' RETURNING pk",
+        pks,
     )
-    .bind(pks)
     .fetch_all(db)
     .await
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM nodes WHERE pk = $1")
-        .bind(pk)
+    sqlx::query!("DELETE FROM nodes WHERE pk = $1", pk)
         .execute(db)
         .await?;
     Ok(())
@@ -171,12 +175,13 @@ pub struct FreeSlots {
 /// Locks every usable node (of an active pool) with free slots and returns its free slots, in
 /// node order.
 pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSlots>> {
-    sqlx::query_as(
-        "SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account, \
-                p.task_slots_per_node - n.running_task_slots AS free, p.node_fill_type AS fill \
-         FROM nodes n JOIN pools p ON p.pk = n.pool_pk \
-         WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node \
-         ORDER BY n.pk FOR UPDATE OF n",
+    sqlx::query_as!(
+        FreeSlots,
+        r#"SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account,
+                p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _"
+         FROM nodes n JOIN pools p ON p.pk = n.pool_pk
+         WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node
+         ORDER BY n.pk FOR UPDATE OF n"#,
     )
     .fetch_all(db)
     .await
@@ -190,14 +195,14 @@ pub async fn add_placements(
     slots: &[i32],
     tasks: &[i32],
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, total_tasks_run = n.total_tasks_run + d.tasks, running_tasks = n.running_tasks + d.tasks, \
             state = 'running', state_transition_time = CASE WHEN n.state = 'running' THEN n.state_transition_time ELSE now() END \
          FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(pk, slots, tasks) WHERE n.pk = d.pk",
+        node_pks,
+        slots,
+        tasks,
     )
-    .bind(node_pks)
-    .bind(slots)
-    .bind(tasks)
     .execute(db)
     .await?;
     Ok(())

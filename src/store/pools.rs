@@ -62,9 +62,19 @@ pub struct NewPool {
     pub pool_service: bool,
 }
 
-const SELECT: &str = "SELECT p.*, \
-    (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS current_dedicated_nodes \
-    FROM pools p";
+/// Reads whole `PoolRow`s: `select_pools!("WHERE ...", args)` is the checked query over every
+/// column of `pools p`, with the nodes it has.
+macro_rules! select_pools {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            PoolRow,
+            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service,
+                (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS "current_dedicated_nodes!"
+               FROM pools p "# + $rest
+            $(, $arg)*
+        )
+    };
+}
 
 pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
     // A pool with nodes to make starts out resizing; an empty one is steady at once.
@@ -73,32 +83,32 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
     } else {
         AllocationState::Steady
     };
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO pools (account, id, display_name, vm_size, vcpus, memory_mib, image, vm_config, start_task, \
             task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
             billing_plan, service_pk, pool_service) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
             $16, $17, $18)",
+        &p.account,
+        &p.id,
+        &p.display_name as _,
+        &p.vm_size,
+        p.vcpus,
+        p.memory_mib,
+        &p.image,
+        &p.vm_config as _,
+        &p.start_task as _,
+        p.task_slots_per_node,
+        &p.node_fill_type,
+        p.target_dedicated_nodes,
+        p.resize_timeout_ticks,
+        allocation.as_str(),
+        &p.metadata,
+        &p.billing_plan as _,
+        p.service_pk,
+        p.pool_service,
     )
-    .bind(&p.account)
-    .bind(&p.id)
-    .bind(&p.display_name)
-    .bind(&p.vm_size)
-    .bind(p.vcpus)
-    .bind(p.memory_mib)
-    .bind(&p.image)
-    .bind(&p.vm_config)
-    .bind(&p.start_task)
-    .bind(p.task_slots_per_node)
-    .bind(&p.node_fill_type)
-    .bind(p.target_dedicated_nodes)
-    .bind(p.resize_timeout_ticks)
-    .bind(allocation.as_str())
-    .bind(&p.metadata)
-    .bind(&p.billing_plan)
-    .bind(p.service_pk)
-    .bind(p.pool_service)
     .execute(db)
     .await?;
     Ok(())
@@ -109,36 +119,30 @@ pub async fn get(
     account: &str,
     id: &str,
 ) -> sqlx::Result<Option<PoolRow>> {
-    sqlx::query_as(&format!(
-        "{SELECT} WHERE p.account = $1 AND lower(p.id) = lower($2)"
-    ))
-    .bind(account)
-    .bind(id)
+    select_pools!(
+        "WHERE p.account = $1 AND lower(p.id) = lower($2)",
+        account,
+        id
+    )
     .fetch_optional(db)
     .await
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<PoolRow>> {
-    sqlx::query_as(&format!("{SELECT} WHERE p.pk = $1"))
-        .bind(pk)
+    select_pools!("WHERE p.pk = $1", pk)
         .fetch_optional(db)
         .await
 }
 
 pub async fn list(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<Vec<PoolRow>> {
-    sqlx::query_as(&format!(
-        "{SELECT} WHERE p.account = $1 ORDER BY lower(p.id)"
-    ))
-    .bind(account)
-    .fetch_all(db)
-    .await
+    select_pools!("WHERE p.account = $1 ORDER BY lower(p.id)", account)
+        .fetch_all(db)
+        .await
 }
 
 /// Every pool of every account: what the allocator reconciles.
 pub async fn list_all(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<PoolRow>> {
-    sqlx::query_as(&format!("{SELECT} ORDER BY p.pk"))
-        .fetch_all(db)
-        .await
+    select_pools!("ORDER BY p.pk").fetch_all(db).await
 }
 
 /// Why a change to a pool was refused.
@@ -151,17 +155,17 @@ pub enum Refused {
 
 /// The pool's state as seen just before a change, for the handler to explain a refusal.
 async fn refusal(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Result<Refused> {
-    let row: Option<(String, String)> = sqlx::query_as(
-        "SELECT state, allocation_state FROM pools WHERE account = $1 AND lower(id) = lower($2)",
+    let row = sqlx::query!(
+        r#"SELECT state, allocation_state FROM pools WHERE account = $1 AND lower(id) = lower($2)"#,
+        account,
+        id,
     )
-    .bind(account)
-    .bind(id)
     .fetch_optional(db)
     .await?;
     Ok(match row {
         None => Refused::NotFound,
-        Some((state, _)) if state == PoolState::Deleting.as_str() => Refused::BeingDeleted,
-        Some((_, allocation)) => Refused::NotSteady(allocation),
+        Some(r) if r.state == PoolState::Deleting.as_str() => Refused::BeingDeleted,
+        Some(r) => Refused::NotSteady(r.allocation_state),
     })
 }
 
@@ -174,19 +178,19 @@ pub async fn resize(
     resize_timeout_ticks: Option<i64>,
     deallocation: Option<&str>,
 ) -> sqlx::Result<Result<(), Refused>> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE pools SET target_dedicated_nodes = $3, \
             resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
             node_deallocation_option = coalesce($5, node_deallocation_option), \
             allocation_state = 'resizing', allocation_state_transition_time = now(), \
             resize_errors = '[]', last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' AND allocation_state = 'steady'",
+        account,
+        id,
+        target,
+        resize_timeout_ticks,
+        deallocation,
     )
-    .bind(account)
-    .bind(id)
-    .bind(target)
-    .bind(resize_timeout_ticks)
-    .bind(deallocation)
     .execute(db)
     .await?;
     if done.rows_affected() == 1 {
@@ -201,14 +205,14 @@ pub async fn stop_resize(
     account: &str,
     id: &str,
 ) -> sqlx::Result<Result<(), Refused>> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE pools SET allocation_state = CASE WHEN allocation_state = 'resizing' THEN 'stopping' ELSE allocation_state END, \
             allocation_state_transition_time = CASE WHEN allocation_state = 'resizing' THEN now() ELSE allocation_state_transition_time END, \
             last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+        account,
+        id,
     )
-    .bind(account)
-    .bind(id)
     .execute(db)
     .await?;
     if done.rows_affected() == 1 {
@@ -223,13 +227,13 @@ pub async fn mark_deleting(
     account: &str,
     id: &str,
 ) -> sqlx::Result<Result<(), Refused>> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE pools SET state = 'deleting', state_transition_time = now(), last_modified = now(), \
             target_dedicated_nodes = 0 \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+        account,
+        id,
     )
-    .bind(account)
-    .bind(id)
     .execute(db)
     .await?;
     if done.rows_affected() == 1 {
@@ -246,16 +250,16 @@ pub async fn update_properties(
     metadata: Option<&Value>,
     start_task: Option<Option<&Value>>,
 ) -> sqlx::Result<Result<(), Refused>> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE pools SET metadata = coalesce($3, metadata), \
             start_task = CASE WHEN $4 THEN $5 ELSE start_task END, last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+        account,
+        id,
+        metadata,
+        start_task.is_some(),
+        start_task.flatten(),
     )
-    .bind(account)
-    .bind(id)
-    .bind(metadata)
-    .bind(start_task.is_some())
-    .bind(start_task.flatten())
     .execute(db)
     .await?;
     if done.rows_affected() == 1 {
@@ -269,12 +273,12 @@ pub async fn set_allocation_state(
     pk: i64,
     state: AllocationState,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE pools SET allocation_state = $2, allocation_state_transition_time = now(), last_modified = now() \
          WHERE pk = $1 AND allocation_state <> $2",
+        pk,
+        state.as_str(),
     )
-    .bind(pk)
-    .bind(state.as_str())
     .execute(db)
     .await?;
     Ok(())
@@ -282,20 +286,19 @@ pub async fn set_allocation_state(
 
 /// Adds a resize error (Azure's `ResizeError`: code, message, values).
 pub async fn add_resize_error(db: impl PgExecutor<'_>, pk: i64, error: &Value) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE pools SET resize_errors = resize_errors || jsonb_build_array($2::jsonb), last_modified = now() \
          WHERE pk = $1 AND NOT resize_errors @> jsonb_build_array($2::jsonb)",
+        pk,
+        error,
     )
-    .bind(pk)
-    .bind(error)
     .execute(db)
     .await?;
     Ok(())
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM pools WHERE pk = $1")
-        .bind(pk)
+    sqlx::query!("DELETE FROM pools WHERE pk = $1", pk,)
         .execute(db)
         .await?;
     Ok(())
@@ -310,16 +313,16 @@ pub async fn shrink_for_removed_nodes(
     resize_timeout_ticks: Option<i64>,
     option: NodeDeallocationOption,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
             resize_timeout_ticks = coalesce($3, resize_timeout_ticks), node_deallocation_option = $4, \
             allocation_state = 'resizing', allocation_state_transition_time = now(), resize_errors = '[]', last_modified = now() \
          WHERE pk = $1",
+        pk,
+        removed,
+        resize_timeout_ticks,
+        option.as_str(),
     )
-    .bind(pk)
-    .bind(removed)
-    .bind(resize_timeout_ticks)
-    .bind(option.as_str())
     .execute(db)
     .await?;
     Ok(())
@@ -328,19 +331,21 @@ pub async fn shrink_for_removed_nodes(
 /// Serializes the Pool Service's pool creations of `account` until the transaction ends, so its
 /// quota check and insert are one step. Takes a transaction.
 pub async fn lock_pool_service_account(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('poolservice:' || $1))")
-        .bind(account)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtext('poolservice:' || $1))",
+        account,
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
 
 /// How many Pool Service pools `account` has, not counting those being deleted (its quota's use).
 pub async fn count_pool_service(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "pools!" FROM pools WHERE account = $1 AND pool_service AND state <> 'deleting'"#,
+        account,
     )
-    .bind(account)
     .fetch_one(db)
     .await
 }

@@ -26,6 +26,17 @@ pub struct ServiceRow {
     pub last_modified: DateTime<Utc>,
 }
 
+/// Reads whole `ServiceRow`s: `select_services!("WHERE ...", args)` is the checked query over every column.
+macro_rules! select_services {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            ServiceRow,
+            r#"SELECT pk, account, namespace, id, title, description, image, command, inputs, outputs, global_parameters, billing_plan, primary_key, secondary_key, creation_time, last_modified FROM services "# + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 impl std::fmt::Debug for ServiceRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServiceRow")
@@ -48,46 +59,44 @@ pub struct ServiceDef {
     pub billing_plan: String,
 }
 
-#[derive(sqlx::FromRow)]
-struct Upserted {
-    #[sqlx(flatten)]
-    row: ServiceRow,
-    created: bool,
-}
-
 /// Creates or replaces a service of `account`; replacing keeps its keys. Returns the row and
 /// whether it is new. Names are per account: another account's service of the same name is
 /// neither touched nor revealed.
 pub async fn upsert(
-    db: impl PgExecutor<'_>,
+    db: &sqlx::PgPool,
     account: &str,
     namespace: &str,
     id: &str,
     d: &ServiceDef,
 ) -> sqlx::Result<(ServiceRow, bool)> {
-    let u: Upserted = sqlx::query_as(
-        "INSERT INTO services (account, namespace, id, title, description, image, command, inputs, outputs, \
-            global_parameters, billing_plan) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (account, lower(namespace), lower(id)) DO UPDATE SET title = $4, description = $5, \
-            image = $6, command = $7, inputs = $8, outputs = $9, global_parameters = $10, \
-            billing_plan = $11, last_modified = now() \
-         RETURNING services.*, (xmax = 0) AS created",
+    let mut tx = db.begin().await?;
+    let up = sqlx::query!(
+        r#"INSERT INTO services (account, namespace, id, title, description, image, command, inputs, outputs,
+            global_parameters, billing_plan)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (account, lower(namespace), lower(id)) DO UPDATE SET title = $4, description = $5,
+            image = $6, command = $7, inputs = $8, outputs = $9, global_parameters = $10,
+            billing_plan = $11, last_modified = now()
+         RETURNING pk, (xmax = 0) AS "created!""#,
+        account,
+        namespace,
+        id,
+        d.title.as_deref(),
+        d.description.as_deref(),
+        d.image.as_deref(),
+        &d.command,
+        &d.inputs,
+        &d.outputs,
+        &d.global_parameters,
+        &d.billing_plan,
     )
-    .bind(account)
-    .bind(namespace)
-    .bind(id)
-    .bind(&d.title)
-    .bind(&d.description)
-    .bind(&d.image)
-    .bind(&d.command)
-    .bind(&d.inputs)
-    .bind(&d.outputs)
-    .bind(&d.global_parameters)
-    .bind(&d.billing_plan)
-    .fetch_one(db)
+    .fetch_one(&mut *tx)
     .await?;
-    Ok((u.row, u.created))
+    let row = select_services!("WHERE pk = $1", up.pk)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok((row, up.created))
 }
 
 /// `account`'s service of that name.
@@ -97,13 +106,13 @@ pub async fn get(
     namespace: &str,
     id: &str,
 ) -> sqlx::Result<Option<ServiceRow>> {
-    sqlx::query_as(
-        "SELECT * FROM services \
+    select_services!(
+        "\
          WHERE account = $1 AND lower(namespace) = lower($2) AND lower(id) = lower($3)",
+        account,
+        namespace,
+        id,
     )
-    .bind(account)
-    .bind(namespace)
-    .bind(id)
     .fetch_optional(db)
     .await
 }
@@ -114,18 +123,17 @@ pub async fn named(
     namespace: &str,
     id: &str,
 ) -> sqlx::Result<Vec<ServiceRow>> {
-    sqlx::query_as(
-        "SELECT * FROM services WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)",
+    select_services!(
+        "WHERE lower(namespace) = lower($1) AND lower(id) = lower($2)",
+        namespace,
+        id,
     )
-    .bind(namespace)
-    .bind(id)
     .fetch_all(db)
     .await
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<ServiceRow>> {
-    sqlx::query_as("SELECT * FROM services WHERE pk = $1")
-        .bind(pk)
+    select_services!("WHERE pk = $1", pk,)
         .fetch_optional(db)
         .await
 }
@@ -135,18 +143,17 @@ pub async fn list(
     account: &str,
     namespace: &str,
 ) -> sqlx::Result<Vec<ServiceRow>> {
-    sqlx::query_as(
-        "SELECT * FROM services WHERE account = $1 AND lower(namespace) = lower($2) ORDER BY lower(id)",
+    select_services!(
+        "WHERE account = $1 AND lower(namespace) = lower($2) ORDER BY lower(id)",
+        account,
+        namespace,
     )
-    .bind(account)
-    .bind(namespace)
     .fetch_all(db)
     .await
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM services WHERE pk = $1")
-        .bind(pk)
+    sqlx::query!("DELETE FROM services WHERE pk = $1", pk,)
         .execute(db)
         .await?;
     Ok(())
@@ -158,18 +165,24 @@ pub async fn regenerate_key(
     pk: i64,
     secondary: bool,
 ) -> sqlx::Result<String> {
-    let column = if secondary {
-        "secondary_key"
+    // New keys are made in SQL so they never pass through a log line or a bind parameter.
+    if secondary {
+        sqlx::query_scalar!(
+            "UPDATE services SET secondary_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
+                last_modified = now() WHERE pk = $1 RETURNING secondary_key",
+            pk,
+        )
+        .fetch_one(db)
+        .await
     } else {
-        "primary_key"
-    };
-    sqlx::query_scalar(&format!(
-        "UPDATE services SET {column} = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
-            last_modified = now() WHERE pk = $1 RETURNING {column}"
-    ))
-    .bind(pk)
-    .fetch_one(db)
-    .await
+        sqlx::query_scalar!(
+            "UPDATE services SET primary_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
+                last_modified = now() WHERE pk = $1 RETURNING primary_key",
+            pk,
+        )
+        .fetch_one(db)
+        .await
+    }
 }
 
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -187,6 +200,17 @@ pub struct BesJobRow {
     pub start_time: Option<DateTime<Utc>>,
     pub end_time: Option<DateTime<Utc>>,
     pub last_modified: DateTime<Utc>,
+}
+
+/// Reads whole `BesJobRow`s: `select_bes_jobs!("WHERE ...", args)` is the checked query over every column.
+macro_rules! select_bes_jobs {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            BesJobRow,
+            r#"SELECT pk, id, service_pk, run_account, pool_id, request, phase AS "phase: _", results, details, creation_time, start_time, end_time, last_modified FROM bes_jobs "# + $rest
+            $(, $arg)*
+        )
+    };
 }
 
 impl BesJobRow {
@@ -209,15 +233,15 @@ pub async fn insert_job(
     pool_id: Option<&str>,
     request: &Value,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO bes_jobs (id, service_pk, run_account, pool_id, request, phase) VALUES ($1, $2, $3, $4, $5, $6)",
+        id,
+        service_pk,
+        run_account,
+        pool_id,
+        request,
+        Phase::NotStarted.as_str(),
     )
-    .bind(id)
-    .bind(service_pk)
-    .bind(run_account)
-    .bind(pool_id)
-    .bind(request)
-    .bind(Phase::NotStarted.as_str())
     .execute(db)
     .await?;
     Ok(())
@@ -228,25 +252,28 @@ pub async fn get_job(
     service_pk: i64,
     id: &str,
 ) -> sqlx::Result<Option<BesJobRow>> {
-    sqlx::query_as("SELECT * FROM bes_jobs WHERE service_pk = $1 AND lower(id) = lower($2)")
-        .bind(service_pk)
-        .bind(id)
-        .fetch_optional(db)
-        .await
+    select_bes_jobs!(
+        "WHERE service_pk = $1 AND lower(id) = lower($2)",
+        service_pk,
+        id,
+    )
+    .fetch_optional(db)
+    .await
 }
 
 pub async fn get_job_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<BesJobRow>> {
-    sqlx::query_as("SELECT * FROM bes_jobs WHERE pk = $1")
-        .bind(pk)
+    select_bes_jobs!("WHERE pk = $1", pk,)
         .fetch_optional(db)
         .await
 }
 
 pub async fn list_jobs(db: impl PgExecutor<'_>, service_pk: i64) -> sqlx::Result<Vec<BesJobRow>> {
-    sqlx::query_as("SELECT * FROM bes_jobs WHERE service_pk = $1 ORDER BY creation_time, pk")
-        .bind(service_pk)
-        .fetch_all(db)
-        .await
+    select_bes_jobs!(
+        "WHERE service_pk = $1 ORDER BY creation_time, pk",
+        service_pk,
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// Moves a job from one phase to another; false when it was not in `from` any more (a cancel
@@ -258,15 +285,15 @@ pub async fn set_phase(
     to: Phase,
 ) -> sqlx::Result<bool> {
     let from: Vec<&str> = from.iter().map(|p| p.as_str()).collect();
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE bes_jobs SET phase = $3, last_modified = now(), \
             start_time = CASE WHEN $3 = 'staging' THEN now() ELSE start_time END, \
             end_time = CASE WHEN $3 IN ('finished', 'failed', 'cancelled') THEN now() ELSE end_time END \
          WHERE pk = $1 AND phase = ANY($2)",
+        pk,
+        &from as _,
+        to.as_str(),
     )
-    .bind(pk)
-    .bind(&from)
-    .bind(to.as_str())
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -280,14 +307,14 @@ pub async fn finish(
     results: Option<&Value>,
     details: Option<&str>,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE bes_jobs SET phase = $2, results = $3, details = $4, end_time = now(), last_modified = now() \
          WHERE pk = $1 AND phase NOT IN ('finished', 'failed', 'cancelled')",
+        pk,
+        to.as_str(),
+        results,
+        details,
     )
-    .bind(pk)
-    .bind(to.as_str())
-    .bind(results)
-    .bind(details)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -295,11 +322,9 @@ pub async fn finish(
 
 /// Jobs the driver has work for, oldest start first (first in, first out).
 pub async fn in_flight(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<BesJobRow>> {
-    sqlx::query_as(
-        "SELECT * FROM bes_jobs WHERE phase IN ('staging', 'running', 'uploading') ORDER BY start_time, pk",
-    )
-    .fetch_all(db)
-    .await
+    select_bes_jobs!("WHERE phase IN ('staging', 'running', 'uploading') ORDER BY start_time, pk",)
+        .fetch_all(db)
+        .await
 }
 
 /// The Pool Service's view of an account: its key and quotas.
@@ -314,19 +339,23 @@ pub struct PoolServiceAccount {
 pub async fn pool_service_accounts(
     db: impl PgExecutor<'_>,
 ) -> sqlx::Result<Vec<PoolServiceAccount>> {
-    sqlx::query_as("SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts")
-        .fetch_all(db)
-        .await
+    sqlx::query_as!(
+        PoolServiceAccount,
+        r#"SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts"#,
+    )
+    .fetch_all(db)
+    .await
 }
 
 pub async fn pool_service_account(
     db: impl PgExecutor<'_>,
     name: &str,
 ) -> sqlx::Result<Option<PoolServiceAccount>> {
-    sqlx::query_as(
-        "SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts WHERE name = $1",
+    sqlx::query_as!(
+        PoolServiceAccount,
+        r#"SELECT name, pool_service_key, max_pools, max_vms_per_pool FROM accounts WHERE name = $1"#,
+        name,
     )
-    .bind(name)
     .fetch_optional(db)
     .await
 }
@@ -338,13 +367,13 @@ pub async fn set_quotas(
     max_pools: Option<i32>,
     max_vms_per_pool: Option<i32>,
 ) -> sqlx::Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE accounts SET max_pools = coalesce($2, max_pools), max_vms_per_pool = coalesce($3, max_vms_per_pool) \
          WHERE name = $1",
+        name,
+        max_pools,
+        max_vms_per_pool,
     )
-    .bind(name)
-    .bind(max_pools)
-    .bind(max_vms_per_pool)
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -354,52 +383,48 @@ pub async fn rotate_pool_service_key(
     db: impl PgExecutor<'_>,
     name: &str,
 ) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE accounts SET pool_service_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '') \
          WHERE name = $1 RETURNING pool_service_key",
+        name,
     )
-    .bind(name)
     .fetch_optional(db)
     .await
 }
 
 /// Running BES jobs whose task (`task_id`) has completed, or whose Batch job is gone.
 pub async fn running_jobs_ended(db: impl PgExecutor<'_>, task_id: &str) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT b.pk FROM bes_jobs b \
          LEFT JOIN jobs j ON j.account = b.run_account AND lower(j.id) = lower(b.id) \
          LEFT JOIN tasks t ON t.job_pk = j.pk AND t.id = $1 \
          WHERE b.phase = 'running' AND (t.pk IS NULL OR t.state = 'completed')",
+        task_id,
     )
-    .bind(task_id)
     .fetch_all(db)
     .await
 }
 
 /// A BES job's phase, if the job still exists.
 pub async fn job_phase(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1")
-        .bind(pk)
+    sqlx::query_scalar!("SELECT phase FROM bes_jobs WHERE pk = $1", pk,)
         .fetch_optional(db)
         .await
 }
 
 /// A BES job's phase, if the job still exists, locking its row.
 pub async fn lock_job_phase(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT phase FROM bes_jobs WHERE pk = $1 FOR UPDATE")
-        .bind(pk)
+    sqlx::query_scalar!("SELECT phase FROM bes_jobs WHERE pk = $1 FOR UPDATE", pk,)
         .fetch_optional(db)
         .await
 }
 
 /// BES jobs waiting for or running on a pool that is gone or being deleted.
 pub async fn jobs_without_pool(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "SELECT b.pk FROM bes_jobs b \
+    sqlx::query_scalar!("SELECT b.pk FROM bes_jobs b \
          WHERE b.phase IN ('staging', 'running') AND b.pool_id IS NOT NULL AND NOT EXISTS ( \
             SELECT 1 FROM pools p WHERE p.account = b.run_account AND lower(p.id) = lower(b.pool_id) \
-              AND p.state = 'active')",
-    )
+              AND p.state = 'active')")
     .fetch_all(db)
     .await
 }

@@ -48,6 +48,17 @@ pub struct TaskRow {
     pub files_expire_at: Option<DateTime<Utc>>,
 }
 
+/// Reads whole `TaskRow`s: `select_tasks!("WHERE ...", args)` is the checked query over every column.
+macro_rules! select_tasks {
+    ($rest:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            TaskRow,
+            r#"SELECT pk, job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, unmet_deps, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, creation_time, last_modified, attempt, node_pk, node_id, pool_id, start_time, end_time, exit_code, result, failure_info, retry_count, requeue_count, last_retry_time, last_requeue_time, satisfies_dependants, files_expire_at FROM tasks "# + $rest
+            $(, $arg)*
+        )
+    };
+}
+
 /// A validated task to add.
 #[derive(Clone, Debug)]
 pub struct NewTask {
@@ -80,12 +91,12 @@ pub async fn existing_ids(
     job_pk: i64,
     ids: &[String],
 ) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT t.id FROM unnest($2::text[]) AS x(id), \
          LATERAL (SELECT id FROM tasks WHERE job_pk = $1 AND lower(id) = lower(x.id) LIMIT 1) t",
+        job_pk,
+        ids,
     )
-    .bind(job_pk)
-    .bind(ids)
     .fetch_all(db)
     .await
 }
@@ -102,18 +113,18 @@ pub async fn first_missing_in_ranges(
     let (lo, hi): (Vec<i64>, Vec<i64>) = ranges.iter().copied().unzip();
     // The k-th number present (from 1) is lo + k - 1 until the first gap. `hi - lo` rather than
     // the range's size, which overflows for 0..i64::MAX.
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT (SELECT coalesce(min(r.lo + u.k - 1) FILTER (WHERE u.n <> r.lo + u.k - 1), \
                                  CASE WHEN count(*) <= r.hi - r.lo THEN r.lo + count(*) END) \
                  FROM (SELECT n, row_number() OVER (ORDER BY n) AS k FROM ( \
                      SELECT task_number(id) AS n FROM tasks WHERE job_pk = $1 AND task_number(id) BETWEEN r.lo AND r.hi \
                      UNION SELECT n FROM unnest($4::bigint[]) AS b(n) WHERE n BETWEEN r.lo AND r.hi) s) u) \
          FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(lo, hi, i) ORDER BY r.i",
+        job_pk,
+        lo as _,
+        hi as _,
+        also,
     )
-    .bind(job_pk)
-    .bind(lo)
-    .bind(hi)
-    .bind(also)
     .fetch_all(db)
     .await
 }
@@ -130,26 +141,26 @@ pub async fn insert_many(
             tasks.iter().map($f).collect::<Vec<_>>()
         };
     }
-    let inserted: Vec<(i64, String)> = sqlx::query_as(
-        "INSERT INTO tasks (job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, \
-            retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, state, state_transition_time, \
-            creation_time, last_modified) \
-         SELECT $1, * , 'active', now(), now(), now() FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::int[], \
-            $7::bigint[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[], $12::jsonb[]) \
-         ON CONFLICT (job_pk, lower(id)) DO NOTHING RETURNING pk, id",
+    let inserted = sqlx::query_scalar!(
+        r#"INSERT INTO tasks (job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks,
+            retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, state, state_transition_time,
+            creation_time, last_modified)
+         SELECT $1, * , 'active', now(), now(), now() FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::int[],
+            $7::bigint[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[], $12::jsonb[])
+         ON CONFLICT (job_pk, lower(id)) DO NOTHING RETURNING id"#,
+        job_pk,
+        &column!(|t| t.id.clone()) as _,
+        &column!(|t| t.display_name.clone()) as _,
+        &column!(|t| t.command_line.clone()) as _,
+        &column!(|t| t.environment.clone()) as _,
+        &column!(|t| t.required_slots) as _,
+        &column!(|t| t.max_wall_clock_ticks) as _,
+        &column!(|t| t.retention_ticks) as _,
+        &column!(|t| t.max_task_retry_count) as _,
+        &column!(|t| t.depends_on.clone()) as _,
+        &column!(|t| t.exit_conditions.clone()) as _,
+        &column!(|t| t.extra.clone()) as _,
     )
-    .bind(job_pk)
-    .bind(column!(|t| t.id.clone()))
-    .bind(column!(|t| t.display_name.clone()))
-    .bind(column!(|t| t.command_line.clone()))
-    .bind(column!(|t| t.environment.clone()))
-    .bind(column!(|t| t.required_slots))
-    .bind(column!(|t| t.max_wall_clock_ticks))
-    .bind(column!(|t| t.retention_ticks))
-    .bind(column!(|t| t.max_task_retry_count))
-    .bind(column!(|t| t.depends_on.clone()))
-    .bind(column!(|t| t.exit_conditions.clone()))
-    .bind(column!(|t| t.extra.clone()))
     .fetch_all(&mut **tx)
     .await?;
 
@@ -168,25 +179,27 @@ pub async fn insert_many(
         }
     }
     if from.is_empty() && range_from.is_empty() {
-        return Ok(inserted.into_iter().map(|(_, id)| id).collect());
+        return Ok(inserted);
     }
     // Lock the tasks depended on, so that none completes unseen between counting it as unmet
     // and the dependency row being visible to its completion.
-    sqlx::query("SELECT 1 FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x)) FOR SHARE")
-        .bind(job_pk)
-        .bind(&to)
-        .execute(&mut **tx)
-        .await?;
-    sqlx::query(
-        "SELECT 1 FROM tasks d, unnest($2::bigint[], $3::bigint[]) AS r(lo, hi) \
-         WHERE d.job_pk = $1 AND task_number(d.id) BETWEEN r.lo AND r.hi FOR SHARE OF d",
+    sqlx::query!(
+        "SELECT 1 AS locked FROM tasks WHERE job_pk = $1 AND lower(id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x)) FOR SHARE",
+        job_pk,
+        &to,
     )
-    .bind(job_pk)
-    .bind(&lo)
-    .bind(&hi)
-    .execute(&mut **tx)
+    .fetch_all(&mut **tx)
+        .await?;
+    sqlx::query!(
+        "SELECT 1 AS locked FROM tasks d, unnest($2::bigint[], $3::bigint[]) AS r(lo, hi) \
+         WHERE d.job_pk = $1 AND task_number(d.id) BETWEEN r.lo AND r.hi FOR SHARE OF d",
+        job_pk,
+        &lo,
+        &hi,
+    )
+    .fetch_all(&mut **tx)
     .await?;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO task_deps (task_pk, depends_on_pk) \
          SELECT t.pk, d.pk FROM unnest($2::text[], $3::text[]) AS e(task_id, dep_id) \
              JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(e.task_id) \
@@ -195,41 +208,36 @@ pub async fn insert_many(
              JOIN tasks t ON t.job_pk = $1 AND lower(t.id) = lower(r.task_id) \
              JOIN tasks d ON d.job_pk = $1 AND task_number(d.id) BETWEEN r.lo AND r.hi \
          ON CONFLICT DO NOTHING",
+        job_pk,
+        &from as _,
+        &to,
+        &range_from,
+        &lo,
+        &hi,
     )
-    .bind(job_pk)
-    .bind(&from)
-    .bind(&to)
-    .bind(&range_from)
-    .bind(&lo)
-    .bind(&hi)
     .execute(&mut **tx)
     .await?;
     from.extend(range_from);
-    sqlx::query(
+    sqlx::query!(
         "UPDATE tasks t SET unmet_deps = (SELECT count(*) FROM task_deps td JOIN tasks d ON d.pk = td.depends_on_pk \
              WHERE td.task_pk = t.pk AND NOT (d.state = 'completed' AND d.satisfies_dependants)) \
          WHERE t.job_pk = $1 AND lower(t.id) = ANY(ARRAY(SELECT lower(x) FROM unnest($2::text[]) AS x))",
+        job_pk,
+        &from as _,
     )
-    .bind(job_pk)
-    .bind(&from)
     .execute(&mut **tx)
     .await?;
-    Ok(inserted.into_iter().map(|(_, id)| id).collect())
+    Ok(inserted)
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {
-    sqlx::query_as("SELECT * FROM tasks WHERE job_pk = $1 AND lower(id) = lower($2)")
-        .bind(job_pk)
-        .bind(id)
+    select_tasks!("WHERE job_pk = $1 AND lower(id) = lower($2)", job_pk, id,)
         .fetch_optional(db)
         .await
 }
 
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<TaskRow>> {
-    sqlx::query_as("SELECT * FROM tasks WHERE pk = $1")
-        .bind(pk)
-        .fetch_optional(db)
-        .await
+    select_tasks!("WHERE pk = $1", pk,).fetch_optional(db).await
 }
 
 /// A page of a job's tasks in task order, after the task with pk `after`.
@@ -247,16 +255,16 @@ pub async fn list(
     state: Option<&str>,
 ) -> sqlx::Result<Vec<TaskRow>> {
     let mut tx = db.begin().await?;
-    sqlx::query("SET LOCAL enable_bitmapscan = off")
+    sqlx::query!("SET LOCAL enable_bitmapscan = off")
         .execute(&mut *tx)
         .await?;
-    let rows = sqlx::query_as(
-        "SELECT * FROM tasks WHERE job_pk = $1 AND pk > $2 AND ($4::text IS NULL OR state = $4) ORDER BY pk LIMIT $3",
+    let rows = select_tasks!(
+        "WHERE job_pk = $1 AND pk > $2 AND ($4::text IS NULL OR state = $4) ORDER BY pk LIMIT $3",
+        job_pk,
+        after,
+        limit,
+        state,
     )
-    .bind(job_pk)
-    .bind(after)
-    .bind(limit)
-    .bind(state)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -278,20 +286,21 @@ pub struct Counts {
 }
 
 pub async fn counts(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Counts> {
-    sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE state IN ('active', 'preparing')) AS active, \
-                count(*) FILTER (WHERE state = 'running') AS running, \
-                count(*) FILTER (WHERE state = 'completed') AS completed, \
-                count(*) FILTER (WHERE state = 'completed' AND result = 'success') AS succeeded, \
-                count(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS failed, \
-                coalesce(sum(required_slots) FILTER (WHERE state IN ('active', 'preparing')), 0) AS active_slots, \
-                coalesce(sum(required_slots) FILTER (WHERE state = 'running'), 0) AS running_slots, \
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed'), 0) AS completed_slots, \
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'success'), 0) AS succeeded_slots, \
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'failure'), 0) AS failed_slots \
-         FROM tasks WHERE job_pk = $1",
+    sqlx::query_as!(
+        Counts,
+        r#"SELECT count(*) FILTER (WHERE state IN ('active', 'preparing')) AS "active!",
+                count(*) FILTER (WHERE state = 'running') AS "running!",
+                count(*) FILTER (WHERE state = 'completed') AS "completed!",
+                count(*) FILTER (WHERE state = 'completed' AND result = 'success') AS "succeeded!",
+                count(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS "failed!",
+                coalesce(sum(required_slots) FILTER (WHERE state IN ('active', 'preparing')), 0) AS "active_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state = 'running'), 0) AS "running_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed'), 0) AS "completed_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'success'), 0) AS "succeeded_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'failure'), 0) AS "failed_slots!"
+         FROM tasks WHERE job_pk = $1"#,
+        job_pk,
     )
-    .bind(job_pk)
     .fetch_one(db)
     .await
 }
@@ -387,35 +396,36 @@ pub async fn end_attempts(
         requeues.push(requeue);
     }
     let from: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
-    let ended: Vec<Ended> = sqlx::query_as(
-        "WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[], \
-                        $7::bool[], $8::int[], $9::int[]) \
-                      AS u(pk, attempt, state, exit_code, result, failure_info, satisfies, retry, requeue)), \
-              old AS (SELECT t.pk, t.state, t.node_pk FROM tasks t JOIN u ON u.pk = t.pk \
-                      WHERE (u.attempt IS NULL OR t.attempt = u.attempt) AND t.state = ANY($10) \
-                      ORDER BY t.pk FOR UPDATE OF t) \
-         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
-            state = u.state, state_transition_time = now(), last_modified = now(), \
-            exit_code = u.exit_code, result = u.result, failure_info = u.failure_info, satisfies_dependants = u.satisfies, \
-            end_time = CASE WHEN u.state = 'completed' THEN clock_timestamp() ELSE t.end_time END, \
-            files_expire_at = CASE WHEN u.state = 'completed' AND t.node_pk IS NOT NULL \
-                THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END, \
-            retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END, \
-            requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END \
-         FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk \
-         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state = 'running' AS was_running, t.state, \
-            t.satisfies_dependants, t.result",
+    let ended: Vec<Ended> = sqlx::query_as!(
+        Ended,
+        r#"WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[],
+                        $7::bool[], $8::int[], $9::int[])
+                      AS u(pk, attempt, state, exit_code, result, failure_info, satisfies, retry, requeue)),
+              old AS (SELECT t.pk, t.state, t.node_pk FROM tasks t JOIN u ON u.pk = t.pk
+                      WHERE (u.attempt IS NULL OR t.attempt = u.attempt) AND t.state = ANY($10)
+                      ORDER BY t.pk FOR UPDATE OF t)
+         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time,
+            state = u.state, state_transition_time = now(), last_modified = now(),
+            exit_code = u.exit_code, result = u.result, failure_info = u.failure_info, satisfies_dependants = u.satisfies,
+            end_time = CASE WHEN u.state = 'completed' THEN clock_timestamp() ELSE t.end_time END,
+            files_expire_at = CASE WHEN u.state = 'completed' AND t.node_pk IS NOT NULL
+                THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END,
+            retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END,
+            requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END
+         FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
+         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state = 'running' AS "was_running!", t.state,
+            t.satisfies_dependants, t.result"#,
+        &pks,
+        &attempts as _,
+        &states as _,
+        &codes as _,
+        &results as _,
+        &infos as _,
+        &satisfies,
+        &retries,
+        &requeues,
+        &from as _,
     )
-    .bind(&pks)
-    .bind(&attempts)
-    .bind(&states)
-    .bind(&codes)
-    .bind(&results)
-    .bind(&infos)
-    .bind(&satisfies)
-    .bind(&retries)
-    .bind(&requeues)
-    .bind(&from)
     .fetch_all(&mut **tx)
     .await?;
     let (mut nodes, mut slots, mut succeeded) = (Vec::new(), Vec::new(), Vec::new());
@@ -435,12 +445,12 @@ pub async fn end_attempts(
         .map(|e| e.pk)
         .collect();
     if !satisfied.is_empty() {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE tasks t SET unmet_deps = t.unmet_deps - d.met \
              FROM (SELECT task_pk, count(*)::int AS met FROM task_deps WHERE depends_on_pk = ANY($1) GROUP BY task_pk) d \
              WHERE t.pk = d.task_pk",
+            &satisfied,
         )
-        .bind(&satisfied)
         .execute(&mut **tx)
         .await?;
     }
@@ -450,20 +460,22 @@ pub async fn end_attempts(
 /// Locks nodes in pk order, the order dispatch locks them in, so that a transaction touching
 /// several nodes cannot deadlock with a dispatch pass.
 pub async fn lock_nodes(db: impl PgExecutor<'_>, node_pks: &[i64]) -> sqlx::Result<()> {
-    sqlx::query("SELECT pk FROM nodes WHERE pk = ANY($1) ORDER BY pk FOR UPDATE")
-        .bind(node_pks)
-        .execute(db)
-        .await?;
+    sqlx::query!(
+        "SELECT pk FROM nodes WHERE pk = ANY($1) ORDER BY pk FOR UPDATE",
+        node_pks,
+    )
+    .fetch_all(db)
+    .await?;
     Ok(())
 }
 
 /// Locks, in pk order, the nodes a job's running tasks hold.
 pub async fn lock_nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "SELECT pk FROM nodes WHERE pk IN (SELECT node_pk FROM tasks WHERE job_pk = $1 AND state = 'running') ORDER BY pk FOR UPDATE",
+        job_pk,
     )
-    .bind(job_pk)
-    .execute(db)
+    .fetch_all(db)
     .await?;
     Ok(())
 }
@@ -476,7 +488,7 @@ pub async fn release_slots(
     slots: &[i32],
     succeeded: &[bool],
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0), \
             running_tasks = greatest(n.running_tasks - d.tasks, 0), \
             total_tasks_succeeded = n.total_tasks_succeeded + d.succeeded, \
@@ -485,10 +497,10 @@ pub async fn release_slots(
          FROM (SELECT node_pk, sum(s)::int AS slots, count(*)::int AS tasks, count(*) FILTER (WHERE ok)::int AS succeeded \
                FROM unnest($1::bigint[], $2::int[], $3::bool[]) AS u(node_pk, s, ok) GROUP BY node_pk) d \
          WHERE n.pk = d.node_pk",
+        node_pks,
+        slots,
+        succeeded,
     )
-    .bind(node_pks)
-    .bind(slots)
-    .bind(succeeded)
     .execute(db)
     .await?;
     Ok(())
@@ -496,10 +508,13 @@ pub async fn release_slots(
 
 /// The tasks of a job that are running now (to stop them).
 pub async fn running_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query_as("SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state = 'running'")
-        .bind(job_pk)
-        .fetch_all(db)
-        .await
+    sqlx::query!(
+        r#"SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state = 'running'"#,
+        job_pk,
+    )
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
 }
 
 /// The tasks running on nodes (to stop or requeue them when the nodes go).
@@ -507,15 +522,17 @@ pub async fn running_on_nodes(
     db: impl PgExecutor<'_>,
     node_pks: &[i64],
 ) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query_as("SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state = 'running'")
-        .bind(node_pks)
-        .fetch_all(db)
-        .await
+    sqlx::query!(
+        r#"SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state = 'running'"#,
+        node_pks,
+    )
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM tasks WHERE pk = $1")
-        .bind(pk)
+    sqlx::query!("DELETE FROM tasks WHERE pk = $1", pk,)
         .execute(db)
         .await?;
     Ok(())
@@ -546,24 +563,30 @@ pub struct AttemptRow {
     pub on_task_failure: String,
 }
 
-/// An `AttemptRow` but `node_alive`, from `tasks t` and `jobs j`.
-pub const ATTEMPT_COLUMNS: &str = "t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, \
-    t.node_id, t.node_pk, t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, \
-    t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure";
+/// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
+/// args)` puts every column but `node_alive` between the two.
+macro_rules! attempt_rows {
+    ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            AttemptRow,
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", "# + $tail
+            $(, $arg)*
+        )
+    };
+}
 
 /// Running attempts: of the tasks in `pks`, or all of them (after a restart).
 pub async fn running_attempts(
     db: impl PgExecutor<'_>,
     pks: Option<&[i64]>,
 ) -> sqlx::Result<Vec<AttemptRow>> {
-    sqlx::query_as(
-        &format!(
-            "SELECT {ATTEMPT_COLUMNS}, coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS node_alive \
-             FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk \
-             WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"
-        ),
+    attempt_rows!(
+        "SELECT",
+        r#"coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk
+         WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
+        pks,
     )
-    .bind(pks)
     .fetch_all(db)
     .await
 }
@@ -574,12 +597,12 @@ pub async fn stale_attempts(
     pks: &[i64],
     attempts: &[i32],
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "SELECT r.pk FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt) \
-         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state = 'running')",
+    sqlx::query_scalar!(
+        r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
+         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state = 'running')"#,
+        pks,
+        attempts,
     )
-    .bind(pks)
-    .bind(attempts)
     .fetch_all(db)
     .await
 }
@@ -591,13 +614,13 @@ pub async fn exists(
     job_id: &str,
     task_id: &str,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
-                        WHERE j.account = $1 AND j.id = $2 AND t.id = $3)",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM tasks t JOIN jobs j ON j.pk = t.job_pk
+                        WHERE j.account = $1 AND j.id = $2 AND t.id = $3) AS "exists!""#,
+        account,
+        job_id,
+        task_id,
     )
-    .bind(account)
-    .bind(job_id)
-    .bind(task_id)
     .fetch_one(db)
     .await
 }
@@ -607,14 +630,15 @@ pub async fn take_expired_files(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> sqlx::Result<Vec<(String, String, String)>> {
-    sqlx::query_as(
-        "UPDATE tasks t SET files_expire_at = NULL FROM jobs j \
-         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() ORDER BY files_expire_at LIMIT $1) \
-         RETURNING j.account, j.id, t.id",
+    sqlx::query!(
+        r#"UPDATE tasks t SET files_expire_at = NULL FROM jobs j
+         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() ORDER BY files_expire_at LIMIT $1)
+         RETURNING j.account, j.id AS job_id, t.id AS task_id"#,
+        limit,
     )
-    .bind(limit)
     .fetch_all(db)
     .await
+    .map(|rows| rows.into_iter().map(|r| (r.account, r.job_id, r.task_id)).collect())
 }
 
 /// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
@@ -624,14 +648,15 @@ pub async fn claim_ready(
     job_pk: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query_as(
-        "SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0 \
-         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED",
+    sqlx::query!(
+        r#"SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
+         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED"#,
+        job_pk,
+        limit,
     )
-    .bind(job_pk)
-    .bind(limit)
     .fetch_all(db)
     .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.required_slots)).collect())
 }
 
 /// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.
@@ -640,7 +665,7 @@ pub async fn start_attempts(
     task_pks: &[i64],
     node_pks: &[i64],
 ) -> sqlx::Result<Vec<AttemptRow>> {
-    sqlx::query_as(&format!(
+    attempt_rows!(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
             state = 'running', state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
             node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
@@ -648,21 +673,21 @@ pub async fn start_attempts(
          FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
          WHERE t.pk = u.pk AND j.pk = t.job_pk \
-         RETURNING {}, true AS node_alive",
-        ATTEMPT_COLUMNS
-    ))
-    .bind(task_pks)
-    .bind(node_pks)
+         RETURNING",
+        r#"true AS "node_alive!""#,
+        task_pks,
+        node_pks,
+    )
     .fetch_all(db)
     .await
 }
 
 /// Whether a task is running on the node.
 pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running')",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running') AS "running!""#,
+        node_pk,
     )
-    .bind(node_pk)
     .fetch_one(db)
     .await
 }
@@ -677,15 +702,16 @@ pub async fn outcome(
     job_id: &str,
     task_id: &str,
 ) -> sqlx::Result<Option<Outcome>> {
-    sqlx::query_as(
-        "SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk \
-         WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3",
+    sqlx::query!(
+        r#"SELECT t.state, t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk
+         WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3"#,
+        account,
+        job_id,
+        task_id,
     )
-    .bind(account)
-    .bind(job_id)
-    .bind(task_id)
     .fetch_optional(db)
     .await
+    .map(|row| row.map(|r| (r.state, r.exit_code, r.result, r.failure_info)))
 }
 
 /// Replaces a task's constraints.
@@ -696,13 +722,13 @@ pub async fn update_constraints(
     retention_ticks: i64,
     max_task_retry_count: i32,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE tasks SET max_wall_clock_ticks = $2, retention_ticks = $3, max_task_retry_count = $4, last_modified = now() WHERE pk = $1",
+        pk,
+        max_wall_clock_ticks,
+        retention_ticks,
+        max_task_retry_count,
     )
-    .bind(pk)
-    .bind(max_wall_clock_ticks)
-    .bind(retention_ticks)
-    .bind(max_task_retry_count)
     .execute(db)
     .await?;
     Ok(())
@@ -712,23 +738,25 @@ pub async fn update_constraints(
 /// if it is not such a task; else whether its failure satisfied its dependants (which then must
 /// count it as unmet again: `unsatisfy_dependants`).
 pub async fn reactivate(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, state = 'active', \
             state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
             failure_info = NULL, end_time = NULL, satisfies_dependants = false \
          FROM (SELECT pk, satisfies_dependants FROM tasks WHERE pk = $1 FOR UPDATE) old \
          WHERE t.pk = old.pk AND t.state = 'completed' AND t.result = 'failure' \
          RETURNING old.satisfies_dependants",
+        pk,
     )
-    .bind(pk)
     .fetch_optional(db)
     .await
 }
 
 /// The tasks depending on `pk` count it as an unmet dependency again.
 pub async fn unsatisfy_dependants(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE tasks SET unmet_deps = unmet_deps + 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)")
-        .bind(pk)
+    sqlx::query!(
+        "UPDATE tasks SET unmet_deps = unmet_deps + 1 WHERE pk IN (SELECT task_pk FROM task_deps WHERE depends_on_pk = $1)",
+        pk,
+    )
         .execute(db)
         .await?;
     Ok(())

@@ -7,14 +7,14 @@ use crate::domain::metering::UsageInterval;
 
 /// Opens the node's record unless one is open already (an adopted node keeps its record).
 pub async fn open(db: impl PgExecutor<'_>, node_pk: i64, at: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, billing_plan, started_at) \
          SELECT p.account, p.pk, p.id, n.id, p.vm_size, p.vcpus, p.billing_plan, $2 \
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk WHERE n.pk = $1 \
          ON CONFLICT (node_id) WHERE ended_at IS NULL DO NOTHING",
+        node_pk,
+        at,
     )
-    .bind(node_pk)
-    .bind(at)
     .execute(db)
     .await?;
     Ok(())
@@ -22,11 +22,11 @@ pub async fn open(db: impl PgExecutor<'_>, node_pk: i64, at: DateTime<Utc>) -> s
 
 /// Closes the node's open record, if any.
 pub async fn close(db: impl PgExecutor<'_>, node_id: &str, at: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE usage_records SET ended_at = greatest($2, started_at) WHERE node_id = $1 AND ended_at IS NULL",
+        node_id,
+        at,
     )
-    .bind(node_id)
-    .bind(at)
     .execute(db)
     .await?;
     Ok(())
@@ -59,16 +59,17 @@ pub async fn in_range(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> sqlx::Result<Vec<PoolUsageRow>> {
-    sqlx::query_as(
-        "SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at FROM usage_records \
-         WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) \
-           AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3) \
-         ORDER BY pool_id, started_at",
+    sqlx::query_as!(
+        PoolUsageRow,
+        r#"SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at FROM usage_records
+         WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2))
+           AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
+         ORDER BY pool_id, started_at"#,
+        account,
+        pool_id,
+        from,
+        to,
     )
-    .bind(account)
-    .bind(pool_id)
-    .bind(from)
-    .bind(to)
     .fetch_all(db)
     .await
 }
@@ -93,32 +94,36 @@ pub async fn slots_in_range(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> sqlx::Result<Vec<SlotUsageRow>> {
-    sqlx::query_as(
-        "SELECT job_id, pool_id, billing_plan, slots, slots_per_node, started_at, ended_at FROM slot_usage \
-         WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) AND started_at < $4 AND ended_at > $3 \
-         UNION ALL \
-         SELECT j.id, t.pool_id, coalesce(p.billing_plan, s.billing_plan), t.required_slots, \
-            coalesce(p.task_slots_per_node, 1), t.start_time, NULL \
-         FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
-         LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id) \
-         LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account \
-         LEFT JOIN services s ON s.pk = b.service_pk \
-         WHERE coalesce(s.account, j.account) = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4 \
-           AND ($2::text IS NULL OR lower(t.pool_id) = lower($2)) \
-         ORDER BY 1, 2",
+    sqlx::query_as!(
+        SlotUsageRow,
+        r#"SELECT job_id AS "job_id!", pool_id AS "pool_id!", billing_plan, slots AS "slots!", slots_per_node AS "slots_per_node!",
+                started_at AS "started_at!", ended_at FROM slot_usage
+         WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) AND started_at < $4 AND ended_at > $3
+         UNION ALL
+         SELECT j.id, t.pool_id, coalesce(p.billing_plan, s.billing_plan), t.required_slots,
+            coalesce(p.task_slots_per_node, 1), t.start_time, NULL
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk
+         LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id)
+         LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account
+         LEFT JOIN services s ON s.pk = b.service_pk
+         WHERE coalesce(s.account, j.account) = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4
+           AND ($2::text IS NULL OR lower(t.pool_id) = lower($2))
+         ORDER BY 1, 2"#,
+        account,
+        pool_id,
+        from,
+        to,
     )
-    .bind(account)
-    .bind(pool_id)
-    .bind(from)
-    .bind(to)
     .fetch_all(db)
     .await
 }
 
 /// Closes the open records whose node row is gone.
 pub async fn close_orphaned(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::Result<()> {
-    sqlx::query("UPDATE usage_records SET ended_at = greatest($1, started_at) WHERE ended_at IS NULL AND node_id NOT IN (SELECT id FROM nodes)")
-        .bind(at)
+    sqlx::query!(
+        "UPDATE usage_records SET ended_at = greatest($1, started_at) WHERE ended_at IS NULL AND node_id NOT IN (SELECT id FROM nodes)",
+        at,
+    )
         .execute(db)
         .await?;
     Ok(())

@@ -18,8 +18,8 @@ use crate::api::{
 };
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, DisableTasks, JobState, TaskFailureMode};
-use crate::domain::IsoDuration;
 use crate::domain::pool::EnvironmentSetting;
+use crate::domain::IsoDuration;
 use crate::ops;
 use crate::store::{self, jobs::JobProps, jobs::JobRow};
 

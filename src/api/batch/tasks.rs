@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::jobs::{check_retry_count, env_json, find as find_job};
-use crate::domain::pool::EnvironmentSetting;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
 use crate::api::Ctx;
@@ -20,6 +19,7 @@ use crate::api::{
 };
 use crate::domain::ids::check_id;
 use crate::domain::job::{ExitConditions, JobState, TaskState};
+use crate::domain::pool::EnvironmentSetting;
 use crate::domain::IsoDuration;
 use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::NewTask, tasks::TaskRow};
@@ -731,7 +731,10 @@ pub async fn delete(
     // A running task's files go once the scheduler has killed its process (which may run on
     // another server); removed here, the process would go on writing beside nothing.
     if !was_running {
-        app.layout.task_dir(&job.account, &job.id, &task.id).remove().await;
+        app.layout
+            .task_dir(&job.account, &job.id, &task.id)
+            .remove()
+            .await;
     }
     Ok(StatusCode::OK.into_response())
 }

@@ -15,12 +15,12 @@ use super::services::{authorize, param_string};
 use super::{check_version, BesJson};
 use crate::api::rfc3339;
 use crate::api::state::AppState;
-use crate::domain::bes::CLASSIC_ACCOUNT;
-use crate::storage::{self, DataReference};
 use crate::domain::bes;
-use crate::domain::job::JobState;
-use crate::store;
 use crate::domain::bes::Phase;
+use crate::domain::bes::CLASSIC_ACCOUNT;
+use crate::domain::job::JobState;
+use crate::storage::{self, DataReference};
+use crate::store;
 use crate::store::services::BesJobRow;
 
 #[derive(Deserialize, Debug, Default)]
@@ -326,7 +326,9 @@ async fn find(
     check_version(query)?;
     store::services::get_job(&app.db, service.pk, id)
         .await?
-        .ok_or_else(|| BesError::not_found("JobNotFound", format!("The job {id:?} does not exist.")))
+        .ok_or_else(|| {
+            BesError::not_found("JobNotFound", format!("The job {id:?} does not exist."))
+        })
 }
 
 pub fn status_json(j: &BesJobRow) -> Value {

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use super::error::{BesError, BesResult};
 use super::{bearer, same_key, BesJson};
-use crate::api::{rfc3339, BaseUrl};
 use crate::api::state::AppState;
+use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
 use crate::store;

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::{BesError, BesResult};
 use super::{bearer, same_key, BesJson};
-use crate::api::{rfc3339, BaseUrl, Ctx};
 use crate::api::state::AppState;
+use crate::api::{rfc3339, BaseUrl, Ctx};
 use crate::domain::bes::{self, Placeholder};
 use crate::store::services::{self as store, ServiceDef, ServiceRow};
 
