@@ -177,6 +177,14 @@ pub fn resource_headers(modified: chrono::DateTime<chrono::Utc>) -> axum::http::
     headers
 }
 
+/// 201 Created for a new resource at `url`, last changed at `modified`.
+pub fn created(url: &str, modified: chrono::DateTime<chrono::Utc>) -> axum::response::Response {
+    let mut headers = resource_headers(modified);
+    headers.insert("Location", header_value(url));
+    headers.insert("DataServiceId", header_value(url));
+    axum::response::IntoResponse::into_response((axum::http::StatusCode::CREATED, headers))
+}
+
 /// Azure's ETag: the last modification time in FILETIME ticks, in hex.
 pub fn etag(t: chrono::DateTime<chrono::Utc>) -> String {
     const UNIX_EPOCH_IN_FILETIME_TICKS: i64 = 116_444_736_000_000_000;

@@ -1,0 +1,105 @@
+//! A task as Azure's `BatchTask` JSON.
+
+use serde_json::{json, Value};
+
+use super::task_url;
+use crate::api::{etag, rfc3339};
+use crate::domain::IsoDuration;
+use crate::store::{jobs::JobRow, tasks::TaskRow};
+
+/// A task as Azure's `BatchTask` JSON.
+pub fn task_json(job: &JobRow, t: &TaskRow, base: &str) -> Value {
+    let mut task = json!({
+        "id": t.id,
+        "url": task_url(base, &job.id, &t.id),
+        "eTag": etag(t.last_modified),
+        "lastModified": rfc3339(t.last_modified),
+        "creationTime": rfc3339(t.creation_time),
+        "state": t.state,
+        "stateTransitionTime": rfc3339(t.state_transition_time),
+        "commandLine": t.command_line,
+        "requiredSlots": t.required_slots,
+        "constraints": constraints_json(t),
+    });
+    let obj = task.as_object_mut().expect("object");
+    if let Some(name) = &t.display_name {
+        obj.insert("displayName".into(), json!(name));
+    }
+    if let Some(prev) = &t.previous_state {
+        obj.insert("previousState".into(), json!(prev));
+        obj.insert(
+            "previousStateTransitionTime".into(),
+            json!(t.previous_state_transition_time.map(rfc3339)),
+        );
+    }
+    if t.environment.as_array().is_some_and(|e| !e.is_empty()) {
+        obj.insert("environmentSettings".into(), t.environment.clone());
+    }
+    if let Some(d) = &t.depends_on {
+        obj.insert("dependsOn".into(), d.clone());
+    }
+    if let Some(e) = &t.exit_conditions {
+        obj.insert("exitConditions".into(), e.clone());
+    }
+    if let Some(extra) = t.extra.as_object() {
+        for (k, v) in extra {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    obj.insert("executionInfo".into(), execution_json(t));
+    if let Some(node_info) = node_info_json(job, t, base) {
+        obj.insert("nodeInfo".into(), node_info);
+    }
+    task
+}
+
+fn constraints_json(t: &TaskRow) -> Value {
+    let mut constraints = json!({
+        "maxWallClockTime": IsoDuration::from_ticks(t.max_wall_clock_ticks.unwrap_or(i64::MAX)).to_string(),
+        "retentionTime": IsoDuration::from_ticks(t.retention_ticks).to_string(),
+        "maxTaskRetryCount": t.max_task_retry_count,
+    });
+    if t.max_wall_clock_ticks.is_none() {
+        constraints["maxWallClockTime"] = json!(IsoDuration::MAX.to_string());
+    }
+    constraints
+}
+
+fn execution_json(t: &TaskRow) -> Value {
+    let mut execution = json!({"retryCount": t.retry_count, "requeueCount": t.requeue_count});
+    for (key, value) in [
+        ("startTime", t.start_time.map(rfc3339)),
+        ("endTime", t.end_time.map(rfc3339)),
+        ("lastRetryTime", t.last_retry_time.map(rfc3339)),
+        ("lastRequeueTime", t.last_requeue_time.map(rfc3339)),
+    ] {
+        if let Some(v) = value {
+            execution[key] = json!(v);
+        }
+    }
+    if let Some(code) = t.exit_code {
+        execution["exitCode"] = json!(code);
+    }
+    if let Some(result) = &t.result {
+        execution["result"] = json!(result);
+    }
+    if let Some(f) = &t.failure_info {
+        execution["failureInfo"] = f.clone();
+    }
+    execution
+}
+
+/// The task's node, when its row names one.
+fn node_info_json(job: &JobRow, t: &TaskRow, base: &str) -> Option<Value> {
+    let (Some(node_id), Some(pool_id)) = (&t.node_id, &t.pool_id) else {
+        return None;
+    };
+    Some(json!({
+        "affinityId": format!("TVM:{node_id}"),
+        "nodeUrl": format!("{base}/pools/{pool_id}/nodes/{node_id}"),
+        "poolId": pool_id,
+        "nodeId": node_id,
+        "taskRootDirectory": format!("workitems/{}/job-1/{}", job.id, t.id),
+        "taskRootDirectoryUrl": format!("{base}/pools/{pool_id}/nodes/{node_id}/files/workitems/{}/job-1/{}", job.id, t.id),
+    }))
+}

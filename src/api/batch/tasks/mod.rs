@@ -1,0 +1,255 @@
+//! `/jobs/{job}/tasks`: add one or a collection, get, list, update, terminate, reactivate, delete.
+
+mod add;
+mod json;
+mod validate;
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::jobs::find as find_job;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::json::AzureJson;
+use crate::api::Ctx;
+use crate::api::{odata, resource_headers, BaseUrl, Conditions, ListQuery, Select};
+use crate::domain::job::{JobState, TaskState};
+use crate::ops;
+use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::TaskRow};
+pub use add::{add, add_collection};
+pub use json::task_json;
+use validate::TaskConstraints;
+
+fn task_url(base: &str, job_id: &str, task_id: &str) -> String {
+    format!("{base}/jobs/{job_id}/tasks/{task_id}")
+}
+
+pub async fn find(app: &Ctx, job: &JobRow, task_id: &str) -> ApiResult<TaskRow> {
+    store::tasks::get(&app.db, job.pk, task_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "TaskNotFound",
+                format!(
+                    "The specified task {task_id:?} does not exist in job {:?}.",
+                    job.id
+                ),
+            )
+        })
+}
+
+pub async fn get(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path((job_id, task_id)): Path<(String, String)>,
+    select: Select,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    conditions.check(task.last_modified, true)?;
+    Ok((
+        resource_headers(task.last_modified),
+        Json(select.shape(task_json(&job, &task, &base))),
+    )
+        .into_response())
+}
+
+pub async fn list(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(job_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let list = ListQuery::from_query(&query, odata::TASK_PROPERTIES)?;
+    let job = find_job(&app, &job_id).await?;
+    // A state filter narrows the scan itself (the queue of a big job is mostly one state).
+    let state = list
+        .filter()
+        .and_then(|f| f.required_eq("state"))
+        .map(String::from);
+    let path = format!("/jobs/{}/tasks", job.id);
+    let page = list
+        .page_from(&base, &path, |after, limit| {
+            let (db, job, base, state) = (app.db.clone(), job.clone(), base.clone(), state.clone());
+            async move {
+                let after = match after.as_deref() {
+                    None => 0,
+                    Some(t) => t.parse::<i64>().map_err(|_| {
+                        ApiError::invalid_query("$skiptoken", t, "not a token this server issued")
+                    })?,
+                };
+                let tasks = store::tasks::list(&db, job.pk, after, limit, state.as_deref()).await?;
+                Ok(tasks
+                    .iter()
+                    .map(|t| (t.pk.to_string(), task_json(&job, t, &base)))
+                    .collect())
+            }
+        })
+        .await?;
+    Ok(Json(page))
+}
+
+#[derive(Deserialize)]
+pub struct TaskUpdate {
+    constraints: Option<TaskConstraints>,
+}
+
+/// PUT: replaces the task's constraints.
+pub async fn update(
+    app: Ctx,
+    Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<TaskUpdate>,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let c = body.constraints.unwrap_or_default();
+    let retries = c.retry_count(&job)?;
+    store::tasks::update_constraints(
+        &app.db,
+        task.pk,
+        c.max_wall_clock_ticks(),
+        c.retention_ticks(),
+        retries,
+    )
+    .await?;
+    let task = find(&app, &job, &task_id).await?;
+    Ok((StatusCode::OK, resource_headers(task.last_modified)).into_response())
+}
+
+/// Ends an active or running task as failed; a running one is killed.
+pub async fn terminate(
+    app: Ctx,
+    Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let info = ops::jobs::ended_by("terminated by a user");
+    let mut tx = app.db.begin().await?;
+    let ending = ended_by_user(&info);
+    let ended = store::tasks::end_attempt(
+        &mut tx,
+        task.pk,
+        None,
+        &[TaskState::Active, TaskState::Preparing, TaskState::Running],
+        ending,
+    )
+    .await?;
+    if ended.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "TaskCompleted",
+            format!("The task {task_id:?} has already completed."),
+        ));
+    }
+    store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A failed task may run again, with its retries counted afresh.
+pub async fn reactivate(
+    app: Ctx,
+    Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
+    let job = find_job(&app, &job_id).await?;
+    if matches!(
+        job.job_state(),
+        JobState::Completed | JobState::Terminating | JobState::Deleting
+    ) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "JobCompleted",
+            format!("The job {job_id:?} has completed; its tasks cannot be reactivated."),
+        ));
+    }
+    let task = find(&app, &job, &task_id).await?;
+    let mut tx = app.db.begin().await?;
+    // A failure that satisfied its dependants (dependencyAction satisfy) no longer does once the
+    // task runs again: they count it as unmet until it ends anew.
+    let done = store::tasks::reactivate(&mut *tx, task.pk).await?;
+    if done == Some(true) {
+        store::tasks::unsatisfy_dependants(&mut *tx, task.pk).await?;
+    }
+    tx.commit().await?;
+    if done.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "TaskNotFailed",
+            format!(
+                "Only a task that completed with a failure can be reactivated; {task_id:?} is {}.",
+                task.state
+            ),
+        ));
+    }
+    app.wake_dispatcher();
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Deletes a task (killing it if it runs) and its files.
+pub async fn delete(
+    app: Ctx,
+    Path((job_id, task_id)): Path<(String, String)>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &task_id, &conditions).await?;
+    let job = find_job(&app, &job_id).await?;
+    let task = find(&app, &job, &task_id).await?;
+    let mut tx = app.db.begin().await?;
+    let info = ops::jobs::ended_by("the task was deleted");
+    let ending = ended_by_user(&info);
+    let was_running =
+        store::tasks::end_attempt(&mut tx, task.pk, None, &[TaskState::Running], ending)
+            .await?
+            .is_some();
+    store::tasks::delete(&mut *tx, task.pk).await?;
+    store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    // A running task's files go once the scheduler has killed its process (which may run on
+    // another server); removed here, the process would go on writing beside nothing.
+    if !was_running {
+        app.layout
+            .task_dir(&job.account, &job.id, &task.id)
+            .remove()
+            .await;
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+/// A task a user ends fails without an exit code; its dependants do not count it as met.
+fn ended_by_user(info: &Value) -> Ending<'_> {
+    Ending::Completed {
+        exit_code: None,
+        result: "failure",
+        failure_info: Some(info),
+        satisfies_dependants: false,
+    }
+}
+
+/// A write's conditional headers, checked against the task as it is.
+async fn check_write(
+    app: &Ctx,
+    job_id: &str,
+    task_id: &str,
+    conditions: &Conditions,
+) -> ApiResult<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    let job = find_job(app, job_id).await?;
+    conditions.check(find(app, &job, task_id).await?.last_modified, false)
+}

@@ -1,0 +1,345 @@
+//! A task as a request sends it (`BatchTaskCreateContent`), checked against its job and pool.
+
+use std::collections::{HashMap, HashSet};
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::api::batch::jobs::{check_retry_count, env_json};
+use crate::api::error::{ApiError, ApiResult};
+use crate::domain::ids::check_id;
+use crate::domain::job::ExitConditions;
+use crate::domain::pool::EnvironmentSetting;
+use crate::domain::IsoDuration;
+use crate::store::{self, jobs::JobRow, tasks::NewTask};
+
+/// Azure's default retentionTime: 7 days.
+const DEFAULT_RETENTION_SECS: i64 = 7 * 24 * 3600;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskConstraints {
+    max_wall_clock_time: Option<IsoDuration>,
+    retention_time: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    max_task_retry_count: Option<i32>,
+}
+
+impl TaskConstraints {
+    /// The task's own retry limit, else its job's.
+    pub(super) fn retry_count(&self, job: &JobRow) -> ApiResult<i32> {
+        check_retry_count(
+            "constraints.maxTaskRetryCount",
+            self.max_task_retry_count
+                .unwrap_or(job.max_task_retry_count),
+        )
+    }
+
+    pub(super) fn max_wall_clock_ticks(&self) -> Option<i64> {
+        self.max_wall_clock_time.map(IsoDuration::ticks)
+    }
+
+    pub(super) fn retention_ticks(&self) -> i64 {
+        self.retention_time
+            .map(IsoDuration::ticks)
+            .unwrap_or(DEFAULT_RETENTION_SECS * 10_000_000)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DependsOn {
+    #[serde(default)]
+    task_ids: Vec<String>,
+    #[serde(default)]
+    task_id_ranges: Vec<IdRange>,
+}
+
+#[derive(Deserialize)]
+pub struct IdRange {
+    start: i64,
+    end: i64,
+}
+
+/// A task's dependencies, checked: ids as sent, and ranges merged (sorted, disjoint). A range is
+/// never expanded: a few bytes can name billions of ids.
+#[derive(Default)]
+struct Dependencies {
+    ids: Vec<String>,
+    ranges: Vec<(i64, i64)>,
+}
+
+/// Azure's rules for `taskIdRanges`: start and end not negative, start <= end.
+fn dependencies(raw: &Value) -> ApiResult<Dependencies> {
+    let deps: DependsOn = serde_json::from_value(raw.clone())
+        .map_err(|e| ApiError::invalid_property("dependsOn", raw.to_string(), e.to_string()))?;
+    let mut ranges = Vec::with_capacity(deps.task_id_ranges.len());
+    for (i, r) in deps.task_id_ranges.iter().enumerate() {
+        for (end, value) in [("start", r.start), ("end", r.end)] {
+            if value < 0 {
+                return Err(ApiError::invalid_property(
+                    &format!("dependsOn.taskIdRanges[{i}].{end}"),
+                    value.to_string(),
+                    "must not be negative",
+                ));
+            }
+        }
+        if r.start > r.end {
+            return Err(ApiError::invalid_property(
+                &format!("dependsOn.taskIdRanges[{i}]"),
+                format!("{}-{}", r.start, r.end),
+                "start must not be greater than end",
+            ));
+        }
+        ranges.push((r.start, r.end));
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    Ok(Dependencies {
+        ids: deps.task_ids,
+        ranges: merged,
+    })
+}
+
+/// The number a task id stands for in a range: decimal, without sign or leading zeros (the
+/// `task_number` of the migrations).
+fn task_number(id: &str) -> Option<i64> {
+    let canonical = id.len() <= 18
+        && id.bytes().all(|b| b.is_ascii_digit())
+        && (id == "0" || !id.starts_with('0'));
+    canonical.then(|| id.parse().ok()).flatten()
+}
+
+pub(super) fn in_ranges(ranges: &[(i64, i64)], id: &str) -> bool {
+    task_number(id).is_some_and(|n| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&n)))
+}
+
+/// What a batch's dependencies may name: the ids of the job's tasks and of the batch, and for
+/// each range the first number in it that is no such id.
+pub(super) struct Known {
+    pub(super) ids: HashSet<String>,
+    missing_in_range: HashMap<(i64, i64), Option<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCreate {
+    pub(super) id: Option<String>,
+    display_name: Option<String>,
+    command_line: Option<String>,
+    environment_settings: Option<Vec<EnvironmentSetting>>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    required_slots: Option<i32>,
+    constraints: Option<TaskConstraints>,
+    depends_on: Option<Value>,
+    exit_conditions: Option<Value>,
+    multi_instance_settings: Option<Value>,
+    /// Accepted and echoed back (resourceFiles, outputFiles, containerSettings, userIdentity, ...).
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// Fields kept as sent and echoed back.
+const ECHOED: &[&str] = &[
+    "resourceFiles",
+    "outputFiles",
+    "containerSettings",
+    "userIdentity",
+    "affinityInfo",
+    "applicationPackageReferences",
+    "authenticationTokenSettings",
+];
+
+/// Checks one task against its job and pool; `known` is what its dependencies may name.
+pub(super) fn validate(
+    t: TaskCreate,
+    job: &JobRow,
+    pool_slots: Option<i32>,
+    known: &Known,
+) -> ApiResult<NewTask> {
+    let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
+    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    let command_line = command_line(t.command_line)?;
+    if t.multi_instance_settings.is_some() {
+        return Err(ApiError::invalid_property(
+            "multiInstanceSettings",
+            "",
+            "multi-instance (MPI) tasks are not supported",
+        ));
+    }
+    let required_slots = required_slots(t.required_slots, job, pool_slots)?;
+    let c = t.constraints.unwrap_or_default();
+    let max_task_retry_count = c.retry_count(job)?;
+    let (depends_on, deps) = match t.depends_on {
+        None => (None, Dependencies::default()),
+        Some(raw) => {
+            let deps = checked_dependencies(&id, &raw, job, known)?;
+            (Some(raw), deps)
+        }
+    };
+    let exit_conditions = t.exit_conditions.map(exit_conditions).transpose()?;
+    Ok(NewTask {
+        id,
+        display_name: t.display_name,
+        command_line,
+        environment: env_json("environmentSettings", t.environment_settings)?,
+        required_slots,
+        max_wall_clock_ticks: c.max_wall_clock_ticks(),
+        retention_ticks: c.retention_ticks(),
+        max_task_retry_count,
+        depends_on,
+        dependency_ids: deps.ids,
+        dependency_ranges: deps.ranges,
+        exit_conditions,
+        extra: Value::Object(echoed(t.rest)),
+    })
+}
+
+fn command_line(given: Option<String>) -> ApiResult<String> {
+    let command_line = given.ok_or_else(|| ApiError::missing_property("commandLine"))?;
+    if command_line.trim().is_empty() {
+        return Err(ApiError::invalid_property(
+            "commandLine",
+            &command_line,
+            "must not be empty",
+        ));
+    }
+    Ok(command_line)
+}
+
+/// A task may need no more slots than a node of its pool has, or it would never run.
+fn required_slots(given: Option<i32>, job: &JobRow, pool_slots: Option<i32>) -> ApiResult<i32> {
+    let required_slots = given.unwrap_or(1);
+    if required_slots < 1 {
+        return Err(ApiError::invalid_property(
+            "requiredSlots",
+            required_slots.to_string(),
+            "must be at least 1",
+        ));
+    }
+    if let Some(slots) = pool_slots {
+        if required_slots > slots {
+            return Err(ApiError::invalid_property(
+                "requiredSlots",
+                required_slots.to_string(),
+                format!(
+                    "the pool {:?} has {slots} task slots per node; a task cannot need more",
+                    job.pool_id
+                ),
+            ));
+        }
+    }
+    Ok(required_slots)
+}
+
+/// A task's dependsOn, refused unless its job uses dependencies, it does not name the task itself
+/// and every task it names exists (in the job, or in `known` from the same request).
+fn checked_dependencies(
+    id: &str,
+    raw: &Value,
+    job: &JobRow,
+    known: &Known,
+) -> ApiResult<Dependencies> {
+    if !job.uses_task_dependencies {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "TaskDependenciesNotSpecifiedOnJob",
+            format!("The task {id:?} has dependsOn, but its job {:?} was not created with usesTaskDependencies.", job.id),
+        )
+        .with("PropertyName", "dependsOn"));
+    }
+    let deps = dependencies(raw)?;
+    if deps.ids.iter().any(|d| d == id) || in_ranges(&deps.ranges, id) {
+        return Err(ApiError::invalid_property(
+            "dependsOn",
+            id,
+            "a task cannot depend on itself",
+        ));
+    }
+    if let Some(missing) = deps.ids.iter().find(|d| !known.ids.contains(*d)) {
+        return Err(ApiError::invalid_property(
+            "dependsOn",
+            missing,
+            format!("the job has no task {missing:?}"),
+        ));
+    }
+    let missing = deps
+        .ranges
+        .iter()
+        .find_map(|r| known.missing_in_range.get(r).copied().flatten());
+    if let Some(missing) = missing {
+        return Err(ApiError::invalid_property(
+            "dependsOn.taskIdRanges",
+            missing.to_string(),
+            format!("the job has no task {:?}", missing.to_string()),
+        ));
+    }
+    Ok(deps)
+}
+
+/// exitConditions are stored as sent, once they parse and name only known actions.
+fn exit_conditions(raw: Value) -> ApiResult<Value> {
+    let parsed: ExitConditions = serde_json::from_value(raw.clone()).map_err(|e| {
+        ApiError::invalid_property("exitConditions", raw.to_string(), e.to_string())
+    })?;
+    parsed
+        .check()
+        .map_err(|(name, value)| ApiError::invalid_property(&name, value, "not a known value"))?;
+    Ok(raw)
+}
+
+fn echoed(rest: Map<String, Value>) -> Map<String, Value> {
+    rest.into_iter()
+        .filter(|(k, _)| ECHOED.contains(&k.as_str()))
+        .collect()
+}
+
+/// What a batch's dependencies may name: the job's existing tasks and the batch's own. Nothing
+/// is looked up for a job without usesTaskDependencies (its tasks' dependsOn is refused) or for
+/// dependencies that do not pass `dependencies` (refused in `validate`).
+pub(super) async fn known_ids(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    job: &JobRow,
+    bodies: &[TaskCreate],
+) -> ApiResult<Known> {
+    let mut known = Known {
+        ids: bodies.iter().filter_map(|b| b.id.clone()).collect(),
+        missing_in_range: HashMap::new(),
+    };
+    if !job.uses_task_dependencies {
+        return Ok(known);
+    }
+    let (mut wanted, mut ranges) = (Vec::new(), Vec::new());
+    for deps in bodies
+        .iter()
+        .filter_map(|b| b.depends_on.as_ref())
+        .filter_map(|raw| dependencies(raw).ok())
+    {
+        wanted.extend(deps.ids);
+        ranges.extend(deps.ranges);
+    }
+    if !wanted.is_empty() {
+        known
+            .ids
+            .extend(store::tasks::existing_ids(&mut **tx, job.pk, &wanted).await?);
+    }
+    if !ranges.is_empty() {
+        ranges.sort_unstable();
+        ranges.dedup();
+        let numbered: Vec<i64> = bodies
+            .iter()
+            .filter_map(|b| b.id.as_deref().and_then(task_number))
+            .collect();
+        let missing =
+            store::tasks::first_missing_in_ranges(&mut **tx, job.pk, &ranges, &numbered).await?;
+        known.missing_in_range = ranges.into_iter().zip(missing).collect();
+    }
+    Ok(known)
+}
