@@ -1,0 +1,143 @@
+//! The properties a job is created or updated with, checked as Azure checks them.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::batch::pools::MetadataItem;
+use crate::api::error::{ApiError, ApiResult};
+use crate::domain::ids::check_id;
+use crate::domain::job::{AllTasksComplete, TaskFailureMode};
+use crate::domain::pool::EnvironmentSetting;
+use crate::domain::IsoDuration;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Constraints {
+    pub(super) max_wall_clock_time: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    pub(super) max_task_retry_count: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolInfo {
+    pool_id: Option<String>,
+    auto_pool_specification: Option<Value>,
+}
+
+pub(super) fn check_priority(p: i32) -> ApiResult<i32> {
+    if (-1000..=1000).contains(&p) {
+        Ok(p)
+    } else {
+        Err(ApiError::invalid_property(
+            "priority",
+            p.to_string(),
+            "must be between -1000 and 1000",
+        ))
+    }
+}
+
+pub(super) fn check_max_parallel(n: i32) -> ApiResult<i32> {
+    if n == -1 || n >= 1 {
+        Ok(n)
+    } else {
+        Err(ApiError::invalid_property(
+            "maxParallelTasks",
+            n.to_string(),
+            "must be -1 (no limit) or at least 1",
+        ))
+    }
+}
+
+pub fn check_retry_count(name: &str, n: i32) -> ApiResult<i32> {
+    if n >= -1 {
+        Ok(n)
+    } else {
+        Err(ApiError::invalid_property(
+            name,
+            n.to_string(),
+            "must be -1 (unlimited) or more",
+        ))
+    }
+}
+
+pub(super) fn check_pool_info(info: Option<PoolInfo>) -> ApiResult<String> {
+    let info = info.ok_or_else(|| ApiError::missing_property("poolInfo"))?;
+    if info.auto_pool_specification.is_some() {
+        return Err(ApiError::invalid_property(
+            "poolInfo.autoPoolSpecification",
+            "",
+            "auto pools are not supported; create a pool and give its poolId",
+        ));
+    }
+    let pool_id = info
+        .pool_id
+        .ok_or_else(|| ApiError::missing_property("poolInfo.poolId"))?;
+    check_id(&pool_id)
+        .map_err(|why| ApiError::invalid_property("poolInfo.poolId", &pool_id, why))?;
+    Ok(pool_id)
+}
+
+/// onAllTasksComplete as sent, or its default.
+pub(super) fn on_all_tasks_complete(value: Option<String>) -> ApiResult<String> {
+    enum_value(
+        "onAllTasksComplete",
+        value,
+        AllTasksComplete::parse,
+        "noaction",
+        "noaction, terminatejob",
+    )
+}
+
+/// onTaskFailure as sent, or its default.
+pub(super) fn on_task_failure(value: Option<String>) -> ApiResult<String> {
+    enum_value(
+        "onTaskFailure",
+        value,
+        TaskFailureMode::parse,
+        "noaction",
+        "noaction, performexitoptionsjobaction",
+    )
+}
+
+fn enum_value<T>(
+    name: &str,
+    value: Option<String>,
+    parse: fn(&str) -> Option<T>,
+    default: &str,
+    allowed: &str,
+) -> ApiResult<String> {
+    match value {
+        None => Ok(default.to_string()),
+        Some(v) if parse(&v).is_some() => Ok(v),
+        Some(v) => Err(ApiError::invalid_property(
+            name,
+            &v,
+            format!("must be one of: {allowed}"),
+        )),
+    }
+}
+
+pub fn env_json(name: &str, settings: Option<Vec<EnvironmentSetting>>) -> ApiResult<Value> {
+    let settings = settings.unwrap_or_default();
+    if let Some(bad) = settings
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains('='))
+    {
+        return Err(ApiError::invalid_property(
+            name,
+            &bad.name,
+            "a name must be non-empty and contain no '='",
+        ));
+    }
+    Ok(Value::Array(
+        settings
+            .into_iter()
+            .map(|e| json!({"name": e.name, "value": e.value.unwrap_or_default()}))
+            .collect(),
+    ))
+}
+
+pub(super) fn metadata_json(m: Option<Vec<MetadataItem>>) -> Value {
+    serde_json::to_value(m.unwrap_or_default()).expect("metadata serializes")
+}

@@ -1,0 +1,205 @@
+//! Creating a job (POST) and changing its properties (PATCH, PUT).
+
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::props::{
+    check_max_parallel, check_pool_info, check_priority, check_retry_count, env_json,
+    metadata_json, on_all_tasks_complete, on_task_failure, Constraints, PoolInfo,
+};
+use super::{check_write, find, lock_open_job};
+use crate::api::batch::pools::MetadataItem;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::json::AzureJson;
+use crate::api::{created, resource_headers, BaseUrl, Conditions, Ctx};
+use crate::domain::ids::check_id;
+use crate::domain::pool::EnvironmentSetting;
+use crate::domain::IsoDuration;
+use crate::store::{self, jobs::JobProps, jobs::JobRow, jobs::NewJob};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCreate {
+    id: Option<String>,
+    display_name: Option<String>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    priority: Option<i32>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    max_parallel_tasks: Option<i32>,
+    constraints: Option<Constraints>,
+    pool_info: Option<PoolInfo>,
+    on_all_tasks_complete: Option<String>,
+    on_task_failure: Option<String>,
+    uses_task_dependencies: Option<bool>,
+    common_environment_settings: Option<Vec<EnvironmentSetting>>,
+    metadata: Option<Vec<MetadataItem>>,
+    job_manager_task: Option<Value>,
+    job_preparation_task: Option<Value>,
+    job_release_task: Option<Value>,
+}
+
+/// PATCH and PUT share these fields; PATCH changes what is given, PUT resets what is not.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobUpdate {
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    priority: Option<i32>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    max_parallel_tasks: Option<i32>,
+    constraints: Option<Constraints>,
+    pool_info: Option<PoolInfo>,
+    on_all_tasks_complete: Option<String>,
+    on_task_failure: Option<String>,
+    metadata: Option<Vec<MetadataItem>>,
+}
+
+pub async fn create(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    AzureJson(body): AzureJson<JobCreate>,
+) -> ApiResult<Response> {
+    let job = new_job(&app, body)?;
+    let mut tx = app.db.begin().await?;
+    match store::jobs::insert(&mut *tx, &job).await {
+        Err(e) if store::is_unique_violation(&e) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "JobExists",
+                format!("The specified job {:?} already exists.", job.id),
+            ))
+        }
+        other => other?,
+    }
+    let row = store::jobs::get(&mut *tx, &app.account, &job.id, store::jobs::Lock::None)
+        .await?
+        .ok_or_else(|| ApiError::internal("job vanished"))?;
+    // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.
+    store::jobs::complete_if_all_tasks_done(&mut *tx, row.pk).await?;
+    tx.commit().await?;
+    Ok(created(
+        &format!("{base}/jobs/{}", row.id),
+        row.last_modified,
+    ))
+}
+
+/// The job a create request describes, checked.
+fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
+    let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
+    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    for (name, given) in [
+        ("jobManagerTask", &body.job_manager_task),
+        ("jobPreparationTask", &body.job_preparation_task),
+        ("jobReleaseTask", &body.job_release_task),
+    ] {
+        if given.is_some() {
+            return Err(ApiError::invalid_property(
+                name,
+                "",
+                "not supported by this server; add ordinary tasks instead",
+            ));
+        }
+    }
+    let constraints = body.constraints.unwrap_or_default();
+    let props = JobProps {
+        priority: check_priority(body.priority.unwrap_or(0))?,
+        max_parallel_tasks: check_max_parallel(body.max_parallel_tasks.unwrap_or(-1))?,
+        max_wall_clock_ticks: constraints.max_wall_clock_time.map(IsoDuration::ticks),
+        max_task_retry_count: check_retry_count(
+            "constraints.maxTaskRetryCount",
+            constraints.max_task_retry_count.unwrap_or(0),
+        )?,
+        pool_id: check_pool_info(body.pool_info)?,
+        on_all_tasks_complete: on_all_tasks_complete(body.on_all_tasks_complete)?,
+        on_task_failure: on_task_failure(body.on_task_failure)?,
+        metadata: metadata_json(body.metadata),
+    };
+    Ok(NewJob {
+        account: app.account.clone(),
+        id,
+        display_name: body.display_name,
+        uses_task_dependencies: body.uses_task_dependencies.unwrap_or(false),
+        common_environment: env_json(
+            "commonEnvironmentSettings",
+            body.common_environment_settings,
+        )?,
+        props,
+    })
+}
+
+pub async fn patch(
+    app: Ctx,
+    Path(job_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<JobUpdate>,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
+    update(&app, &job_id, body, false).await
+}
+
+pub async fn replace(
+    app: Ctx,
+    Path(job_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<JobUpdate>,
+) -> ApiResult<Response> {
+    check_write(&app, &job_id, &conditions).await?;
+    update(&app, &job_id, body, true).await
+}
+
+async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiResult<Response> {
+    let mut tx = app.db.begin().await?;
+    let job = lock_open_job(&mut tx, app, job_id).await?;
+    let props = updated_props(&job, body, replace)?;
+    store::jobs::set_props(&mut *tx, job.pk, &props).await?;
+    store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    let job = find(app, job_id).await?;
+    Ok((StatusCode::OK, resource_headers(job.last_modified)).into_response())
+}
+
+/// The job's properties after a PATCH (`replace` false) or a PUT.
+fn updated_props(job: &JobRow, body: JobUpdate, replace: bool) -> ApiResult<JobProps> {
+    let keep = |current: i32, default: i32| if replace { default } else { current };
+    let constraints = body.constraints;
+    Ok(JobProps {
+        priority: check_priority(body.priority.unwrap_or(keep(job.priority, 0)))?,
+        max_parallel_tasks: check_max_parallel(
+            body.max_parallel_tasks
+                .unwrap_or(keep(job.max_parallel_tasks, -1)),
+        )?,
+        // PATCH keeps what it does not name, inside constraints too; PUT resets it.
+        max_wall_clock_ticks: match constraints.as_ref().and_then(|c| c.max_wall_clock_time) {
+            Some(limit) => Some(limit.ticks()),
+            None if replace => None,
+            None => job.max_wall_clock_ticks,
+        },
+        max_task_retry_count: check_retry_count(
+            "constraints.maxTaskRetryCount",
+            constraints
+                .as_ref()
+                .and_then(|c| c.max_task_retry_count)
+                .unwrap_or(keep(job.max_task_retry_count, 0)),
+        )?,
+        pool_id: match body.pool_info {
+            Some(info) => check_pool_info(Some(info))?,
+            None if replace => return Err(ApiError::missing_property("poolInfo")),
+            None => job.pool_id.clone(),
+        },
+        on_all_tasks_complete: match body.on_all_tasks_complete {
+            None if !replace => job.on_all_tasks_complete.clone(),
+            v => on_all_tasks_complete(v)?,
+        },
+        on_task_failure: match body.on_task_failure {
+            None if !replace => job.on_task_failure.clone(),
+            v => on_task_failure(v)?,
+        },
+        metadata: match body.metadata {
+            None if !replace => job.metadata.clone(),
+            m => metadata_json(m),
+        },
+    })
+}
