@@ -1,0 +1,99 @@
+//! Checks that pool creation and pool updates share.
+
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use super::DEFAULT_RESIZE_TIMEOUT_SECS;
+use crate::api::error::{ApiError, ApiResult};
+use crate::domain::pool::{NodeDeallocationOption, StartTask};
+use crate::domain::IsoDuration;
+
+pub(super) fn check_target(target: i32, quota: i32) -> ApiResult<()> {
+    if target < 0 {
+        return Err(ApiError::invalid_property(
+            "targetDedicatedNodes",
+            target.to_string(),
+            "must not be negative",
+        ));
+    }
+    if target > quota {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "AccountQuotaExceeded",
+            format!("targetDedicatedNodes {target} exceeds the quota of {quota} nodes per pool."),
+        )
+        .with("PropertyName", "targetDedicatedNodes")
+        .with("PropertyValue", target.to_string())
+        .with("Quota", quota.to_string()));
+    }
+    Ok(())
+}
+
+/// Only dedicated nodes exist here; `why` says so in the words that fit the request.
+pub(super) fn refuse_low_priority(given: Option<i32>, why: &str) -> ApiResult<()> {
+    if given.unwrap_or(0) != 0 {
+        return Err(ApiError::invalid_property(
+            "targetLowPriorityNodes",
+            given.unwrap_or(0).to_string(),
+            why,
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn check_resize_timeout(timeout: Option<IsoDuration>) -> ApiResult<i64> {
+    let timeout = timeout.unwrap_or(IsoDuration::from_secs(DEFAULT_RESIZE_TIMEOUT_SECS));
+    if timeout.ticks() == 0 {
+        return Err(ApiError::invalid_property(
+            "resizeTimeout",
+            timeout.to_string(),
+            "must be longer than zero",
+        ));
+    }
+    Ok(timeout.ticks())
+}
+
+pub(super) fn deallocation_option(o: &str) -> ApiResult<NodeDeallocationOption> {
+    NodeDeallocationOption::parse(o).ok_or_else(|| {
+        ApiError::invalid_property(
+            "nodeDeallocationOption",
+            o,
+            "must be requeue, terminate, taskcompletion or retaineddata",
+        )
+    })
+}
+
+pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
+    let task: StartTask = serde_json::from_value(raw.clone())
+        .map_err(|e| ApiError::invalid_property("startTask", raw.to_string(), e.to_string()))?;
+    match task.command_line.as_deref() {
+        None => return Err(ApiError::missing_property("startTask.commandLine")),
+        Some(c) if c.trim().is_empty() => {
+            return Err(ApiError::invalid_property(
+                "startTask.commandLine",
+                c,
+                "must not be empty",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(bad) = task
+        .environment_settings
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains('='))
+    {
+        return Err(ApiError::invalid_property(
+            "startTask.environmentSettings",
+            &bad.name,
+            "a name must be non-empty and contain no '='",
+        ));
+    }
+    if task.max_task_retry_count.is_some_and(|n| n < -1) {
+        return Err(ApiError::invalid_property(
+            "startTask.maxTaskRetryCount",
+            task.max_task_retry_count.unwrap_or(0).to_string(),
+            "must be -1 (unlimited) or more",
+        ));
+    }
+    Ok(raw)
+}

@@ -1,0 +1,221 @@
+//! `POST /pools`: a pool as the request describes it, checked, then inserted.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::checks::{check_resize_timeout, check_start_task, check_target, refuse_low_priority};
+use super::MetadataItem;
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::json::AzureJson;
+use crate::api::{created, BaseUrl, Ctx};
+use crate::domain::ids::check_id;
+use crate::domain::pool::NodeFillType;
+use crate::domain::vm_size::VmSize;
+use crate::domain::IsoDuration;
+use crate::store::{self, pools::NewPool};
+
+/// Azure's limit on taskSlotsPerNode.
+const MAX_TASK_SLOTS_PER_NODE: i32 = 256;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolCreate {
+    id: Option<String>,
+    display_name: Option<String>,
+    vm_size: Option<String>,
+    virtual_machine_configuration: Option<Value>,
+    resize_timeout: Option<IsoDuration>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    target_dedicated_nodes: Option<i32>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    target_low_priority_nodes: Option<i32>,
+    enable_auto_scale: Option<bool>,
+    start_task: Option<Value>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    task_slots_per_node: Option<i32>,
+    task_scheduling_policy: Option<SchedulingPolicy>,
+    metadata: Option<Vec<MetadataItem>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SchedulingPolicy {
+    node_fill_type: Option<String>,
+}
+
+/// The parts of virtualMachineConfiguration that choose the node image.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct VmConfig {
+    image_reference: Option<ImageReference>,
+    container_configuration: Option<ContainerConfiguration>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ImageReference {
+    publisher: Option<String>,
+    offer: Option<String>,
+    sku: Option<String>,
+    virtual_machine_image_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContainerConfiguration {
+    container_image_names: Option<Vec<String>>,
+}
+
+pub async fn create(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    AzureJson(body): AzureJson<PoolCreate>,
+) -> ApiResult<Response> {
+    let new = new_pool(&app, body)?;
+    match store::pools::insert(&app.db, &new).await {
+        Err(e) if store::is_unique_violation(&e) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "PoolExists",
+                format!("The specified pool {:?} already exists.", new.id),
+            ))
+        }
+        other => other?,
+    }
+    app.wake_allocator();
+    let pool = store::pools::get(&app.db, &app.account, &new.id)
+        .await?
+        .ok_or_else(|| ApiError::internal("pool vanished after insert"))?;
+    Ok(created(
+        &format!("{base}/pools/{}", pool.id),
+        pool.last_modified,
+    ))
+}
+
+/// The pool a create request describes, checked.
+fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
+    let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
+    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    let (vm_size, size) = vm_size(app, body.vm_size)?;
+    let target = body.target_dedicated_nodes.unwrap_or(0);
+    check_target(target, app.settings.max_nodes_per_pool)?;
+    refuse_low_priority(
+        body.target_low_priority_nodes,
+        "low-priority (spot) nodes are not offered by this server; use targetDedicatedNodes",
+    )?;
+    if body.enable_auto_scale == Some(true) {
+        return Err(ApiError::invalid_property(
+            "enableAutoScale",
+            "true",
+            "autoscale formulas are not supported; resize the pool instead",
+        ));
+    }
+    let slots = task_slots(body.task_slots_per_node)?;
+    let fill = node_fill_type(body.task_scheduling_policy)?;
+    let resize_timeout = check_resize_timeout(body.resize_timeout)?;
+    let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
+    let start_task = body.start_task.map(check_start_task).transpose()?;
+    Ok(NewPool {
+        account: app.account.clone(),
+        id,
+        display_name: body.display_name,
+        vm_size,
+        vcpus: size.vcpus,
+        memory_mib: size.memory_mib as i64,
+        image,
+        vm_config: body.virtual_machine_configuration,
+        start_task,
+        task_slots_per_node: slots,
+        node_fill_type: fill.as_str().to_string(),
+        target_dedicated_nodes: target,
+        resize_timeout_ticks: resize_timeout,
+        metadata: serde_json::to_value(body.metadata.unwrap_or_default())
+            .expect("metadata serializes"),
+        billing_plan: None,
+        service_pk: None,
+        pool_service: false,
+    })
+}
+
+/// The size's name as the table keeps it, and its CPU and memory.
+fn vm_size(app: &Ctx, given: Option<String>) -> ApiResult<(String, VmSize)> {
+    let vm_size = given.ok_or_else(|| ApiError::missing_property("vmSize"))?;
+    app.settings.vm_sizes.get(&vm_size).ok_or_else(|| {
+        ApiError::invalid_property(
+            "vmSize",
+            &vm_size,
+            format!(
+                "unknown vmSize; the known sizes are: {}",
+                app.settings.vm_sizes.names().join(", ")
+            ),
+        )
+    })
+}
+
+fn task_slots(given: Option<i32>) -> ApiResult<i32> {
+    let slots = given.unwrap_or(1);
+    if !(1..=MAX_TASK_SLOTS_PER_NODE).contains(&slots) {
+        return Err(ApiError::invalid_property(
+            "taskSlotsPerNode",
+            slots.to_string(),
+            format!("must be between 1 and {MAX_TASK_SLOTS_PER_NODE}"),
+        ));
+    }
+    Ok(slots)
+}
+
+fn node_fill_type(policy: Option<SchedulingPolicy>) -> ApiResult<NodeFillType> {
+    match policy.and_then(|p| p.node_fill_type) {
+        None => Ok(NodeFillType::Spread),
+        Some(f) => NodeFillType::parse(&f).ok_or_else(|| {
+            ApiError::invalid_property(
+                "taskSchedulingPolicy.nodeFillType",
+                &f,
+                "must be spread or pack",
+            )
+        }),
+    }
+}
+
+/// The Docker image a pool's nodes run. See README, "Node images".
+fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
+    let Some(raw) = vm_config else {
+        return Ok(app.settings.default_image.clone());
+    };
+    let config: VmConfig = serde_json::from_value(raw.clone()).map_err(|e| {
+        ApiError::invalid_property(
+            "virtualMachineConfiguration",
+            raw.to_string(),
+            e.to_string(),
+        )
+    })?;
+    if let Some(names) = config
+        .container_configuration
+        .and_then(|c| c.container_image_names)
+    {
+        if let Some(first) = names.into_iter().next() {
+            if first.trim().is_empty() || first.chars().any(char::is_whitespace) {
+                return Err(ApiError::invalid_property(
+                    "virtualMachineConfiguration.containerConfiguration.containerImageNames",
+                    &first,
+                    "not a Docker image reference",
+                ));
+            }
+            return Ok(first);
+        }
+    }
+    if let Some(r) = config.image_reference {
+        let key = match r.virtual_machine_image_id {
+            Some(id) => id,
+            None => [r.publisher, r.offer, r.sku]
+                .map(Option::unwrap_or_default)
+                .join("/"),
+        };
+        if let Some(image) = app.settings.image_map.get(&key.to_ascii_lowercase()) {
+            return Ok(image.clone());
+        }
+    }
+    Ok(app.settings.default_image.clone())
+}

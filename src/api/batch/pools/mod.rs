@@ -1,0 +1,165 @@
+//! `/pools`: create, get, list, resize, stop resize, update, delete.
+
+mod checks;
+mod create;
+mod update;
+
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::Ctx;
+use crate::api::{
+    etag, header_value, odata, resource_headers, rfc3339, BaseUrl, Conditions, ListQuery, Select,
+};
+use crate::domain::IsoDuration;
+use crate::store::{self, pools::PoolRow, pools::Refused};
+pub use create::create;
+pub use update::{patch, remove_nodes, resize, stop_resize, update_properties};
+
+/// Azure's default resizeTimeout.
+pub const DEFAULT_RESIZE_TIMEOUT_SECS: i64 = 15 * 60;
+
+#[derive(Deserialize, serde::Serialize)]
+pub struct MetadataItem {
+    name: String,
+    value: String,
+}
+
+pub async fn get(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    select: Select,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    let pool = find(&app, &pool_id).await?;
+    conditions.check(pool.last_modified, true)?;
+    Ok((
+        resource_headers(pool.last_modified),
+        Json(select.shape(pool_json(&pool, &base))),
+    )
+        .into_response())
+}
+
+pub async fn list(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
+    let list = ListQuery::from_query(&query, odata::POOL_PROPERTIES)?;
+    let pools = store::pools::list(&app.db, &app.account).await?;
+    Ok(Json(
+        list.page_of(
+            &base,
+            "/pools",
+            pools
+                .iter()
+                .map(|p| (p.id.to_lowercase(), pool_json(p, &base))),
+        ),
+    ))
+}
+
+pub async fn delete(
+    app: Ctx,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    match store::pools::mark_deleting(&app.db, &app.account, &pool_id).await? {
+        // Deleting a pool that is already being deleted is accepted again, as Azure does.
+        Ok(()) | Err(Refused::BeingDeleted) => {
+            app.wake_allocator();
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+        Err(refused) => Err(refusal(&pool_id, refused)),
+    }
+}
+
+pub async fn find(app: &Ctx, pool_id: &str) -> ApiResult<PoolRow> {
+    store::pools::get(&app.db, &app.account, pool_id)
+        .await?
+        .ok_or_else(|| ApiError::pool_not_found(pool_id))
+}
+
+fn refusal(pool_id: &str, refused: Refused) -> ApiError {
+    match refused {
+        Refused::NotFound => ApiError::pool_not_found(pool_id),
+        Refused::BeingDeleted => ApiError::new(StatusCode::CONFLICT, "PoolBeingDeleted", format!("The pool {pool_id:?} is being deleted.")),
+        Refused::NotSteady(state) => ApiError::new(
+            StatusCode::CONFLICT,
+            "PoolNotSteady",
+            format!("The pool {pool_id:?} is {state}; it can be resized only when its allocationState is steady (stop the resize first)."),
+        )
+        .with("AllocationState", state),
+    }
+}
+
+/// A pool as Azure's `BatchPool` JSON.
+pub fn pool_json(p: &PoolRow, base: &str) -> Value {
+    let vm_config = p.vm_config.clone().unwrap_or_else(|| {
+        // No configuration was given: say which image the nodes run, in Azure's own terms.
+        json!({
+            "nodeAgentSKUId": "batch.node.batchpool",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [p.image]},
+        })
+    });
+    let mut pool = json!({
+        "id": p.id,
+        "url": format!("{base}/pools/{}", p.id),
+        "eTag": etag(p.last_modified),
+        "lastModified": rfc3339(p.last_modified),
+        "creationTime": rfc3339(p.creation_time),
+        "state": p.state,
+        "stateTransitionTime": rfc3339(p.state_transition_time),
+        "allocationState": p.allocation_state,
+        "allocationStateTransitionTime": rfc3339(p.allocation_state_transition_time),
+        "vmSize": p.vm_size,
+        "virtualMachineConfiguration": vm_config,
+        "resizeTimeout": IsoDuration::from_ticks(p.resize_timeout_ticks).to_string(),
+        "currentDedicatedNodes": p.current_dedicated_nodes,
+        "currentLowPriorityNodes": 0,
+        "targetDedicatedNodes": p.target_dedicated_nodes,
+        "targetLowPriorityNodes": 0,
+        "enableAutoScale": false,
+        "enableInterNodeCommunication": false,
+        "taskSlotsPerNode": p.task_slots_per_node,
+        "taskSchedulingPolicy": {"nodeFillType": p.node_fill_type},
+    });
+    if let Some(name) = &p.display_name {
+        pool["displayName"] = json!(name);
+    }
+    if p.resize_errors.as_array().is_some_and(|e| !e.is_empty()) {
+        pool["resizeErrors"] = p.resize_errors.clone();
+    }
+    if p.metadata.as_array().is_some_and(|m| !m.is_empty()) {
+        pool["metadata"] = p.metadata.clone();
+    }
+    if let Some(start_task) = &p.start_task {
+        pool["startTask"] = start_task.clone();
+    }
+    pool
+}
+
+/// An answer about the pool as it is now: its ETag, Last-Modified and URL.
+async fn answer(app: &Ctx, base: &str, pool_id: &str, status: StatusCode) -> ApiResult<Response> {
+    let pool = find(app, pool_id).await?;
+    let mut headers = resource_headers(pool.last_modified);
+    headers.insert(
+        "DataServiceId",
+        header_value(&format!("{base}/pools/{}", pool.id)),
+    );
+    Ok((status, headers).into_response())
+}
+
+/// A write's conditional headers, checked against the pool as it is.
+async fn check_write(app: &Ctx, pool_id: &str, conditions: &Conditions) -> ApiResult<()> {
+    if conditions.is_empty() {
+        return Ok(());
+    }
+    conditions.check(find(app, pool_id).await?.last_modified, false)
+}

@@ -1,0 +1,244 @@
+//! Changes to a pool: resize, stop a resize, update its properties, remove nodes.
+
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::checks::{
+    check_resize_timeout, check_start_task, check_target, deallocation_option, refuse_low_priority,
+};
+use super::{answer, check_write, find, refusal, MetadataItem};
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::json::AzureJson;
+use crate::api::{BaseUrl, Conditions, Ctx};
+use crate::domain::pool::NodeDeallocationOption;
+use crate::domain::IsoDuration;
+use crate::store::{self, pools::PoolRow, pools::Refused};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeBody {
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    target_dedicated_nodes: Option<i32>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    target_low_priority_nodes: Option<i32>,
+    resize_timeout: Option<IsoDuration>,
+    node_deallocation_option: Option<String>,
+}
+
+pub async fn resize(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<ResizeBody>,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    let target = body.target_dedicated_nodes.unwrap_or(0);
+    check_target(target, app.settings.max_nodes_per_pool)?;
+    refuse_low_priority(
+        body.target_low_priority_nodes,
+        "low-priority (spot) nodes are not offered by this server",
+    )?;
+    let timeout = body
+        .resize_timeout
+        .map(|t| check_resize_timeout(Some(t)))
+        .transpose()?;
+    let deallocation = body
+        .node_deallocation_option
+        .as_deref()
+        .map(deallocation_option)
+        .transpose()?;
+    let outcome = store::pools::resize(
+        &app.db,
+        &app.account,
+        &pool_id,
+        target,
+        timeout,
+        deallocation.map(|d| d.as_str()),
+    )
+    .await?;
+    accepted(&app, &base, &pool_id, outcome).await
+}
+
+pub async fn stop_resize(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    let outcome = store::pools::stop_resize(&app.db, &app.account, &pool_id).await?;
+    accepted(&app, &base, &pool_id, outcome).await
+}
+
+/// PATCH: only the properties given change.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolPatch {
+    metadata: Option<Vec<MetadataItem>>,
+    start_task: Option<Value>,
+}
+
+pub async fn patch(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<PoolPatch>,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    let metadata = body
+        .metadata
+        .map(|m| serde_json::to_value(m).expect("metadata serializes"));
+    let start_task = body.start_task.map(check_start_task).transpose()?;
+    let outcome = store::pools::update_properties(
+        &app.db,
+        &app.account,
+        &pool_id,
+        metadata.as_ref(),
+        start_task.as_ref().map(Some),
+    )
+    .await?;
+    outcome.map_err(|r| refusal(&pool_id, r))?;
+    answer(&app, &base, &pool_id, StatusCode::OK).await
+}
+
+/// POST updateproperties: metadata and startTask are replaced; an absent startTask is removed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolReplace {
+    metadata: Option<Vec<MetadataItem>>,
+    start_task: Option<Value>,
+}
+
+pub async fn update_properties(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<PoolReplace>,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    let metadata = serde_json::to_value(
+        body.metadata
+            .ok_or_else(|| ApiError::missing_property("metadata"))?,
+    )
+    .expect("metadata serializes");
+    let start_task = body.start_task.map(check_start_task).transpose()?;
+    let outcome = store::pools::update_properties(
+        &app.db,
+        &app.account,
+        &pool_id,
+        Some(&metadata),
+        Some(start_task.as_ref()),
+    )
+    .await?;
+    outcome.map_err(|r| refusal(&pool_id, r))?;
+    answer(&app, &base, &pool_id, StatusCode::NO_CONTENT).await
+}
+
+async fn accepted(
+    app: &Ctx,
+    base: &str,
+    pool_id: &str,
+    outcome: Result<(), Refused>,
+) -> ApiResult<Response> {
+    outcome.map_err(|r| refusal(pool_id, r))?;
+    app.wake_allocator();
+    answer(app, base, pool_id, StatusCode::ACCEPTED).await
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoveNodesBody {
+    node_list: Option<Vec<String>>,
+    node_deallocation_option: Option<String>,
+    resize_timeout: Option<IsoDuration>,
+}
+
+/// Removes the named nodes from a steady pool; its target shrinks by as many.
+pub async fn remove_nodes(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(pool_id): Path<String>,
+    conditions: Conditions,
+    AzureJson(body): AzureJson<RemoveNodesBody>,
+) -> ApiResult<Response> {
+    check_write(&app, &pool_id, &conditions).await?;
+    let wanted = body
+        .node_list
+        .ok_or_else(|| ApiError::missing_property("nodeList"))?;
+    if wanted.is_empty() || wanted.len() > 100 {
+        return Err(ApiError::invalid_property(
+            "nodeList",
+            wanted.len().to_string(),
+            "name 1 to 100 nodes",
+        ));
+    }
+    let option = body
+        .node_deallocation_option
+        .as_deref()
+        .map(deallocation_option)
+        .transpose()?
+        .unwrap_or(NodeDeallocationOption::Requeue);
+    let timeout = body
+        .resize_timeout
+        .map(|t| check_resize_timeout(Some(t)))
+        .transpose()?;
+    let pool = find(&app, &pool_id).await?;
+    if pool.state != "active" {
+        return Err(refusal(&pool_id, Refused::BeingDeleted));
+    }
+    if pool.allocation_state != "steady" {
+        return Err(refusal(
+            &pool_id,
+            Refused::NotSteady(pool.allocation_state.clone()),
+        ));
+    }
+    let pks = nodes_to_remove(&app, &pool, &pool_id, &wanted).await?;
+    let mut tx = app.db.begin().await?;
+    crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
+    let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
+    store::pools::shrink_for_removed_nodes(
+        &mut *tx,
+        pool.pk,
+        leaving.len() as i32,
+        timeout,
+        option,
+    )
+    .await?;
+    tx.commit().await?;
+    app.wake_allocator();
+    app.wake_dispatcher();
+    accepted(&app, &base, &pool_id, Ok(())).await
+}
+
+/// The nodes named that are not leaving the pool already; a name of no node of the pool is
+/// refused, under the pool id as the request spelled it.
+async fn nodes_to_remove(
+    app: &Ctx,
+    pool: &PoolRow,
+    pool_id: &str,
+    wanted: &[String],
+) -> ApiResult<Vec<i64>> {
+    let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
+    let mut pks = Vec::new();
+    for id in wanted {
+        match nodes.iter().find(|n| n.id == *id) {
+            Some(n) if n.state != "leavingpool" => pks.push(n.pk),
+            Some(_) => {}
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "NodeNotFound",
+                    format!("The node {id:?} does not exist in pool {pool_id:?}."),
+                )
+                .with("NodeId", id))
+            }
+        }
+    }
+    Ok(pks)
+}
