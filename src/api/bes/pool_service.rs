@@ -18,9 +18,10 @@ use crate::api::state::AppState;
 use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
+use crate::domain::vm_size::VmSize;
 use crate::store;
-use crate::store::pools::{PoolRow, Refused};
-use crate::store::services::PoolServiceAccount;
+use crate::store::pools::{NewPool, PoolRow, Refused};
+use crate::store::services::{PoolServiceAccount, ServiceRow};
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -162,49 +163,36 @@ pub async fn create(
     BesJson(body): BesJson<CreateBody>,
 ) -> BesResult<Response> {
     let account = authorize(&app, &headers).await?;
+    let new = new_pool(&app, &account, body).await?;
+    insert_within_quota(&app, &account, &new).await?;
+    app.wake_allocator();
+    let pool = find(&app, &account.name, &new.id).await?;
+    Ok((StatusCode::CREATED, Json(pool_json(&pool))).into_response())
+}
+
+/// The pool a create request describes, checked; it runs the image of the web service whose
+/// swagger.json it names and bills to that service's plan.
+async fn new_pool(
+    app: &AppState,
+    account: &PoolServiceAccount,
+    body: CreateBody,
+) -> BesResult<NewPool> {
     let id = body
         .id
         .filter(|i| !i.is_empty())
         .unwrap_or_else(bes::new_id);
     crate::domain::ids::check_id(&id)
         .map_err(|why| BesError::bad("InvalidPoolId", format!("Id {id:?}: {why}")).target("Id"))?;
-    let target = check_vms(
-        body.number_of_vms,
-        &account,
-        app.settings.max_nodes_per_pool,
-    )?;
-    let slots = body.jobs_per_vm.unwrap_or(1);
-    if !(1..=256).contains(&slots) {
-        return Err(BesError::bad(
-            "InvalidJobsPerVM",
-            format!("JobsPerVM {slots} must be between 1 and 256."),
-        )
-        .target("JobsPerVM"));
-    }
+    let target = check_vms(body.number_of_vms, account, app.settings.max_nodes_per_pool)?;
+    let slots = check_jobs_per_vm(body.jobs_per_vm)?;
     let swagger = body.swagger_location.filter(|s| !s.trim().is_empty()).ok_or_else(|| {
         BesError::bad("MissingSwaggerLocation", "SwaggerLocation is required: the URL of a web service's swagger.json, which ties the pool to its billing plan.").target("SwaggerLocation")
     })?;
-    let unknown = || {
-        BesError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
-    };
-    let (ns, svc) = parse_swagger_url(&swagger).ok_or_else(unknown)?;
-    let service = store::services::get(&app.db, &account.name, &ns, &svc)
-        .await?
-        .ok_or_else(unknown)?;
-    let size_name = body.vm_size.unwrap_or_else(|| "standard_d2_v3".to_string());
-    let (vm_size, size) = app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
-        BesError::bad(
-            "InvalidVmSize",
-            format!(
-                "VmSize {size_name:?} is unknown; the known sizes are: {}.",
-                app.settings.vm_sizes.names().join(", ")
-            ),
-        )
-        .target("VmSize")
-    })?;
-    let new = store::pools::NewPool {
+    let service = swagger_service(app, account, &swagger).await?;
+    let (vm_size, size) = vm_size(app, body.vm_size)?;
+    Ok(NewPool {
         account: account.name.clone(),
-        id: id.clone(),
+        id,
         display_name: service.title.clone(),
         vm_size,
         vcpus: size.vcpus,
@@ -226,8 +214,57 @@ pub async fn create(
         billing_plan: Some(service.billing_plan.clone()),
         service_pk: Some(service.pk),
         pool_service: true,
+    })
+}
+
+fn check_jobs_per_vm(n: Option<i32>) -> BesResult<i32> {
+    let slots = n.unwrap_or(1);
+    if !(1..=256).contains(&slots) {
+        return Err(BesError::bad(
+            "InvalidJobsPerVM",
+            format!("JobsPerVM {slots} must be between 1 and 256."),
+        )
+        .target("JobsPerVM"));
+    }
+    Ok(slots)
+}
+
+/// The account's web service whose swagger.json `swagger` is.
+async fn swagger_service(
+    app: &AppState,
+    account: &PoolServiceAccount,
+    swagger: &str,
+) -> BesResult<ServiceRow> {
+    let unknown = || {
+        BesError::bad("InvalidSwaggerLocation", format!("SwaggerLocation {swagger:?} is not the swagger.json of a web service of this account.")).target("SwaggerLocation")
     };
-    // The quota check and the insert are one step per account.
+    let (ns, svc) = parse_swagger_url(swagger).ok_or_else(unknown)?;
+    store::services::get(&app.db, &account.name, &ns, &svc)
+        .await?
+        .ok_or_else(unknown)
+}
+
+/// The size's name as the table keeps it, and its CPU and memory; unnamed, a D2 v3.
+fn vm_size(app: &AppState, given: Option<String>) -> BesResult<(String, VmSize)> {
+    let size_name = given.unwrap_or_else(|| "standard_d2_v3".to_string());
+    app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
+        BesError::bad(
+            "InvalidVmSize",
+            format!(
+                "VmSize {size_name:?} is unknown; the known sizes are: {}.",
+                app.settings.vm_sizes.names().join(", ")
+            ),
+        )
+        .target("VmSize")
+    })
+}
+
+/// The quota check and the insert are one step per account.
+async fn insert_within_quota(
+    app: &AppState,
+    account: &PoolServiceAccount,
+    new: &NewPool,
+) -> BesResult<()> {
     let mut tx = app.db.begin().await?;
     store::pools::lock_pool_service_account(&mut *tx, &account.name).await?;
     let count = store::pools::count_pool_service(&mut *tx, &account.name).await?;
@@ -241,22 +278,20 @@ pub async fn create(
             ),
         ));
     }
-    match store::pools::insert(&mut *tx, &new).await {
+    match store::pools::insert(&mut *tx, new).await {
         Err(e) if store::is_unique_violation(&e) => {
             return Err(BesError::new(
                 StatusCode::CONFLICT,
                 "Conflict",
                 "PoolExists",
-                format!("A pool {id:?} exists already."),
+                format!("A pool {:?} exists already.", new.id),
             )
             .target("Id"))
         }
         other => other?,
     }
     tx.commit().await?;
-    app.wake_allocator();
-    let pool = find(&app, &account.name, &id).await?;
-    Ok((StatusCode::CREATED, Json(pool_json(&pool))).into_response())
+    Ok(())
 }
 
 pub async fn list(State(app): State<Arc<AppState>>, headers: HeaderMap) -> BesResult<Json<Value>> {
