@@ -307,9 +307,8 @@ async fn wire_details_the_sdks_rely_on() {
 async fn web_service_names_are_per_account() {
     let s = TestServer::start(Rt::Local).await;
     let path = "/subscriptions/sub1/services/scorer";
-    let define = |title: &str| {
-        json!({"Title": title, "Command": "echo scored", "BillingPlan": "standard"})
-    };
+    let define =
+        |title: &str| json!({"Title": title, "Command": "echo scored", "BillingPlan": "standard"});
     let (status, mine) = s
         .request(reqwest::Method::PUT, path, Some(&define("mine")))
         .await;
@@ -319,20 +318,31 @@ async fn web_service_names_are_per_account() {
     let own = s.http.credentials.lock().unwrap().clone().unwrap();
     *s.http.credentials.lock().unwrap() =
         Some(("other".into(), key_line(&created, "primary key:").into()));
-    assert_eq!(s.get(path).await.0, 404, "the other account sees no service");
+    assert_eq!(
+        s.get(path).await.0,
+        404,
+        "the other account sees no service"
+    );
     let (status, theirs) = s
         .request(reqwest::Method::PUT, path, Some(&define("theirs")))
         .await;
     assert_eq!(status, 201, "the name is free in another account: {theirs}");
     assert_eq!(s.get(path).await.1["Title"], "theirs");
     *s.http.credentials.lock().unwrap() = Some(own);
-    assert_eq!(s.get(path).await.1["Title"], "mine", "the first is untouched");
+    assert_eq!(
+        s.get(path).await.1["Title"],
+        "mine",
+        "the first is untouched"
+    );
 
     // Each key reaches its own account's service.
     for (body, title) in [(&mine, "mine"), (&theirs, "theirs")] {
         let swagger = reqwest::Client::new()
             .get(format!("{}{path}/swagger.json", s.base))
-            .header("authorization", format!("Bearer {}", body["PrimaryKey"].as_str().unwrap()))
+            .header(
+                "authorization",
+                format!("Bearer {}", body["PrimaryKey"].as_str().unwrap()),
+            )
             .send()
             .await
             .unwrap();

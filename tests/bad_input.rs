@@ -449,7 +449,10 @@ async fn nul_characters_are_refused_with_the_field_named() {
 async fn numbers_that_cannot_be_read_back_are_refused() {
     let s = TestServer::start(Rt::Local).await;
     let (status, body) = s
-        .post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1}))
+        .post(
+            "/pools",
+            &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1}),
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     let (status, body) = s

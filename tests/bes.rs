@@ -695,7 +695,14 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
     );
     account_cmd(
         &s,
-        &["quota", "batchpool", "--max-pools", "1", "--max-vms-per-pool", "3"],
+        &[
+            "quota",
+            "batchpool",
+            "--max-pools",
+            "1",
+            "--max-vms-per-pool",
+            "3",
+        ],
     );
     let (status, body) = bearer(
         &s,
@@ -1106,8 +1113,11 @@ async fn classic_jobs_run_in_their_services_image() {
     let s = TestServer::start(Rt::Docker).await;
     let image = "batchpool-test-node:bes";
     run_ok(
-        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-            .args(["build-node-image", "--tag", image]),
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool")).args([
+            "build-node-image",
+            "--tag",
+            image,
+        ]),
     );
     let (status, body) = put(
         &s,

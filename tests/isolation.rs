@@ -54,7 +54,10 @@ async fn accounts_nodes_cannot_reach_each_other_on_docker() {
 
     let created = account_cmd(&s, &["create", "other"]);
     let own = s.http.credentials.lock().unwrap().clone().unwrap();
-    let other = ("other".to_string(), key_line(&created, "primary key:").to_string());
+    let other = (
+        "other".to_string(),
+        key_line(&created, "primary key:").to_string(),
+    );
     *s.http.credentials.lock().unwrap() = Some(other.clone());
     pool_with_job(&s, "far").await;
 

@@ -10,11 +10,24 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     (
         "app",
-        &["config", "api", "scheduler", "ops", "store", "storage", "runtime", "embedded_pg", "domain"],
+        &[
+            "config",
+            "api",
+            "scheduler",
+            "ops",
+            "store",
+            "storage",
+            "runtime",
+            "embedded_pg",
+            "domain",
+        ],
     ),
     ("config", &["domain"]),
     ("api", &["ops", "store", "storage", "runtime", "domain"]),
-    ("scheduler", &["ops", "store", "storage", "runtime", "domain"]),
+    (
+        "scheduler",
+        &["ops", "store", "storage", "runtime", "domain"],
+    ),
     ("ops", &["store", "storage", "runtime", "domain"]),
     ("store", &["domain"]),
     ("storage", &["domain"]),
@@ -118,7 +131,10 @@ fn imports_run_one_way() {
 fn the_scanner_sees_grouped_and_nested_paths() {
     let layers = layer_names();
     assert_eq!(
-        named_layers("use crate::{api, scheduler::Wakeups, install_tls};", &layers),
+        named_layers(
+            "use crate::{api, scheduler::Wakeups, install_tls};",
+            &layers
+        ),
         ["api", "scheduler"]
     );
     assert_eq!(

@@ -167,8 +167,11 @@ fn ensure_test_image() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         run_ok(
-            std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-                .args(["build-node-image", "--tag", TEST_IMAGE]),
+            std::process::Command::new(env!("CARGO_BIN_EXE_batchpool")).args([
+                "build-node-image",
+                "--tag",
+                TEST_IMAGE,
+            ]),
         );
     });
 }
@@ -433,7 +436,10 @@ impl Drop for TestServer {
             // And the accounts' node networks, which the engine's address pool runs out of.
             let out = std::process::Command::new("docker")
                 .args(["network", "ls", "-q", "--filter"])
-                .arg(format!("label=batchpool.server={}", self.server_id_blocking()))
+                .arg(format!(
+                    "label=batchpool.server={}",
+                    self.server_id_blocking()
+                ))
                 .output();
             if let Ok(out) = out {
                 for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
@@ -477,10 +483,7 @@ pub fn docker_containers(server_id: &str) -> Vec<Value> {
         "--filter",
         &format!("label=batchpool.server={server_id}"),
     ]));
-    let ids: Vec<String> = listed
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+    let ids: Vec<String> = listed.split_whitespace().map(String::from).collect();
     if ids.is_empty() {
         return Vec::new();
     }
@@ -682,7 +685,11 @@ impl std::fmt::Display for Tally {
 
 impl Tally {
     pub fn assert_once_each(&self) {
-        assert!(self.lost.is_empty(), "tasks completed that never ran: {:?}", self.lost);
+        assert!(
+            self.lost.is_empty(),
+            "tasks completed that never ran: {:?}",
+            self.lost
+        );
         assert!(
             self.twice.is_empty(),
             "tasks ran again without a requeue: {:?}",
@@ -715,7 +722,10 @@ pub async fn tally_runs(
         let info = &t["executionInfo"];
         assert_eq!(t["state"], "completed", "{t}");
         assert_eq!(info["result"], "success", "{t}");
-        assert_eq!(info["retryCount"], 0, "nothing failed, so nothing retried: {t}");
+        assert_eq!(
+            info["retryCount"], 0,
+            "nothing failed, so nothing retried: {t}"
+        );
         let requeues = info["requeueCount"].as_u64().unwrap();
         tally.requeued += u64::from(requeues > 0);
         match runs.get(id).copied().unwrap_or(0) {
