@@ -10,7 +10,7 @@ use bollard::exec::{CreateExecOptions, CreateExecResults, StartExecResults};
 use futures_util::{Stream, StreamExt};
 
 use super::{container_name, status_of, DockerRuntime};
-use crate::runtime::WRAPPER;
+use crate::runtime::task::WRAPPER;
 
 /// What an attached exec streams back.
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
