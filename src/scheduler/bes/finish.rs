@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::{Map, Value};
 
-use super::{transfer, BesJobDriver, TASK_ID};
+use super::{transfer, BesJobDriver, Config, TASK_ID};
 use crate::domain::bes::{Phase, CLASSIC_ACCOUNT};
 use crate::storage::{self, Blob, BlobError, DataReference, Roots};
 use crate::store;
@@ -21,7 +21,7 @@ struct Conventions<'a> {
 }
 
 impl<'a> Conventions<'a> {
-    fn new(job: &BesJobRow, outputs: &Map<String, Value>, driver: &'a BesJobDriver) -> Self {
+    fn new(job: &BesJobRow, outputs: &Map<String, Value>, config: &'a Config) -> Self {
         let home = outputs
             .values()
             .filter_map(|o| serde_json::from_value::<DataReference>(o["ref"].clone()).ok())
@@ -30,11 +30,11 @@ impl<'a> Conventions<'a> {
                     .as_deref()
                     .is_some_and(|c| !c.trim().is_empty())
             })
-            .unwrap_or_else(|| driver.config.storage.clone());
+            .unwrap_or_else(|| config.storage.clone());
         Self {
             container: storage::job_container(&job.id),
             home,
-            roots: &driver.config.roots,
+            roots: &config.roots,
         }
     }
 
@@ -73,7 +73,7 @@ impl BesJobDriver {
             .as_object()
             .cloned()
             .unwrap_or_default();
-        let conventions = Conventions::new(job, &outputs, &self);
+        let conventions = Conventions::new(job, &outputs, &self.config);
         self.store_logs(job, &conventions).await?;
         if result.as_deref() != Some("success") {
             let why = failure_reason(exit_code, failure.as_ref());
