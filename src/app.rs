@@ -1,6 +1,8 @@
 //! Builds the server from its config: database (ours or the given one), migrations, runtime,
 //! the scheduler, and the HTTP listener. Runs until SIGINT/SIGTERM.
 
+mod account;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +19,8 @@ use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
+
+pub use account::account_command;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
@@ -91,98 +95,6 @@ pub async fn open_database(
             Err(e)
         }
     }
-}
-
-/// `batchpool account ...`.
-pub async fn account_command(config: crate::config::AccountConfig) -> anyhow::Result<()> {
-    use crate::config::AccountAction;
-    let (db, embedded) = open_database(
-        config.database_url.as_ref(),
-        &config.data_dir,
-        2,
-        std::time::Duration::from_secs(30),
-    )
-    .await?;
-    let result = async {
-        match &config.action {
-            AccountAction::List => {
-                for name in store::accounts::names(&db).await? {
-                    println!("{name}");
-                }
-            }
-            AccountAction::Show { name } => {
-                let keys = store::accounts::get(&db, name)
-                    .await?
-                    .with_context(|| format!("no account {name:?}"))?;
-                let ps = store::services::pool_service_account(&db, name)
-                    .await?
-                    .with_context(|| format!("no account {name:?}"))?;
-                println!(
-                    "account:          {}\nprimary key:      {}\nsecondary key:    {}\npool service key: {}\nmax pools:        {}\nmax VMs per pool: {}",
-                    keys.name, keys.primary_key, keys.secondary_key, ps.pool_service_key, ps.max_pools, ps.max_vms_per_pool
-                );
-            }
-            AccountAction::Create { name } => {
-                crate::domain::ids::check_id(name)
-                    .map_err(|why| anyhow::anyhow!("account name: {why}"))?;
-                let (primary, secondary) = (api::auth::new_key(), api::auth::new_key());
-                anyhow::ensure!(
-                    store::accounts::create(&db, name, &primary, &secondary).await?,
-                    "account {name:?} exists already"
-                );
-                println!(
-                    "account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}"
-                );
-            }
-            AccountAction::Rotate { name, key } if key == "pool-service" => {
-                let new = store::services::rotate_pool_service_key(&db, name)
-                    .await?
-                    .with_context(|| format!("no account {name:?}"))?;
-                println!("new pool service key of {name}: {new}");
-            }
-            AccountAction::Quota {
-                name,
-                max_pools,
-                max_vms_per_pool,
-            } => {
-                anyhow::ensure!(
-                    max_pools.unwrap_or(0) >= 0 && max_vms_per_pool.unwrap_or(0) >= 0,
-                    "quotas must not be negative"
-                );
-                anyhow::ensure!(
-                    store::services::set_quotas(&db, name, *max_pools, *max_vms_per_pool).await?,
-                    "no account {name:?}"
-                );
-                let ps = store::services::pool_service_account(&db, name)
-                    .await?
-                    .with_context(|| format!("no account {name:?}"))?;
-                println!(
-                    "{name}: at most {} Pool Service pools of at most {} VMs each",
-                    ps.max_pools, ps.max_vms_per_pool
-                );
-            }
-            AccountAction::Rotate { name, key } => {
-                let new = api::auth::new_key();
-                anyhow::ensure!(
-                    store::accounts::rotate(&db, name, key == "secondary", &new).await?,
-                    "no account {name:?}"
-                );
-                // The key file a first start wrote follows the primary key.
-                let key_file = config.data_dir.join(format!("{name}.key"));
-                if key == "primary" && config.database_url.is_none() && key_file.exists() {
-                    std::fs::write(&key_file, &new)?;
-                }
-                println!("new {key} key of {name}: {new}");
-            }
-        }
-        anyhow::Ok(())
-    }
-    .await;
-    db.close().await;
-    if let Some(pg) = embedded {
-        pg.stop_if_started_here().await;
-    }
-    result
 }
 
 /// On a first start, the configured account is made with new keys; its primary key is written

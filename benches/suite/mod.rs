@@ -52,7 +52,7 @@ pub fn signed(key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
     }
     let uri: axum_http::Uri = req.url()[url::Position::BeforePath..].parse().unwrap();
     let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), "batchpool");
-    let sig = batchpool::api::auth::signature(key, &sts).unwrap();
+    let sig = batchpool::domain::signing::signature(key, &sts).unwrap();
     req.headers_mut().insert(
         "authorization",
         format!("SharedKey batchpool:{sig}").parse().unwrap(),

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::safe_fs::Dir;
-use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, WRAPPER};
+use super::task::WRAPPER;
+use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec};
 
 pub struct LocalRuntime {
     layout: Layout,

@@ -5,16 +5,17 @@
 pub mod docker;
 pub mod local;
 pub mod safe_fs;
+mod task;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
-use anyhow::Context;
 use safe_fs::{Below, Dir};
 
 pub use docker::DockerRuntime;
 pub use local::LocalRuntime;
+pub use task::{ExecSpec, TaskDirs, STATE_DIR};
 
 /// Labels (container labels, or `node.json` for local nodes) that say whose node this is.
 pub const LABEL_SERVER: &str = "batchpool.server";
@@ -56,78 +57,6 @@ pub struct NodeError {
     pub code: &'static str,
     pub message: String,
 }
-
-/// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
-/// the task's `wd`, with stdout.txt and stderr.txt written into the task directory as it runs.
-#[derive(Clone, Debug)]
-pub struct ExecSpec {
-    pub command_line: String,
-    pub dirs: TaskDirs,
-    /// Each attempt keeps its pid and exit code apart, so a late write of an old attempt never
-    /// passes for the new one's.
-    pub attempt: i32,
-    pub env: Vec<(String, String)>,
-}
-
-/// A task directory, on this host and as the node sees it. On this host it lies below a
-/// directory the server made (an account's workitems, a node's root): everything below that is
-/// the tasks' to write, so it is only ever reached through `safe_fs`.
-#[derive(Clone, Debug)]
-pub struct TaskDirs {
-    pub host: Below,
-    pub node: String,
-}
-
-impl TaskDirs {
-    /// Where the wrapper leaves an attempt's record, below the task directory: its pid on the
-    /// first line, and once the command has ended, its exit code on the second. One file, not a
-    /// directory of two: every file or directory a task makes costs an inode on the hot path.
-    fn state_file(attempt: i32) -> PathBuf {
-        Path::new(STATE_DIR).join(attempt.to_string())
-    }
-
-    /// Reads the attempt's record, never through a link.
-    async fn record(&self, attempt: i32) -> Option<String> {
-        self.host
-            .with(move |root, rel| {
-                let file = root.open_file(&rel.join(Self::state_file(attempt)))?;
-                // A record is two short lines; a task cannot make the server read more.
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text)?;
-                Ok(text)
-            })
-            .await
-            .ok()
-    }
-}
-
-/// An attempt's record: (pid, exit code once written). A line counts once its newline is there,
-/// so a half-written record reads as "not yet".
-fn parse_record(text: &str) -> (Option<i32>, Option<i64>) {
-    let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
-    let pid = lines.next().and_then(|l| l.trim().parse().ok());
-    let exit = lines.next().and_then(|l| l.trim().parse().ok());
-    (pid, exit)
-}
-
-/// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
-pub const STATE_DIR: &str = ".batchpool";
-
-/// The wrapper every command runs in. It records its pid (the process group to kill) and, when
-/// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
-/// not see finish. It also prints its pid first on its own output, which is the server's: so
-/// the server knows whom to kill without reading a file in a directory that may be gone. The command line travels in an environment variable, so no quoting breaks it.
-/// It starts no program but itself (the directories are made beforehand, and a half-written exit
-/// file reads as "not yet"), since every process costs on the hot path: the command runs in a
-/// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
-/// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
-const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
-echo $$ > "$BATCHPOOL_STATE"
-echo $$
-(eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
-code=$?
-echo $code >> "$BATCHPOOL_STATE"
-exit $code"#;
 
 /// Where nodes and task directories live on this host.
 #[derive(Clone, Debug)]
@@ -218,8 +147,8 @@ pub trait NodeRuntime: Send + Sync {
         server_id: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>>;
 
-    /// Runs the [`WRAPPER`] on the node with `env` and waits for its exit code; `started` learns
-    /// the pid of its process group as soon as it runs.
+    /// Runs the [`task::WRAPPER`] on the node with `env` and waits for its exit code; `started`
+    /// learns the pid of its process group as soon as it runs.
     fn exec<'a>(
         &'a self,
         server_id: &'a str,
@@ -367,45 +296,21 @@ impl Runtime {
         spec: &ExecSpec,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let attempt = spec.attempt;
-        // One trip to the blocking pool for all of it, not one each. The root is the server's
-        // (made with the node, unless removed since).
-        spec.dirs
-            .host
-            .create_then(move |task| {
-                task.create_dir_all(Path::new(STATE_DIR))?;
-                // A record left by an earlier run of this attempt number must not pass for this
-                // one's.
-                task.remove_all(&TaskDirs::state_file(attempt))?;
-                task.create_dir_all(Path::new("wd")).map(|_| ())
-            })
+        spec.dirs.prepare(spec.attempt).await?;
+        self.node
+            .exec(server_id, node_id, spec.wrapper_env(), started)
             .await
-            .with_context(|| format!("preparing the task directory {}", spec.dirs.node))?;
-        let mut env = spec.env.clone();
-        env.push(("AZ_BATCH_TASK_DIR".into(), spec.dirs.node.clone()));
-        env.push((
-            "AZ_BATCH_TASK_WORKING_DIR".into(),
-            format!("{}/wd", spec.dirs.node),
-        ));
-        env.push((
-            "BATCHPOOL_STATE".into(),
-            format!("{}/{STATE_DIR}/{}", spec.dirs.node, spec.attempt),
-        ));
-        env.push(("BATCHPOOL_COMMAND_LINE".into(), spec.command_line.clone()));
-        self.node.exec(server_id, node_id, env, started).await
     }
 
     /// The exit code an attempt recorded, if it finished.
     pub async fn recorded_exit(dirs: &TaskDirs, attempt: i32) -> Option<i64> {
-        parse_record(&dirs.record(attempt).await?).1
+        dirs.recorded(attempt).await?.1
     }
 
     /// The pid an attempt recorded: only for attempts a previous server started, whose pid
     /// this one never saw.
     pub async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
-        parse_record(&dirs.record(attempt).await?)
-            .0
-            .filter(|pid| *pid > 1)
+        dirs.recorded(attempt).await?.0.filter(|pid| *pid > 1)
     }
 
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
@@ -419,19 +324,5 @@ impl Runtime {
     /// Whether an attempt's process is still alive (after a restart, to wait for it).
     pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
         self.node.is_alive(server_id, node_id, pid).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_record;
-
-    #[test]
-    fn a_record_counts_its_lines_once_they_end() {
-        assert_eq!(parse_record(""), (None, None));
-        assert_eq!(parse_record("12"), (None, None));
-        assert_eq!(parse_record("12\n"), (Some(12), None));
-        assert_eq!(parse_record("12\n13"), (Some(12), None));
-        assert_eq!(parse_record("12\n137\n"), (Some(12), Some(137)));
     }
 }

@@ -3,21 +3,19 @@
 //! ones (idle first), removing a deleted pool's nodes and then the pool. Node rows are written
 //! before containers are made, so a restarted server finishes what a killed one began.
 
+mod provision;
+mod resize;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::json;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::start_task::{self, Placement};
-use crate::domain::ids::new_node_id;
-use crate::domain::pool::StartTask;
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
-use crate::runtime::{NodeSpec, Runtime};
+use crate::domain::pool::{NodeDeallocationOption, NodeState, PoolState};
+use crate::runtime::Runtime;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 pub struct Allocator {
@@ -140,90 +138,36 @@ impl Allocator {
 
     async fn reconcile(self: &Arc<Self>, pool: &PoolRow, nodes: &[NodeRow]) -> anyhow::Result<()> {
         if pool.state == PoolState::Deleting.as_str() {
-            if nodes.is_empty() {
-                tracing::info!(pool = %pool.id, "pool deleted");
-                store::pools::delete(&self.db, pool.pk).await?;
-                return Ok(());
-            }
-            let pks: Vec<i64> = nodes.iter().map(|n| n.pk).collect();
-            store::nodes::mark_leaving(&self.db, &pks).await?;
-            self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
-                .await?;
-            for node in nodes {
-                self.ensure_removal(&node.id, node.pk);
-            }
-            return Ok(());
+            return self.delete_pool(pool, nodes).await;
         }
-        let alive: Vec<&NodeRow> = nodes
-            .iter()
-            .filter(|n| n.node_state() != NodeState::LeavingPool)
-            .collect();
-        let target = pool.target_dedicated_nodes as usize;
-        // A resize is done when no node is still being made and none is still leaving: the
-        // poller's "steady" then means the containers really are there, or gone.
-        let creating = alive.iter().any(|n| n.node_state() == NodeState::Creating)
-            || nodes
-                .iter()
-                .any(|n| n.node_state() == NodeState::LeavingPool);
-        match AllocationState::parse(&pool.allocation_state) {
-            Some(AllocationState::Resizing) => {
-                let timeout = Duration::from_micros((pool.resize_timeout_ticks / 10).max(0) as u64);
-                let waited = (Utc::now() - pool.allocation_state_transition_time)
-                    .to_std()
-                    .unwrap_or_default();
-                if waited > timeout && alive.len() != target {
-                    let error = json!({
-                        "code": "AllocationTimedout",
-                        "message": format!("Desired number of dedicated nodes could not be allocated as the resize timeout was reached ({} of {target} nodes)", alive.len()),
-                    });
-                    store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
-                    store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady)
-                        .await?;
-                } else if alive.len() < target {
-                    let ids: Vec<String> = (alive.len()..target).map(|_| new_node_id()).collect();
-                    tracing::info!(pool = %pool.id, count = ids.len(), "adding nodes");
-                    store::nodes::insert_creating(&self.db, pool.pk, &ids).await?;
-                    self.wake.allocate.notify_one();
-                } else if alive.len() > target {
-                    let mut candidates = alive.clone();
-                    // Nodes doing nothing useful go first, and among equals the newest.
-                    candidates.sort_by_key(|n| {
-                        (
-                            n.node_state().removal_rank(),
-                            std::cmp::Reverse(n.allocation_time),
-                        )
-                    });
-                    let pks: Vec<i64> = candidates
-                        .iter()
-                        .take(alive.len() - target)
-                        .map(|n| n.pk)
-                        .collect();
-                    tracing::info!(pool = %pool.id, count = pks.len(), "removing nodes");
-                    store::nodes::mark_leaving(&self.db, &pks).await?;
-                    let option = NodeDeallocationOption::parse(&pool.node_deallocation_option)
-                        .unwrap_or(NodeDeallocationOption::Requeue);
-                    self.stop_tasks_on(&pks, option).await?;
-                    self.wake.allocate.notify_one();
-                } else if !creating {
-                    store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady)
-                        .await?;
-                }
-            }
-            Some(AllocationState::Stopping) if !creating => {
-                store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady)
-                    .await?;
-            }
-            _ => {}
-        }
+        self.resize_step(pool, nodes).await?;
         for node in nodes {
             match node.node_state() {
                 NodeState::LeavingPool => self.ensure_removal(&node.id, node.pk),
-                NodeState::Creating
-                | NodeState::Starting
-                | NodeState::WaitingForStartTask
-                | NodeState::Rebooting => self.ensure_provisioning(pool, node),
+                state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// A deleted pool's nodes leave (their tasks requeued); once they are gone, the pool goes.
+    async fn delete_pool(
+        self: &Arc<Self>,
+        pool: &PoolRow,
+        nodes: &[NodeRow],
+    ) -> anyhow::Result<()> {
+        if nodes.is_empty() {
+            tracing::info!(pool = %pool.id, "pool deleted");
+            store::pools::delete(&self.db, pool.pk).await?;
+            return Ok(());
+        }
+        let pks: Vec<i64> = nodes.iter().map(|n| n.pk).collect();
+        store::nodes::mark_leaving(&self.db, &pks).await?;
+        self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
+            .await?;
+        for node in nodes {
+            self.ensure_removal(&node.id, node.pk);
         }
         Ok(())
     }
@@ -306,108 +250,15 @@ impl Allocator {
         tracing::info!(node = %node_id, "node removed");
         Ok(())
     }
+}
 
-    async fn provision(&self, pool: &PoolRow, node: &NodeRow) -> anyhow::Result<()> {
-        // The pass that asked for this read its rows before an earlier provisioning of the same
-        // node may have finished: go by the node as it is now, or a start task would run twice.
-        let Some(node) = store::nodes::get_by_pk(&self.db, node.pk).await? else {
-            return Ok(());
-        };
-        let node = &node;
-        if !matches!(
-            node.node_state(),
-            NodeState::Creating
-                | NodeState::Starting
-                | NodeState::WaitingForStartTask
-                | NodeState::Rebooting
-        ) {
-            return Ok(());
-        }
-        let spec = NodeSpec {
-            server_id: self.server_id.clone(),
-            account: pool.account.clone(),
-            pool_id: pool.id.clone(),
-            node_id: node.id.clone(),
-            image: pool.image.clone(),
-            vcpus: pool.vcpus,
-            memory_mib: pool.memory_mib,
-        };
-        let created = {
-            let _permit = self.limit.acquire().await?;
-            if node.node_state() == NodeState::Rebooting {
-                // A reboot restarts the node (its disk, the node directory, stays) and reruns the start task.
-                if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
-                    tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
-                }
-            }
-            self.runtime.create_node(&spec).await
-        };
-        let handle = match created {
-            Ok(handle) => handle,
-            Err(e) => {
-                tracing::warn!(node = %node.id, code = e.code, message = %e.message, "node could not be created");
-                let error = json!({"code": e.code, "message": e.message});
-                store::nodes::set_unusable(&self.db, node.pk, &json!([error])).await?;
-                store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
-                return Ok(());
-            }
-        };
-        let start_task: Option<StartTask> = pool
-            .start_task
-            .clone()
-            .map(serde_json::from_value)
-            .transpose()?;
-        // Azure's default: the node waits for the start task unless told otherwise.
-        let wait = start_task
-            .as_ref()
-            .is_some_and(|t| t.wait_for_success.unwrap_or(true));
-        let state = if wait {
-            NodeState::WaitingForStartTask
-        } else {
-            NodeState::Idle
-        };
-        let mut tx = self.db.begin().await?;
-        let still_wanted = store::nodes::set_started(
-            &mut *tx,
-            node.pk,
-            state,
-            &handle.container_id,
-            &handle.ip_address,
-        )
-        .await?;
-        if still_wanted {
-            store::usage::open(&mut *tx, node.pk, Utc::now()).await?;
-        }
-        tx.commit().await?;
-        if !still_wanted {
-            return Ok(());
-        }
-        tracing::info!(node = %node.id, pool = %pool.id, %state, "node started");
-        let Some(task) = start_task else {
-            return Ok(());
-        };
-        let at = Placement {
-            server_id: &self.server_id,
-            account: &pool.account,
-            pool_id: &pool.id,
-            node_id: &node.id,
-        };
-        let db = &self.db;
-        let outcome = start_task::run(&self.runtime, &at, &task, |info| async move {
-            if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
-                tracing::warn!(error = %e, "recording the start task's progress");
-            }
-        })
-        .await;
-        store::nodes::set_start_task_info(&self.db, node.pk, &outcome.info).await?;
-        if wait {
-            let next = if outcome.succeeded {
-                NodeState::Idle
-            } else {
-                NodeState::StartTaskFailed
-            };
-            store::nodes::set_state(&self.db, node.pk, next).await?;
-        }
-        Ok(())
-    }
+/// Whether provisioning has a node to make, start or restart.
+fn being_provisioned(state: NodeState) -> bool {
+    matches!(
+        state,
+        NodeState::Creating
+            | NodeState::Starting
+            | NodeState::WaitingForStartTask
+            | NodeState::Rebooting
+    )
 }

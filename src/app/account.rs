@@ -1,0 +1,133 @@
+//! `batchpool account ...`: accounts, their keys and their Pool Service quotas, changed in the
+//! database directly (see [`super::open_database`]), so it works with or without a running server.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use crate::config::{AccountAction, AccountConfig};
+use crate::{api, store};
+
+/// `batchpool account ...`.
+pub async fn account_command(config: AccountConfig) -> anyhow::Result<()> {
+    let (db, embedded) = super::open_database(
+        config.database_url.as_ref(),
+        &config.data_dir,
+        2,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let result = run(&db, &config).await;
+    db.close().await;
+    if let Some(pg) = embedded {
+        pg.stop_if_started_here().await;
+    }
+    result
+}
+
+async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
+    match &config.action {
+        AccountAction::List => list(db).await,
+        AccountAction::Show { name } => show(db, name).await,
+        AccountAction::Create { name } => create(db, name).await,
+        AccountAction::Rotate { name, key } if key == "pool-service" => {
+            rotate_pool_service_key(db, name).await
+        }
+        AccountAction::Quota {
+            name,
+            max_pools,
+            max_vms_per_pool,
+        } => set_quota(db, name, *max_pools, *max_vms_per_pool).await,
+        AccountAction::Rotate { name, key } => rotate_key(db, config, name, key).await,
+    }
+}
+
+async fn list(db: &PgPool) -> anyhow::Result<()> {
+    for name in store::accounts::names(db).await? {
+        println!("{name}");
+    }
+    Ok(())
+}
+
+async fn show(db: &PgPool, name: &str) -> anyhow::Result<()> {
+    let keys = store::accounts::get(db, name)
+        .await?
+        .with_context(|| format!("no account {name:?}"))?;
+    let ps = pool_service_account(db, name).await?;
+    println!(
+        "account:          {}\nprimary key:      {}\nsecondary key:    {}\npool service key: {}\nmax pools:        {}\nmax VMs per pool: {}",
+        keys.name, keys.primary_key, keys.secondary_key, ps.pool_service_key, ps.max_pools, ps.max_vms_per_pool
+    );
+    Ok(())
+}
+
+async fn create(db: &PgPool, name: &str) -> anyhow::Result<()> {
+    crate::domain::ids::check_id(name).map_err(|why| anyhow::anyhow!("account name: {why}"))?;
+    let (primary, secondary) = (api::auth::new_key(), api::auth::new_key());
+    anyhow::ensure!(
+        store::accounts::create(db, name, &primary, &secondary).await?,
+        "account {name:?} exists already"
+    );
+    println!("account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}");
+    Ok(())
+}
+
+async fn rotate_pool_service_key(db: &PgPool, name: &str) -> anyhow::Result<()> {
+    let new = store::services::rotate_pool_service_key(db, name)
+        .await?
+        .with_context(|| format!("no account {name:?}"))?;
+    println!("new pool service key of {name}: {new}");
+    Ok(())
+}
+
+async fn set_quota(
+    db: &PgPool,
+    name: &str,
+    max_pools: Option<i32>,
+    max_vms_per_pool: Option<i32>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        max_pools.unwrap_or(0) >= 0 && max_vms_per_pool.unwrap_or(0) >= 0,
+        "quotas must not be negative"
+    );
+    anyhow::ensure!(
+        store::services::set_quotas(db, name, max_pools, max_vms_per_pool).await?,
+        "no account {name:?}"
+    );
+    let ps = pool_service_account(db, name).await?;
+    println!(
+        "{name}: at most {} Pool Service pools of at most {} VMs each",
+        ps.max_pools, ps.max_vms_per_pool
+    );
+    Ok(())
+}
+
+async fn rotate_key(
+    db: &PgPool,
+    config: &AccountConfig,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<()> {
+    let new = api::auth::new_key();
+    anyhow::ensure!(
+        store::accounts::rotate(db, name, key == "secondary", &new).await?,
+        "no account {name:?}"
+    );
+    // The key file a first start wrote follows the primary key.
+    let key_file = config.data_dir.join(format!("{name}.key"));
+    if key == "primary" && config.database_url.is_none() && key_file.exists() {
+        std::fs::write(&key_file, &new)?;
+    }
+    println!("new {key} key of {name}: {new}");
+    Ok(())
+}
+
+async fn pool_service_account(
+    db: &PgPool,
+    name: &str,
+) -> anyhow::Result<store::services::PoolServiceAccount> {
+    store::services::pool_service_account(db, name)
+        .await?
+        .with_context(|| format!("no account {name:?}"))
+}

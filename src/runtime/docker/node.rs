@@ -1,0 +1,253 @@
+//! A node's container and its account's network: made (or adopted, after a crash mid-way),
+//! restarted, found again after a restart, and removed.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+
+use super::{
+    container_name, network_name, status_of, DockerRuntime, KEEP_ALIVE, NODE_PIDS_LIMIT, NODE_ROOT,
+};
+use crate::runtime::{
+    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
+};
+
+/// A step of making a node failed: `what` says which.
+fn failed(spec: &NodeSpec, what: &str, e: bollard::errors::Error) -> NodeError {
+    NodeError {
+        code: "NodeCreationFailed",
+        message: format!("{what} for node {}: {e}", spec.node_id),
+    }
+}
+
+impl DockerRuntime {
+    pub(super) async fn create_node(
+        &self,
+        spec: &NodeSpec,
+        root: &Path,
+        workitems: &Path,
+    ) -> Result<NodeHandle, NodeError> {
+        self.check_image(spec).await?;
+        let name = container_name(&spec.server_id, &spec.node_id);
+        let network = self.account_network(spec).await?;
+        let body = container_body(spec, root, workitems, network);
+        self.create_container(spec, &name, body).await?;
+        if let Err(e) = self.docker.start_container(&name, None).await {
+            // 304: already running.
+            if status_of(&e) != Some(304) {
+                return Err(failed(spec, "starting the container", e));
+            }
+        }
+        self.handle(spec, name).await
+    }
+
+    /// Nodes never pull their image: it must be on the engine already.
+    async fn check_image(&self, spec: &NodeSpec) -> Result<(), NodeError> {
+        let Err(e) = self.docker.inspect_image(&spec.image).await else {
+            return Ok(());
+        };
+        if status_of(&e) == Some(404) {
+            return Err(NodeError {
+                code: "ImageNotFound",
+                message: format!(
+                    "the image {:?} is not present on the Docker engine, and no registry is reachable to pull it; \
+                     build or load it on the engine (docker build / docker load, or `batchpool build-node-image`), then resize the pool to 0 and back, or recreate it",
+                    spec.image
+                ),
+            });
+        }
+        Err(failed(spec, "inspecting the image", e))
+    }
+
+    async fn account_network(&self, spec: &NodeSpec) -> Result<String, NodeError> {
+        self.ensure_network(&spec.server_id, &spec.account)
+            .await
+            .map_err(|e| failed(spec, "creating the account's network", e))
+    }
+
+    /// Creates the node's container; one that exists already is adopted.
+    async fn create_container(
+        &self,
+        spec: &NodeSpec,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> Result<(), NodeError> {
+        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        let mut created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        if matches!(&created, Err(e) if status_of(e) == Some(404)) {
+            // The network went with the account's last node a moment ago: make it again, once.
+            self.account_network(spec).await?;
+            created = self.docker.create_container(Some(options), body).await;
+        }
+        match created {
+            Ok(_) => Ok(()),
+            // It exists: a previous run created it before it could record so. Adopt it.
+            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) => Err(failed(spec, "creating the container", e)),
+        }
+    }
+
+    /// The started container's id and address.
+    async fn handle(&self, spec: &NodeSpec, name: String) -> Result<NodeHandle, NodeError> {
+        let info = self
+            .docker
+            .inspect_container(&name, None)
+            .await
+            .map_err(|e| failed(spec, "inspecting the container", e))?;
+        let ip_address = info
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|nets| {
+                nets.into_values()
+                    .find_map(|n| n.ip_address.filter(|ip| !ip.is_empty()))
+            })
+            .unwrap_or_default();
+        Ok(NodeHandle {
+            container_id: info.id.unwrap_or(name),
+            ip_address,
+        })
+    }
+
+    /// Makes the account's network unless it exists; returns its name.
+    async fn ensure_network(
+        &self,
+        server_id: &str,
+        account: &str,
+    ) -> Result<String, bollard::errors::Error> {
+        let name = network_name(server_id, account);
+        let _one_at_a_time = self.networks.lock().await;
+        match self.docker.inspect_network(&name, None).await {
+            Err(e) if status_of(&e) == Some(404) => {}
+            other => return other.map(|_| name),
+        }
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(HashMap::from([
+                (LABEL_SERVER.to_string(), server_id.to_string()),
+                (LABEL_ACCOUNT.to_string(), account.to_string()),
+            ])),
+            ..Default::default()
+        };
+        match self.docker.create_network(request).await {
+            // 409: another server made it meanwhile (engines from API 1.44 on say so).
+            Err(e) if status_of(&e) != Some(409) => Err(e),
+            _ => Ok(name),
+        }
+    }
+
+    pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let container = container_name(server_id, node_id);
+        let account = match self.docker.inspect_container(&container, None).await {
+            Ok(info) => info
+                .config
+                .and_then(|c| c.labels)
+                .and_then(|mut l| l.remove(LABEL_ACCOUNT)),
+            Err(e) if status_of(&e) == Some(404) => return Ok(()),
+            Err(e) => return Err(e).context("inspecting the node's container"),
+        };
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self
+            .docker
+            .remove_container(&container, Some(options))
+            .await
+        {
+            Err(e) if status_of(&e) != Some(404) => {
+                return Err(e).context("removing the node's container")
+            }
+            _ => {}
+        }
+        // The account's network goes with its last node; while other nodes use it, the engine
+        // refuses (403), which is as it should be.
+        if let Some(account) = account {
+            let _one_at_a_time = self.networks.lock().await;
+            let _ = self
+                .docker
+                .remove_network(&network_name(server_id, &account))
+                .await;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
+            .t(1)
+            .build();
+        self.docker
+            .restart_container(&container_name(server_id, node_id), Some(options))
+            .await
+            .context("restarting the node's container")
+    }
+
+    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_SERVER}={server_id}")],
+        )]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self.docker.list_containers(Some(options)).await?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| {
+                let node_id = c.labels.as_ref()?.get(LABEL_NODE)?.clone();
+                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
+                Some(FoundNode { node_id, running })
+            })
+            .collect())
+    }
+}
+
+/// The node's container: the vmSize's limits, never privileged, labelled with whose node it is,
+/// its root and the account's workitems bind-mounted where Azure Batch puts them.
+fn container_body(
+    spec: &NodeSpec,
+    root: &Path,
+    workitems: &Path,
+    network: String,
+) -> ContainerCreateBody {
+    let labels = HashMap::from([
+        (LABEL_SERVER.to_string(), spec.server_id.clone()),
+        (LABEL_ACCOUNT.to_string(), spec.account.clone()),
+        (LABEL_POOL.to_string(), spec.pool_id.clone()),
+        (LABEL_NODE.to_string(), spec.node_id.clone()),
+    ]);
+    let memory = spec.memory_mib * 1024 * 1024;
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()]),
+        cmd: Some(vec![]),
+        hostname: Some(spec.node_id.replace('_', "-").chars().take(63).collect()),
+        working_dir: Some(NODE_ROOT.into()),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            nano_cpus: Some((spec.vcpus * 1e9) as i64),
+            memory: Some(memory),
+            // No swap beyond the memory limit: a node has the memory of its size, no more.
+            memory_swap: Some(memory),
+            privileged: Some(false),
+            security_opt: Some(vec!["no-new-privileges:true".into()]),
+            pids_limit: Some(NODE_PIDS_LIMIT),
+            network_mode: Some(network),
+            binds: Some(vec![
+                format!("{}:{NODE_ROOT}", root.display()),
+                format!("{}:{NODE_ROOT}/workitems", workitems.display()),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,133 @@
+//! How a command runs on a node, whatever the runtime: the wrapper around it, the task
+//! directories it runs in, and the record each attempt leaves there.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use super::safe_fs::Below;
+
+/// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
+/// the task's `wd`, with stdout.txt and stderr.txt written into the task directory as it runs.
+#[derive(Clone, Debug)]
+pub struct ExecSpec {
+    pub command_line: String,
+    pub dirs: TaskDirs,
+    /// Each attempt keeps its pid and exit code apart, so a late write of an old attempt never
+    /// passes for the new one's.
+    pub attempt: i32,
+    pub env: Vec<(String, String)>,
+}
+
+/// A task directory, on this host and as the node sees it. On this host it lies below a
+/// directory the server made (an account's workitems, a node's root): everything below that is
+/// the tasks' to write, so it is only ever reached through `safe_fs`.
+#[derive(Clone, Debug)]
+pub struct TaskDirs {
+    pub host: Below,
+    pub node: String,
+}
+
+impl TaskDirs {
+    /// Where the wrapper leaves an attempt's record, below the task directory: its pid on the
+    /// first line, and once the command has ended, its exit code on the second. One file, not a
+    /// directory of two: every file or directory a task makes costs an inode on the hot path.
+    fn state_file(attempt: i32) -> PathBuf {
+        Path::new(STATE_DIR).join(attempt.to_string())
+    }
+
+    /// Reads the attempt's record, never through a link.
+    async fn record(&self, attempt: i32) -> Option<String> {
+        self.host
+            .with(move |root, rel| {
+                let file = root.open_file(&rel.join(Self::state_file(attempt)))?;
+                // A record is two short lines; a task cannot make the server read more.
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text)?;
+                Ok(text)
+            })
+            .await
+            .ok()
+    }
+
+    /// The attempt's record, if the wrapper has left one: (pid, exit code once written).
+    pub(super) async fn recorded(&self, attempt: i32) -> Option<(Option<i32>, Option<i64>)> {
+        Some(parse_record(&self.record(attempt).await?))
+    }
+
+    /// Makes the directories the wrapper needs. One trip to the blocking pool for all of it, not
+    /// one each. The root is the server's (made with the node, unless removed since).
+    pub(super) async fn prepare(&self, attempt: i32) -> anyhow::Result<()> {
+        self.host
+            .create_then(move |task| {
+                task.create_dir_all(Path::new(STATE_DIR))?;
+                // A record left by an earlier run of this attempt number must not pass for this
+                // one's.
+                task.remove_all(&TaskDirs::state_file(attempt))?;
+                task.create_dir_all(Path::new("wd")).map(|_| ())
+            })
+            .await
+            .with_context(|| format!("preparing the task directory {}", self.node))
+    }
+}
+
+impl ExecSpec {
+    /// The wrapper's environment: the task's own, where the task's directories are on the node,
+    /// where to record the attempt, and the command line.
+    pub(super) fn wrapper_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.push(("AZ_BATCH_TASK_DIR".into(), self.dirs.node.clone()));
+        env.push((
+            "AZ_BATCH_TASK_WORKING_DIR".into(),
+            format!("{}/wd", self.dirs.node),
+        ));
+        env.push((
+            "BATCHPOOL_STATE".into(),
+            format!("{}/{STATE_DIR}/{}", self.dirs.node, self.attempt),
+        ));
+        env.push(("BATCHPOOL_COMMAND_LINE".into(), self.command_line.clone()));
+        env
+    }
+}
+
+/// An attempt's record: (pid, exit code once written). A line counts once its newline is there,
+/// so a half-written record reads as "not yet".
+fn parse_record(text: &str) -> (Option<i32>, Option<i64>) {
+    let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+    let pid = lines.next().and_then(|l| l.trim().parse().ok());
+    let exit = lines.next().and_then(|l| l.trim().parse().ok());
+    (pid, exit)
+}
+
+/// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
+pub const STATE_DIR: &str = ".batchpool";
+
+/// The wrapper every command runs in. It records its pid (the process group to kill) and, when
+/// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
+/// not see finish. It also prints its pid first on its own output, which is the server's: so
+/// the server knows whom to kill without reading a file in a directory that may be gone. The command line travels in an environment variable, so no quoting breaks it.
+/// It starts no program but itself (the directories are made beforehand, and a half-written exit
+/// file reads as "not yet"), since every process costs on the hot path: the command runs in a
+/// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
+/// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
+pub(super) const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
+echo $$ > "$BATCHPOOL_STATE"
+echo $$
+(eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null
+code=$?
+echo $code >> "$BATCHPOOL_STATE"
+exit $code"#;
+
+#[cfg(test)]
+mod tests {
+    use super::parse_record;
+
+    #[test]
+    fn a_record_counts_its_lines_once_they_end() {
+        assert_eq!(parse_record(""), (None, None));
+        assert_eq!(parse_record("12"), (None, None));
+        assert_eq!(parse_record("12\n"), (Some(12), None));
+        assert_eq!(parse_record("12\n13"), (Some(12), None));
+        assert_eq!(parse_record("12\n137\n"), (Some(12), Some(137)));
+    }
+}

@@ -1,0 +1,148 @@
+//! Provisioning a node: its container (a reboot restarts it first), its row and usage record,
+//! then its start task.
+
+use chrono::Utc;
+use serde_json::json;
+
+use super::{being_provisioned, Allocator};
+use crate::domain::pool::{NodeState, StartTask};
+use crate::runtime::{NodeHandle, NodeSpec};
+use crate::scheduler::start_task::{self, Placement};
+use crate::store::{self, nodes::NodeRow, pools::PoolRow};
+
+impl Allocator {
+    pub(super) async fn provision(&self, pool: &PoolRow, node: &NodeRow) -> anyhow::Result<()> {
+        // The pass that asked for this read its rows before an earlier provisioning of the same
+        // node may have finished: go by the node as it is now, or a start task would run twice.
+        let Some(node) = store::nodes::get_by_pk(&self.db, node.pk).await? else {
+            return Ok(());
+        };
+        if !being_provisioned(node.node_state()) {
+            return Ok(());
+        }
+        let Some(handle) = self.make_container(pool, &node).await? else {
+            return Ok(());
+        };
+        let start_task: Option<StartTask> = pool
+            .start_task
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()?;
+        // Azure's default: the node waits for the start task unless told otherwise.
+        let wait = start_task
+            .as_ref()
+            .is_some_and(|t| t.wait_for_success.unwrap_or(true));
+        if !self.record_started(pool, &node, &handle, wait).await? {
+            return Ok(());
+        }
+        let Some(task) = start_task else {
+            return Ok(());
+        };
+        self.run_start_task(pool, &node, &task, wait).await
+    }
+
+    /// Creates and starts the node's container; None when it could not be made, and the node is
+    /// unusable (the pool's resize errors say why).
+    async fn make_container(
+        &self,
+        pool: &PoolRow,
+        node: &NodeRow,
+    ) -> anyhow::Result<Option<NodeHandle>> {
+        let spec = NodeSpec {
+            server_id: self.server_id.clone(),
+            account: pool.account.clone(),
+            pool_id: pool.id.clone(),
+            node_id: node.id.clone(),
+            image: pool.image.clone(),
+            vcpus: pool.vcpus,
+            memory_mib: pool.memory_mib,
+        };
+        let created = {
+            let _permit = self.limit.acquire().await?;
+            if node.node_state() == NodeState::Rebooting {
+                // A reboot restarts the node (its disk, the node directory, stays) and reruns the start task.
+                if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
+                    tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
+                }
+            }
+            self.runtime.create_node(&spec).await
+        };
+        match created {
+            Ok(handle) => Ok(Some(handle)),
+            Err(e) => {
+                tracing::warn!(node = %node.id, code = e.code, message = %e.message, "node could not be created");
+                let error = json!({"code": e.code, "message": e.message});
+                store::nodes::set_unusable(&self.db, node.pk, &json!([error])).await?;
+                store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records the node as started, waiting for its start task or idle, and opens its usage
+    /// record; false when the node is no longer wanted (it left the pool meanwhile).
+    async fn record_started(
+        &self,
+        pool: &PoolRow,
+        node: &NodeRow,
+        handle: &NodeHandle,
+        wait: bool,
+    ) -> anyhow::Result<bool> {
+        let state = if wait {
+            NodeState::WaitingForStartTask
+        } else {
+            NodeState::Idle
+        };
+        let mut tx = self.db.begin().await?;
+        let still_wanted = store::nodes::set_started(
+            &mut *tx,
+            node.pk,
+            state,
+            &handle.container_id,
+            &handle.ip_address,
+        )
+        .await?;
+        if still_wanted {
+            store::usage::open(&mut *tx, node.pk, Utc::now()).await?;
+        }
+        tx.commit().await?;
+        if still_wanted {
+            tracing::info!(node = %node.id, pool = %pool.id, %state, "node started");
+        }
+        Ok(still_wanted)
+    }
+
+    /// Runs the start task, recording its progress as it goes; a node that waits for it becomes
+    /// idle, or startTaskFailed.
+    async fn run_start_task(
+        &self,
+        pool: &PoolRow,
+        node: &NodeRow,
+        task: &StartTask,
+        wait: bool,
+    ) -> anyhow::Result<()> {
+        let at = Placement {
+            server_id: &self.server_id,
+            account: &pool.account,
+            pool_id: &pool.id,
+            node_id: &node.id,
+        };
+        let db = &self.db;
+        let outcome = start_task::run(&self.runtime, &at, task, |info| async move {
+            if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
+                tracing::warn!(error = %e, "recording the start task's progress");
+            }
+        })
+        .await;
+        store::nodes::set_start_task_info(&self.db, node.pk, &outcome.info).await?;
+        if wait {
+            let next = if outcome.succeeded {
+                NodeState::Idle
+            } else {
+                NodeState::StartTaskFailed
+            };
+            store::nodes::set_state(&self.db, node.pk, next).await?;
+        }
+        Ok(())
+    }
+}

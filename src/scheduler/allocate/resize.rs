@@ -1,0 +1,115 @@
+//! Resizing a pool: nodes added or removed one pass at a time until the pool has its target,
+//! then a steady allocation state; or a resize error when the resize timeout passes first.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+
+use super::Allocator;
+use crate::domain::ids::new_node_id;
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState};
+use crate::store::{self, nodes::NodeRow, pools::PoolRow};
+
+impl Allocator {
+    /// Moves the pool a step toward its target if it is resizing, and makes it steady once it is
+    /// there.
+    pub(super) async fn resize_step(
+        &self,
+        pool: &PoolRow,
+        nodes: &[NodeRow],
+    ) -> anyhow::Result<()> {
+        let alive: Vec<&NodeRow> = nodes
+            .iter()
+            .filter(|n| n.node_state() != NodeState::LeavingPool)
+            .collect();
+        let target = pool.target_dedicated_nodes as usize;
+        // A resize is done when no node is still being made and none is still leaving: the
+        // poller's "steady" then means the containers really are there, or gone.
+        let creating = alive.iter().any(|n| n.node_state() == NodeState::Creating)
+            || nodes
+                .iter()
+                .any(|n| n.node_state() == NodeState::LeavingPool);
+        match AllocationState::parse(&pool.allocation_state) {
+            Some(AllocationState::Resizing) => {
+                if resize_timed_out(pool) && alive.len() != target {
+                    self.give_up_resize(pool, alive.len(), target).await?;
+                } else if alive.len() < target {
+                    self.add_nodes(pool, target - alive.len()).await?;
+                } else if alive.len() > target {
+                    self.remove_surplus(pool, alive, target).await?;
+                } else if !creating {
+                    self.steady(pool).await?;
+                }
+            }
+            Some(AllocationState::Stopping) if !creating => self.steady(pool).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn steady(&self, pool: &PoolRow) -> sqlx::Result<()> {
+        store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady).await
+    }
+
+    /// The resize timeout passed with `alive` of `target` nodes: a resize error, and the pool
+    /// stays as it is.
+    async fn give_up_resize(
+        &self,
+        pool: &PoolRow,
+        alive: usize,
+        target: usize,
+    ) -> anyhow::Result<()> {
+        let error = json!({
+            "code": "AllocationTimedout",
+            "message": format!("Desired number of dedicated nodes could not be allocated as the resize timeout was reached ({alive} of {target} nodes)"),
+        });
+        store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
+        self.steady(pool).await?;
+        Ok(())
+    }
+
+    /// New node rows; the next pass provisions them.
+    async fn add_nodes(&self, pool: &PoolRow, count: usize) -> anyhow::Result<()> {
+        let ids: Vec<String> = (0..count).map(|_| new_node_id()).collect();
+        tracing::info!(pool = %pool.id, count = ids.len(), "adding nodes");
+        store::nodes::insert_creating(&self.db, pool.pk, &ids).await?;
+        self.wake.allocate.notify_one();
+        Ok(())
+    }
+
+    /// Marks the nodes beyond the target as leaving, and deals with their tasks as the pool's
+    /// nodeDeallocationOption says; the next pass removes them.
+    async fn remove_surplus(
+        &self,
+        pool: &PoolRow,
+        mut alive: Vec<&NodeRow>,
+        target: usize,
+    ) -> anyhow::Result<()> {
+        let surplus = alive.len() - target;
+        // Nodes doing nothing useful go first, and among equals the newest.
+        alive.sort_by_key(|n| {
+            (
+                n.node_state().removal_rank(),
+                std::cmp::Reverse(n.allocation_time),
+            )
+        });
+        let pks: Vec<i64> = alive.iter().take(surplus).map(|n| n.pk).collect();
+        tracing::info!(pool = %pool.id, count = pks.len(), "removing nodes");
+        store::nodes::mark_leaving(&self.db, &pks).await?;
+        let option = NodeDeallocationOption::parse(&pool.node_deallocation_option)
+            .unwrap_or(NodeDeallocationOption::Requeue);
+        self.stop_tasks_on(&pks, option).await?;
+        self.wake.allocate.notify_one();
+        Ok(())
+    }
+}
+
+/// Whether the pool has been resizing for longer than its resize timeout.
+fn resize_timed_out(pool: &PoolRow) -> bool {
+    let timeout = Duration::from_micros((pool.resize_timeout_ticks / 10).max(0) as u64);
+    let waited = (Utc::now() - pool.allocation_state_transition_time)
+        .to_std()
+        .unwrap_or_default();
+    waited > timeout
+}

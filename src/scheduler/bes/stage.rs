@@ -1,0 +1,133 @@
+//! Staging a started BES job: its inputs down into the task's working directory, then its Batch
+//! job and the one task that runs the service's command.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{classic_pool_id, transfer, BesJobDriver, TASK_ID};
+use crate::domain::bes::Phase;
+use crate::domain::duration::IsoDuration;
+use crate::storage::DataReference;
+use crate::store;
+use crate::store::services::BesJobRow;
+
+impl BesJobDriver {
+    /// Inputs down, then the Batch job and its task, in one transaction with the phase change.
+    pub(super) async fn stage(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
+        // A pass may hand over a job from a snapshot older than a step that just ended: go by
+        // the phase now, or a second download could rewrite inputs under a running command.
+        if !self.still_in(job, &[Phase::Staging]).await? {
+            return Ok(());
+        }
+        if self.download_inputs(job).await? {
+            self.queue_task(job).await?;
+        }
+        Ok(())
+    }
+
+    /// Downloads every input into the task's working directory; false when one could not be
+    /// read, and the job has failed.
+    async fn download_inputs(&self, job: &BesJobRow) -> anyhow::Result<bool> {
+        let wd = self.task_dir(job).join("wd");
+        wd.join("inputs").create_dir_all().await?;
+        wd.join("outputs").create_dir_all().await?;
+        let inputs = job.request["inputs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for (name, input) in &inputs {
+            let r: DataReference = serde_json::from_value(input["ref"].clone())?;
+            let file = input["file"].as_str().unwrap_or_default();
+            if let Err(e) = transfer::download(&r, &self.config.roots, wd.join(file)).await {
+                let details = format!("Input {name:?} could not be read (InvalidBlob): {e}");
+                self.fail(job, details).await?;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Adds the Batch job and its task, and moves the BES job on to running; unless it was
+    /// cancelled meanwhile.
+    async fn queue_task(&self, job: &BesJobRow) -> anyhow::Result<()> {
+        let mut tx = self.db.begin().await?;
+        let current = store::services::lock_job_phase(&mut *tx, job.pk).await?;
+        if current.as_deref().and_then(Phase::parse) != Some(Phase::Staging) {
+            return Ok(()); // cancelled meanwhile
+        }
+        let service = store::services::get_by_pk(&mut *tx, job.service_pk).await?;
+        let new_job = batch_job(job, service.as_ref().map(|s| s.id.as_str()));
+        if let Err(e) = store::jobs::insert(&mut *tx, &new_job).await {
+            if store::is_unique_violation(&e) {
+                drop(tx);
+                let details = format!(
+                    "A Batch job {:?} exists already in the pool's account.",
+                    job.id
+                );
+                return self.fail(job, details).await;
+            }
+            return Err(e.into());
+        }
+        let batch_job =
+            store::jobs::get(&mut *tx, &job.run_account, &job.id, store::jobs::Lock::None)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the Batch job vanished"))?;
+        store::tasks::insert_many(&mut tx, batch_job.pk, &[score_task(job)]).await?;
+        store::services::set_phase(&mut *tx, job.pk, &[Phase::Staging], Phase::Running).await?;
+        tx.commit().await?;
+        tracing::info!(job = %job.id, "BES job's inputs are in place; its task is queued");
+        self.wake.dispatch.notify_one();
+        Ok(())
+    }
+}
+
+/// The Batch job of a BES job, on its pool or its image's classic pool; it ends with its task.
+fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
+    let pool_id = job
+        .pool_id
+        .clone()
+        .unwrap_or_else(|| classic_pool_id(job.request["image"].as_str()));
+    store::jobs::NewJob {
+        account: job.run_account.clone(),
+        id: job.id.clone(),
+        display_name: Some(format!(
+            "BES job of web service {}",
+            service_id.unwrap_or("?")
+        )),
+        uses_task_dependencies: false,
+        common_environment: json!([]),
+        props: store::jobs::JobProps {
+            priority: 0,
+            max_parallel_tasks: -1,
+            max_wall_clock_ticks: None,
+            max_task_retry_count: 0,
+            pool_id,
+            on_all_tasks_complete: "terminatejob".into(),
+            on_task_failure: "noaction".into(),
+            metadata: json!([{"name": "besJobId", "value": job.id}]),
+        },
+    }
+}
+
+/// The one task of a BES job's Batch job: the service's command, run once.
+fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
+    store::tasks::NewTask {
+        id: TASK_ID.into(),
+        display_name: Some("BES job".into()),
+        command_line: job.request["command"]
+            .as_str()
+            .unwrap_or("false")
+            .to_string(),
+        environment: json!([{"name": "BES_JOB_ID", "value": job.id}]),
+        required_slots: 1,
+        max_wall_clock_ticks: None,
+        retention_ticks: IsoDuration::from_secs(7 * 24 * 3600).ticks(),
+        max_task_retry_count: 0,
+        depends_on: None,
+        dependency_ids: Vec::new(),
+        dependency_ranges: Vec::new(),
+        exit_conditions: None,
+        extra: json!({}),
+    }
+}
