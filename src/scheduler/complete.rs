@@ -53,7 +53,7 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         store::tasks::end_attempts(&mut tx, &[TaskState::Running], &items)
             .await?
             .into_iter()
-            .filter(|e| e.task_state() == Some(TaskState::Completed))
+            .filter(|e| e.state == TaskState::Completed)
             .map(|e| e.pk)
             .collect();
     let mut jobs = BTreeSet::new();
@@ -62,7 +62,7 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
             continue;
         }
         jobs.insert(a.job_pk);
-        if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction.as_str() {
+        if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction {
             match v.job_action {
                 JobAction::Terminate => {
                     ops::jobs::terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;

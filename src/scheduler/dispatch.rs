@@ -33,7 +33,7 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
             (
                 row.pool_id.clone(),
                 row.account.clone(),
-                NodeFillType::parse(&row.fill).unwrap_or(NodeFillType::Spread),
+                row.fill,
                 Vec::new(),
             )
         });

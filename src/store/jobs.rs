@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::job::JobState;
+use crate::domain::job::{AllTasksComplete, JobState, TaskFailureMode};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobRow {
@@ -17,14 +17,14 @@ pub struct JobRow {
     pub max_wall_clock_ticks: Option<i64>,
     pub max_task_retry_count: i32,
     pub pool_id: String,
-    pub on_all_tasks_complete: String,
-    pub on_task_failure: String,
+    pub on_all_tasks_complete: AllTasksComplete,
+    pub on_task_failure: TaskFailureMode,
     pub uses_task_dependencies: bool,
     pub common_environment: Value,
     pub metadata: Value,
-    pub state: String,
+    pub state: JobState,
     pub state_transition_time: DateTime<Utc>,
-    pub previous_state: Option<String>,
+    pub previous_state: Option<JobState>,
     pub previous_state_transition_time: Option<DateTime<Utc>>,
     pub terminate_reason: Option<String>,
     pub start_time: DateTime<Utc>,
@@ -44,12 +44,6 @@ macro_rules! select_jobs {
     };
 }
 
-impl JobRow {
-    pub fn job_state(&self) -> JobState {
-        JobState::parse(&self.state).unwrap_or(JobState::Active)
-    }
-}
-
 /// The settable properties of a job (create, PATCH and PUT share them).
 #[derive(Clone, Debug)]
 pub struct JobProps {
@@ -58,8 +52,8 @@ pub struct JobProps {
     pub max_wall_clock_ticks: Option<i64>,
     pub max_task_retry_count: i32,
     pub pool_id: String,
-    pub on_all_tasks_complete: String,
-    pub on_task_failure: String,
+    pub on_all_tasks_complete: AllTasksComplete,
+    pub on_task_failure: TaskFailureMode,
     pub metadata: Value,
 }
 
@@ -86,8 +80,8 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
         j.props.max_wall_clock_ticks,
         j.props.max_task_retry_count,
         &j.props.pool_id,
-        &j.props.on_all_tasks_complete,
-        &j.props.on_task_failure,
+        j.props.on_all_tasks_complete.as_str(),
+        j.props.on_task_failure.as_str(),
         j.uses_task_dependencies,
         &j.common_environment,
         &j.props.metadata,
@@ -173,8 +167,8 @@ pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::
         p.max_wall_clock_ticks,
         p.max_task_retry_count,
         &p.pool_id,
-        &p.on_all_tasks_complete,
-        &p.on_task_failure,
+        p.on_all_tasks_complete.as_str(),
+        p.on_task_failure.as_str(),
         &p.metadata,
     )
     .execute(db)

@@ -4,14 +4,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::pool::NodeState;
+use crate::domain::pool::{NodeFillType, NodeState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct NodeRow {
     pub pk: i64,
     pub pool_pk: i64,
     pub id: String,
-    pub state: String,
+    pub state: NodeState,
     pub state_transition_time: DateTime<Utc>,
     pub allocation_time: DateTime<Utc>,
     pub last_boot_time: Option<DateTime<Utc>>,
@@ -34,12 +34,6 @@ macro_rules! select_nodes {
             $(, $arg)*
         )
     };
-}
-
-impl NodeRow {
-    pub fn node_state(&self) -> NodeState {
-        NodeState::parse(&self.state).unwrap_or(NodeState::Unknown)
-    }
 }
 
 /// Records new nodes as `creating`, before any container exists, so a crash between the two
@@ -169,7 +163,7 @@ pub struct FreeSlots {
     pub pool_id: String,
     pub account: String,
     pub free: i32,
-    pub fill: String,
+    pub fill: NodeFillType,
 }
 
 /// Locks every usable node (of an active pool) with free slots and returns its free slots, in

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, PoolState};
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeFillType, PoolState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct PoolRow {
@@ -19,13 +19,13 @@ pub struct PoolRow {
     pub vm_config: Option<Value>,
     pub start_task: Option<Value>,
     pub task_slots_per_node: i32,
-    pub node_fill_type: String,
+    pub node_fill_type: NodeFillType,
     pub target_dedicated_nodes: i32,
     pub resize_timeout_ticks: i64,
-    pub node_deallocation_option: String,
-    pub state: String,
+    pub node_deallocation_option: NodeDeallocationOption,
+    pub state: PoolState,
     pub state_transition_time: DateTime<Utc>,
-    pub allocation_state: String,
+    pub allocation_state: AllocationState,
     pub allocation_state_transition_time: DateTime<Utc>,
     pub resize_errors: Value,
     pub metadata: Value,
@@ -53,7 +53,7 @@ pub struct NewPool {
     pub vm_config: Option<Value>,
     pub start_task: Option<Value>,
     pub task_slots_per_node: i32,
-    pub node_fill_type: String,
+    pub node_fill_type: NodeFillType,
     pub target_dedicated_nodes: i32,
     pub resize_timeout_ticks: i64,
     pub metadata: Value,
@@ -100,7 +100,7 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         &p.vm_config as _,
         &p.start_task as _,
         p.task_slots_per_node,
-        &p.node_fill_type,
+        p.node_fill_type.as_str(),
         p.target_dedicated_nodes,
         p.resize_timeout_ticks,
         allocation.as_str(),
@@ -150,13 +150,13 @@ pub async fn list_all(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<PoolRow>> {
 pub enum Refused {
     NotFound,
     BeingDeleted,
-    NotSteady(String),
+    NotSteady(AllocationState),
 }
 
 /// The pool's state as seen just before a change, for the handler to explain a refusal.
 async fn refusal(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Result<Refused> {
     let row = sqlx::query!(
-        r#"SELECT state, allocation_state FROM pools WHERE account = $1 AND lower(id) = lower($2)"#,
+        r#"SELECT state AS "state: PoolState", allocation_state AS "allocation_state: AllocationState" FROM pools WHERE account = $1 AND lower(id) = lower($2)"#,
         account,
         id,
     )
@@ -164,7 +164,7 @@ async fn refusal(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Resu
     .await?;
     Ok(match row {
         None => Refused::NotFound,
-        Some(r) if r.state == PoolState::Deleting.as_str() => Refused::BeingDeleted,
+        Some(r) if r.state == PoolState::Deleting => Refused::BeingDeleted,
         Some(r) => Refused::NotSteady(r.allocation_state),
     })
 }
@@ -176,7 +176,7 @@ pub async fn resize(
     id: &str,
     target: i32,
     resize_timeout_ticks: Option<i64>,
-    deallocation: Option<&str>,
+    deallocation: Option<NodeDeallocationOption>,
 ) -> sqlx::Result<Result<(), Refused>> {
     let done = sqlx::query!(
         "UPDATE pools SET target_dedicated_nodes = $3, \
@@ -189,7 +189,7 @@ pub async fn resize(
         id,
         target,
         resize_timeout_ticks,
-        deallocation,
+        deallocation.map(|d| d.as_str()),
     )
     .execute(db)
     .await?;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::{rfc3339, BaseUrl, Ctx, ListQuery};
 use crate::domain::metering::compute_hours;
+use crate::domain::pool::NodeState;
 use crate::store;
 
 /// `GET /nodecounts`: each pool's nodes by state, in Azure's BatchPoolNodeCounts shape.
@@ -22,12 +23,13 @@ pub async fn node_counts(
     let mut out = Vec::new();
     for pool in store::pools::list(&app.db, &app.account).await? {
         let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
-        let count = |state: &str| nodes.iter().filter(|n| n.state == state).count();
+        let count = |state: NodeState| nodes.iter().filter(|n| n.state == state).count();
         let dedicated = json!({
-            "creating": count("creating"), "idle": count("idle"), "offline": count("offline"), "preempted": 0,
-            "rebooting": count("rebooting"), "reimaging": 0, "running": count("running"), "starting": count("starting"),
-            "startTaskFailed": count("starttaskfailed"), "leavingPool": count("leavingpool"), "unknown": count("unknown"),
-            "unusable": count("unusable"), "waitingForStartTask": count("waitingforstarttask"), "deallocated": 0,
+            "creating": count(NodeState::Creating), "idle": count(NodeState::Idle), "offline": count(NodeState::Offline),
+            "preempted": 0, "rebooting": count(NodeState::Rebooting), "reimaging": 0, "running": count(NodeState::Running),
+            "starting": count(NodeState::Starting), "startTaskFailed": count(NodeState::StartTaskFailed),
+            "leavingPool": count(NodeState::LeavingPool), "unknown": count(NodeState::Unknown),
+            "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask), "deallocated": 0,
             "deallocating": 0, "upgradingOS": 0, "total": nodes.len(),
         });
         let zero: serde_json::Map<String, Value> = dedicated

@@ -125,7 +125,7 @@ pub async fn reboot(
     let pool = find(&app, &pool_id).await?;
     let node = find_node(&app, &pool, &node_id).await?;
     if !matches!(
-        node.node_state(),
+        node.state,
         crate::domain::pool::NodeState::Idle
             | crate::domain::pool::NodeState::Running
             | crate::domain::pool::NodeState::StartTaskFailed

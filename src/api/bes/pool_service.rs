@@ -18,6 +18,7 @@ use crate::api::state::AppState;
 use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
+use crate::domain::pool::{AllocationState, NodeFillType, PoolState};
 use crate::domain::vm_size::VmSize;
 use crate::store;
 use crate::store::pools::{NewPool, PoolRow, Refused};
@@ -138,8 +139,8 @@ fn pool_json(p: &PoolRow) -> Value {
         "JobsPerVM": p.task_slots_per_node,
         "SwaggerLocation": swagger,
         "BillingPlan": p.billing_plan,
-        "State": if p.state == "deleting" { "Deleting" } else { "Active" },
-        "AllocationState": match p.allocation_state.as_str() { "steady" => "Steady", "stopping" => "Stopping", _ => "Resizing" },
+        "State": if p.state == PoolState::Deleting { "Deleting" } else { "Active" },
+        "AllocationState": match p.allocation_state { AllocationState::Steady => "Steady", AllocationState::Stopping => "Stopping", AllocationState::Resizing => "Resizing" },
         "ResizeErrors": p.resize_errors,
         "CreationTime": rfc3339(p.creation_time),
         "LastModified": rfc3339(p.last_modified),
@@ -204,7 +205,7 @@ async fn new_pool(
         vm_config: None,
         start_task: None,
         task_slots_per_node: slots,
-        node_fill_type: "spread".into(),
+        node_fill_type: NodeFillType::Spread,
         target_dedicated_nodes: target,
         resize_timeout_ticks: IsoDuration::from_secs(
             crate::api::batch::pools::DEFAULT_RESIZE_TIMEOUT_SECS,

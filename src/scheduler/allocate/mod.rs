@@ -103,7 +103,7 @@ impl Allocator {
             .map(|n| n.node_id.as_str())
             .collect();
         for row in &rows {
-            let state = row.node_state();
+            let state = row.state;
             if state.is_provisioned()
                 && state != NodeState::Unusable
                 && !running.contains(row.id.as_str())
@@ -137,12 +137,12 @@ impl Allocator {
     }
 
     async fn reconcile(self: &Arc<Self>, pool: &PoolRow, nodes: &[NodeRow]) -> anyhow::Result<()> {
-        if pool.state == PoolState::Deleting.as_str() {
+        if pool.state == PoolState::Deleting {
             return self.delete_pool(pool, nodes).await;
         }
         self.resize_step(pool, nodes).await?;
         for node in nodes {
-            match node.node_state() {
+            match node.state {
                 NodeState::LeavingPool => self.ensure_removal(&node.id, node.pk),
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}

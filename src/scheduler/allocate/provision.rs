@@ -17,7 +17,7 @@ impl Allocator {
         let Some(node) = store::nodes::get_by_pk(&self.db, node.pk).await? else {
             return Ok(());
         };
-        if !being_provisioned(node.node_state()) {
+        if !being_provisioned(node.state) {
             return Ok(());
         }
         let Some(handle) = self.make_container(pool, &node).await? else {
@@ -59,7 +59,7 @@ impl Allocator {
         };
         let created = {
             let _permit = self.limit.acquire().await?;
-            if node.node_state() == NodeState::Rebooting {
+            if node.state == NodeState::Rebooting {
                 // A reboot restarts the node (its disk, the node directory, stays) and reruns the start task.
                 if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
                     tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Allocator;
 use crate::domain::ids::new_node_id;
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState};
+use crate::domain::pool::{AllocationState, NodeState};
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 impl Allocator {
@@ -21,17 +21,15 @@ impl Allocator {
     ) -> anyhow::Result<()> {
         let alive: Vec<&NodeRow> = nodes
             .iter()
-            .filter(|n| n.node_state() != NodeState::LeavingPool)
+            .filter(|n| n.state != NodeState::LeavingPool)
             .collect();
         let target = pool.target_dedicated_nodes as usize;
         // A resize is done when no node is still being made and none is still leaving: the
         // poller's "steady" then means the containers really are there, or gone.
-        let creating = alive.iter().any(|n| n.node_state() == NodeState::Creating)
-            || nodes
-                .iter()
-                .any(|n| n.node_state() == NodeState::LeavingPool);
-        match AllocationState::parse(&pool.allocation_state) {
-            Some(AllocationState::Resizing) => {
+        let creating = alive.iter().any(|n| n.state == NodeState::Creating)
+            || nodes.iter().any(|n| n.state == NodeState::LeavingPool);
+        match pool.allocation_state {
+            AllocationState::Resizing => {
                 if resize_timed_out(pool) && alive.len() != target {
                     self.give_up_resize(pool, alive.len(), target).await?;
                 } else if alive.len() < target {
@@ -42,7 +40,7 @@ impl Allocator {
                     self.steady(pool).await?;
                 }
             }
-            Some(AllocationState::Stopping) if !creating => self.steady(pool).await?,
+            AllocationState::Stopping if !creating => self.steady(pool).await?,
             _ => {}
         }
         Ok(())
@@ -88,18 +86,12 @@ impl Allocator {
     ) -> anyhow::Result<()> {
         let surplus = alive.len() - target;
         // Nodes doing nothing useful go first, and among equals the newest.
-        alive.sort_by_key(|n| {
-            (
-                n.node_state().removal_rank(),
-                std::cmp::Reverse(n.allocation_time),
-            )
-        });
+        alive.sort_by_key(|n| (n.state.removal_rank(), std::cmp::Reverse(n.allocation_time)));
         let pks: Vec<i64> = alive.iter().take(surplus).map(|n| n.pk).collect();
         tracing::info!(pool = %pool.id, count = pks.len(), "removing nodes");
         store::nodes::mark_leaving(&self.db, &pks).await?;
-        let option = NodeDeallocationOption::parse(&pool.node_deallocation_option)
-            .unwrap_or(NodeDeallocationOption::Requeue);
-        self.stop_tasks_on(&pks, option).await?;
+        self.stop_tasks_on(&pks, pool.node_deallocation_option)
+            .await?;
         self.wake.allocate.notify_one();
         Ok(())
     }

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::BesJobDriver;
 use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
 use crate::domain::duration::IsoDuration;
+use crate::domain::pool::NodeFillType;
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -90,7 +91,7 @@ impl BesJobDriver {
             vm_config: None,
             start_task: None,
             task_slots_per_node: 1,
-            node_fill_type: "spread".into(),
+            node_fill_type: NodeFillType::Spread,
             target_dedicated_nodes: nodes,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
             metadata: json!([]),

@@ -106,10 +106,7 @@ impl BesJobDriver {
         }
         // First in, first out: staging classic jobs are admitted in start order while fewer than
         // the configured number are past staging.
-        let mut admitted = classic
-            .iter()
-            .filter(|j| j.job_phase() != Some(Phase::Staging))
-            .count() as i32;
+        let mut admitted = classic.iter().filter(|j| j.phase != Phase::Staging).count() as i32;
         let ended = self.ended_tasks().await?;
         for pk in self.pool_gone().await? {
             if let Some(job) = jobs.iter().find(|j| j.pk == pk) {
@@ -117,8 +114,8 @@ impl BesJobDriver {
             }
         }
         for job in &jobs {
-            match job.job_phase() {
-                Some(Phase::Staging) => {
+            match job.phase {
+                Phase::Staging => {
                     if job.pool_id.is_none() {
                         if admitted >= self.config.classic_concurrency {
                             continue;
@@ -127,10 +124,10 @@ impl BesJobDriver {
                     }
                     self.spawn(job, |d, j| async move { d.stage(&j).await });
                 }
-                Some(Phase::Running) if ended.contains(&job.pk) => {
+                Phase::Running if ended.contains(&job.pk) => {
                     self.spawn(job, |d, j| async move { d.finish(&j).await });
                 }
-                Some(Phase::Uploading) => {
+                Phase::Uploading => {
                     self.spawn(job, |d, j| async move { d.finish(&j).await });
                 }
                 _ => {}

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::{classic_pool_id, transfer, BesJobDriver, TASK_ID};
 use crate::domain::bes::Phase;
 use crate::domain::duration::IsoDuration;
+use crate::domain::job::{AllTasksComplete, TaskFailureMode};
 use crate::storage::DataReference;
 use crate::store;
 use crate::store::services::BesJobRow;
@@ -53,7 +54,7 @@ impl BesJobDriver {
     async fn queue_task(&self, job: &BesJobRow) -> anyhow::Result<()> {
         let mut tx = self.db.begin().await?;
         let current = store::services::lock_job_phase(&mut *tx, job.pk).await?;
-        if current.as_deref().and_then(Phase::parse) != Some(Phase::Staging) {
+        if current != Some(Phase::Staging) {
             return Ok(()); // cancelled meanwhile
         }
         let service = store::services::get_by_pk(&mut *tx, job.service_pk).await?;
@@ -103,8 +104,8 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
             max_wall_clock_ticks: None,
             max_task_retry_count: 0,
             pool_id,
-            on_all_tasks_complete: "terminatejob".into(),
-            on_task_failure: "noaction".into(),
+            on_all_tasks_complete: AllTasksComplete::TerminateJob,
+            on_task_failure: TaskFailureMode::NoAction,
             metadata: json!([{"name": "besJobId", "value": job.id}]),
         },
     }

@@ -87,7 +87,7 @@ async fn lock_open_job(
 }
 
 fn refuse_if_finished(job: &JobRow) -> ApiResult<()> {
-    match job.job_state() {
+    match job.state {
         JobState::Completed => Err(ApiError::new(
             StatusCode::CONFLICT,
             "JobCompleted",

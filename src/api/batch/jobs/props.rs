@@ -79,23 +79,23 @@ pub(super) fn check_pool_info(info: Option<PoolInfo>) -> ApiResult<String> {
 }
 
 /// onAllTasksComplete as sent, or its default.
-pub(super) fn on_all_tasks_complete(value: Option<String>) -> ApiResult<String> {
+pub(super) fn on_all_tasks_complete(value: Option<String>) -> ApiResult<AllTasksComplete> {
     enum_value(
         "onAllTasksComplete",
         value,
         AllTasksComplete::parse,
-        "noaction",
+        AllTasksComplete::NoAction,
         "noaction, terminatejob",
     )
 }
 
 /// onTaskFailure as sent, or its default.
-pub(super) fn on_task_failure(value: Option<String>) -> ApiResult<String> {
+pub(super) fn on_task_failure(value: Option<String>) -> ApiResult<TaskFailureMode> {
     enum_value(
         "onTaskFailure",
         value,
         TaskFailureMode::parse,
-        "noaction",
+        TaskFailureMode::NoAction,
         "noaction, performexitoptionsjobaction",
     )
 }
@@ -104,18 +104,12 @@ fn enum_value<T>(
     name: &str,
     value: Option<String>,
     parse: fn(&str) -> Option<T>,
-    default: &str,
+    default: T,
     allowed: &str,
-) -> ApiResult<String> {
-    match value {
-        None => Ok(default.to_string()),
-        Some(v) if parse(&v).is_some() => Ok(v),
-        Some(v) => Err(ApiError::invalid_property(
-            name,
-            &v,
-            format!("must be one of: {allowed}"),
-        )),
-    }
+) -> ApiResult<T> {
+    let Some(v) = value else { return Ok(default) };
+    parse(&v)
+        .ok_or_else(|| ApiError::invalid_property(name, &v, format!("must be one of: {allowed}")))
 }
 
 pub fn env_json(name: &str, settings: Option<Vec<EnvironmentSetting>>) -> ApiResult<Value> {

@@ -66,7 +66,7 @@ pub async fn disable(
     })?;
     let mut tx = app.db.begin().await?;
     let job = lock_open_job(&mut tx, &app, &job_id).await?;
-    if job.job_state() != JobState::Active {
+    if job.state != JobState::Active {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "JobNotActive",
@@ -90,7 +90,7 @@ pub async fn enable(
     check_write(&app, &job_id, &conditions).await?;
     let mut tx = app.db.begin().await?;
     let job = lock_open_job(&mut tx, &app, &job_id).await?;
-    if job.job_state() != JobState::Disabled {
+    if job.state != JobState::Disabled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "JobNotDisabled",

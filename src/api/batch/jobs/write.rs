@@ -190,11 +190,11 @@ fn updated_props(job: &JobRow, body: JobUpdate, replace: bool) -> ApiResult<JobP
             None => job.pool_id.clone(),
         },
         on_all_tasks_complete: match body.on_all_tasks_complete {
-            None if !replace => job.on_all_tasks_complete.clone(),
+            None if !replace => job.on_all_tasks_complete,
             v => on_all_tasks_complete(v)?,
         },
         on_task_failure: match body.on_task_failure {
-            None if !replace => job.on_task_failure.clone(),
+            None if !replace => job.on_task_failure,
             v => on_task_failure(v)?,
         },
         metadata: match body.metadata {

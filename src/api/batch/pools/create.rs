@@ -128,7 +128,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         vm_config: body.virtual_machine_configuration,
         start_task,
         task_slots_per_node: slots,
-        node_fill_type: fill.as_str().to_string(),
+        node_fill_type: fill,
         target_dedicated_nodes: target,
         resize_timeout_ticks: resize_timeout,
         metadata: serde_json::to_value(body.metadata.unwrap_or_default())

@@ -95,7 +95,7 @@ fn refusal(pool_id: &str, refused: Refused) -> ApiError {
             "PoolNotSteady",
             format!("The pool {pool_id:?} is {state}; it can be resized only when its allocationState is steady (stop the resize first)."),
         )
-        .with("AllocationState", state),
+        .with("AllocationState", state.as_str()),
     }
 }
 

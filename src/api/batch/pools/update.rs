@@ -13,7 +13,7 @@ use super::{answer, check_write, find, refusal, MetadataItem};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
-use crate::domain::pool::NodeDeallocationOption;
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
 
@@ -57,7 +57,7 @@ pub async fn resize(
         &pool_id,
         target,
         timeout,
-        deallocation.map(|d| d.as_str()),
+        deallocation,
     )
     .await?;
     accepted(&app, &base, &pool_id, outcome).await
@@ -189,14 +189,11 @@ pub async fn remove_nodes(
         .map(|t| check_resize_timeout(Some(t)))
         .transpose()?;
     let pool = find(&app, &pool_id).await?;
-    if pool.state != "active" {
+    if pool.state != PoolState::Active {
         return Err(refusal(&pool_id, Refused::BeingDeleted));
     }
-    if pool.allocation_state != "steady" {
-        return Err(refusal(
-            &pool_id,
-            Refused::NotSteady(pool.allocation_state.clone()),
-        ));
+    if pool.allocation_state != AllocationState::Steady {
+        return Err(refusal(&pool_id, Refused::NotSteady(pool.allocation_state)));
     }
     let pks = nodes_to_remove(&app, &pool, &pool_id, &wanted).await?;
     let mut tx = app.db.begin().await?;
@@ -228,7 +225,7 @@ async fn nodes_to_remove(
     let mut pks = Vec::new();
     for id in wanted {
         match nodes.iter().find(|n| n.id == *id) {
-            Some(n) if n.state != "leavingpool" => pks.push(n.pk),
+            Some(n) if n.state != NodeState::LeavingPool => pks.push(n.pk),
             Some(_) => {}
             None => {
                 return Err(ApiError::new(

@@ -30,7 +30,7 @@ async fn open_job(tx: &mut Tx<'_>, app: &Ctx, job_id: &str) -> ApiResult<JobRow>
     let job = store::jobs::get(&mut **tx, &app.account, job_id, store::jobs::Lock::Share)
         .await?
         .ok_or_else(|| job_not_found(job_id))?;
-    match job.job_state() {
+    match job.state {
         JobState::Completed | JobState::Terminating => Err(ApiError::new(
             StatusCode::CONFLICT,
             "JobCompleted",

@@ -167,7 +167,7 @@ pub async fn reactivate(
     check_write(&app, &job_id, &task_id, &conditions).await?;
     let job = find_job(&app, &job_id).await?;
     if matches!(
-        job.job_state(),
+        job.state,
         JobState::Completed | JobState::Terminating | JobState::Deleting
     ) {
         return Err(ApiError::new(

@@ -39,8 +39,8 @@ async fn find(
 
 pub fn status_json(j: &BesJobRow) -> Value {
     json!({
-        "StatusCode": j.status_code(),
-        "Results": if j.job_phase() == Some(Phase::Finished) { j.results.clone().unwrap_or(Value::Null) } else { Value::Null },
+        "StatusCode": j.phase.status_code(),
+        "Results": if j.phase == Phase::Finished { j.results.clone().unwrap_or(Value::Null) } else { Value::Null },
         "Details": j.details,
         "CreatedAt": rfc3339(j.creation_time),
         "StartTime": j.start_time.map(rfc3339),
@@ -65,7 +65,7 @@ pub async fn start(
             "CannotStartJob",
             format!(
                 "The job cannot be started because it is in {} state.",
-                now.status_code()
+                now.phase.status_code()
             ),
         ));
     }

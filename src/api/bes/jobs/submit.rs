@@ -15,6 +15,7 @@ use crate::api::bes::services::{authorize, param_string};
 use crate::api::bes::{check_version, BesJson};
 use crate::api::state::AppState;
 use crate::domain::bes::{self, CLASSIC_ACCOUNT};
+use crate::domain::pool::PoolState;
 use crate::storage::{self, DataReference, Roots};
 use crate::store::{self, services::ServiceRow};
 
@@ -358,7 +359,7 @@ async fn run_account(
     match pool_id {
         Some(id) => {
             match store::pools::get(&app.db, &service.account, id).await? {
-                Some(p) if p.state != "deleting" => {}
+                Some(p) if p.state != PoolState::Deleting => {}
                 _ => {
                     return Err(BesError::bad("PoolNotFound", format!(
                         "AzureBatchPoolId {id:?} names no pool of this service's account."

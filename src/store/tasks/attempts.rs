@@ -1,0 +1,381 @@
+//! A task's attempts: claiming ready tasks, starting attempts on nodes, and ending them (with the
+//! node's slots and the dependants' counts in the same transaction); the running attempts a
+//! restart or a stop looks for.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgExecutor, Postgres, Transaction};
+
+use crate::domain::job::{TaskFailureMode, TaskState};
+
+/// The attempt that ended, as the follow-up bookkeeping needs it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Ended {
+    pub pk: i64,
+    pub job_pk: i64,
+    pub node_pk: Option<i64>,
+    pub required_slots: i32,
+    /// Whether the attempt held slots on a node (it was running).
+    pub was_running: bool,
+    pub state: TaskState,
+    pub satisfies_dependants: bool,
+    pub result: Option<String>,
+}
+
+/// How an attempt ends.
+pub enum Ending<'a> {
+    /// The task is done: `result` success or failure.
+    Completed {
+        exit_code: Option<i32>,
+        result: &'a str,
+        failure_info: Option<&'a Value>,
+        satisfies_dependants: bool,
+    },
+    /// Failed with retries left: back to active, retryCount + 1.
+    Retry { exit_code: Option<i32> },
+    /// Its outcome is unknown or it was interrupted: back to active, requeueCount + 1.
+    Requeue,
+}
+
+/// Ends the task's current attempt if it is still `attempt` (None: whatever attempt, for a task
+/// that may not be running) and in one of `from` states. Releases its node's slots.
+pub async fn end_attempt(
+    tx: &mut Transaction<'_, Postgres>,
+    pk: i64,
+    attempt: Option<i32>,
+    from: &[TaskState],
+    ending: Ending<'_>,
+) -> sqlx::Result<Option<Ended>> {
+    Ok(end_attempts(tx, from, &[(pk, attempt, ending)])
+        .await?
+        .pop())
+}
+
+/// `end_attempt` for many tasks in three statements, whatever their number: one update of the
+/// tasks, one release of their nodes' slots, one count-down of their dependants. Callers that
+/// touch several nodes lock them first (`lock_nodes`), as dispatch does.
+pub async fn end_attempts(
+    tx: &mut Transaction<'_, Postgres>,
+    from: &[TaskState],
+    items: &[(i64, Option<i32>, Ending<'_>)],
+) -> sqlx::Result<Vec<Ended>> {
+    let c = EndingColumns::of(items);
+    let ended: Vec<Ended> = sqlx::query_as!(
+        Ended,
+        r#"WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[],
+                        $7::bool[], $8::int[], $9::int[])
+                      AS u(pk, attempt, state, exit_code, result, failure_info, satisfies, retry, requeue)),
+              old AS (SELECT t.pk, t.state, t.node_pk FROM tasks t JOIN u ON u.pk = t.pk
+                      WHERE (u.attempt IS NULL OR t.attempt = u.attempt) AND t.state = ANY($10)
+                      ORDER BY t.pk FOR UPDATE OF t)
+         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time,
+            state = u.state, state_transition_time = now(), last_modified = now(),
+            exit_code = u.exit_code, result = u.result, failure_info = u.failure_info, satisfies_dependants = u.satisfies,
+            end_time = CASE WHEN u.state = 'completed' THEN clock_timestamp() ELSE t.end_time END,
+            files_expire_at = CASE WHEN u.state = 'completed' AND t.node_pk IS NOT NULL
+                THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END,
+            retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END,
+            requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END
+         FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
+         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state = 'running' AS "was_running!", t.state AS "state: _",
+            t.satisfies_dependants, t.result"#,
+        &c.pks,
+        &c.attempts as _,
+        &c.states as _,
+        &c.codes as _,
+        &c.results as _,
+        &c.infos as _,
+        &c.satisfies,
+        &c.retries,
+        &c.requeues,
+        from as _,
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    release_slots_of(&mut **tx, &ended).await?;
+    count_down_dependants(&mut **tx, &ended).await?;
+    Ok(ended)
+}
+
+/// The columns of an `end_attempts` update, one entry per attempt.
+#[derive(Default)]
+struct EndingColumns<'a> {
+    pks: Vec<i64>,
+    attempts: Vec<Option<i32>>,
+    states: Vec<TaskState>,
+    codes: Vec<Option<i32>>,
+    results: Vec<Option<&'a str>>,
+    infos: Vec<Option<Value>>,
+    satisfies: Vec<bool>,
+    retries: Vec<i32>,
+    requeues: Vec<i32>,
+}
+
+impl<'a> EndingColumns<'a> {
+    fn of(items: &[(i64, Option<i32>, Ending<'a>)]) -> Self {
+        let mut c = EndingColumns::default();
+        for (pk, attempt, ending) in items {
+            let (state, code, result, info, satisfied, retry, requeue) = match ending {
+                Ending::Completed {
+                    exit_code,
+                    result,
+                    failure_info,
+                    satisfies_dependants,
+                } => (
+                    TaskState::Completed,
+                    *exit_code,
+                    Some(*result),
+                    failure_info.cloned(),
+                    *satisfies_dependants,
+                    0,
+                    0,
+                ),
+                Ending::Retry { exit_code } => {
+                    (TaskState::Active, *exit_code, None, None, false, 1, 0)
+                }
+                Ending::Requeue => (TaskState::Active, None, None, None, false, 0, 1),
+            };
+            c.pks.push(*pk);
+            c.attempts.push(*attempt);
+            c.states.push(state);
+            c.codes.push(code);
+            c.results.push(result);
+            c.infos.push(info);
+            c.satisfies.push(satisfied);
+            c.retries.push(retry);
+            c.requeues.push(requeue);
+        }
+        c
+    }
+}
+
+/// Gives back the slots the ended attempts that were running held.
+async fn release_slots_of(db: impl PgExecutor<'_>, ended: &[Ended]) -> sqlx::Result<()> {
+    let (mut nodes, mut slots, mut succeeded) = (Vec::new(), Vec::new(), Vec::new());
+    for e in ended.iter().filter(|e| e.was_running) {
+        if let Some(node_pk) = e.node_pk {
+            nodes.push(node_pk);
+            slots.push(e.required_slots);
+            succeeded.push(e.result.as_deref() == Some("success"));
+        }
+    }
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    release_slots(db, &nodes, &slots, &succeeded).await
+}
+
+/// The dependants of tasks that completed and satisfy them have one unmet dependency fewer.
+async fn count_down_dependants(db: impl PgExecutor<'_>, ended: &[Ended]) -> sqlx::Result<()> {
+    let satisfied: Vec<i64> = ended
+        .iter()
+        .filter(|e| e.state == TaskState::Completed && e.satisfies_dependants)
+        .map(|e| e.pk)
+        .collect();
+    if satisfied.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "UPDATE tasks t SET unmet_deps = t.unmet_deps - d.met \
+         FROM (SELECT task_pk, count(*)::int AS met FROM task_deps WHERE depends_on_pk = ANY($1) GROUP BY task_pk) d \
+         WHERE t.pk = d.task_pk",
+        &satisfied,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Locks nodes in pk order, the order dispatch locks them in, so that a transaction touching
+/// several nodes cannot deadlock with a dispatch pass.
+pub async fn lock_nodes(db: impl PgExecutor<'_>, node_pks: &[i64]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "SELECT pk FROM nodes WHERE pk = ANY($1) ORDER BY pk FOR UPDATE",
+        node_pks,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(())
+}
+
+/// Locks, in pk order, the nodes a job's running tasks hold.
+pub async fn lock_nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "SELECT pk FROM nodes WHERE pk IN (SELECT node_pk FROM tasks WHERE job_pk = $1 AND state = 'running') ORDER BY pk FOR UPDATE",
+        job_pk,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(())
+}
+
+/// Gives slots back to nodes, one entry per task that held them (and whether it succeeded); a
+/// node with none in use is idle again.
+pub async fn release_slots(
+    db: impl PgExecutor<'_>,
+    node_pks: &[i64],
+    slots: &[i32],
+    succeeded: &[bool],
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0), \
+            running_tasks = greatest(n.running_tasks - d.tasks, 0), \
+            total_tasks_succeeded = n.total_tasks_succeeded + d.succeeded, \
+            state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END, \
+            state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END \
+         FROM (SELECT node_pk, sum(s)::int AS slots, count(*)::int AS tasks, count(*) FILTER (WHERE ok)::int AS succeeded \
+               FROM unnest($1::bigint[], $2::int[], $3::bool[]) AS u(node_pk, s, ok) GROUP BY node_pk) d \
+         WHERE n.pk = d.node_pk",
+        node_pks,
+        slots,
+        succeeded,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The tasks of a job that are running now (to stop them).
+pub async fn running_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query!(
+        r#"SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state = 'running'"#,
+        job_pk,
+    )
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
+}
+
+/// The tasks running on nodes (to stop or requeue them when the nodes go).
+pub async fn running_on_nodes(
+    db: impl PgExecutor<'_>,
+    node_pks: &[i64],
+) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query!(
+        r#"SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state = 'running'"#,
+        node_pks,
+    )
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
+}
+
+/// What running an attempt needs: the task, its job's context and where it was placed.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub pk: i64,
+    pub job_pk: i64,
+    pub attempt: i32,
+    pub task_id: String,
+    pub job_id: String,
+    pub account: String,
+    pub pool_id: Option<String>,
+    pub node_id: Option<String>,
+    pub node_pk: Option<i64>,
+    /// Whether the node still exists and is up.
+    pub node_alive: bool,
+    pub command_line: String,
+    pub environment: Value,
+    pub common_environment: Value,
+    pub max_wall_clock_ticks: Option<i64>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub retry_count: i32,
+    pub max_task_retry_count: i32,
+    pub exit_conditions: Option<Value>,
+    pub on_task_failure: TaskFailureMode,
+}
+
+/// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
+/// args)` puts every column but `node_alive` between the two.
+macro_rules! attempt_rows {
+    ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            AttemptRow,
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", "# + $tail
+            $(, $arg)*
+        )
+    };
+}
+
+/// Running attempts: of the tasks in `pks`, or all of them (after a restart).
+pub async fn running_attempts(
+    db: impl PgExecutor<'_>,
+    pks: Option<&[i64]>,
+) -> sqlx::Result<Vec<AttemptRow>> {
+    attempt_rows!(
+        "SELECT",
+        r#"coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk
+         WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
+        pks,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Of the given (task, attempt) pairs, those no longer running that attempt.
+pub async fn stale_attempts(
+    db: impl PgExecutor<'_>,
+    pks: &[i64],
+    attempts: &[i32],
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar!(
+        r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
+         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state = 'running')"#,
+        pks,
+        attempts,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
+/// skipping those another pass holds: (pk, required slots).
+pub async fn claim_ready(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query!(
+        r#"SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
+         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED"#,
+        job_pk,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(|r| (r.pk, r.required_slots)).collect())
+}
+
+/// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.
+pub async fn start_attempts(
+    db: impl PgExecutor<'_>,
+    task_pks: &[i64],
+    node_pks: &[i64],
+) -> sqlx::Result<Vec<AttemptRow>> {
+    attempt_rows!(
+        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
+            state = 'running', state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
+            node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
+            exit_code = NULL, result = NULL, failure_info = NULL \
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
+         JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
+         WHERE t.pk = u.pk AND j.pk = t.job_pk \
+         RETURNING",
+        r#"true AS "node_alive!""#,
+        task_pks,
+        node_pks,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Whether a task is running on the node.
+pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running') AS "running!""#,
+        node_pk,
+    )
+    .fetch_one(db)
+    .await
+}

@@ -1,0 +1,276 @@
+//! store/ and the migrations against a real PostgreSQL, without the server: the migrations apply to
+//! an empty database and to one holding data, the database refuses a state word no enum spells,
+//! and a task's life (add, claim, start, end) keeps slots, counts and dependencies in step.
+
+mod common;
+
+use std::borrow::Cow;
+
+use batchpool::domain::job::{AllTasksComplete, TaskFailureMode, TaskState};
+use batchpool::domain::pool::{AllocationState, NodeFillType, NodeState, PoolState};
+use batchpool::store::{self, jobs, nodes, pools, tasks};
+use serde_json::json;
+use sqlx::migrate::Migrator;
+use sqlx::PgPool;
+
+async fn migrated() -> PgPool {
+    let db = PgPool::connect(&common::fresh_database().await)
+        .await
+        .unwrap();
+    store::MIGRATOR.run(&db).await.unwrap();
+    db
+}
+
+fn new_pool(id: &str, slots: i32) -> pools::NewPool {
+    pools::NewPool {
+        account: "acct".into(),
+        id: id.into(),
+        display_name: None,
+        vm_size: "standard_a1".into(),
+        vcpus: 1.0,
+        memory_mib: 1024,
+        image: "img".into(),
+        vm_config: None,
+        start_task: None,
+        task_slots_per_node: slots,
+        node_fill_type: NodeFillType::Pack,
+        target_dedicated_nodes: 0,
+        resize_timeout_ticks: 9_000_000_000,
+        metadata: json!([]),
+        billing_plan: None,
+        service_pk: None,
+        pool_service: false,
+    }
+}
+
+fn new_job(id: &str, pool: &str) -> jobs::NewJob {
+    jobs::NewJob {
+        account: "acct".into(),
+        id: id.into(),
+        display_name: None,
+        uses_task_dependencies: true,
+        common_environment: json!([]),
+        props: jobs::JobProps {
+            priority: 0,
+            max_parallel_tasks: -1,
+            max_wall_clock_ticks: None,
+            max_task_retry_count: 0,
+            pool_id: pool.into(),
+            on_all_tasks_complete: AllTasksComplete::NoAction,
+            on_task_failure: TaskFailureMode::NoAction,
+            metadata: json!([]),
+        },
+    }
+}
+
+fn new_task(id: &str, depends_on: &[&str]) -> tasks::NewTask {
+    tasks::NewTask {
+        id: id.into(),
+        display_name: None,
+        command_line: "true".into(),
+        environment: json!([]),
+        required_slots: 1,
+        max_wall_clock_ticks: None,
+        retention_ticks: 6_048_000_000_000,
+        max_task_retry_count: 0,
+        depends_on: None,
+        dependency_ids: depends_on.iter().map(|d| d.to_string()).collect(),
+        dependency_ranges: vec![],
+        exit_conditions: None,
+        extra: json!({}),
+    }
+}
+
+#[tokio::test]
+async fn migrations_apply_to_an_empty_database_and_once_only() {
+    let db = migrated().await;
+    // A second run (every server start does one) finds nothing to do and changes nothing.
+    store::MIGRATOR.run(&db).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(applied as usize, store::MIGRATOR.migrations.len());
+}
+
+/// The last migration applied over a database that already holds a pool, a job and tasks (as an
+/// upgrade would find it) keeps them readable through store/.
+#[tokio::test]
+async fn the_latest_migration_upgrades_a_database_with_data() {
+    let db = PgPool::connect(&common::fresh_database().await)
+        .await
+        .unwrap();
+    let all = &store::MIGRATOR.migrations;
+    let before = Migrator {
+        migrations: Cow::Owned(all[..all.len() - 1].to_vec()),
+        ignore_missing: false,
+        locking: true,
+        no_tx: false,
+    };
+    before.run(&db).await.unwrap();
+    pools::insert(&db, &new_pool("p", 2)).await.unwrap();
+    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
+    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    tasks::insert_many(
+        &mut tx,
+        job.pk,
+        &[new_task("a", &[]), new_task("b", &["a"])],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    store::MIGRATOR.run(&db).await.unwrap();
+    let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
+    assert_eq!(
+        (pool.state, pool.allocation_state),
+        (PoolState::Active, AllocationState::Steady)
+    );
+    let b = tasks::get(&db, job.pk, "b").await.unwrap().unwrap();
+    assert_eq!((b.state, b.unmet_deps), (TaskState::Active, 1));
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_state_word_no_enum_spells() {
+    let db = migrated().await;
+    pools::insert(&db, &new_pool("p", 1)).await.unwrap();
+    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
+    // Words of another column, or of the wire in another case, are not state words here.
+    for (table, column, word) in [
+        ("pools", "state", "Active"),
+        ("pools", "allocation_state", "active"),
+        ("jobs", "state", "running"),
+        ("jobs", "on_task_failure", "terminatejob"),
+    ] {
+        let err = sqlx::query(&format!("UPDATE {table} SET {column} = $1"))
+            .bind(word)
+            .execute(&db)
+            .await
+            .expect_err(&format!("{table}.{column} took {word:?}"));
+        assert!(
+            format!("{err:?}").contains(&format!("{table}_{column}_word")),
+            "{err:?}"
+        );
+    }
+}
+
+/// Two tasks, the second depending on the first, on a pool of one node with one slot: each is
+/// claimed, started and ended through store/, and the node's slots, the job's counts and the
+/// dependency count follow.
+#[tokio::test]
+async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
+    let db = migrated().await;
+    pools::insert(&db, &new_pool("p", 1)).await.unwrap();
+    let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
+    nodes::insert_creating(&db, pool.pk, &["n1".to_string()])
+        .await
+        .unwrap();
+    let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
+    assert_eq!(node.state, NodeState::Creating);
+    assert!(
+        nodes::set_started(&db, node.pk, NodeState::Idle, "c1", "10.0.0.2")
+            .await
+            .unwrap()
+    );
+    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
+    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let added = tasks::insert_many(
+        &mut tx,
+        job.pk,
+        &[new_task("a", &[]), new_task("b", &["a"])],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(added, ["a", "b"]);
+
+    for (id, next_unmet) in [("a", 0), ("b", 0)] {
+        let mut tx = db.begin().await.unwrap();
+        let free = nodes::lock_free_slots(&mut *tx).await.unwrap();
+        assert_eq!(free.len(), 1, "the node has its one slot free before {id}");
+        // Only the task whose dependencies are met is ready.
+        let ready = tasks::claim_ready(&mut *tx, job.pk, 10).await.unwrap();
+        assert_eq!(ready.len(), 1, "one ready task before {id}");
+        let started = tasks::start_attempts(&mut *tx, &[ready[0].0], &[node.pk])
+            .await
+            .unwrap();
+        assert_eq!((started[0].task_id.as_str(), started[0].attempt), (id, 1));
+        nodes::add_placements(&mut *tx, &[node.pk], &[1], &[1])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            nodes::get_by_pk(&db, node.pk).await.unwrap().unwrap().state,
+            NodeState::Running
+        );
+        assert!(
+            nodes::lock_free_slots(&db).await.unwrap().is_empty(),
+            "the slot is taken"
+        );
+
+        let mut tx = db.begin().await.unwrap();
+        let ending = tasks::Ending::Completed {
+            exit_code: Some(0),
+            result: "success",
+            failure_info: None,
+            satisfies_dependants: true,
+        };
+        let ended = tasks::end_attempt(
+            &mut tx,
+            started[0].pk,
+            Some(1),
+            &[TaskState::Running],
+            ending,
+        )
+        .await
+        .unwrap()
+        .expect("the attempt was running");
+        tx.commit().await.unwrap();
+        assert_eq!(ended.state, TaskState::Completed);
+        assert!(ended.was_running);
+        let node_now = nodes::get_by_pk(&db, node.pk).await.unwrap().unwrap();
+        assert_eq!(
+            (node_now.state, node_now.running_task_slots),
+            (NodeState::Idle, 0)
+        );
+        let b = tasks::get(&db, job.pk, "b").await.unwrap().unwrap();
+        assert_eq!(b.unmet_deps, next_unmet, "after {id}");
+    }
+    // Ending an attempt twice changes nothing: the second finds it no longer running.
+    let a = tasks::get(&db, job.pk, "a").await.unwrap().unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let again = tasks::end_attempt(
+        &mut tx,
+        a.pk,
+        Some(1),
+        &[TaskState::Running],
+        tasks::Ending::Requeue,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(again.is_none());
+    let counts = tasks::counts(&db, job.pk).await.unwrap();
+    assert_eq!(
+        (
+            counts.completed,
+            counts.succeeded,
+            counts.failed,
+            counts.active
+        ),
+        (2, 2, 0, 0)
+    );
+    let node_now = nodes::get_by_pk(&db, node.pk).await.unwrap().unwrap();
+    assert_eq!(
+        (node_now.total_tasks_run, node_now.total_tasks_succeeded),
+        (2, 2)
+    );
+}
