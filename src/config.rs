@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the server.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Build the default node image from a static busybox, with no registry.
     BuildNodeImage(BuildImageConfig),
     /// Batch accounts and their Shared Key keys.

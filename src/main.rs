@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     batchpool::install_tls();
     match Cli::parse().command {
-        Command::Serve(config) => batchpool::app::serve(config).await,
+        Command::Serve(config) => batchpool::app::serve(*config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,
         Command::BuildNodeImage(c) => {
             let docker = batchpool::runtime::docker::connect(c.docker_host.as_deref()).await?;

@@ -4,6 +4,8 @@
 pub mod docker;
 pub mod latency;
 pub mod scale;
+#[path = "../../tests/common/shared_key.rs"]
+mod shared_key;
 pub mod throughput;
 
 use std::process::Stdio;
@@ -39,24 +41,10 @@ pub struct Server {
     _dir: tempfile::TempDir,
 }
 
-/// Signs a request with Shared Key, as the Azure SDKs do.
+/// Signs a request with Shared Key, as the Azure SDKs do (the tests' own signing).
 pub fn signed(key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
     let mut req = builder.build().unwrap();
-    let date = chrono::Utc::now()
-        .format("%a, %d %b %Y %H:%M:%S GMT")
-        .to_string();
-    req.headers_mut().insert("ocp-date", date.parse().unwrap());
-    if let Some(len) = req.body().and_then(|b| b.as_bytes()).map(<[u8]>::len) {
-        req.headers_mut()
-            .insert("content-length", len.to_string().parse().unwrap());
-    }
-    let uri: axum_http::Uri = req.url()[url::Position::BeforePath..].parse().unwrap();
-    let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), "batchpool");
-    let sig = batchpool::domain::signing::signature(key, &sts).unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("SharedKey batchpool:{sig}").parse().unwrap(),
-    );
+    shared_key::sign(&mut req, "batchpool", key);
     req
 }
 

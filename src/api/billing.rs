@@ -203,7 +203,9 @@ pub async fn job_hours(
     let rows =
         store::usage::slots_in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end)
             .await?;
-    let mut by_job: BTreeMap<(&str, &str), (Option<&str>, f64, f64, usize)> = BTreeMap::new();
+    // (job, pool) -> (plan, slot hours, compute hours, task attempts)
+    type JobUse<'a> = (Option<&'a str>, f64, f64, usize);
+    let mut by_job: BTreeMap<(&str, &str), JobUse> = BTreeMap::new();
     for r in &rows {
         let hours = compute_hours(
             &[UsageInterval {

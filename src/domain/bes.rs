@@ -45,7 +45,10 @@ pub enum Placeholder {
     Param(String),
 }
 
-const KINDS: [(&str, fn(String) -> Placeholder); 3] = [
+/// A placeholder's opening text and how to make it from its name.
+type Kind = (&'static str, fn(String) -> Placeholder);
+
+const KINDS: [Kind; 3] = [
     ("{in:", Placeholder::Input),
     ("{out:", Placeholder::Output),
     ("{param:", Placeholder::Param),

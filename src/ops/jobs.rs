@@ -43,12 +43,7 @@ pub async fn end_running_tasks(
     let info = ended_by(why);
     store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
     for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
-        let ending = Ending::Completed {
-            exit_code: None,
-            result: "failure",
-            failure_info: Some(&info),
-            satisfies_dependants: false,
-        };
+        let ending = Ending::stopped(&info);
         store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;
     }
     Ok(())
@@ -91,12 +86,7 @@ pub async fn stop_tasks_on_nodes(
     let info = ended_by("its node was removed or rebooted");
     for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
         let ending = match option {
-            NodeDeallocationOption::Terminate => Ending::Completed {
-                exit_code: None,
-                result: "failure",
-                failure_info: Some(&info),
-                satisfies_dependants: false,
-            },
+            NodeDeallocationOption::Terminate => Ending::stopped(&info),
             _ => Ending::Requeue,
         };
         store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+mod shared_key;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -69,23 +70,7 @@ impl Signed {
         let Some((account, key)) = self.credentials.lock().unwrap().clone() else {
             return;
         };
-        let date = chrono::Utc::now()
-            .format("%a, %d %b %Y %H:%M:%S GMT")
-            .to_string();
-        req.headers_mut().insert("ocp-date", date.parse().unwrap());
-        if let Some(len) = req.body().and_then(|b| b.as_bytes()).map(<[u8]>::len) {
-            req.headers_mut()
-                .insert("content-length", len.to_string().parse().unwrap());
-        }
-        let uri: reqwest::Url = req.url().clone();
-        let path_and_query = &uri[url::Position::BeforePath..];
-        let uri: axum_http::Uri = path_and_query.parse().unwrap();
-        let sts = batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), &account);
-        let sig = batchpool::api::auth::signature(&key, &sts).unwrap();
-        req.headers_mut().insert(
-            "authorization",
-            format!("SharedKey {account}:{sig}").parse().unwrap(),
-        );
+        shared_key::sign(req, &account, &key);
     }
 }
 

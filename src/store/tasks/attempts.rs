@@ -37,6 +37,19 @@ pub enum Ending<'a> {
     Requeue,
 }
 
+impl<'a> Ending<'a> {
+    /// Stopped from outside (terminated, deleted, its node removed): a failure without an exit
+    /// code, described by `info`, that its dependants do not count as met.
+    pub fn stopped(info: &'a Value) -> Self {
+        Ending::Completed {
+            exit_code: None,
+            result: "failure",
+            failure_info: Some(info),
+            satisfies_dependants: false,
+        }
+    }
+}
+
 /// Ends the task's current attempt if it is still `attempt` (None: whatever attempt, for a task
 /// that may not be running) and in one of `from` states. Releases its node's slots.
 pub async fn end_attempt(

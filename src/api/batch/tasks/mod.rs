@@ -136,7 +136,7 @@ pub async fn terminate(
     let task = find(&app, &job, &task_id).await?;
     let info = ops::jobs::ended_by("terminated by a user");
     let mut tx = app.db.begin().await?;
-    let ending = ended_by_user(&info);
+    let ending = Ending::stopped(&info);
     let ended = store::tasks::end_attempt(
         &mut tx,
         task.pk,
@@ -210,7 +210,7 @@ pub async fn delete(
     let task = find(&app, &job, &task_id).await?;
     let mut tx = app.db.begin().await?;
     let info = ops::jobs::ended_by("the task was deleted");
-    let ending = ended_by_user(&info);
+    let ending = Ending::stopped(&info);
     let was_running =
         store::tasks::end_attempt(&mut tx, task.pk, None, &[TaskState::Running], ending)
             .await?
@@ -228,16 +228,6 @@ pub async fn delete(
             .await;
     }
     Ok(StatusCode::OK.into_response())
-}
-
-/// A task a user ends fails without an exit code; its dependants do not count it as met.
-fn ended_by_user(info: &Value) -> Ending<'_> {
-    Ending::Completed {
-        exit_code: None,
-        result: "failure",
-        failure_info: Some(info),
-        satisfies_dependants: false,
-    }
 }
 
 /// A write's conditional headers, checked against the task as it is.
