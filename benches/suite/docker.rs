@@ -102,6 +102,8 @@ pub async fn allocation(docker: &Docker, nodes: usize, concurrency: usize) {
     .await;
     s.wait_idle_nodes("alloc", nodes).await;
     let up = started.elapsed().as_secs_f64();
+    // Azure refuses a resize until the last one is over (steady), as we do: wait as a client would.
+    s.wait_steady("alloc").await;
     let started = Instant::now();
     s.create(
         "/pools/alloc/resize",

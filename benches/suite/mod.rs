@@ -178,6 +178,12 @@ impl Server {
         }
     }
 
+    pub async fn wait_steady(&self, pool: &str) {
+        while self.get(&format!("/pools/{pool}")).await["allocationState"] != "steady" {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn wait_completed(&self, job: &str, count: usize) {
         loop {
             let c = self.get(&format!("/jobs/{job}/taskcounts")).await;

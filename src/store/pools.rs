@@ -169,7 +169,8 @@ async fn refusal(db: impl PgExecutor<'_>, account: &str, id: &str) -> sqlx::Resu
     })
 }
 
-/// Starts a resize of a steady, active pool.
+/// Starts a resize of a steady, active pool. A refusal names the state that refused it: a pool
+/// that the allocator made steady between the update and the re-read is resized after all.
 pub async fn resize(
     db: &sqlx::PgPool,
     account: &str,
@@ -178,6 +179,26 @@ pub async fn resize(
     resize_timeout_ticks: Option<i64>,
     deallocation: Option<NodeDeallocationOption>,
 ) -> sqlx::Result<Result<(), Refused>> {
+    for _ in 0..3 {
+        if start_resize(db, account, id, target, resize_timeout_ticks, deallocation).await? {
+            return Ok(Ok(()));
+        }
+        match refusal(db, account, id).await? {
+            Refused::NotSteady(AllocationState::Steady) => continue,
+            refused => return Ok(Err(refused)),
+        }
+    }
+    refusal(db, account, id).await.map(Err)
+}
+
+async fn start_resize(
+    db: &sqlx::PgPool,
+    account: &str,
+    id: &str,
+    target: i32,
+    resize_timeout_ticks: Option<i64>,
+    deallocation: Option<NodeDeallocationOption>,
+) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE pools SET target_dedicated_nodes = $3, \
             resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
@@ -193,10 +214,7 @@ pub async fn resize(
     )
     .execute(db)
     .await?;
-    if done.rows_affected() == 1 {
-        return Ok(Ok(()));
-    }
-    refusal(db, account, id).await.map(Err)
+    Ok(done.rows_affected() == 1)
 }
 
 /// Asks a resizing pool to stop. A steady pool has nothing to stop, which is not an error.
