@@ -274,3 +274,76 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
         (2, 2)
     );
 }
+
+/// Each rotation replaces the key it names and leaves the other working: for an account's
+/// Shared Key keys and for a web service's keys (made in SQL).
+#[tokio::test]
+async fn rotating_one_key_leaves_the_other() {
+    let db = migrated().await;
+    assert!(store::accounts::create(&db, "acct", "p0", "s0")
+        .await
+        .unwrap());
+    let keys = |db: PgPool| async move {
+        let k = store::accounts::get(&db, "acct").await.unwrap().unwrap();
+        (k.primary_key, k.secondary_key)
+    };
+    assert!(store::accounts::rotate(&db, "acct", true, "s1")
+        .await
+        .unwrap());
+    assert_eq!(keys(db.clone()).await, ("p0".to_string(), "s1".to_string()));
+    assert!(store::accounts::rotate(&db, "acct", false, "p1")
+        .await
+        .unwrap());
+    assert_eq!(keys(db.clone()).await, ("p1".to_string(), "s1".to_string()));
+    assert!(!store::accounts::rotate(&db, "nobody", false, "p2")
+        .await
+        .unwrap());
+
+    let def = store::services::ServiceDef {
+        title: None,
+        description: None,
+        image: None,
+        command: "true".into(),
+        inputs: json!({}),
+        outputs: json!({}),
+        global_parameters: json!({}),
+        billing_plan: "plan".into(),
+    };
+    let (svc, created) = store::services::upsert(&db, "acct", "ns", "svc", &def)
+        .await
+        .unwrap();
+    assert!(created);
+    for secondary in [true, false] {
+        let before = store::services::get_by_pk(&db, svc.pk)
+            .await
+            .unwrap()
+            .unwrap();
+        let key = store::services::regenerate_key(&db, svc.pk, secondary)
+            .await
+            .unwrap();
+        let after = store::services::get_by_pk(&db, svc.pk)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.len(), 64, "two UUIDs without dashes");
+        let pair = |row: &store::services::ServiceRow| {
+            (row.primary_key.clone(), row.secondary_key.clone())
+        };
+        let expected = if secondary {
+            (before.primary_key.clone(), key.clone())
+        } else {
+            (key.clone(), before.secondary_key.clone())
+        };
+        assert_eq!(
+            pair(&after),
+            expected,
+            "regenerating the secondary: {secondary}"
+        );
+        assert_ne!(pair(&after), pair(&before));
+    }
+    let (again, created) = store::services::upsert(&db, "acct", "ns", "SVC", &def)
+        .await
+        .unwrap();
+    assert!(!created, "the same name, in any case, is replaced");
+    assert_eq!(again.pk, svc.pk);
+}

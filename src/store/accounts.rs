@@ -58,22 +58,15 @@ pub async fn rotate(
     secondary: bool,
     key: &str,
 ) -> sqlx::Result<bool> {
-    let done = if secondary {
-        sqlx::query!(
-            "UPDATE accounts SET secondary_key = $2, keys_rotated_at = now() WHERE name = $1",
-            name,
-            key,
-        )
-        .execute(db)
-        .await?
-    } else {
-        sqlx::query!(
-            "UPDATE accounts SET primary_key = $2, keys_rotated_at = now() WHERE name = $1",
-            name,
-            key,
-        )
-        .execute(db)
-        .await?
-    };
+    let done = sqlx::query!(
+        "UPDATE accounts SET primary_key = CASE WHEN $3 THEN primary_key ELSE $2 END, \
+            secondary_key = CASE WHEN $3 THEN $2 ELSE secondary_key END, keys_rotated_at = now() \
+         WHERE name = $1",
+        name,
+        key,
+        secondary,
+    )
+    .execute(db)
+    .await?;
     Ok(done.rows_affected() == 1)
 }

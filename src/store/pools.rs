@@ -180,7 +180,22 @@ pub async fn resize(
     deallocation: Option<NodeDeallocationOption>,
 ) -> sqlx::Result<Result<(), Refused>> {
     for _ in 0..3 {
-        if start_resize(db, account, id, target, resize_timeout_ticks, deallocation).await? {
+        let done = sqlx::query!(
+            "UPDATE pools SET target_dedicated_nodes = $3, \
+                resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
+                node_deallocation_option = coalesce($5, node_deallocation_option), \
+                allocation_state = 'resizing', allocation_state_transition_time = now(), \
+                resize_errors = '[]', last_modified = now() \
+             WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' AND allocation_state = 'steady'",
+            account,
+            id,
+            target,
+            resize_timeout_ticks,
+            deallocation.map(|d| d.as_str()),
+        )
+        .execute(db)
+        .await?;
+        if done.rows_affected() == 1 {
             return Ok(Ok(()));
         }
         match refusal(db, account, id).await? {
@@ -189,32 +204,6 @@ pub async fn resize(
         }
     }
     refusal(db, account, id).await.map(Err)
-}
-
-async fn start_resize(
-    db: &sqlx::PgPool,
-    account: &str,
-    id: &str,
-    target: i32,
-    resize_timeout_ticks: Option<i64>,
-    deallocation: Option<NodeDeallocationOption>,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query!(
-        "UPDATE pools SET target_dedicated_nodes = $3, \
-            resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
-            node_deallocation_option = coalesce($5, node_deallocation_option), \
-            allocation_state = 'resizing', allocation_state_transition_time = now(), \
-            resize_errors = '[]', last_modified = now() \
-         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' AND allocation_state = 'steady'",
-        account,
-        id,
-        target,
-        resize_timeout_ticks,
-        deallocation.map(|d| d.as_str()),
-    )
-    .execute(db)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// Asks a resizing pool to stop. A steady pool has nothing to stop, which is not an error.

@@ -169,23 +169,16 @@ pub async fn regenerate_key(
     secondary: bool,
 ) -> sqlx::Result<String> {
     // New keys are made in SQL so they never pass through a log line or a bind parameter.
-    if secondary {
-        sqlx::query_scalar!(
-            "UPDATE services SET secondary_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
-                last_modified = now() WHERE pk = $1 RETURNING secondary_key",
-            pk,
-        )
-        .fetch_one(db)
-        .await
-    } else {
-        sqlx::query_scalar!(
-            "UPDATE services SET primary_key = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), \
-                last_modified = now() WHERE pk = $1 RETURNING primary_key",
-            pk,
-        )
-        .fetch_one(db)
-        .await
-    }
+    sqlx::query_scalar!(
+        r#"UPDATE services s SET primary_key = CASE WHEN $2 THEN s.primary_key ELSE k.key END,
+            secondary_key = CASE WHEN $2 THEN k.key ELSE s.secondary_key END, last_modified = now()
+         FROM (SELECT replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '') AS key) k
+         WHERE s.pk = $1 RETURNING k.key AS "key!""#,
+        pk,
+        secondary,
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// The Pool Service's view of an account: its key and quotas.
