@@ -9,6 +9,46 @@
 pub const CLASSIC_ACCOUNT: &str = ".classic";
 pub const CLASSIC_POOL: &str = "classic";
 
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// BES's AzureBlobDataReference, as clients send it (all four may be null or absent).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "PascalCase")]
+pub struct DataReference {
+    #[serde(default)]
+    pub connection_string: Option<String>,
+    #[serde(default)]
+    pub relative_location: Option<String>,
+    #[serde(default)]
+    pub base_location: Option<String>,
+    #[serde(default)]
+    pub sas_blob_token: Option<String>,
+}
+
+/// A BES job as the API checked it: the command with its placeholders filled, the image of its
+/// service, and where each input and output is (the reference as the client gave it, and its
+/// file in the task's working directory). Stored as the job's `request` and read back whole by
+/// the driver.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct JobRequest {
+    pub command: String,
+    pub image: Option<String>,
+    pub inputs: BTreeMap<String, Placed>,
+    pub outputs: BTreeMap<String, Placed>,
+    pub params: BTreeMap<String, String>,
+}
+
+/// An input or output of a job: its reference (None: an output with no place of its own, which
+/// goes under the Batch File Conventions only) and its file in the working directory.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct Placed {
+    #[serde(rename = "ref")]
+    pub reference: Option<DataReference>,
+    pub file: String,
+}
+
 wire_enum!(
     /// A BES job's phase, as the bes_jobs table stores it.
     Phase {
@@ -34,8 +74,6 @@ impl Phase {
         }
     }
 }
-
-use std::collections::BTreeMap;
 
 /// One placeholder of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +215,34 @@ pub fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows written before the request was typed (a hand-built JSON object) read back as the
+    /// type, and the type writes that same shape.
+    #[test]
+    fn a_stored_request_reads_back_in_the_shape_it_was_written() {
+        let stored = serde_json::json!({
+            "command": "cp inputs/a.csv outputs/o",
+            "image": null,
+            "inputs": {"a": {"ref": {"ConnectionString": "UseDevelopmentStorage=true",
+                                      "RelativeLocation": "c/a.csv", "BaseLocation": null,
+                                      "SasBlobToken": null}, "file": "inputs/a.csv"}},
+            "outputs": {"o": {"ref": null, "file": "outputs/o"}},
+            "params": {"n": "1"},
+        });
+        let request: JobRequest = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(request.inputs["a"].file, "inputs/a.csv");
+        assert_eq!(
+            request.inputs["a"]
+                .reference
+                .as_ref()
+                .unwrap()
+                .relative_location
+                .as_deref(),
+            Some("c/a.csv")
+        );
+        assert_eq!(request.outputs["o"].reference, None);
+        assert_eq!(serde_json::to_value(&request).unwrap(), stored);
+    }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

@@ -13,24 +13,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
-use serde::{Deserialize, Serialize};
 
+pub use crate::domain::bes::DataReference;
 pub use azure::{parse_connection_string, read_sas, AzureAccount};
 pub use conventions::job_container;
-
-/// BES's AzureBlobDataReference, as clients send it (all four may be null or absent).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "PascalCase")]
-pub struct DataReference {
-    #[serde(default)]
-    pub connection_string: Option<String>,
-    #[serde(default)]
-    pub relative_location: Option<String>,
-    #[serde(default)]
-    pub base_location: Option<String>,
-    #[serde(default)]
-    pub sas_blob_token: Option<String>,
-}
 
 /// Why a reference cannot be used, with BES's detail code.
 #[derive(Debug, Clone, PartialEq)]

@@ -112,7 +112,7 @@ impl BesJobDriver {
 fn demand(jobs: &[&BesJobRow]) -> BTreeMap<String, (Option<String>, i32)> {
     let mut wanted: BTreeMap<String, (Option<String>, i32)> = BTreeMap::new();
     for job in jobs {
-        let image = job.request["image"].as_str().map(String::from);
+        let image = job.request.image.clone();
         wanted
             .entry(classic_pool_id(image.as_deref()))
             .or_insert((image, 0))

@@ -7,7 +7,7 @@ use chrono::Utc;
 use serde_json::{Map, Value};
 
 use super::{transfer, BesJobDriver, Config, TASK_ID};
-use crate::domain::bes::{Phase, CLASSIC_ACCOUNT};
+use crate::domain::bes::{Phase, Placed, CLASSIC_ACCOUNT};
 use crate::storage::{self, Blob, BlobError, DataReference, Roots};
 use crate::store;
 use crate::store::services::BesJobRow;
@@ -21,10 +21,12 @@ struct Conventions<'a> {
 }
 
 impl<'a> Conventions<'a> {
-    fn new(job: &BesJobRow, outputs: &Map<String, Value>, config: &'a Config) -> Self {
-        let home = outputs
+    fn new(job: &BesJobRow, config: &'a Config) -> Self {
+        let home = job
+            .request
+            .outputs
             .values()
-            .filter_map(|o| serde_json::from_value::<DataReference>(o["ref"].clone()).ok())
+            .filter_map(|o| o.reference.clone())
             .find(|r| {
                 r.connection_string
                     .as_deref()
@@ -69,17 +71,13 @@ impl BesJobDriver {
                 )
                 .await;
         };
-        let outputs = job.request["outputs"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        let conventions = Conventions::new(job, &outputs, &self.config);
+        let conventions = Conventions::new(job, &self.config);
         self.store_logs(job, &conventions).await?;
         if result.as_deref() != Some("success") {
             let why = failure_reason(exit_code, failure.as_ref());
             return self.fail_command(job, why, &conventions).await;
         }
-        let Some(results) = self.store_outputs(job, &outputs, &conventions).await? else {
+        let Some(results) = self.store_outputs(job, &conventions).await? else {
             return Ok(());
         };
         if store::services::finish(
@@ -140,12 +138,11 @@ impl BesJobDriver {
     async fn store_outputs(
         &self,
         job: &BesJobRow,
-        outputs: &Map<String, Value>,
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<Option<Map<String, Value>>> {
         let mut results = Map::new();
         let now = Utc::now();
-        for (name, output) in outputs {
+        for (name, output) in &job.request.outputs {
             let Some(stored) = self.store_output(job, name, output, conventions).await? else {
                 return Ok(None);
             };
@@ -163,10 +160,10 @@ impl BesJobDriver {
         &self,
         job: &BesJobRow,
         name: &str,
-        output: &Value,
+        output: &Placed,
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<Option<Blob>> {
-        let file = output["file"].as_str().unwrap_or_default();
+        let file = output.file.as_str();
         let local = self.task_dir(job).join("wd").join(file);
         if local.with(|root, rel| root.metadata(rel)).await.is_err() {
             self.fail(job, format!("The command wrote no output {name:?} (expected {file} in its working directory).")).await?;
@@ -174,11 +171,10 @@ impl BesJobDriver {
         }
         let file_name = file.rsplit('/').next().unwrap_or(file).to_string();
         let under_conventions = conventions.blob(format!("{TASK_ID}/$TaskOutput/{file_name}"))?;
-        let destination =
-            match serde_json::from_value::<Option<DataReference>>(output["ref"].clone())? {
-                Some(r) => storage::resolve(&r, &self.config.roots)?,
-                None => under_conventions.clone(),
-            };
+        let destination = match &output.reference {
+            Some(r) => storage::resolve(r, &self.config.roots)?,
+            None => under_conventions.clone(),
+        };
         if let Err(e) = transfer::upload(&self.http, local.clone(), &destination).await {
             let details = format!("Output {name:?} could not be written (InvalidBlob): {e:#}");
             self.fail(job, details).await?;

@@ -9,7 +9,6 @@ use super::{classic_pool_id, transfer, BesJobDriver, TASK_ID};
 use crate::domain::bes::Phase;
 use crate::domain::duration::IsoDuration;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
-use crate::storage::DataReference;
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -33,14 +32,14 @@ impl BesJobDriver {
         let wd = self.task_dir(job).join("wd");
         wd.join("inputs").create_dir_all().await?;
         wd.join("outputs").create_dir_all().await?;
-        let inputs = job.request["inputs"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        for (name, input) in &inputs {
-            let r: DataReference = serde_json::from_value(input["ref"].clone())?;
-            let file = input["file"].as_str().unwrap_or_default();
-            if let Err(e) = transfer::download(&r, &self.config.roots, wd.join(file)).await {
+        for (name, input) in &job.request.inputs {
+            // The API accepts an input only with a readable place.
+            let Some(r) = &input.reference else {
+                self.fail(job, format!("Input {name:?} has no location."))
+                    .await?;
+                return Ok(false);
+            };
+            if let Err(e) = transfer::download(r, &self.config.roots, wd.join(&input.file)).await {
                 let details = format!("Input {name:?} could not be read (InvalidBlob): {e}");
                 self.fail(job, details).await?;
                 return Ok(false);
@@ -88,7 +87,7 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
     let pool_id = job
         .pool_id
         .clone()
-        .unwrap_or_else(|| classic_pool_id(job.request["image"].as_str()));
+        .unwrap_or_else(|| classic_pool_id(job.request.image.as_deref()));
     store::jobs::NewJob {
         account: job.run_account.clone(),
         id: job.id.clone(),
@@ -116,10 +115,7 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
     store::tasks::NewTask {
         id: TASK_ID.into(),
         display_name: Some("BES job".into()),
-        command_line: job.request["command"]
-            .as_str()
-            .unwrap_or("false")
-            .to_string(),
+        command_line: job.request.command.clone(),
         environment: json!([{"name": "BES_JOB_ID", "value": job.id}]),
         required_slots: 1,
         max_wall_clock_ticks: None,

@@ -2,9 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgExecutor;
 
-use crate::domain::bes::Phase;
+use crate::domain::bes::{JobRequest, Phase};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct BesJobRow {
@@ -13,7 +14,8 @@ pub struct BesJobRow {
     pub service_pk: i64,
     pub run_account: String,
     pub pool_id: Option<String>,
-    pub request: Value,
+    /// What to run and move, as the API checked it.
+    pub request: Json<JobRequest>,
     pub phase: Phase,
     pub results: Option<Value>,
     pub details: Option<String>,
@@ -28,7 +30,7 @@ macro_rules! select_bes_jobs {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             BesJobRow,
-            r#"SELECT pk, id, service_pk, run_account, pool_id, request, phase AS "phase: _", results, details, creation_time, start_time, end_time, last_modified FROM bes_jobs "# + $rest
+            r#"SELECT pk, id, service_pk, run_account, pool_id, request AS "request: _", phase AS "phase: _", results, details, creation_time, start_time, end_time, last_modified FROM bes_jobs "# + $rest
             $(, $arg)*
         )
     };
@@ -40,7 +42,7 @@ pub async fn insert_job(
     service_pk: i64,
     run_account: &str,
     pool_id: Option<&str>,
-    request: &Value,
+    request: &JobRequest,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO bes_jobs (id, service_pk, run_account, pool_id, request, phase) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -48,7 +50,7 @@ pub async fn insert_job(
         service_pk,
         run_account,
         pool_id,
-        request,
+        Json(request) as _,
         Phase::NotStarted.as_str(),
     )
     .execute(db)

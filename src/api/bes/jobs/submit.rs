@@ -115,13 +115,13 @@ pub async fn submit(
         .map_err(BesError::internal)?;
     let pool_id = body.azure_batch_pool_id.filter(|p| !p.trim().is_empty());
     let run_account = run_account(&app, &service, pool_id.as_deref()).await?;
-    let request = json!({
-        "command": command,
-        "image": service.image,
-        "inputs": inputs.json,
-        "outputs": outputs.json,
-        "params": params,
-    });
+    let request = bes::JobRequest {
+        command,
+        image: service.image.clone(),
+        inputs: inputs.placed,
+        outputs: outputs.placed,
+        params,
+    };
     let id = bes::new_id();
     store::services::insert_job(
         &app.db,
@@ -286,25 +286,28 @@ fn global_parameters(
     Ok(params)
 }
 
-/// Where a job's inputs or outputs are: by port name, the reference and the file for the job
-/// request, and the file alone for the command template.
+/// Where a job's inputs or outputs are, by port name: for the job request, and the file alone
+/// for the command template.
 #[derive(Default)]
-struct Placed {
-    json: serde_json::Map<String, Value>,
+struct Placements {
+    placed: BTreeMap<String, bes::Placed>,
     files: BTreeMap<String, String>,
 }
 
-impl Placed {
+impl Placements {
     fn add(&mut self, name: &str, r: Option<&DataReference>, file: String) {
         self.files.insert(name.to_string(), file.clone());
-        self.json
-            .insert(name.to_string(), json!({"ref": r, "file": file}));
+        let placed = bes::Placed {
+            reference: r.cloned(),
+            file,
+        };
+        self.placed.insert(name.to_string(), placed);
     }
 }
 
 /// Every input resolved and read now (all at once), so that a bad reference is refused here.
-async fn readable_inputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesResult<Placed> {
-    let mut placed = Placed::default();
+async fn readable_inputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesResult<Placements> {
+    let mut placed = Placements::default();
     let mut checks = Vec::new();
     for (name, ext) in declared {
         let r = &given[name];
@@ -323,8 +326,8 @@ async fn readable_inputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesR
 
 /// Every output, with its override (which must resolve, and be a blob of the declared
 /// extension) or none (the server's storage).
-fn placed_outputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesResult<Placed> {
-    let mut placed = Placed::default();
+fn placed_outputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesResult<Placements> {
+    let mut placed = Placements::default();
     for (name, ext) in declared {
         let r = given.get(name);
         if let Some(r) = r {
