@@ -70,7 +70,7 @@ pub struct StartTask {
 }
 
 /// A name and value of `environmentSettings` (pools' start tasks, jobs, tasks).
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 pub struct EnvironmentSetting {
     pub name: String,
     pub value: Option<String>,

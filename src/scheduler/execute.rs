@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::Value;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -357,20 +356,10 @@ impl Executor {
 
     /// The job's common environment, then the task's, then the `AZ_BATCH_*` variables.
     fn environment(&self, a: &AttemptRow, node_id: &str) -> Vec<(String, String)> {
-        let pairs = |v: &Value| -> Vec<(String, String)> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| {
-                    Some((
-                        e["name"].as_str()?.to_string(),
-                        e["value"].as_str().unwrap_or_default().to_string(),
-                    ))
-                })
-                .collect()
-        };
-        let mut env = pairs(&a.common_environment);
-        env.extend(pairs(&a.environment));
+        let mut env: Vec<(String, String)> = (a.common_environment.iter())
+            .chain(a.environment.iter())
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
         let at = Placement {
             server_id: &self.server_id,
             account: &a.account,

@@ -4,9 +4,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::{PgExecutor, Postgres, Transaction};
 
 use crate::domain::job::{TaskFailureMode, TaskState};
+use crate::domain::pool::EnvironmentSetting;
 
 /// The attempt that ended, as the follow-up bookkeeping needs it.
 #[derive(Debug, sqlx::FromRow)]
@@ -288,8 +290,8 @@ pub struct AttemptRow {
     /// Whether the node still exists and is up.
     pub node_alive: bool,
     pub command_line: String,
-    pub environment: Value,
-    pub common_environment: Value,
+    pub environment: Json<Vec<EnvironmentSetting>>,
+    pub common_environment: Json<Vec<EnvironmentSetting>>,
     pub max_wall_clock_ticks: Option<i64>,
     pub start_time: Option<DateTime<Utc>>,
     pub retry_count: i32,
@@ -304,7 +306,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment, j.common_environment, t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", "# + $tail
             $(, $arg)*
         )
     };
