@@ -186,46 +186,23 @@ async fn wire_details_the_sdks_rely_on() {
 
     // Conditional requests, with the etag quoted as the SDK sends it.
     let quoted = format!("\"{etag}\"");
-    let resp = s
-        .http
-        .get(format!("{}/pools/w", s.base))
-        .header("if-none-match", &quoted)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 304);
-    let resp = s
-        .http
-        .get(format!("{}/pools/w", s.base))
-        .header("if-match", "\"0x1\"")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 412);
-    let resp = s
-        .http
-        .get(format!("{}/pools/w", s.base))
-        .header("if-match", &quoted)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let resp = s
-        .http
-        .get(format!("{}/pools/w", s.base))
-        .header("if-modified-since", &last_modified)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 304);
-    let resp = s
-        .http
-        .get(format!("{}/pools/w", s.base))
-        .header("if-unmodified-since", "Mon, 01 Jan 2024 00:00:00 GMT")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 412);
+    let cases = [
+        ("if-none-match", quoted.as_str(), 304),
+        ("if-match", "\"0x1\"", 412),
+        ("if-match", quoted.as_str(), 200),
+        ("if-modified-since", last_modified.as_str(), 304),
+        ("if-unmodified-since", "Mon, 01 Jan 2024 00:00:00 GMT", 412),
+    ];
+    for (header, value, status) in cases {
+        let resp = s
+            .http
+            .get(format!("{}/pools/w", s.base))
+            .header(header, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), status, "GET with {header}: {value}");
+    }
 
     // Writes honour them too: a stale If-Match changes nothing.
     let resp = s

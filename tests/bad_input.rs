@@ -70,71 +70,61 @@ async fn bad_pool_requests_are_refused_and_change_nothing() {
         "the known sizes are listed: {reason}"
     );
 
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": -1}),
-        )
-        .await;
-    azure_error(status, &body, 400, "InvalidPropertyValue");
-    assert_eq!(
-        value_of(&body, "PropertyName"),
-        Some("targetDedicatedNodes")
-    );
-
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 6}),
-        )
-        .await;
-    azure_error(status, &body, 409, "AccountQuotaExceeded");
-    assert_eq!(value_of(&body, "Quota"), Some("5"));
-
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": "two"}),
-        )
-        .await;
-    azure_error(status, &body, 400, "InvalidPropertyValue");
-    assert_eq!(
-        value_of(&body, "PropertyName"),
-        Some("targetDedicatedNodes")
-    );
-
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "resizeTimeout": "15 minutes"}),
-        )
-        .await;
-    azure_error(status, &body, 400, "InvalidPropertyValue");
-    assert_eq!(value_of(&body, "PropertyName"), Some("resizeTimeout"));
-
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "taskSlotsPerNode": 0}),
-        )
-        .await;
-    azure_error(status, &body, 400, "InvalidPropertyValue");
-    assert_eq!(value_of(&body, "PropertyName"), Some("taskSlotsPerNode"));
-
-    let (status, body) = s.post("/pools", &json!({"id": "p", "vmSize": "standard_a1", "taskSchedulingPolicy": {"nodeFillType": "random"}})).await;
-    azure_error(status, &body, 400, "InvalidPropertyValue");
-
-    let (status, body) = s
-        .post(
-            "/pools",
-            &json!({"id": "p", "vmSize": "standard_a1", "startTask": {"waitForSuccess": true}}),
-        )
-        .await;
-    azure_error(status, &body, 400, "MissingRequiredProperty");
-    assert_eq!(
-        value_of(&body, "PropertyName"),
-        Some("startTask.commandLine")
-    );
+    // Each bad property of a pool: the status, the code and the detail Azure names.
+    let base = json!({"id": "p", "vmSize": "standard_a1"});
+    let cases = [
+        (
+            json!({"targetDedicatedNodes": -1}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "targetDedicatedNodes"),
+        ),
+        (
+            json!({"targetDedicatedNodes": 6}),
+            409,
+            "AccountQuotaExceeded",
+            ("Quota", "5"),
+        ),
+        (
+            json!({"targetDedicatedNodes": "two"}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "targetDedicatedNodes"),
+        ),
+        (
+            json!({"resizeTimeout": "15 minutes"}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "resizeTimeout"),
+        ),
+        (
+            json!({"taskSlotsPerNode": 0}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "taskSlotsPerNode"),
+        ),
+        (
+            json!({"taskSchedulingPolicy": {"nodeFillType": "random"}}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "taskSchedulingPolicy.nodeFillType"),
+        ),
+        (
+            json!({"startTask": {"waitForSuccess": true}}),
+            400,
+            "MissingRequiredProperty",
+            ("PropertyName", "startTask.commandLine"),
+        ),
+    ];
+    for (bad, status, code, (key, value)) in cases {
+        let mut body = base.clone();
+        body.as_object_mut()
+            .unwrap()
+            .extend(bad.as_object().unwrap().clone());
+        let (got, answer) = s.post("/pools", &body).await;
+        azure_error(got, &answer, status, code);
+        assert_eq!(value_of(&answer, key), Some(value), "{bad}: {answer}");
+    }
 
     // Ids are unique regardless of case, as on Azure.
     let (status, body) = s

@@ -704,51 +704,42 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
             "3",
         ],
     );
-    let (status, body) = bearer(
-        &s,
-        Method::POST,
-        "/poolservice/pools",
-        &ps,
-        Some(json!({"NumberOfVMs": 4, "SwaggerLocation": swagger})),
-    )
-    .await;
-    assert_eq!(
-        (status, detail(&body)),
-        (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded")
-    );
-    let (status, body) = bearer(
-        &s,
-        Method::POST,
-        "/poolservice/pools",
-        &ps,
-        Some(json!({"Id": "first", "NumberOfVMs": 0, "SwaggerLocation": swagger})),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = bearer(
-        &s,
-        Method::POST,
-        "/poolservice/pools",
-        &ps,
-        Some(json!({"NumberOfVMs": 0, "SwaggerLocation": swagger})),
-    )
-    .await;
-    assert_eq!(
-        (status, detail(&body)),
-        (StatusCode::CONFLICT, "MaxPoolsExceeded")
-    );
-    let (status, body) = bearer(
-        &s,
-        Method::POST,
-        "/poolservice/pools/first/resize",
-        &ps,
-        Some(json!({"NumberOfVMs": 9})),
-    )
-    .await;
-    assert_eq!(
-        (status, detail(&body)),
-        (StatusCode::CONFLICT, "MaxVMsPerPoolExceeded")
-    );
+    // In order: each request sees the pools the ones before it made.
+    let steps = [
+        (
+            "/poolservice/pools",
+            json!({"NumberOfVMs": 4, "SwaggerLocation": swagger}),
+            StatusCode::CONFLICT,
+            "MaxVMsPerPoolExceeded",
+        ),
+        (
+            "/poolservice/pools",
+            json!({"Id": "first", "NumberOfVMs": 0, "SwaggerLocation": swagger}),
+            StatusCode::CREATED,
+            "",
+        ),
+        (
+            "/poolservice/pools",
+            json!({"NumberOfVMs": 0, "SwaggerLocation": swagger}),
+            StatusCode::CONFLICT,
+            "MaxPoolsExceeded",
+        ),
+        (
+            "/poolservice/pools/first/resize",
+            json!({"NumberOfVMs": 9}),
+            StatusCode::CONFLICT,
+            "MaxVMsPerPoolExceeded",
+        ),
+    ];
+    for (path, request, status, code) in steps {
+        let (got, body) = bearer(&s, Method::POST, path, &ps, Some(request.clone())).await;
+        let got_code = if got.is_success() { "" } else { detail(&body) };
+        assert_eq!(
+            (got, got_code),
+            (status, code),
+            "POST {path} {request}: {body}"
+        );
+    }
     let (_, list) = bearer(&s, Method::GET, "/poolservice/pools", &ps, None).await;
     assert_eq!(list["value"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["value"][0]["NumberOfVMs"], 0);
