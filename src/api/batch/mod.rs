@@ -5,6 +5,7 @@ pub mod files;
 pub mod jobs;
 pub mod nodes;
 pub mod pools;
+pub mod support;
 pub mod tasks;
 
 use std::sync::Arc;

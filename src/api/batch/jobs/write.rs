@@ -4,7 +4,7 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::props::{
     check_max_parallel, check_pool_info, check_priority, check_retry_count, env_json,
@@ -12,6 +12,7 @@ use super::props::{
 };
 use super::{check_write, find, lock_open_job};
 use crate::api::batch::pools::MetadataItem;
+use crate::api::batch::support::{refuse_unsupported, JOB_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{created, resource_headers, BaseUrl, Conditions, Ctx};
@@ -36,9 +37,9 @@ pub struct JobCreate {
     uses_task_dependencies: Option<bool>,
     common_environment_settings: Option<Vec<EnvironmentSetting>>,
     metadata: Option<Vec<MetadataItem>>,
-    job_manager_task: Option<Value>,
-    job_preparation_task: Option<Value>,
-    job_release_task: Option<Value>,
+    /// The properties above are those that work; any other is refused or ignored by `JOB_ADD`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 /// PATCH and PUT share these fields; PATCH changes what is given, PUT resets what is not.
@@ -89,19 +90,7 @@ pub async fn create(
 fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
     let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
-    for (name, given) in [
-        ("jobManagerTask", &body.job_manager_task),
-        ("jobPreparationTask", &body.job_preparation_task),
-        ("jobReleaseTask", &body.job_release_task),
-    ] {
-        if given.is_some() {
-            return Err(ApiError::invalid_property(
-                name,
-                "",
-                "not supported by this server; add ordinary tasks instead",
-            ));
-        }
-    }
+    refuse_unsupported(JOB_ADD, "", &body.rest)?;
     let constraints = body.constraints.unwrap_or_default();
     let props = JobProps {
         priority: check_priority(body.priority.unwrap_or(0))?,

@@ -4,6 +4,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use super::DEFAULT_RESIZE_TIMEOUT_SECS;
+use crate::api::batch::support::{refuse_unsupported, START_TASK};
 use crate::api::error::{ApiError, ApiResult};
 use crate::domain::pool::{NodeDeallocationOption, StartTask};
 use crate::domain::IsoDuration;
@@ -64,6 +65,9 @@ pub(super) fn deallocation_option(o: &str) -> ApiResult<NodeDeallocationOption> 
 }
 
 pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
+    if let Some(fields) = raw.as_object() {
+        refuse_unsupported(START_TASK, "startTask.", fields)?;
+    }
     let task: StartTask = serde_json::from_value(raw.clone())
         .map_err(|e| ApiError::invalid_property("startTask", raw.to_string(), e.to_string()))?;
     match task.command_line.as_deref() {

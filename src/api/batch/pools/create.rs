@@ -3,10 +3,11 @@
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::checks::{check_resize_timeout, check_start_task, check_target, refuse_low_priority};
 use super::MetadataItem;
+use crate::api::batch::support::{refuse_unsupported, POOL_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{created, BaseUrl, Ctx};
@@ -37,6 +38,9 @@ pub struct PoolCreate {
     task_slots_per_node: Option<i32>,
     task_scheduling_policy: Option<SchedulingPolicy>,
     metadata: Option<Vec<MetadataItem>>,
+    /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +102,7 @@ pub async fn create(
 fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
     let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    refuse_unsupported(POOL_ADD, "", &body.rest)?;
     let (vm_size, size) = vm_size(app, body.vm_size)?;
     let target = body.target_dedicated_nodes.unwrap_or(0);
     check_target(target, app.settings.max_nodes_per_pool)?;

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::api::batch::jobs::{check_retry_count, env_json};
+use crate::api::batch::support::{refuse_unsupported, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::domain::ids::check_id;
 use crate::domain::job::ExitConditions;
@@ -140,22 +141,10 @@ pub struct TaskCreate {
     constraints: Option<TaskConstraints>,
     depends_on: Option<Value>,
     exit_conditions: Option<Value>,
-    multi_instance_settings: Option<Value>,
-    /// Accepted and echoed back (resourceFiles, outputFiles, containerSettings, userIdentity, ...).
+    /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
 }
-
-/// Fields kept as sent and echoed back.
-const ECHOED: &[&str] = &[
-    "resourceFiles",
-    "outputFiles",
-    "containerSettings",
-    "userIdentity",
-    "affinityInfo",
-    "applicationPackageReferences",
-    "authenticationTokenSettings",
-];
 
 /// Checks one task against its job and pool; `known` is what its dependencies may name.
 pub(super) fn validate(
@@ -167,13 +156,7 @@ pub(super) fn validate(
     let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
     let command_line = command_line(t.command_line)?;
-    if t.multi_instance_settings.is_some() {
-        return Err(ApiError::invalid_property(
-            "multiInstanceSettings",
-            "",
-            "multi-instance (MPI) tasks are not supported",
-        ));
-    }
+    refuse_unsupported(TASK_ADD, "", &t.rest)?;
     let required_slots = required_slots(t.required_slots, job, pool_slots)?;
     let c = t.constraints.unwrap_or_default();
     let max_task_retry_count = c.retry_count(job)?;
@@ -198,7 +181,7 @@ pub(super) fn validate(
         dependency_ids: deps.ids,
         dependency_ranges: deps.ranges,
         exit_conditions,
-        extra: Value::Object(echoed(t.rest)),
+        extra: Value::Object(Map::new()),
     })
 }
 
@@ -293,12 +276,6 @@ fn exit_conditions(raw: Value) -> ApiResult<Value> {
         .check()
         .map_err(|(name, value)| ApiError::invalid_property(&name, value, "not a known value"))?;
     Ok(raw)
-}
-
-fn echoed(rest: Map<String, Value>) -> Map<String, Value> {
-    rest.into_iter()
-        .filter(|(k, _)| ECHOED.contains(&k.as_str()))
-        .collect()
 }
 
 /// What a batch's dependencies may name: the job's existing tasks and the batch's own. Nothing

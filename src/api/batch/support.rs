@@ -1,0 +1,230 @@
+//! What this server does with each property of the Azure Batch add bodies. Each property either works,
+//! as Azure documents it, or is refused with a 400 that names it and the feature. Nothing is stored
+//! and then ignored. `tests/compat.rs` walks every property the official SDKs send
+//! (tests/data/batch_properties.json) against these tables. For a property that works, it checks
+//! that the test named here exists. For a refused one, it checks that a request carrying it is
+//! refused and creates nothing.
+
+use serde_json::{Map, Value};
+
+use crate::api::error::{ApiError, ApiResult};
+
+/// What happens to one property.
+#[derive(Clone, Copy, Debug)]
+pub enum Support {
+    /// Carried out; the test (`file.rs::function`) shows it working.
+    Works(&'static str),
+    /// Refused whenever it asks for something: the feature, for the message.
+    Refused(&'static str),
+    /// Works for the values the test uses; `refuses` (JSON) is a value that is refused.
+    Partly {
+        works: &'static str,
+        refuses: &'static str,
+    },
+}
+
+use Support::{Partly, Refused, Works};
+
+/// A body's properties and what happens to each.
+pub type Table = &'static [(&'static str, Support)];
+
+pub const POOL_ADD: Table = &[
+    (
+        "applicationLicenses",
+        Refused("application licenses (Azure's licensed renderers)"),
+    ),
+    (
+        "applicationPackageReferences",
+        Refused("application packages"),
+    ),
+    ("autoScaleEvaluationInterval", Refused("autoscale formulas")),
+    ("autoScaleFormula", Refused("autoscale formulas")),
+    ("certificateReferences", Refused("certificates")),
+    (
+        "cloudServiceConfiguration",
+        Refused("Cloud Services pools (use virtualMachineConfiguration)"),
+    ),
+    ("displayName", Works("pools.rs::pool_lifecycle")),
+    (
+        "enableAutoScale",
+        Partly {
+            works: "compat.rs::fixed_size_pools_take_what_asks_for_nothing",
+            refuses: "true",
+        },
+    ),
+    (
+        "enableInterNodeCommunication",
+        Refused("inter-node communication (multi-instance tasks)"),
+    ),
+    ("id", Works("pools.rs::pool_lifecycle")),
+    ("metadata", Works("pools.rs::pool_lifecycle")),
+    ("mountConfiguration", Refused("file system mounts on nodes")),
+    (
+        "networkConfiguration",
+        Refused("pool network configuration"),
+    ),
+    ("resizeTimeout", Works("pools.rs::pool_lifecycle")),
+    ("resourceTags", Refused("Azure resource tags")),
+    ("startTask", Works("pools.rs::start_task")),
+    ("targetDedicatedNodes", Works("pools.rs::pool_lifecycle")),
+    (
+        "targetLowPriorityNodes",
+        Partly {
+            works: "compat.rs::fixed_size_pools_take_what_asks_for_nothing",
+            refuses: "1",
+        },
+    ),
+    (
+        "targetNodeCommunicationMode",
+        Refused("node communication modes"),
+    ),
+    ("taskSchedulingPolicy", Works("pools.rs::pool_lifecycle")),
+    ("taskSlotsPerNode", Works("pools.rs::pool_lifecycle")),
+    ("upgradePolicy", Refused("node OS upgrade policies")),
+    ("userAccounts", Refused("user accounts on nodes")),
+    (
+        "virtualMachineConfiguration",
+        Works("pools.rs::missing_image_gives_a_clear_error_not_a_hang"),
+    ),
+    ("vmSize", Works("pools.rs::pool_lifecycle")),
+];
+
+pub const START_TASK: Table = &[
+    ("commandLine", Works("pools.rs::start_task")),
+    ("containerSettings", Refused("a container per start task")),
+    ("environmentSettings", Works("pools.rs::start_task")),
+    ("maxTaskRetryCount", Works("pools.rs::start_task")),
+    (
+        "resourceFiles",
+        Refused("resource files (downloads before the start task)"),
+    ),
+    (
+        "userIdentity",
+        Refused("user identities (tasks run as the node's own user)"),
+    ),
+    ("waitForSuccess", Works("pools.rs::start_task")),
+];
+
+pub const JOB_ADD: Table = &[
+    (
+        "allowTaskPreemption",
+        Refused("task preemption by higher-priority jobs"),
+    ),
+    (
+        "commonEnvironmentSettings",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    (
+        "constraints",
+        Works("jobs.rs::terminate_disable_and_job_completion"),
+    ),
+    (
+        "displayName",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    ("id", Works("jobs.rs::dependencies")),
+    ("jobManagerTask", Refused("job manager tasks")),
+    ("jobPreparationTask", Refused("job preparation tasks")),
+    ("jobReleaseTask", Refused("job release tasks")),
+    (
+        "maxParallelTasks",
+        Works("jobs.rs::terminate_disable_and_job_completion"),
+    ),
+    (
+        "metadata",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    ("networkConfiguration", Refused("job network configuration")),
+    (
+        "onAllTasksComplete",
+        Works("jobs.rs::terminate_disable_and_job_completion"),
+    ),
+    (
+        "onTaskFailure",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    (
+        "poolInfo",
+        Partly {
+            works: "jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it",
+            refuses: r#"{"autoPoolSpecification": {"poolLifetimeOption": "job"}}"#,
+        },
+    ),
+    (
+        "priority",
+        Works("jobs.rs::priority_then_age_then_task_order"),
+    ),
+    ("usesTaskDependencies", Works("jobs.rs::dependencies")),
+];
+
+pub const TASK_ADD: Table = &[
+    ("affinityInfo", Refused("node affinity")),
+    (
+        "applicationPackageReferences",
+        Refused("application packages"),
+    ),
+    (
+        "authenticationTokenSettings",
+        Refused("authentication tokens for tasks"),
+    ),
+    ("commandLine", Works("jobs.rs::slots_are_never_exceeded")),
+    (
+        "constraints",
+        Works("jobs.rs::retries_wall_clock_and_live_output"),
+    ),
+    ("containerSettings", Refused("a container per task")),
+    ("dependsOn", Works("jobs.rs::dependencies")),
+    (
+        "displayName",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    (
+        "environmentSettings",
+        Works("compat.rs::job_and_task_settings_reach_the_task"),
+    ),
+    ("exitConditions", Works("jobs.rs::dependencies")),
+    ("id", Works("jobs.rs::dependencies")),
+    (
+        "multiInstanceSettings",
+        Refused("multi-instance (MPI) tasks"),
+    ),
+    (
+        "outputFiles",
+        Refused("output files (uploads after the task)"),
+    ),
+    ("requiredSlots", Works("jobs.rs::slots_are_never_exceeded")),
+    (
+        "resourceFiles",
+        Refused("resource files (downloads before the task)"),
+    ),
+    (
+        "userIdentity",
+        Refused("user identities (tasks run as the node's own user)"),
+    ),
+];
+
+/// Whether a value asks for anything: null, false, an empty list or an empty object do not.
+fn asks(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
+/// Refuses the first property of `body` that the table refuses and that asks for something, by
+/// its name under `prefix` (e.g. "startTask.").
+pub fn refuse_unsupported(table: Table, prefix: &str, body: &Map<String, Value>) -> ApiResult<()> {
+    for (name, support) in table {
+        let Refused(feature) = support else { continue };
+        if let Some(value) = body.get(*name).filter(|v| asks(v)) {
+            return Err(ApiError::invalid_property(
+                &format!("{prefix}{name}"),
+                value.to_string(),
+                format!("not supported by this server: {feature}"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! Every property the official SDKs can send in a pool, job, task or start task body either works,
+//! or is refused with a 400 that names it. None is stored and then ignored. The SDKs' properties are
+//! tests/data/batch_properties.json (scripts/batch-properties.py reads them from azure-batch 15.1.0
+//! and 14.2.0). What the server does with each one is `api::batch::support`.
+
+mod common;
+
+use std::path::Path;
+
+use batchpool::api::batch::support::{self, Support, Table};
+use common::{Rt, TestServer};
+use serde_json::{json, Value};
+
+/// Each SDK body, its table, and the name prefix a refusal gives.
+const BODIES: &[(&str, Table, &str)] = &[
+    ("pool add", support::POOL_ADD, ""),
+    ("job add", support::JOB_ADD, ""),
+    ("task add", support::TASK_ADD, ""),
+    ("start task", support::START_TASK, "startTask."),
+];
+
+fn sdk_properties() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/batch_properties.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The text of the test function `file.rs::name`, if there is one.
+fn test_body(reference: &str) -> Option<String> {
+    let (file, name) = reference.split_once("::")?;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(file);
+    let text = std::fs::read_to_string(path).ok()?;
+    let start = text.find(&format!("fn {name}("))?;
+    let rest = &text[start..];
+    let end = rest[1..]
+        .find("\nasync fn ")
+        .or_else(|| rest[1..].find("\nfn "))
+        .map_or(rest.len(), |e| e + 1);
+    Some(rest[..end].to_string())
+}
+
+/// A value of the JSON kind the SDK gives a property that asks for something.
+fn asking_value(kind: &str) -> Value {
+    match kind {
+        "array" => json!([{}]),
+        "boolean" => json!(true),
+        "integer" => json!(1),
+        "string" => json!("x"),
+        _ => json!({"x": 1}),
+    }
+}
+
+#[test]
+fn every_sdk_property_works_or_is_refused() {
+    let sdk = sdk_properties();
+    let docs = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/compatibility.md"),
+    )
+    .unwrap();
+    let mut wrong = Vec::new();
+    for (body, table, prefix) in BODIES {
+        let props = sdk["bodies"][*body].as_object().unwrap();
+        for prop in props.keys() {
+            let Some((_, support)) = table.iter().find(|(name, _)| name == prop) else {
+                wrong.push(format!("{body}: {prop} is neither working nor refused"));
+                continue;
+            };
+            let shown_by = match support {
+                Support::Works(test) | Support::Partly { works: test, .. } => Some(test),
+                Support::Refused(_) => None,
+            };
+            if let Some(test) = shown_by {
+                match test_body(test) {
+                    None => wrong.push(format!(
+                        "{body}: {prop} names the test {test}, which does not exist"
+                    )),
+                    Some(text) if !text.contains(&format!("\"{prop}\"")) => {
+                        wrong.push(format!("{body}: {prop}: the test {test} never sends it"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if !matches!(support, Support::Works(_)) && !docs.contains(&format!("`{prefix}{prop}`"))
+            {
+                wrong.push(format!(
+                    "{body}: docs/compatibility.md does not list `{prefix}{prop}`"
+                ));
+            }
+        }
+        for (name, _) in table.iter() {
+            if !props.contains_key(*name) {
+                wrong.push(format!(
+                    "{body}: {name} is in the table but no SDK sends it"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Adds `extra` to a JSON object.
+fn with(mut base: Value, extra: &[(&str, Value)]) -> Value {
+    for (k, v) in extra {
+        base[*k] = v.clone();
+    }
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_properties_are_refused_by_name_and_create_nothing() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1"});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    assert_eq!(
+        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    let sdk = sdk_properties();
+    let mut refused = 0;
+    for (body, table, prefix) in BODIES {
+        for (prop, support) in table.iter() {
+            let value = match support {
+                Support::Works(_) => continue,
+                Support::Refused(_) => asking_value(sdk["bodies"][*body][*prop].as_str().unwrap()),
+                Support::Partly { refuses, .. } => serde_json::from_str(refuses).unwrap(),
+            };
+            let (path, request, made) = match *body {
+                "pool add" => (
+                    "/pools",
+                    with(
+                        json!({"id": "made", "vmSize": "standard_a1"}),
+                        &[(prop, value)],
+                    ),
+                    "/pools/made",
+                ),
+                "start task" => (
+                    "/pools",
+                    json!({"id": "made", "vmSize": "standard_a1", "startTask": with(json!({"commandLine": "true"}), &[(prop, value)])}),
+                    "/pools/made",
+                ),
+                "job add" => (
+                    "/jobs",
+                    with(
+                        json!({"id": "made", "poolInfo": {"poolId": "p"}}),
+                        &[(prop, value)],
+                    ),
+                    "/jobs/made",
+                ),
+                _ => (
+                    "/jobs/j/tasks",
+                    with(
+                        json!({"id": "made", "commandLine": "true"}),
+                        &[(prop, value)],
+                    ),
+                    "/jobs/j/tasks/made",
+                ),
+            };
+            let (status, answer) = s.post(path, &request).await;
+            assert_eq!(status, 400, "{body} {prop}: {request} -> {answer}");
+            assert_eq!(answer["code"], "InvalidPropertyValue", "{answer}");
+            let named = answer["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["key"] == "PropertyName");
+            // The property, or the part of it that is refused (poolInfo.autoPoolSpecification).
+            let named = named.unwrap()["value"].as_str().unwrap();
+            assert!(
+                named.starts_with(&format!("{prefix}{prop}")),
+                "{body} {prop}: {answer}"
+            );
+            assert_eq!(
+                s.get(made).await.0,
+                404,
+                "{body} {prop}: a refused request made {made}"
+            );
+            refused += 1;
+        }
+    }
+    assert!(refused >= 25, "only {refused} refusals were tried");
+}
+
+/// What asks for nothing is taken: autoscale off, no low-priority nodes, empty lists of refused
+/// features. The pool is an ordinary fixed-size pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_size_pools_take_what_asks_for_nothing() {
+    let s = TestServer::start(Rt::Local).await;
+    let body = json!({
+        "id": "fixed", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "enableAutoScale": false, "targetLowPriorityNodes": 0, "enableInterNodeCommunication": false,
+        "applicationPackageReferences": [], "userAccounts": [],
+        "startTask": {"commandLine": "true", "resourceFiles": [], "waitForSuccess": true},
+    });
+    let (status, answer) = s.post("/pools", &body).await;
+    assert_eq!(status, 201, "{answer}");
+    s.wait_nodes("fixed", 1, "idle").await;
+    let (_, pool) = s.get("/pools/fixed").await;
+    assert_eq!(pool["enableAutoScale"], false, "{pool}");
+    assert_eq!(pool["targetLowPriorityNodes"], 0, "{pool}");
+    assert_eq!(pool["currentDedicatedNodes"], 1, "{pool}");
+}
+
+/// A job's display name, metadata, common environment and onTaskFailure, and a task's display
+/// name and environment, all do what Azure documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_and_task_settings_reach_the_task() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    let job = json!({
+        "id": "j", "displayName": "the job", "poolInfo": {"poolId": "p"},
+        "metadata": [{"name": "team", "value": "render"}],
+        "commonEnvironmentSettings": [{"name": "FROM_JOB", "value": "job-value"}],
+        "onTaskFailure": "performexitoptionsjobaction",
+    });
+    let (status, answer) = s.post("/jobs", &job).await;
+    assert_eq!(status, 201, "{answer}");
+    s.add_tasks(
+        "j",
+        vec![json!({
+            "id": "env", "displayName": "the task", "commandLine": "/bin/sh -c 'echo \"$FROM_JOB $FROM_TASK\"'",
+            "environmentSettings": [{"name": "FROM_TASK", "value": "task-value"}],
+        })],
+    )
+    .await;
+    let task = s.wait_task("j", "env", "completed").await;
+    assert_eq!(task["displayName"], "the task");
+    assert_eq!(task["executionInfo"]["exitCode"], 0, "{task}");
+    let stdout = s.file("/jobs/j/tasks/env/files/stdout.txt").await.unwrap();
+    assert_eq!(stdout.trim(), "job-value task-value");
+    let (_, read) = s.get("/jobs/j").await;
+    assert_eq!(
+        (read["displayName"].clone(), read["metadata"].clone()),
+        (job["displayName"].clone(), job["metadata"].clone())
+    );
+
+    // onTaskFailure=performexitoptionsjobaction: a failure whose exit options say terminate ends
+    // the job.
+    s.add_tasks(
+        "j",
+        vec![json!({
+            "id": "fails", "commandLine": "/bin/sh -c 'exit 3'",
+            "exitConditions": {"exitCodes": [{"code": 3, "exitOptions": {"jobAction": "terminate"}}]},
+        })],
+    )
+    .await;
+    s.wait_task("j", "fails", "completed").await;
+    let ended = common::wait_for("the job to be completed", || async {
+        let (_, j) = s.get("/jobs/j").await;
+        (j["state"] == "completed").then_some(j)
+    })
+    .await;
+    assert_eq!(
+        ended["executionInfo"]["terminateReason"], "TaskFailed",
+        "{ended}"
+    );
+}
