@@ -49,19 +49,24 @@ def properties_14(model) -> dict:
 
 if hasattr(m, "BatchPoolCreateOptions"):
     sdk, read = "15.1.0", properties_15
-    bodies = {"pool add": m.BatchPoolCreateOptions, "job add": m.BatchJobCreateOptions,
-              "task add": m.BatchTaskCreateOptions, "start task": m.BatchStartTask}
+    bodies = {"pool add": [m.BatchPoolCreateOptions], "job add": [m.BatchJobCreateOptions],
+              "task add": [m.BatchTaskCreateOptions], "start task": [m.BatchStartTask],
+              "pool patch": [m.BatchPoolUpdateOptions], "pool replace": [m.BatchPoolReplaceOptions],
+              "pool resize": [m.BatchPoolResizeOptions], "job update": [m.BatchJobUpdateOptions]}
 else:
     sdk, read = "14.2.0", properties_14
-    bodies = {"pool add": m.PoolAddParameter, "job add": m.JobAddParameter, "task add": m.TaskAddParameter,
-              "start task": m.StartTask}
+    bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
+              "start task": [m.StartTask], "pool patch": [m.PoolPatchParameter],
+              "pool replace": [m.PoolUpdatePropertiesParameter], "pool resize": [m.PoolResizeParameter],
+              "job update": [m.JobPatchParameter, m.JobUpdateParameter], "task update": [m.TaskUpdateParameter]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})
-for name, model in bodies.items():
+for name, models in bodies.items():
     merged = doc["bodies"].setdefault(name, {})
-    for prop, k in read(model).items():
-        merged.setdefault(prop, k)
+    for model in models:
+        for prop, k in read(model).items():
+            merged.setdefault(prop, k)
     doc["bodies"][name] = dict(sorted(merged.items()))
 PATH.write_text(json.dumps(doc, indent=2) + "\n")
 print(f"{PATH}: " + ", ".join(f"{k} {len(v)}" for k, v in doc["bodies"].items()))

@@ -17,6 +17,11 @@ const BODIES: &[(&str, Table, &str)] = &[
     ("job add", support::JOB_ADD, ""),
     ("task add", support::TASK_ADD, ""),
     ("start task", support::START_TASK, "startTask."),
+    ("pool patch", support::POOL_PATCH, ""),
+    ("pool replace", support::POOL_REPLACE, ""),
+    ("pool resize", support::POOL_RESIZE, ""),
+    ("job update", support::JOB_UPDATE, ""),
+    ("task update", support::TASK_UPDATE, ""),
 ];
 
 fn sdk_properties() -> Value {
@@ -107,6 +112,83 @@ fn with(mut base: Value, extra: &[(&str, Value)]) -> Value {
     base
 }
 
+/// The request that sends `prop` in `body`, against pool `p` and job `j`, and the resource it
+/// would make or change.
+fn request_with(
+    body: &str,
+    prop: &str,
+    value: Value,
+) -> (reqwest::Method, &'static str, Value, &'static str) {
+    use reqwest::Method;
+    let pool = json!({"id": "made", "vmSize": "standard_a1"});
+    match body {
+        "pool add" => (
+            Method::POST,
+            "/pools",
+            with(pool, &[(prop, value)]),
+            "/pools/made",
+        ),
+        "start task" => {
+            let start_task = with(json!({"commandLine": "true"}), &[(prop, value)]);
+            (
+                Method::POST,
+                "/pools",
+                with(pool, &[("startTask", start_task)]),
+                "/pools/made",
+            )
+        }
+        "job add" => {
+            let job = json!({"id": "made", "poolInfo": {"poolId": "p"}});
+            (
+                Method::POST,
+                "/jobs",
+                with(job, &[(prop, value)]),
+                "/jobs/made",
+            )
+        }
+        "task add" => {
+            let task = json!({"id": "made", "commandLine": "true"});
+            (
+                Method::POST,
+                "/jobs/j/tasks",
+                with(task, &[(prop, value)]),
+                "/jobs/j/tasks/made",
+            )
+        }
+        "pool patch" => (
+            Method::PATCH,
+            "/pools/p",
+            with(json!({}), &[(prop, value)]),
+            "/pools/p",
+        ),
+        "pool replace" => {
+            let props = with(json!({"metadata": []}), &[(prop, value)]);
+            (Method::POST, "/pools/p/updateproperties", props, "/pools/p")
+        }
+        "pool resize" => {
+            let resize = with(json!({"targetDedicatedNodes": 0}), &[(prop, value)]);
+            (Method::POST, "/pools/p/resize", resize, "/pools/p")
+        }
+        "job update" => (
+            Method::PATCH,
+            "/jobs/j",
+            with(json!({}), &[(prop, value)]),
+            "/jobs/j",
+        ),
+        other => panic!("no request for {other}"),
+    }
+}
+
+/// What a GET of `path` shows: the resource, or the error code.
+async fn snapshot(s: &TestServer, path: &str) -> (reqwest::StatusCode, Value) {
+    let (status, body) = s.get(path).await;
+    if status.is_success() {
+        (status, body)
+    } else {
+        (status, body["code"].clone())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_properties_are_refused_by_name_and_create_nothing() {
     let s = TestServer::start(Rt::Local).await;
@@ -127,38 +209,9 @@ async fn refused_properties_are_refused_by_name_and_create_nothing() {
                 Support::Refused(_) => asking_value(sdk["bodies"][*body][*prop].as_str().unwrap()),
                 Support::Partly { refuses, .. } => serde_json::from_str(refuses).unwrap(),
             };
-            let (path, request, made) = match *body {
-                "pool add" => (
-                    "/pools",
-                    with(
-                        json!({"id": "made", "vmSize": "standard_a1"}),
-                        &[(prop, value)],
-                    ),
-                    "/pools/made",
-                ),
-                "start task" => (
-                    "/pools",
-                    json!({"id": "made", "vmSize": "standard_a1", "startTask": with(json!({"commandLine": "true"}), &[(prop, value)])}),
-                    "/pools/made",
-                ),
-                "job add" => (
-                    "/jobs",
-                    with(
-                        json!({"id": "made", "poolInfo": {"poolId": "p"}}),
-                        &[(prop, value)],
-                    ),
-                    "/jobs/made",
-                ),
-                _ => (
-                    "/jobs/j/tasks",
-                    with(
-                        json!({"id": "made", "commandLine": "true"}),
-                        &[(prop, value)],
-                    ),
-                    "/jobs/j/tasks/made",
-                ),
-            };
-            let (status, answer) = s.post(path, &request).await;
+            let (method, path, request, watched) = request_with(body, prop, value);
+            let before = snapshot(&s, watched).await;
+            let (status, answer) = s.request(method, path, Some(&request)).await;
             assert_eq!(status, 400, "{body} {prop}: {request} -> {answer}");
             assert_eq!(answer["code"], "InvalidPropertyValue", "{answer}");
             let named = answer["values"]
@@ -173,9 +226,9 @@ async fn refused_properties_are_refused_by_name_and_create_nothing() {
                 "{body} {prop}: {answer}"
             );
             assert_eq!(
-                s.get(made).await.0,
-                404,
-                "{body} {prop}: a refused request made {made}"
+                snapshot(&s, watched).await,
+                before,
+                "{body} {prop}: a refused request changed {watched}"
             );
             refused += 1;
         }
@@ -258,4 +311,66 @@ async fn job_and_task_settings_reach_the_task() {
         ended["executionInfo"]["terminateReason"], "TaskFailed",
         "{ended}"
     );
+}
+
+/// PATCH of a job changes what it names: maxParallelTasks, onAllTasksComplete, metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_patch_changes_what_it_names() {
+    let s = TestServer::start(Rt::Local).await;
+    let (status, _) = s
+        .post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+        .await;
+    assert_eq!(status, 201);
+    // The task first: a job set to terminate when its tasks are done, with none, is done at once.
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "true"})])
+        .await;
+    let patch = json!({
+        "maxParallelTasks": 2, "onAllTasksComplete": "terminatejob",
+        "metadata": [{"name": "stage", "value": "two"}],
+    });
+    let (status, answer) = s
+        .request(reqwest::Method::PATCH, "/jobs/j", Some(&patch))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, job) = s.get("/jobs/j").await;
+    for key in ["maxParallelTasks", "onAllTasksComplete", "metadata"] {
+        assert_eq!(job[key], patch[key], "{key}: {job}");
+    }
+    // onAllTasksComplete=terminatejob acts: the job's one task done, the job completes.
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    common::wait_for("the job to complete with its tasks", || async {
+        let (_, j) = s.get("/jobs/j").await;
+        (j["state"] == "completed").then_some(())
+    })
+    .await;
+}
+
+/// Shrinking a pool with nodeDeallocationOption=terminate ends the running task as failed;
+/// targetLowPriorityNodes 0 asks for nothing and is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrinking_pool_honours_node_deallocation_option() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    assert_eq!(
+        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
+            .await
+            .0,
+        201
+    );
+    s.add_tasks("j", vec![json!({"id": "long", "commandLine": "sleep 300"})])
+        .await;
+    s.wait_task("j", "long", "running").await;
+    let resize = json!({"targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "terminate"});
+    let (status, answer) = s.post("/pools/p/resize", &resize).await;
+    assert_eq!(status, 202, "{answer}");
+    let task = s.wait_task("j", "long", "completed").await;
+    assert_eq!(task["executionInfo"]["result"], "failure", "{task}");
+    assert_eq!(
+        task["executionInfo"]["requeueCount"], 0,
+        "terminated, not requeued: {task}"
+    );
+    s.wait_nodes("p", 0, "idle").await;
 }

@@ -203,6 +203,129 @@ pub const TASK_ADD: Table = &[
     ),
 ];
 
+pub const POOL_PATCH: Table = &[
+    (
+        "applicationPackageReferences",
+        Refused("application packages"),
+    ),
+    ("certificateReferences", Refused("certificates")),
+    ("displayName", Refused("changing a pool's displayName")),
+    (
+        "enableInterNodeCommunication",
+        Refused("inter-node communication (multi-instance tasks)"),
+    ),
+    (
+        "metadata",
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
+    ),
+    ("mountConfiguration", Refused("file system mounts on nodes")),
+    (
+        "networkConfiguration",
+        Refused("pool network configuration"),
+    ),
+    (
+        "startTask",
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
+    ),
+    (
+        "targetNodeCommunicationMode",
+        Refused("node communication modes"),
+    ),
+    (
+        "taskSchedulingPolicy",
+        Refused("changing a pool's taskSchedulingPolicy"),
+    ),
+    (
+        "taskSlotsPerNode",
+        Refused("changing a pool's taskSlotsPerNode"),
+    ),
+    ("upgradePolicy", Refused("node OS upgrade policies")),
+    ("userAccounts", Refused("user accounts on nodes")),
+    (
+        "virtualMachineConfiguration",
+        Refused("changing a pool's virtualMachineConfiguration"),
+    ),
+    ("vmSize", Refused("changing a pool's vmSize")),
+];
+
+pub const POOL_REPLACE: Table = &[
+    (
+        "applicationPackageReferences",
+        Refused("application packages"),
+    ),
+    ("certificateReferences", Refused("certificates")),
+    (
+        "metadata",
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
+    ),
+    (
+        "startTask",
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
+    ),
+    (
+        "targetNodeCommunicationMode",
+        Refused("node communication modes"),
+    ),
+];
+
+pub const POOL_RESIZE: Table = &[
+    (
+        "nodeDeallocationOption",
+        Works("compat.rs::a_shrinking_pool_honours_node_deallocation_option"),
+    ),
+    ("resizeTimeout", Works("pools.rs::pool_lifecycle")),
+    ("targetDedicatedNodes", Works("pools.rs::pool_lifecycle")),
+    (
+        "targetLowPriorityNodes",
+        Partly {
+            works: "compat.rs::a_shrinking_pool_honours_node_deallocation_option",
+            refuses: "1",
+        },
+    ),
+];
+
+/// PATCH and PUT of a job.
+pub const JOB_UPDATE: Table = &[
+    (
+        "allowTaskPreemption",
+        Refused("task preemption by higher-priority jobs"),
+    ),
+    (
+        "constraints",
+        Works("jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it"),
+    ),
+    (
+        "maxParallelTasks",
+        Works("compat.rs::job_patch_changes_what_it_names"),
+    ),
+    (
+        "metadata",
+        Works("compat.rs::job_patch_changes_what_it_names"),
+    ),
+    ("networkConfiguration", Refused("job network configuration")),
+    (
+        "onAllTasksComplete",
+        Works("compat.rs::job_patch_changes_what_it_names"),
+    ),
+    (
+        "poolInfo",
+        Partly {
+            works: "jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it",
+            refuses: r#"{"autoPoolSpecification": {"poolLifetimeOption": "job"}}"#,
+        },
+    ),
+    (
+        "priority",
+        Works("jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it"),
+    ),
+];
+
+/// PUT of a task.
+pub const TASK_UPDATE: Table = &[(
+    "constraints",
+    Works("jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it"),
+)];
+
 /// Whether a value asks for anything: null, false, an empty list or an empty object do not.
 fn asks(value: &Value) -> bool {
     match value {

@@ -12,7 +12,7 @@ use super::props::{
 };
 use super::{check_write, find, lock_open_job};
 use crate::api::batch::pools::MetadataItem;
-use crate::api::batch::support::{refuse_unsupported, JOB_ADD};
+use crate::api::batch::support::{refuse_unsupported, JOB_ADD, JOB_UPDATE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{created, resource_headers, BaseUrl, Conditions, Ctx};
@@ -55,6 +55,9 @@ pub struct JobUpdate {
     on_all_tasks_complete: Option<String>,
     on_task_failure: Option<String>,
     metadata: Option<Vec<MetadataItem>>,
+    /// Refused or ignored by `JOB_UPDATE`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 pub async fn create(
@@ -139,6 +142,7 @@ pub async fn replace(
 }
 
 async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiResult<Response> {
+    refuse_unsupported(JOB_UPDATE, "", &body.rest)?;
     let mut tx = app.db.begin().await?;
     let job = lock_open_job(&mut tx, app, job_id).await?;
     let props = updated_props(&job, body, replace)?;

@@ -4,12 +4,13 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::checks::{
     check_resize_timeout, check_start_task, check_target, deallocation_option, refuse_low_priority,
 };
 use super::{answer, check_write, find, refusal, MetadataItem};
+use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
@@ -80,6 +81,9 @@ pub async fn stop_resize(
 pub struct PoolPatch {
     metadata: Option<Vec<MetadataItem>>,
     start_task: Option<Value>,
+    /// Refused or ignored by `POOL_PATCH`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 pub async fn patch(
@@ -89,6 +93,7 @@ pub async fn patch(
     conditions: Conditions,
     AzureJson(body): AzureJson<PoolPatch>,
 ) -> ApiResult<Response> {
+    refuse_unsupported(POOL_PATCH, "", &body.rest)?;
     check_write(&app, &pool_id, &conditions).await?;
     let metadata = body
         .metadata
@@ -112,6 +117,9 @@ pub async fn patch(
 pub struct PoolReplace {
     metadata: Option<Vec<MetadataItem>>,
     start_task: Option<Value>,
+    /// Refused or ignored by `POOL_REPLACE`.
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
 pub async fn update_properties(
@@ -121,6 +129,7 @@ pub async fn update_properties(
     conditions: Conditions,
     AzureJson(body): AzureJson<PoolReplace>,
 ) -> ApiResult<Response> {
+    refuse_unsupported(POOL_REPLACE, "", &body.rest)?;
     check_write(&app, &pool_id, &conditions).await?;
     let metadata = serde_json::to_value(
         body.metadata
