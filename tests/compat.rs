@@ -374,3 +374,47 @@ async fn a_shrinking_pool_honours_node_deallocation_option() {
     );
     s.wait_nodes("p", 0, "idle").await;
 }
+
+/// Operations Azure has and this server lacks are answered 400 naming the operation, not 404
+/// (which the SDKs report as a missing pool or job); a path Azure does not have stays 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_this_server_lacks_are_refused_by_name() {
+    use reqwest::Method;
+    let s = TestServer::start(Rt::Local).await;
+    let cases = [
+        (Method::GET, "/jobschedules", "job schedules"),
+        (Method::POST, "/jobschedules", "job schedules"),
+        (Method::GET, "/certificates", "certificates"),
+        (Method::GET, "/applications", "applications"),
+        (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
+        (Method::POST, "/pools/p/nodes/n/reimage", "reimaging nodes"),
+        (
+            Method::POST,
+            "/pools/p/nodes/n/disablescheduling",
+            "scheduling on nodes",
+        ),
+        (Method::POST, "/pools/p/enableautoscale", "autoscale"),
+        (
+            Method::DELETE,
+            "/jobs/j/tasks/t/files/stdout.txt",
+            "deleting task files",
+        ),
+        (
+            Method::DELETE,
+            "/pools/p/nodes/n/files/startup%2Fstdout.txt",
+            "deleting node files",
+        ),
+    ];
+    for (method, path, operation) in cases {
+        let (status, body) = s.request(method.clone(), path, Some(&json!({}))).await;
+        assert_eq!(status, 400, "{method} {path}: {body}");
+        assert_eq!(body["code"], "OperationNotSupported", "{body}");
+        let message = body["message"]["value"].as_str().unwrap();
+        assert!(message.contains(operation), "{method} {path}: {message}");
+    }
+    let (status, body) = s.get("/no/such/thing").await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (404, Some("ResourceNotFound"))
+    );
+}

@@ -14,6 +14,7 @@ mod query;
 pub mod request_id;
 pub mod serve;
 pub mod state;
+pub mod unsupported;
 
 use std::sync::Arc;
 
@@ -48,13 +49,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(bes::bearer_router())
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))
-        .fallback(|| async {
-            ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "ResourceNotFound",
-                "The specified resource does not exist.",
-            )
-        })
+        .fallback(unsupported::fallback)
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 axum::http::StatusCode::METHOD_NOT_ALLOWED,

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::api::state::AppState;
+use crate::api::unsupported;
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -36,7 +37,9 @@ pub fn router() -> Router<Arc<AppState>> {
         )
         .route(
             "/pools/{pool_id}/nodes/{node_id}/files/{*path}",
-            get(files::node_file).head(files::node_file),
+            get(files::node_file)
+                .head(files::node_file)
+                .delete(unsupported::refuse),
         )
         .route("/pools/{pool_id}/removenodes", post(pools::remove_nodes))
         .route(
@@ -82,6 +85,8 @@ pub fn router() -> Router<Arc<AppState>> {
         )
         .route(
             "/jobs/{job_id}/tasks/{task_id}/files/{*path}",
-            get(files::task_file).head(files::task_file),
+            get(files::task_file)
+                .head(files::task_file)
+                .delete(unsupported::refuse),
         )
 }
