@@ -22,6 +22,11 @@ const BODIES: &[(&str, Table, &str)] = &[
     ("pool resize", support::POOL_RESIZE, ""),
     ("job update", support::JOB_UPDATE, ""),
     ("task update", support::TASK_UPDATE, ""),
+    (
+        "exit conditions",
+        support::EXIT_CONDITIONS,
+        "exitConditions.",
+    ),
 ];
 
 fn sdk_properties() -> Value {
@@ -168,6 +173,11 @@ fn request_with(
         "pool resize" => {
             let resize = with(json!({"targetDedicatedNodes": 0}), &[(prop, value)]);
             (Method::POST, "/pools/p/resize", resize, "/pools/p")
+        }
+        "exit conditions" => {
+            let conditions = with(json!({}), &[(prop, value)]);
+            let task = json!({"id": "made", "commandLine": "true", "exitConditions": conditions});
+            (Method::POST, "/jobs/j/tasks", task, "/jobs/j/tasks/made")
         }
         "job update" => (
             Method::PATCH,
@@ -417,4 +427,33 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         (status.as_u16(), body["code"].as_str()),
         (404, Some("ResourceNotFound"))
     );
+}
+
+/// exitCodeRanges and default decide what a failure means for the task's dependants: both failing
+/// tasks here satisfy them, so the task depending on both runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_code_ranges_and_default_decide_what_a_failure_does() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "usesTaskDependencies": true});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    let satisfy = json!({"dependencyAction": "satisfy"});
+    s.add_tasks(
+        "j",
+        vec![
+            json!({"id": "ranged", "commandLine": "/bin/sh -c 'exit 7'",
+                   "exitConditions": {"exitCodeRanges": [{"start": 5, "end": 9, "exitOptions": satisfy}]}}),
+            json!({"id": "defaulted", "commandLine": "/bin/sh -c 'exit 2'",
+                   "exitConditions": {"default": satisfy}}),
+            json!({"id": "after", "commandLine": "true", "dependsOn": {"taskIds": ["ranged", "defaulted"]}}),
+        ],
+    )
+    .await;
+    for id in ["ranged", "defaulted"] {
+        let t = s.wait_task("j", id, "completed").await;
+        assert_eq!(t["executionInfo"]["result"], "failure", "{t}");
+    }
+    let after = s.wait_task("j", "after", "completed").await;
+    assert_eq!(after["executionInfo"]["exitCode"], 0, "{after}");
 }

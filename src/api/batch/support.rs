@@ -320,6 +320,28 @@ pub const JOB_UPDATE: Table = &[
     ),
 ];
 
+/// A task's `exitConditions`. Pre-processing and file upload errors come from resource and output
+/// files, which are refused, so their options could never apply.
+pub const EXIT_CONDITIONS: Table = &[
+    (
+        "default",
+        Works("compat.rs::exit_code_ranges_and_default_decide_what_a_failure_does"),
+    ),
+    (
+        "exitCodeRanges",
+        Works("compat.rs::exit_code_ranges_and_default_decide_what_a_failure_does"),
+    ),
+    ("exitCodes", Works("jobs.rs::dependencies")),
+    (
+        "fileUploadError",
+        Refused("output files (uploads after the task)"),
+    ),
+    (
+        "preProcessingError",
+        Refused("resource files (downloads before the task)"),
+    ),
+];
+
 /// PUT of a task.
 pub const TASK_UPDATE: Table = &[(
     "constraints",

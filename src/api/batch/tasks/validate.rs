@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::api::batch::jobs::{check_retry_count, env_json};
-use crate::api::batch::support::{refuse_unsupported, TASK_ADD};
+use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::domain::ids::check_id;
 use crate::domain::job::ExitConditions;
@@ -269,6 +269,9 @@ fn checked_dependencies(
 
 /// exitConditions are stored as sent, once they parse and name only known actions.
 fn exit_conditions(raw: Value) -> ApiResult<Value> {
+    if let Some(fields) = raw.as_object() {
+        refuse_unsupported(EXIT_CONDITIONS, "exitConditions.", fields)?;
+    }
     let parsed: ExitConditions = serde_json::from_value(raw.clone()).map_err(|e| {
         ApiError::invalid_property("exitConditions", raw.to_string(), e.to_string())
     })?;
