@@ -204,12 +204,7 @@ async fn refused_properties_are_refused_by_name_and_create_nothing() {
     let s = TestServer::start(Rt::Local).await;
     let pool = json!({"id": "p", "vmSize": "standard_a1"});
     assert_eq!(s.post("/pools", &pool).await.0, 201);
-    assert_eq!(
-        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
-            .await
-            .0,
-        201
-    );
+    s.job_on("j", "p").await;
     let sdk = sdk_properties();
     let mut refused = 0;
     for (body, table, prefix) in BODIES {
@@ -271,9 +266,7 @@ async fn fixed_size_pools_take_what_asks_for_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_and_task_settings_reach_the_task() {
     let s = TestServer::start(Rt::Local).await;
-    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
-    assert_eq!(s.post("/pools", &pool).await.0, 201);
-    s.wait_nodes("p", 1, "idle").await;
+    s.pool_of_one_idle_node("p").await;
     let job = json!({
         "id": "j", "displayName": "the job", "poolInfo": {"poolId": "p"},
         "metadata": [{"name": "team", "value": "render"}],
@@ -327,10 +320,7 @@ async fn job_and_task_settings_reach_the_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_patch_changes_what_it_names() {
     let s = TestServer::start(Rt::Local).await;
-    let (status, _) = s
-        .post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
-        .await;
-    assert_eq!(status, 201);
+    s.job_on("j", "p").await;
     // The task first: a job set to terminate when its tasks are done, with none, is done at once.
     s.add_tasks("j", vec![json!({"id": "t", "commandLine": "true"})])
         .await;
@@ -361,15 +351,8 @@ async fn job_patch_changes_what_it_names() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shrinking_pool_honours_node_deallocation_option() {
     let s = TestServer::start(Rt::Local).await;
-    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
-    assert_eq!(s.post("/pools", &pool).await.0, 201);
-    s.wait_nodes("p", 1, "idle").await;
-    assert_eq!(
-        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
-            .await
-            .0,
-        201
-    );
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
     s.add_tasks("j", vec![json!({"id": "long", "commandLine": "sleep 300"})])
         .await;
     s.wait_task("j", "long", "running").await;

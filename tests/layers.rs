@@ -4,7 +4,10 @@
 //! runs the wrong way fails here with its file and line. Crate-root items (`crate::install_tls`)
 //! belong to no layer.
 
-use std::path::{Path, PathBuf};
+#[path = "common/source.rs"]
+mod source;
+
+use std::path::Path;
 
 /// Each layer and the layers it may import.
 const ALLOWED: &[(&str, &[&str])] = &[
@@ -47,17 +50,6 @@ fn layer_of(src: &Path, file: &Path) -> Option<String> {
     Some(first.trim_end_matches(".rs").to_string())
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The layers a line names as `crate::LAYER`, including inside `use crate::{a, b::c}`.
 fn named_layers(line: &str, layers: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
@@ -87,8 +79,7 @@ fn named_layers(line: &str, layers: &[&str]) -> Vec<String> {
 fn imports_run_one_way() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let layers = layer_names();
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    let files = source::rust_files(&src);
     let mut wrong = Vec::new();
     for file in &files {
         let Some(layer) = layer_of(&src, file) else {

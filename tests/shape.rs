@@ -3,22 +3,14 @@
 //! file's first three lines for a file, or among the comments and attributes right above a function.
 //! Code is rustfmt-formatted, so a function ends at the first `}` at its own indentation.
 
-use std::path::{Path, PathBuf};
+#[path = "common/source.rs"]
+mod source;
+
+use std::path::Path;
 
 const MAX_FILE_LINES: usize = 400;
 const MAX_FN_LINES: usize = 80;
 const REASON: &str = "// Long: ";
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The indentation of a line that starts a function, if it does.
 fn fn_start(line: &str) -> Option<&str> {
@@ -80,9 +72,7 @@ fn file_too_long(text: &str) -> Option<usize> {
 #[test]
 fn functions_and_files_stay_short_or_say_why() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    files.sort();
+    let files = source::rust_files(&root.join("src"));
     let mut found = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();

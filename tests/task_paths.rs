@@ -201,15 +201,8 @@ fn memory(s: &TestServer, field: &str) -> u64 {
 async fn large_files_stream_in_constant_memory() {
     const SIZE: u64 = 200_000_000;
     let s = TestServer::start(Rt::Local).await;
-    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
-    assert_eq!(s.post("/pools", &body).await.0, 201);
-    s.wait_nodes("p", 1, "idle").await;
-    assert_eq!(
-        s.post("/jobs", &json!({"id": "j", "poolInfo": {"poolId": "p"}}))
-            .await
-            .0,
-        201
-    );
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
     let command = format!("head -c {SIZE} /dev/zero > big; printf end >> big");
     run_task(&s, "j", "big", &command).await;
     let url = format!("{}/jobs/j/tasks/big/files/wd/big", s.base);

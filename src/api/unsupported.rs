@@ -47,12 +47,8 @@ fn node_operation(method: &Method, rest: &[&str], last: &str) -> Option<&'static
     }
 }
 
-/// A route's answer for an operation it names but this server does not offer (DELETE of a file).
-pub async fn refuse(method: Method, uri: Uri) -> ApiError {
-    fallback(method, uri).await
-}
-
-/// The router's fallback: 400 for an operation this server lacks, else 404.
+/// The router's fallback, and the answer of routes to operations this server does not offer
+/// (DELETE of a file): 400 for an operation this server lacks, else 404.
 pub async fn fallback(method: Method, uri: Uri) -> ApiError {
     match operation(&method, uri.path()) {
         Some(what) => ApiError::new(

@@ -356,7 +356,9 @@ impl Executor {
 
     /// The job's common environment, then the task's, then the `AZ_BATCH_*` variables.
     fn environment(&self, a: &AttemptRow, node_id: &str) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = (a.common_environment.iter())
+        let mut env: Vec<(String, String)> = a
+            .common_environment
+            .iter()
             .chain(a.environment.iter())
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
             .collect();

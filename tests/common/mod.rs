@@ -585,6 +585,20 @@ impl TestServer {
     }
 
     /// Waits until the task is in `state`; returns it.
+    /// A pool of one node, once that node is idle.
+    pub async fn pool_of_one_idle_node(&self, pool: &str) {
+        let body =
+            serde_json::json!({"id": pool, "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+        let (status, answer) = self.post("/pools", &body).await;
+        assert_eq!(status, 201, "{answer}");
+        self.wait_nodes(pool, 1, "idle").await;
+    }
+    /// A job on `pool`, with Azure's defaults.
+    pub async fn job_on(&self, job: &str, pool: &str) {
+        let body = serde_json::json!({"id": job, "poolInfo": {"poolId": pool}});
+        let (status, answer) = self.post("/jobs", &body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
     pub async fn wait_task(&self, job: &str, task: &str, state: &str) -> Value {
         wait_for(&format!("task {job}/{task} to be {state}"), || async {
             let t = self.task(job, task).await;

@@ -39,7 +39,7 @@ pub fn router() -> Router<Arc<AppState>> {
             "/pools/{pool_id}/nodes/{node_id}/files/{*path}",
             get(files::node_file)
                 .head(files::node_file)
-                .delete(unsupported::refuse),
+                .delete(unsupported::fallback),
         )
         .route("/pools/{pool_id}/removenodes", post(pools::remove_nodes))
         .route(
@@ -87,6 +87,6 @@ pub fn router() -> Router<Arc<AppState>> {
             "/jobs/{job_id}/tasks/{task_id}/files/{*path}",
             get(files::task_file)
                 .head(files::task_file)
-                .delete(unsupported::refuse),
+                .delete(unsupported::fallback),
         )
 }

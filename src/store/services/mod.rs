@@ -110,8 +110,7 @@ pub async fn get(
     id: &str,
 ) -> sqlx::Result<Option<ServiceRow>> {
     select_services!(
-        "\
-         WHERE account = $1 AND lower(namespace) = lower($2) AND lower(id) = lower($3)",
+        "WHERE account = $1 AND lower(namespace) = lower($2) AND lower(id) = lower($3)",
         account,
         namespace,
         id,
