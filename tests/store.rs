@@ -78,6 +78,7 @@ fn new_task(id: &str, depends_on: &[&str]) -> tasks::NewTask {
         dependency_ranges: vec![],
         exit_conditions: None,
         extra: json!({}),
+        files: None,
     }
 }
 

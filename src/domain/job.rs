@@ -33,6 +33,10 @@ pub struct ExitConditions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exit_code_ranges: Vec<ExitCodeRangeMapping>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_processing_error: Option<ExitOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_upload_error: Option<ExitOptions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<ExitOptions>,
 }
 
@@ -74,8 +78,17 @@ impl ExitConditions {
     /// a match, success satisfies dependants and failure blocks them and terminates the job.
     pub fn verdict(&self, exit_code: i64) -> Verdict {
         let succeeded = exit_code == 0;
-        let options = self
-            .exit_codes
+        let options = self.for_code(exit_code).or(if succeeded {
+            None
+        } else {
+            self.default.as_ref()
+        });
+        Self::judged(succeeded, options)
+    }
+
+    /// The options an exit code names in exitCodes or exitCodeRanges.
+    fn for_code(&self, exit_code: i64) -> Option<&ExitOptions> {
+        self.exit_codes
             .iter()
             .find(|m| m.code == exit_code)
             .map(|m| &m.exit_options)
@@ -85,11 +98,26 @@ impl ExitConditions {
                     .find(|r| (r.start..=r.end).contains(&exit_code))
                     .map(|r| &r.exit_options)
             })
-            .or(if succeeded {
-                None
-            } else {
-                self.default.as_ref()
-            });
+    }
+
+    /// A task whose resource files could not be downloaded (its command never ran):
+    /// preProcessingError, else default.
+    pub fn pre_processing_verdict(&self) -> Verdict {
+        let options = self.pre_processing_error.as_ref().or(self.default.as_ref());
+        Self::judged(false, options)
+    }
+
+    /// A task whose output files could not be uploaded after it exited with `exit_code`: what
+    /// exitCodes or exitCodeRanges say of the code comes first, then fileUploadError, then default.
+    pub fn file_upload_verdict(&self, exit_code: i64) -> Verdict {
+        let options = self
+            .for_code(exit_code)
+            .or(self.file_upload_error.as_ref())
+            .or(self.default.as_ref());
+        Self::judged(false, options)
+    }
+
+    fn judged(succeeded: bool, options: Option<&ExitOptions>) -> Verdict {
         let dependency = options
             .and_then(|o| o.dependency_action.as_deref())
             .and_then(DependencyAction::parse)
@@ -120,6 +148,8 @@ impl ExitConditions {
             .iter()
             .map(|m| &m.exit_options)
             .chain(self.exit_code_ranges.iter().map(|r| &r.exit_options))
+            .chain(self.pre_processing_error.iter())
+            .chain(self.file_upload_error.iter())
             .chain(self.default.iter());
         for options in all {
             if let Some(a) = &options.job_action {

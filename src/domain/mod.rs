@@ -35,6 +35,7 @@ macro_rules! wire_enum {
 
 pub mod bes;
 pub mod duration;
+pub mod files;
 pub mod ids;
 pub mod lenient;
 pub mod metering;

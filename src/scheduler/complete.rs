@@ -7,7 +7,8 @@ use std::collections::{BTreeSet, HashSet};
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::domain::job::{ExitConditions, JobAction, TaskFailureMode, TaskState};
+use super::task_files::Failure;
+use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops::{self, jobs::failure};
 use crate::store::{self, tasks::AttemptRow, tasks::Ending};
@@ -16,6 +17,13 @@ use crate::store::{self, tasks::AttemptRow, tasks::Ending};
 #[derive(Clone, Debug)]
 pub enum Outcome {
     Exited(i64),
+    /// The command exited, but an output file could not be uploaded.
+    UploadFailed {
+        exit_code: i64,
+        failure: Failure,
+    },
+    /// A resource file could not be downloaded, so the command never ran.
+    NotPrepared(Failure),
     /// Killed at its maxWallClockTime.
     TimedOut,
     /// Its outcome cannot be known (its node went away, the runtime failed): run it again.
@@ -161,12 +169,16 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
                 let end = End::Completed {
                     exit_code,
                     result: "failure",
-                    satisfies_dependants: judged.dependency
-                        == crate::domain::job::DependencyAction::Satisfy,
+                    satisfies_dependants: judged.dependency == DependencyAction::Satisfy,
                 };
                 verdict(end, Some(info), judged.job_action)
             }
         }
+        Outcome::NotPrepared(f) => not_prepared(a, &conditions, f),
+        Outcome::UploadFailed {
+            exit_code,
+            failure: f,
+        } => upload_failed(&conditions, *exit_code, f),
         Outcome::TimedOut => {
             let limit = a
                 .max_wall_clock_ticks
@@ -187,5 +199,43 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
             tracing::warn!(task = %a.task_id, job = %a.job_id, %why, "the attempt's outcome is unknown; requeueing the task");
             verdict(End::Requeue, None, JobAction::None)
         }
+    }
+}
+
+/// Resource files could not be downloaded: the task is retried while it may be, then fails as
+/// its preProcessingError says.
+fn not_prepared(a: &AttemptRow, conditions: &ExitConditions, f: &Failure) -> Verdict {
+    let retries_left = a.max_task_retry_count == -1 || a.retry_count < a.max_task_retry_count;
+    if retries_left {
+        return Verdict {
+            end: End::Retry { exit_code: None },
+            failure_info: None,
+            job_action: JobAction::None,
+        };
+    }
+    let judged = conditions.pre_processing_verdict();
+    Verdict {
+        end: End::Completed {
+            exit_code: None,
+            result: "failure",
+            satisfies_dependants: judged.dependency == DependencyAction::Satisfy,
+        },
+        failure_info: Some(failure(f.code, f.message.clone())),
+        job_action: judged.job_action,
+    }
+}
+
+/// The command exited but an output file could not be uploaded: the task fails as its exit code's
+/// options, else fileUploadError, say.
+fn upload_failed(conditions: &ExitConditions, exit_code: i64, f: &Failure) -> Verdict {
+    let judged = conditions.file_upload_verdict(exit_code);
+    Verdict {
+        end: End::Completed {
+            exit_code: i32::try_from(exit_code).ok(),
+            result: "failure",
+            satisfies_dependants: judged.dependency == DependencyAction::Satisfy,
+        },
+        failure_info: Some(failure(f.code, f.message.clone())),
+        job_action: judged.job_action,
     }
 }

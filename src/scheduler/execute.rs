@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
 use super::start_task::{node_environment, Placement};
+use super::task_files;
 use super::Wakeups;
-use crate::runtime::{ExecSpec, Runtime};
+use crate::runtime::{ExecSpec, Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
 
 pub struct Executor {
@@ -29,6 +30,8 @@ pub struct Executor {
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches.
     outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
+    /// Fetches resource files from http(s) URLs.
+    http: reqwest::Client,
 }
 
 /// An attempt being watched.
@@ -66,6 +69,7 @@ impl Executor {
             running: Mutex::default(),
             shutdown,
             outcomes,
+            http: task_files::http_client(),
         });
         tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
         this
@@ -137,7 +141,8 @@ impl Executor {
                 _ => None,
             };
             if let Some(code) = Runtime::recorded_exit(&dirs, a.attempt).await {
-                complete::record(&self.db, &a, Outcome::Exited(code)).await?;
+                let outcome = task_files::after_exit(&self.http, &a, &dirs, code).await;
+                complete::record(&self.db, &a, outcome).await?;
                 finished += 1;
             } else if alive.is_some() {
                 self.spawn(a, alive);
@@ -263,9 +268,12 @@ impl Executor {
         });
         let (started, pid) = tokio::sync::oneshot::channel();
         let run = async {
-            if let Some(pid) = adopted {
+            let code = if let Some(pid) = adopted {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
+                if let Some(failure) = task_files::download_for(&self.http, a, &dirs).await {
+                    return Outcome::NotPrepared(failure);
+                }
                 let spec = ExecSpec {
                     command_line: a.command_line.clone(),
                     dirs: dirs.clone(),
@@ -276,6 +284,10 @@ impl Executor {
                     .exec(&self.server_id, &node_id, &spec, Some(started))
                     .await
                     .map_err(|e| format!("{e:#}"))
+            };
+            match code {
+                Ok(code) => task_files::after_exit(&self.http, a, &dirs, code).await,
+                Err(why) => Outcome::Lost(why),
             }
         };
         tokio::pin!(run);
@@ -292,10 +304,7 @@ impl Executor {
             }
         };
         let timed_out = tokio::select! {
-            result = &mut run => return Some(match result {
-                Ok(code) => Outcome::Exited(code),
-                Err(why) => Outcome::Lost(why),
-            }),
+            outcome = &mut run => return Some(outcome),
             _ = timeout => true,
             _ = kill.cancelled() => false,
             _ = self.shutdown.cancelled() => return None,
@@ -334,7 +343,7 @@ impl Executor {
     async fn wait_for_exit(
         &self,
         node_id: &str,
-        dirs: &crate::runtime::TaskDirs,
+        dirs: &TaskDirs,
         attempt: i32,
         pid: i32,
     ) -> Result<i64, String> {

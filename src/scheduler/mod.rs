@@ -8,6 +8,8 @@ pub mod complete;
 pub mod dispatch;
 pub mod execute;
 pub mod start_task;
+pub mod task_files;
+mod transfer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

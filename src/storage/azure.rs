@@ -167,6 +167,35 @@ pub(super) fn with_sas(
     })
 }
 
+/// A container URL with the caller's SAS as its query (`https://acct.blob.../c?sv=...&sig=...`,
+/// as Azure Batch's storageContainerUrl and containerUrl give it): the container's store.
+pub(super) fn container_with_sas(container_url: &str) -> Result<Arc<dyn ObjectStore>, BlobError> {
+    let url = url::Url::parse(container_url).map_err(|e| {
+        BlobError::new(
+            "InvalidBlob",
+            format!("{container_url:?} is not a URL: {e}"),
+        )
+    })?;
+    let (account_url, account, rest) = split_service_url(&url)?;
+    let container = rest.trim_matches('/');
+    if container.is_empty() || container.contains('/') {
+        return Err(BlobError::new(
+            "ContainerSegmentInvalid",
+            format!(
+                "{} names no container (expected <account URL>/<container>?<SAS>).",
+                url.path()
+            ),
+        ));
+    }
+    let pairs = signed_sas_pairs(url.query().unwrap_or_default())?;
+    azure_store(
+        &account_url,
+        &account,
+        container,
+        AzureCredential::Sas(pairs),
+    )
+}
+
 /// A SAS token's query pairs. One with no signature is refused here, where the error can say why.
 fn signed_sas_pairs(sas: &str) -> Result<Vec<(String, String)>, BlobError> {
     let pairs: Vec<(String, String)> =
@@ -252,16 +281,39 @@ pub fn read_sas(
     blob: &str,
     expiry: DateTime<Utc>,
 ) -> String {
+    service_sas(account, &format!("{container}/{blob}"), "b", "r", expiry)
+}
+
+/// A service SAS granting `permissions` (Azure's letters, in its order: `racwdl`) on a whole
+/// container until `expiry`: what a storageContainerUrl or an output containerUrl carries.
+pub fn container_sas(
+    account: &AzureAccount,
+    container: &str,
+    permissions: &str,
+    expiry: DateTime<Utc>,
+) -> String {
+    service_sas(account, container, "c", permissions, expiry)
+}
+
+fn service_sas(
+    account: &AzureAccount,
+    path: &str,
+    resource: &str,
+    permissions: &str,
+    expiry: DateTime<Utc>,
+) -> String {
     let se = expiry.format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let resource = format!("/blob/{}/{container}/{blob}", account.name);
+    let canonical = format!("/blob/{}/{path}", account.name);
     // sv 2020-12-06 and later: permissions, start, expiry, resource, identifier, IP, protocol,
     // version, resource type, snapshot time, encryption scope, then five response headers.
-    let to_sign = format!("r\n\n{se}\n{resource}\n\n\n\n{STORAGE_VERSION}\nb\n\n\n\n\n\n\n");
+    let to_sign = format!(
+        "{permissions}\n\n{se}\n{canonical}\n\n\n\n{STORAGE_VERSION}\n{resource}\n\n\n\n\n\n\n"
+    );
     let sig = account.sign(&to_sign);
     let query: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("sv", STORAGE_VERSION)
-        .append_pair("sr", "b")
-        .append_pair("sp", "r")
+        .append_pair("sr", resource)
+        .append_pair("sp", permissions)
         .append_pair("se", &se)
         .append_pair("sig", &sig)
         .finish();

@@ -4,6 +4,7 @@
 //! Conventions' container naming and the read-only SAS tokens results carry.
 
 mod azure;
+mod container;
 mod conventions;
 mod file;
 mod s3;
@@ -15,7 +16,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 pub use crate::domain::bes::DataReference;
-pub use azure::{parse_connection_string, read_sas, AzureAccount};
+pub use azure::{container_sas, parse_connection_string, read_sas, AzureAccount};
+pub use container::{without_query, Container};
 pub use conventions::job_container;
 
 /// Why a reference cannot be used, with BES's detail code.

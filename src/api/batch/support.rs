@@ -190,12 +190,12 @@ pub const TASK_ADD: Table = &[
     ),
     (
         "outputFiles",
-        Refused("output files (uploads after the task)"),
+        Works("data.rs::output_files_are_uploaded_per_their_upload_condition"),
     ),
     ("requiredSlots", Works("jobs.rs::slots_are_never_exceeded")),
     (
         "resourceFiles",
-        Refused("resource files (downloads before the task)"),
+        Works("data.rs::resource_files_are_in_place_before_the_command_runs"),
     ),
     (
         "userIdentity",
@@ -334,11 +334,11 @@ pub const EXIT_CONDITIONS: Table = &[
     ("exitCodes", Works("jobs.rs::dependencies")),
     (
         "fileUploadError",
-        Refused("output files (uploads after the task)"),
+        Works("data.rs::a_failed_upload_fails_the_task_and_says_why"),
     ),
     (
         "preProcessingError",
-        Refused("resource files (downloads before the task)"),
+        Works("data.rs::a_failed_download_fails_the_task_without_running_it_after_its_retries"),
     ),
 ];
 

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::{Map, Value};
 
-use super::{transfer, BesJobDriver, Config, TASK_ID};
+use super::{BesJobDriver, Config, TASK_ID};
 use crate::domain::bes::{Phase, Placed, CLASSIC_ACCOUNT};
+use crate::scheduler::transfer;
 use crate::storage::{self, Blob, BlobError, DataReference, Roots};
 use crate::store;
 use crate::store::services::BesJobRow;

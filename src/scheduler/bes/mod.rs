@@ -7,7 +7,6 @@
 mod classic;
 mod finish;
 mod stage;
-mod transfer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{classic_pool_id, transfer, BesJobDriver, TASK_ID};
+use super::{classic_pool_id, BesJobDriver, TASK_ID};
 use crate::domain::bes::Phase;
 use crate::domain::duration::IsoDuration;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
+use crate::scheduler::transfer;
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -126,5 +127,6 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
         dependency_ranges: Vec::new(),
         exit_conditions: None,
         extra: json!({}),
+        files: None,
     }
 }

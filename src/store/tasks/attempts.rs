@@ -7,6 +7,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgExecutor, Postgres, Transaction};
 
+use crate::domain::files::TaskFiles;
 use crate::domain::job::{TaskFailureMode, TaskState};
 use crate::domain::pool::EnvironmentSetting;
 
@@ -298,6 +299,7 @@ pub struct AttemptRow {
     pub max_task_retry_count: i32,
     pub exit_conditions: Option<Value>,
     pub on_task_failure: TaskFailureMode,
+    pub files: Option<Json<TaskFiles>>,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -306,7 +308,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", "# + $tail
             $(, $arg)*
         )
     };

@@ -5,8 +5,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::files::TaskFiles;
 use crate::domain::job::TaskState;
 
 mod add;
@@ -30,6 +32,7 @@ pub struct TaskRow {
     pub depends_on: Option<Value>,
     pub exit_conditions: Option<Value>,
     pub extra: Value,
+    pub files: Option<Json<TaskFiles>>,
     pub unmet_deps: i32,
     pub state: TaskState,
     pub state_transition_time: DateTime<Utc>,
@@ -59,7 +62,7 @@ macro_rules! select_tasks {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             TaskRow,
-            r#"SELECT pk, job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, unmet_deps, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, creation_time, last_modified, attempt, node_pk, node_id, pool_id, start_time, end_time, exit_code, result, failure_info, retry_count, requeue_count, last_retry_time, last_requeue_time, satisfies_dependants, files_expire_at FROM tasks "# + $rest
+            r#"SELECT pk, job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, files AS "files: _", unmet_deps, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, creation_time, last_modified, attempt, node_pk, node_id, pool_id, start_time, end_time, exit_code, result, failure_info, retry_count, requeue_count, last_retry_time, last_requeue_time, satisfies_dependants, files_expire_at FROM tasks "# + $rest
             $(, $arg)*
         )
     };
@@ -84,6 +87,8 @@ pub struct NewTask {
     pub dependency_ranges: Vec<(i64, i64)>,
     pub exit_conditions: Option<Value>,
     pub extra: Value,
+    /// A `TaskFiles` as JSON, or null when the task moves no files.
+    pub files: Option<Value>,
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {

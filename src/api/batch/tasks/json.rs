@@ -41,6 +41,11 @@ pub fn task_json(job: &JobRow, t: &TaskRow, base: &str) -> Value {
     if let Some(e) = &t.exit_conditions {
         obj.insert("exitConditions".into(), e.clone());
     }
+    if let Some(files) = &t.files {
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&files.0) {
+            obj.extend(fields);
+        }
+    }
     if let Some(extra) = t.extra.as_object() {
         for (k, v) in extra {
             obj.insert(k.clone(), v.clone());

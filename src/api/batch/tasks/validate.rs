@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
+use crate::domain::files::{Invalid, OutputFile, ResourceFile, TaskFiles};
 use crate::domain::ids::check_id;
 use crate::domain::job::ExitConditions;
 use crate::domain::pool::EnvironmentSetting;
@@ -141,6 +142,8 @@ pub struct TaskCreate {
     constraints: Option<TaskConstraints>,
     depends_on: Option<Value>,
     exit_conditions: Option<Value>,
+    resource_files: Option<Vec<ResourceFile>>,
+    output_files: Option<Vec<OutputFile>>,
     /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -168,6 +171,7 @@ pub(super) fn validate(
         }
     };
     let exit_conditions = t.exit_conditions.map(exit_conditions).transpose()?;
+    let files = task_files(t.resource_files, t.output_files)?;
     Ok(NewTask {
         id,
         display_name: t.display_name,
@@ -182,7 +186,36 @@ pub(super) fn validate(
         dependency_ranges: deps.ranges,
         exit_conditions,
         extra: Value::Object(Map::new()),
+        files,
     })
+}
+
+/// A task's resource and output files, checked; None when it moves none.
+pub(crate) fn task_files(
+    resource_files: Option<Vec<ResourceFile>>,
+    output_files: Option<Vec<OutputFile>>,
+) -> ApiResult<Option<Value>> {
+    let files = TaskFiles {
+        resource_files: resource_files.unwrap_or_default(),
+        output_files: output_files.unwrap_or_default(),
+    };
+    check_resource_files("resourceFiles", &files.resource_files)?;
+    for (i, o) in files.output_files.iter().enumerate() {
+        o.check(&format!("outputFiles[{i}]")).map_err(invalid)?;
+    }
+    Ok((!files.is_empty()).then(|| serde_json::to_value(&files).expect("serializable")))
+}
+
+/// Checks resource files; `property` names the list (`resourceFiles`, `startTask.resourceFiles`).
+pub(crate) fn check_resource_files(property: &str, files: &[ResourceFile]) -> ApiResult<()> {
+    for (i, r) in files.iter().enumerate() {
+        r.check(&format!("{property}[{i}]")).map_err(invalid)?;
+    }
+    Ok(())
+}
+
+fn invalid(e: Invalid) -> ApiError {
+    ApiError::invalid_property(&e.property, e.value, e.reason)
 }
 
 fn command_line(given: Option<String>) -> ApiResult<String> {

@@ -1,0 +1,488 @@
+//! A task's resource files (downloaded before its command runs) and output files (uploaded
+//! after it ends), as Azure Batch's bodies carry them, with the rules that keep every path they
+//! name inside the task's own directory.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The files a task moves, kept with the task (one column, null for most tasks).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskFiles {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_files: Vec<ResourceFile>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_files: Vec<OutputFile>,
+}
+
+impl TaskFiles {
+    pub fn is_empty(&self) -> bool {
+        self.resource_files.is_empty() && self.output_files.is_empty()
+    }
+}
+
+/// Azure's `ResourceFile`: one `httpUrl` file, or the blobs of a container (`storageContainerUrl`
+/// with a SAS, optionally only those under `blobPrefix`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_storage_container_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_container_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_reference: Option<Value>,
+}
+
+/// Where a resource file comes from, once checked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source<'a> {
+    Http(&'a str),
+    Container {
+        url: &'a str,
+        prefix: Option<&'a str>,
+    },
+}
+
+/// A property at fault: its name (as the request spells it), its value, and why.
+#[derive(Debug, PartialEq)]
+pub struct Invalid {
+    pub property: String,
+    pub value: String,
+    pub reason: String,
+}
+
+fn invalid(property: String, value: &str, reason: impl Into<String>) -> Invalid {
+    Invalid {
+        property,
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Azure's default mode for a downloaded file on Linux.
+pub const DEFAULT_FILE_MODE: u32 = 0o770;
+
+impl ResourceFile {
+    /// Where the file comes from; `at` names it in errors (`resourceFiles[2]`).
+    pub fn source(&self, at: &str) -> Result<Source<'_>, Invalid> {
+        if self
+            .identity_reference
+            .as_ref()
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(invalid(
+                format!("{at}.identityReference"),
+                "",
+                "not supported by this server: managed identities (give a SAS in the URL instead)",
+            ));
+        }
+        if let Some(name) = given(&self.auto_storage_container_name) {
+            return Err(invalid(
+                format!("{at}.autoStorageContainerName"),
+                name,
+                "not supported by this server: accounts have no linked storage account (give storageContainerUrl with a SAS instead)",
+            ));
+        }
+        let chosen = match (given(&self.http_url), given(&self.storage_container_url)) {
+            (Some(url), None) => {
+                check_url(&format!("{at}.httpUrl"), url)?;
+                Source::Http(url)
+            }
+            (None, Some(url)) => {
+                check_url(&format!("{at}.storageContainerUrl"), url)?;
+                Source::Container {
+                    url,
+                    prefix: given(&self.blob_prefix),
+                }
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    at.to_string(),
+                    "",
+                    "give exactly one of autoStorageContainerName, storageContainerUrl and httpUrl, not several",
+                ))
+            }
+            (None, None) => {
+                return Err(invalid(
+                    at.to_string(),
+                    "",
+                    "give one of autoStorageContainerName, storageContainerUrl and httpUrl",
+                ))
+            }
+        };
+        if matches!(chosen, Source::Http(_)) && given(&self.blob_prefix).is_some() {
+            return Err(invalid(
+                format!("{at}.blobPrefix"),
+                self.blob_prefix.as_deref().unwrap_or_default(),
+                "blobPrefix applies only to storageContainerUrl",
+            ));
+        }
+        Ok(chosen)
+    }
+
+    /// Checks everything; the path below the working directory it writes to.
+    pub fn check(&self, at: &str) -> Result<PathBuf, Invalid> {
+        let source = self.source(at)?;
+        self.mode(at)?;
+        let path = self.file_path.as_deref().unwrap_or_default();
+        if path.trim().is_empty() {
+            if matches!(source, Source::Http(_)) {
+                return Err(invalid(
+                    format!("{at}.filePath"),
+                    path,
+                    "an httpUrl resource file needs a filePath",
+                ));
+            }
+            return Ok(PathBuf::new());
+        }
+        below(path).ok_or_else(|| {
+            invalid(
+                format!("{at}.filePath"),
+                path,
+                "must be a relative path that stays inside the task's working directory (no '..', no leading '/')",
+            )
+        })
+    }
+
+    /// The file's mode: `fileMode` in octal, else Azure's default.
+    pub fn mode(&self, at: &str) -> Result<u32, Invalid> {
+        match given(&self.file_mode) {
+            None => Ok(DEFAULT_FILE_MODE),
+            Some(m) => u32::from_str_radix(m.trim(), 8)
+                .ok()
+                .filter(|mode| *mode <= 0o7777)
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{at}.fileMode"),
+                        m,
+                        "must be an octal file mode such as 0644 or 0755",
+                    )
+                }),
+        }
+    }
+}
+
+/// A field unless it is absent or blank.
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().filter(|s| !s.trim().is_empty())
+}
+
+fn check_url(property: &str, url: &str) -> Result<(), Invalid> {
+    match url::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(()),
+        _ => Err(invalid(
+            property.to_string(),
+            url,
+            "must be an http or https URL",
+        )),
+    }
+}
+
+/// `rel` as plain names below a directory, if it stays there: no root, no `..`, `.` dropped.
+pub fn below(rel: &str) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in Path::new(rel).components() {
+        match c {
+            Component::Normal(name) => out.push(name),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// Azure's `OutputFile`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFile {
+    pub file_pattern: String,
+    pub destination: OutputDestination,
+    pub upload_options: UploadOptions,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputDestination {
+    pub container: Option<ContainerDestination>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerDestination {
+    pub container_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upload_headers: Vec<UploadHeader>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_reference: Option<Value>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadHeader {
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadOptions {
+    pub upload_condition: UploadCondition,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UploadCondition {
+    TaskSuccess,
+    TaskFailure,
+    TaskCompletion,
+}
+
+impl UploadCondition {
+    /// Whether files are uploaded after a command that exited with `exit_code` (Azure: success
+    /// is exit code 0).
+    pub fn applies(self, exit_code: i64) -> bool {
+        match self {
+            UploadCondition::TaskSuccess => exit_code == 0,
+            UploadCondition::TaskFailure => exit_code != 0,
+            UploadCondition::TaskCompletion => true,
+        }
+    }
+}
+
+/// The blob headers an upload may set, as Azure's `uploadHeaders` names them.
+pub const UPLOAD_HEADERS: &[&str] = &[
+    "Content-Type",
+    "Content-Encoding",
+    "Content-Language",
+    "Content-Disposition",
+    "Cache-Control",
+];
+
+impl OutputFile {
+    /// Checks everything; `at` names it in errors (`outputFiles[0]`).
+    pub fn check(&self, at: &str) -> Result<(), Invalid> {
+        Pattern::parse(&self.file_pattern)
+            .map_err(|why| invalid(format!("{at}.filePattern"), &self.file_pattern, why))?;
+        let Some(c) = &self.destination.container else {
+            return Err(invalid(
+                format!("{at}.destination.container"),
+                "",
+                "an output file needs a container destination",
+            ));
+        };
+        check_url(
+            &format!("{at}.destination.container.containerUrl"),
+            &c.container_url,
+        )?;
+        if c.identity_reference.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(invalid(
+                format!("{at}.destination.container.identityReference"),
+                "",
+                "not supported by this server: managed identities (give a SAS in containerUrl instead)",
+            ));
+        }
+        if let Some(path) = c.path.as_deref().filter(|p| !p.is_empty()) {
+            if path.starts_with('/') || path.split('/').any(|p| p == "..") {
+                return Err(invalid(
+                    format!("{at}.destination.container.path"),
+                    path,
+                    "must be a blob name or virtual directory inside the container (no leading '/', no '..')",
+                ));
+            }
+        }
+        for h in &c.upload_headers {
+            if !UPLOAD_HEADERS
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(&h.name))
+            {
+                return Err(invalid(
+                    format!("{at}.destination.container.uploadHeaders"),
+                    &h.name,
+                    format!(
+                        "not supported by this server: the header {:?} (supported: {})",
+                        h.name,
+                        UPLOAD_HEADERS.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A checked `filePattern`: its names below the task directory (a leading `../` from the working
+/// directory reaches the task directory itself, as on Azure: `../std*.txt` are the task's logs),
+/// split where the first wildcard begins.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pattern {
+    /// The names before the first wildcard: the directory the walk starts in (or the one file).
+    pub fixed: Vec<String>,
+    /// The rest, matched name by name; empty when the pattern names one file.
+    pub wild: Vec<String>,
+}
+
+impl Pattern {
+    pub fn parse(pattern: &str) -> Result<Pattern, String> {
+        if pattern.trim().is_empty() {
+            return Err("must not be empty".into());
+        }
+        if pattern.starts_with('/') {
+            return Err("give the pattern relative to the task's working directory ('../' reaches the task directory)".into());
+        }
+        // Relative to the task directory: `wd/` then the pattern, with `..` taken lexically.
+        let mut names: Vec<String> = vec!["wd".into()];
+        for part in pattern.replace('\\', "/").split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    if names.pop().is_none() {
+                        return Err("must stay inside the task directory".into());
+                    }
+                }
+                name => names.push(name.to_string()),
+            }
+        }
+        if names.is_empty() {
+            return Err("names no file".into());
+        }
+        let first_wild = names
+            .iter()
+            .position(|n| n.contains(['*', '?']))
+            .unwrap_or(names.len());
+        let wild = names.split_off(first_wild);
+        Ok(Pattern { fixed: names, wild })
+    }
+
+    /// Whether `rel` (names below the fixed part) matches the wildcard part.
+    pub fn matches(&self, rel: &[&str]) -> bool {
+        let wild: Vec<&str> = self.wild.iter().map(String::as_str).collect();
+        match_names(&wild, rel)
+    }
+}
+
+fn match_names(pattern: &[&str], names: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => names.is_empty(),
+        Some((&"**", rest)) => (0..=names.len()).any(|skip| match_names(rest, &names[skip..])),
+        Some((p, rest)) => names.split_first().is_some_and(|(n, more)| {
+            match_name(p.as_bytes(), n.as_bytes()) && match_names(rest, more)
+        }),
+    }
+}
+
+/// `*` (any run) and `?` (one character) within one name.
+fn match_name(p: &[u8], n: &[u8]) -> bool {
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_stay_in_the_task_directory() {
+        let p = Pattern::parse("../std*.txt").unwrap();
+        assert_eq!(p.fixed, Vec::<String>::new());
+        assert_eq!(p.wild, vec!["std*.txt"]);
+        let p = Pattern::parse("out/**/*.csv").unwrap();
+        assert_eq!(p.fixed, vec!["wd", "out"]);
+        assert_eq!(p.wild, vec!["**", "*.csv"]);
+        let p = Pattern::parse("result.txt").unwrap();
+        assert_eq!(
+            (p.fixed, p.wild.len()),
+            (vec!["wd".into(), "result.txt".into()], 0)
+        );
+        for bad in ["../../etc/passwd", "/etc/passwd", "", "../.."] {
+            assert!(Pattern::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn wildcards_match_as_azure_documents() {
+        let m = |p: &str, path: &str| {
+            let p = Pattern::parse(p).unwrap();
+            let names: Vec<&str> = path.split('/').collect();
+            let rel = &names[p.fixed.len()..];
+            p.matches(rel)
+        };
+        assert!(m("*.txt", "wd/a.txt"));
+        assert!(!m("*.txt", "wd/sub/a.txt"));
+        assert!(m("**/*.txt", "wd/a.txt"));
+        assert!(m("**/*.txt", "wd/sub/deeper/a.txt"));
+        assert!(m("out/**", "wd/out/x/y"));
+        assert!(m("a?c", "wd/abc"));
+        assert!(!m("a?c", "wd/abbc"));
+        assert!(m("*", "wd/anything"));
+        assert!(m("../std*.txt", "stdout.txt"));
+    }
+
+    #[test]
+    fn resource_files_name_one_source_and_a_path_inside() {
+        let http = |path: &str| ResourceFile {
+            http_url: Some("https://example.com/a".into()),
+            file_path: Some(path.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            http("in/a.txt").check("r").unwrap(),
+            PathBuf::from("in/a.txt")
+        );
+        assert_eq!(http("../x").check("r").unwrap_err().property, "r.filePath");
+        assert_eq!(
+            http("/etc/x").check("r").unwrap_err().property,
+            "r.filePath"
+        );
+        assert_eq!(http("").check("r").unwrap_err().property, "r.filePath");
+        let both = ResourceFile {
+            storage_container_url: Some("https://a.blob.core.windows.net/c?sig=x".into()),
+            ..http("a")
+        };
+        assert!(both.check("r").is_err());
+        let mode = ResourceFile {
+            file_mode: Some("0755".into()),
+            ..http("a")
+        };
+        assert_eq!(mode.mode("r").unwrap(), 0o755);
+        let bad_mode = ResourceFile {
+            file_mode: Some("rwx".into()),
+            ..http("a")
+        };
+        assert_eq!(bad_mode.check("r").unwrap_err().property, "r.fileMode");
+        let ftp = ResourceFile {
+            http_url: Some("ftp://example.com/a".into()),
+            ..http("a")
+        };
+        assert_eq!(ftp.check("r").unwrap_err().property, "r.httpUrl");
+    }
+}

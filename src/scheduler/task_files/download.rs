@@ -1,0 +1,140 @@
+//! Resource files down into a task's working directory, from http(s) URLs and SAS containers.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::{Failure, PARALLEL};
+use crate::domain::files::{self, ResourceFile, Source};
+use crate::runtime::TaskDirs;
+use crate::scheduler::transfer::{self, HttpFailure};
+use crate::storage::{self, Container};
+
+/// One file to fetch.
+enum Fetch<'a> {
+    Http {
+        url: &'a str,
+        to: PathBuf,
+        mode: u32,
+    },
+    Blob {
+        blob: storage::Blob,
+        name: String,
+        to: PathBuf,
+        mode: u32,
+    },
+}
+
+/// Downloads the resource files into the working directory, up to [`PARALLEL`] at once; the
+/// first failure ends it.
+pub async fn download(
+    http: &reqwest::Client,
+    dirs: &TaskDirs,
+    files: &[ResourceFile],
+) -> Result<(), Failure> {
+    let mut fetches = Vec::new();
+    for (i, rf) in files.iter().enumerate() {
+        let at = format!("resourceFiles[{i}]");
+        let invalid = |e: files::Invalid| {
+            Failure::new(
+                "ResourceFileInvalid",
+                format!("{}: {}", e.property, e.reason),
+            )
+        };
+        let rel = rf.check(&at).map_err(invalid)?;
+        let mode = rf.mode(&at).map_err(invalid)?;
+        match rf.source(&at).map_err(invalid)? {
+            Source::Http(url) => fetches.push(Fetch::Http { url, to: rel, mode }),
+            Source::Container { url, prefix } => {
+                let container = Container::open(url)?;
+                for (name, _) in container.list(prefix).await? {
+                    let below = files::below(&name).ok_or_else(|| {
+                        Failure::new(
+                            "BlobDownloadMiscError",
+                            format!(
+                                "the blob {name:?} would land outside the task's working directory"
+                            ),
+                        )
+                    })?;
+                    fetches.push(Fetch::Blob {
+                        blob: container.blob(&name)?,
+                        name,
+                        to: rel.join(below),
+                        mode,
+                    });
+                }
+            }
+        }
+    }
+    let wd = dirs.host.join("wd");
+    // The futures are made first: a stream holding a closure over borrows is not Send.
+    let fetching: Vec<_> = fetches.into_iter().map(|f| fetch(http, &wd, f)).collect();
+    futures_util::stream::iter(fetching)
+        .buffer_unordered(PARALLEL)
+        .try_collect::<()>()
+        .await
+}
+
+async fn fetch(
+    http: &reqwest::Client,
+    wd: &crate::runtime::safe_fs::Below,
+    f: Fetch<'_>,
+) -> Result<(), Failure> {
+    match f {
+        Fetch::Http { url, to, mode } => {
+            let shown = storage::without_query(url);
+            transfer::download_http(http, url, wd.join(&to), Some(mode))
+                .await
+                .map_err(|e| match e {
+                    HttpFailure::Status(s) if s == reqwest::StatusCode::NOT_FOUND => {
+                        Failure::new("BlobNotFound", format!("{shown} answered {s}"))
+                    }
+                    HttpFailure::Status(s) if matches!(s.as_u16(), 401 | 403) => {
+                        Failure::new("BlobAccessDenied", format!("{shown} answered {s}"))
+                    }
+                    HttpFailure::Status(s) => {
+                        Failure::new("BlobDownloadMiscError", format!("{shown} answered {s}"))
+                    }
+                    HttpFailure::Request(e) => Failure::new(
+                        "BlobDownloadMiscError",
+                        format!("downloading {shown} failed: {}", e.without_url()),
+                    ),
+                    HttpFailure::Write(e) => write_failure(&to, e),
+                })
+        }
+        Fetch::Blob {
+            blob,
+            name,
+            to,
+            mode,
+        } => transfer::download_blob(&blob, wd.join(&to), Some(mode))
+            .await
+            .map_err(|e| match e.downcast_ref::<object_store::Error>() {
+                Some(object_store::Error::NotFound { .. }) => {
+                    Failure::new("BlobNotFound", format!("the blob {name:?} does not exist"))
+                }
+                Some(
+                    object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. },
+                ) => Failure::new(
+                    "BlobAccessDenied",
+                    format!("the blob {name:?} cannot be read with the SAS given"),
+                ),
+                Some(e) => Failure::new(
+                    "BlobDownloadMiscError",
+                    format!("downloading the blob {name:?} failed: {e}"),
+                ),
+                None => write_failure(&to, e),
+            }),
+    }
+}
+
+fn write_failure(to: &Path, e: anyhow::Error) -> Failure {
+    Failure::new(
+        "BlobDownloadMiscError",
+        format!(
+            "writing {} in the task's working directory failed: {e:#}",
+            to.display()
+        ),
+    )
+}

@@ -1,0 +1,289 @@
+//! Output files up from a task's directory to SAS containers, per uploadCondition, with the
+//! `fileuploadout.txt` and `fileuploaderr.txt` logs Azure's node agent leaves.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+use object_store::{Attribute, Attributes};
+
+use super::{Failure, PARALLEL};
+use crate::domain::files::{self, OutputFile, Pattern};
+use crate::runtime::safe_fs::Dir;
+use crate::runtime::{TaskDirs, STATE_DIR};
+use crate::scheduler::transfer;
+use crate::storage::Container;
+
+/// How deep a `**` pattern walks, and how many entries it looks at: a task cannot make the
+/// server walk without end.
+const MAX_WALK_DEPTH: usize = 64;
+const MAX_WALK_ENTRIES: usize = 100_000;
+
+/// One file to upload: where it is below the task directory, and the blob it becomes.
+struct Upload<'a> {
+    local: PathBuf,
+    container: &'a Container,
+    blob: String,
+    headers: Attributes,
+}
+
+/// Uploads the output files whose uploadCondition `exit_code` meets, and writes
+/// `fileuploadout.txt` (what went where) and `fileuploaderr.txt` (what failed) into the task
+/// directory, as Azure's node agent does. The first failure is returned, after every other file
+/// has been tried.
+pub async fn upload(
+    http: &reqwest::Client,
+    dirs: &TaskDirs,
+    outputs: &[OutputFile],
+    exit_code: i64,
+) -> Result<(), Failure> {
+    let wanted: Vec<&OutputFile> = outputs
+        .iter()
+        .filter(|o| o.upload_options.upload_condition.applies(exit_code))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let (mut log, mut errors, mut first) = (String::new(), String::new(), None);
+    let mut containers = Vec::new();
+    for o in &wanted {
+        let Some(dest) = &o.destination.container else {
+            continue;
+        };
+        match Container::open(&dest.container_url) {
+            Ok(c) => containers.push(Some(c)),
+            Err(e) => {
+                errors.push_str(&format!("{}: {}\n", o.file_pattern, e.message));
+                first.get_or_insert(Failure::new("FileUploadMiscError", e.message));
+                containers.push(None);
+            }
+        }
+    }
+    let mut uploads = Vec::new();
+    for (o, container) in wanted.iter().zip(&containers) {
+        let (Some(container), Some(dest)) = (container, &o.destination.container) else {
+            continue;
+        };
+        let pattern = match Pattern::parse(&o.file_pattern) {
+            Ok(p) => p,
+            Err(why) => {
+                errors.push_str(&format!("{}: {why}\n", o.file_pattern));
+                continue;
+            }
+        };
+        let found = matches(dirs, pattern.clone()).await;
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                let message = format!("{}: finding the files failed: {e}", o.file_pattern);
+                errors.push_str(&format!("{message}\n"));
+                first.get_or_insert(Failure::new("FileUploadMiscError", message));
+                continue;
+            }
+        };
+        let headers = attributes(&dest.upload_headers);
+        for (local, rel) in found {
+            uploads.push(Upload {
+                blob: blob_name(&pattern, dest.path.as_deref(), &rel),
+                local,
+                container,
+                headers: headers.clone(),
+            });
+        }
+    }
+    let uploading: Vec<_> = uploads.into_iter().map(|u| put(http, dirs, u)).collect();
+    let results: Vec<(String, String, Result<(), String>)> = futures_util::stream::iter(uploading)
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    for (local, blob, result) in results {
+        match result {
+            Ok(()) => log.push_str(&format!("Uploaded {local} to {blob}\n")),
+            Err(e) => {
+                let message = format!("Uploading {local} to {blob} failed: {e}");
+                errors.push_str(&format!("{message}\n"));
+                first.get_or_insert(Failure::new("FileUploadMiscError", message));
+            }
+        }
+    }
+    write_logs(dirs, log, errors).await;
+    first.map_or(Ok(()), Err)
+}
+
+/// Uploads one file: (its path, its blob, what happened).
+async fn put(
+    http: &reqwest::Client,
+    dirs: &TaskDirs,
+    u: Upload<'_>,
+) -> (String, String, Result<(), String>) {
+    let result = match u.container.blob(&u.blob) {
+        Ok(target) => transfer::upload_with(http, dirs.host.join(&u.local), &target, u.headers)
+            .await
+            .map_err(|e| format!("{e:#}")),
+        Err(e) => Err(e.message),
+    };
+    (u.local.display().to_string(), u.blob, result)
+}
+
+/// The blob a matched file becomes (Azure's rule): a pattern naming one file uploads to `path`
+/// itself (or the file's name); a wildcard pattern uploads below `path` as a virtual directory,
+/// keeping the file's path below the pattern's fixed part.
+fn blob_name(pattern: &Pattern, path: Option<&str>, rel: &[String]) -> String {
+    let path = path.unwrap_or_default().trim_end_matches('/');
+    if pattern.wild.is_empty() {
+        if !path.is_empty() {
+            return path.to_string();
+        }
+        return pattern.fixed.last().cloned().unwrap_or_default();
+    }
+    let rest = rel.join("/");
+    if path.is_empty() {
+        rest
+    } else {
+        format!("{path}/{rest}")
+    }
+}
+
+fn attributes(headers: &[files::UploadHeader]) -> Attributes {
+    let mut out = Attributes::new();
+    for h in headers {
+        let key = match h.name.to_ascii_lowercase().as_str() {
+            "content-type" => Attribute::ContentType,
+            "content-encoding" => Attribute::ContentEncoding,
+            "content-language" => Attribute::ContentLanguage,
+            "content-disposition" => Attribute::ContentDisposition,
+            "cache-control" => Attribute::CacheControl,
+            // Refused when the task was added.
+            _ => continue,
+        };
+        out.insert(key, h.value.clone().unwrap_or_default().into());
+    }
+    out
+}
+
+/// The regular files the pattern matches: (path below the task directory, names below the
+/// pattern's fixed part). Links are never followed, and the wrapper's records are left out.
+async fn matches(
+    dirs: &TaskDirs,
+    pattern: Pattern,
+) -> std::io::Result<Vec<(PathBuf, Vec<String>)>> {
+    dirs.host
+        .with(move |root, task| {
+            let task_dir = root.open_dir(task)?;
+            let fixed: PathBuf = pattern.fixed.iter().collect();
+            if pattern.wild.is_empty() {
+                return Ok(match task_dir.metadata(&fixed) {
+                    Ok(m) if m.is_file() => vec![(fixed, Vec::new())],
+                    _ => Vec::new(),
+                });
+            }
+            let start = if fixed.as_os_str().is_empty() {
+                task_dir
+            } else {
+                match task_dir.open_dir(&fixed) {
+                    Ok(d) => d,
+                    Err(_) => return Ok(Vec::new()),
+                }
+            };
+            let depth = if pattern.wild.iter().any(|w| w == "**") {
+                MAX_WALK_DEPTH
+            } else {
+                pattern.wild.len()
+            };
+            let mut walk = Walk {
+                pattern: &pattern,
+                fixed: &fixed,
+                depth,
+                seen: 0,
+                found: Vec::new(),
+            };
+            walk.dir(&start, &mut Vec::new())?;
+            Ok(walk.found)
+        })
+        .await
+}
+
+struct Walk<'a> {
+    pattern: &'a Pattern,
+    fixed: &'a Path,
+    depth: usize,
+    seen: usize,
+    found: Vec<(PathBuf, Vec<String>)>,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Dir, names: &mut Vec<String>) -> std::io::Result<()> {
+        for (name, meta) in dir.entries()? {
+            self.seen += 1;
+            if self.seen > MAX_WALK_ENTRIES {
+                return Err(std::io::Error::other(format!(
+                    "more than {MAX_WALK_ENTRIES} entries below the task directory"
+                )));
+            }
+            let Some(name) = name.to_str().map(str::to_string) else {
+                continue;
+            };
+            if names.is_empty() && self.fixed.as_os_str().is_empty() && name == STATE_DIR {
+                continue;
+            }
+            names.push(name);
+            if meta.is_file() {
+                let rel: Vec<&str> = names.iter().map(String::as_str).collect();
+                if self.pattern.matches(&rel) {
+                    let local = self.fixed.join(names.iter().collect::<PathBuf>());
+                    self.found.push((local, names.clone()));
+                }
+            } else if meta.is_dir() && names.len() < self.depth {
+                let child = dir.open_dir(Path::new(names.last().expect("pushed")))?;
+                self.dir(&child, names)?;
+            }
+            names.pop();
+        }
+        Ok(())
+    }
+}
+
+/// `fileuploadout.txt` and `fileuploaderr.txt` in the task directory (the latter only when
+/// something failed); a failure to write them is logged, not the task's.
+async fn write_logs(dirs: &TaskDirs, log: String, errors: String) {
+    let result = dirs
+        .host
+        .with(move |root, task| {
+            let dir = root.open_dir(task)?;
+            use std::io::Write;
+            dir.create_file("fileuploadout.txt".as_ref())?
+                .write_all(log.as_bytes())?;
+            if !errors.is_empty() {
+                dir.create_file("fileuploaderr.txt".as_ref())?
+                    .write_all(errors.as_bytes())?;
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::warn!(task = %dirs.node, error = %e, "writing the file upload logs failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_names_follow_azure_s_rule() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let one = Pattern::parse("out/result.txt").unwrap();
+        assert_eq!(blob_name(&one, None, &[]), "result.txt");
+        assert_eq!(blob_name(&one, Some("r/final.txt"), &[]), "r/final.txt");
+        let many = Pattern::parse("out/**/*.csv").unwrap();
+        assert_eq!(blob_name(&many, None, &names(&["a", "b.csv"])), "a/b.csv");
+        assert_eq!(
+            blob_name(&many, Some("task1/"), &names(&["b.csv"])),
+            "task1/b.csv"
+        );
+        let logs = Pattern::parse("../std*.txt").unwrap();
+        assert_eq!(
+            blob_name(&logs, Some("logs"), &names(&["stdout.txt"])),
+            "logs/stdout.txt"
+        );
+    }
+}

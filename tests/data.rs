@@ -1,0 +1,345 @@
+//! Data in and out of tasks, as Azure Batch moves it: resource files downloaded into the working
+//! directory before the command runs (from any http(s) URL, or the blobs of a container with a
+//! SAS), and output files uploaded to a container after it ends, per uploadCondition. Blob
+//! storage is Azurite, started by scripts/test.sh.
+
+mod common;
+
+use chrono::{Duration, Utc};
+use common::{Rt, TestServer};
+use object_store::{ObjectStoreExt, PutPayload};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use batchpool::domain::bes::DataReference;
+use batchpool::storage::{self, Roots};
+
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+fn azurite() -> String {
+    std::env::var("BATCHPOOL_TEST_AZURITE")
+        .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh (it starts Azurite)")
+}
+
+fn connection_string() -> String {
+    format!(
+        "BlobEndpoint={}/;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};",
+        azurite()
+    )
+}
+
+fn blob(relative: &str) -> storage::Blob {
+    let r = DataReference {
+        connection_string: Some(connection_string()),
+        relative_location: Some(relative.into()),
+        ..Default::default()
+    };
+    storage::resolve(&r, &Roots::default()).unwrap()
+}
+
+async fn put_blob(relative: &str, content: &str) {
+    let b = blob(relative);
+    b.ensure_container(&reqwest::Client::new()).await.unwrap();
+    b.store
+        .put(&b.path, PutPayload::from(content.as_bytes().to_vec()))
+        .await
+        .unwrap();
+}
+
+/// A blob's bytes and its Content-Type, or None if it is not there.
+async fn get_blob(relative: &str) -> Option<(String, Option<String>)> {
+    let b = blob(relative);
+    let got = b.store.get(&b.path).await.ok()?;
+    let content_type = got
+        .attributes
+        .get(&object_store::Attribute::ContentType)
+        .map(|v| v.to_string());
+    let bytes = got.bytes().await.ok()?;
+    Some((String::from_utf8_lossy(&bytes).into_owned(), content_type))
+}
+
+/// A fresh container (made) and its URL with a SAS of `permissions`.
+async fn container(permissions: &str) -> (String, String) {
+    let name = format!("c{}", uuid::Uuid::new_v4().simple());
+    blob(&format!("{name}/x"))
+        .ensure_container(&reqwest::Client::new())
+        .await
+        .unwrap();
+    let account = storage::parse_connection_string(&connection_string()).unwrap();
+    let sas = storage::container_sas(
+        &account,
+        &name,
+        permissions,
+        Utc::now() + Duration::hours(1),
+    );
+    (name.clone(), format!("{}/{name}{sas}", azurite()))
+}
+
+/// A plain HTTP server for httpUrl resource files: `/data.txt` has a body, anything else is 404.
+async fn http_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let found = request.starts_with(b"GET /data.txt ");
+                let (status, body) = if found {
+                    ("200 OK", "from http\n")
+                } else {
+                    ("404 Not Found", "no such file\n")
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn pool_and_job(s: &TestServer) {
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+}
+
+async fn stdout(s: &TestServer, task: &str) -> String {
+    s.file(&format!("/jobs/j/tasks/{task}/files/stdout.txt"))
+        .await
+        .unwrap_or_default()
+}
+
+async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    pool_and_job(&s).await;
+    let (name, url) = container("rl").await;
+    put_blob(&format!("{name}/in/a.txt"), "blob a\n").await;
+    put_blob(&format!("{name}/in/sub/b.txt"), "blob b\n").await;
+    put_blob(&format!("{name}/other.txt"), "not wanted\n").await;
+    let http = http_server().await;
+    let task = json!({
+        "id": "t1",
+        "commandLine": "cat http/data.txt blobs/in/a.txt blobs/in/sub/b.txt all/other.txt && test ! -e blobs/other.txt && stat -c %a http/data.txt",
+        "resourceFiles": [
+            {"httpUrl": format!("{http}/data.txt"), "filePath": "http/data.txt", "fileMode": "0700"},
+            {"storageContainerUrl": url, "blobPrefix": "in/", "filePath": "blobs"},
+            {"storageContainerUrl": url, "blobPrefix": "oth", "filePath": "all"},
+        ],
+    });
+    s.add_tasks("j", vec![task.clone()]).await;
+    let t = s.wait_task("j", "t1", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(
+        stdout(&s, "t1").await,
+        "from http\nblob a\nblob b\nnot wanted\n700\n"
+    );
+    // The task reads back with the resource files it was given.
+    assert_eq!(t["resourceFiles"], task["resourceFiles"], "{t}");
+}
+on_both_runtimes!(
+    resource_files_arrive,
+    resource_files_are_in_place_before_the_command_runs
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_download_fails_the_task_without_running_it_after_its_retries() {
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let http = http_server().await;
+    let (_, read_only) = container("r").await;
+    let tasks = vec![
+        json!({
+            "id": "missing",
+            "commandLine": "echo ran > ../ran.txt",
+            "resourceFiles": [{"httpUrl": format!("{http}/missing.txt"), "filePath": "m.txt"}],
+            "constraints": {"maxTaskRetryCount": 1},
+        }),
+        // A SAS without the list permission cannot list the container.
+        json!({
+            "id": "unlisted",
+            "commandLine": "echo ran > ../ran.txt",
+            "resourceFiles": [{"storageContainerUrl": read_only}],
+        }),
+    ];
+    s.add_tasks("j", tasks).await;
+    // preProcessingError decides what the failure does to the job.
+    let job = json!({"id": "j2", "poolInfo": {"poolId": "p"}, "onTaskFailure": "performexitoptionsjobaction"});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    let ends_job = json!({"id": "t", "commandLine": "true",
+        "resourceFiles": [{"httpUrl": format!("{http}/missing.txt"), "filePath": "m.txt"}],
+        "exitConditions": {"preProcessingError": {"jobAction": "terminate"}, "default": {"jobAction": "none"}}});
+    s.add_tasks("j2", vec![ends_job]).await;
+    let j2 = common::wait_for("j2 to be terminated", || async {
+        let (_, j2) = s.get("/jobs/j2").await;
+        (j2["state"] == "completed").then_some(j2)
+    })
+    .await;
+    assert_eq!(j2["executionInfo"]["terminateReason"], "TaskFailed", "{j2}");
+    let t = s.wait_task("j", "missing", "completed").await;
+    let info = &t["executionInfo"];
+    assert_eq!(info["result"], "failure", "{t}");
+    assert_eq!(info["failureInfo"]["code"], "BlobNotFound", "{t}");
+    assert_eq!(info["failureInfo"]["category"], "usererror", "{t}");
+    assert_eq!(info["retryCount"], 1, "retried per maxTaskRetryCount: {t}");
+    assert!(info.get("exitCode").is_none(), "no command ran: {t}");
+    assert!(!info["failureInfo"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("sig="));
+    let t = s.wait_task("j", "unlisted", "completed").await;
+    let code = t["executionInfo"]["failureInfo"]["code"].as_str().unwrap();
+    assert!(code.starts_with("ResourceContainer"), "{t}");
+    for task in ["missing", "unlisted"] {
+        let ran = s.file(&format!("/jobs/j/tasks/{task}/files/ran.txt")).await;
+        assert_eq!(ran, None, "the command of {task} must not run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_files_are_uploaded_per_their_upload_condition() {
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let (name, url) = container("rwl").await;
+    let outputs = |task: &str| {
+        json!([
+            {"filePattern": "out/**/*", "destination": {"container": {"containerUrl": url, "path": format!("{task}/results"),
+                "uploadHeaders": [{"name": "Content-Type", "value": "text/csv"}]}},
+             "uploadOptions": {"uploadCondition": "tasksuccess"}},
+            {"filePattern": "../std*.txt", "destination": {"container": {"containerUrl": url, "path": format!("{task}/logs")}},
+             "uploadOptions": {"uploadCondition": "taskcompletion"}},
+            {"filePattern": "out/r1.txt", "destination": {"container": {"containerUrl": url, "path": format!("{task}/failed.txt")}},
+             "uploadOptions": {"uploadCondition": "taskfailure"}},
+        ])
+    };
+    let tasks = vec![
+        json!({"id": "ok", "commandLine": "mkdir -p out/sub && echo one > out/r1.txt && echo two > out/sub/r2.csv && echo said",
+               "outputFiles": outputs("ok")}),
+        json!({"id": "bad", "commandLine": "mkdir -p out && echo one > out/r1.txt && exit 3",
+               "outputFiles": outputs("bad")}),
+    ];
+    s.add_tasks("j", tasks).await;
+    let ok = s.wait_task("j", "ok", "completed").await;
+    assert_eq!(ok["executionInfo"]["result"], "success", "{ok}");
+    let get = |path: String| {
+        let whole = format!("{name}/{path}");
+        async move { get_blob(&whole).await }
+    };
+    assert_eq!(
+        get("ok/results/r1.txt".into()).await,
+        Some(("one\n".into(), Some("text/csv".into())))
+    );
+    assert_eq!(
+        get("ok/results/sub/r2.csv".into()).await.map(|b| b.0),
+        Some("two\n".into())
+    );
+    assert_eq!(
+        get("ok/logs/stdout.txt".into()).await.map(|b| b.0),
+        Some("said\n".into())
+    );
+    assert_eq!(get("ok/failed.txt".into()).await, None);
+    let log = s
+        .file("/jobs/j/tasks/ok/files/fileuploadout.txt")
+        .await
+        .unwrap();
+    assert!(log.contains("ok/results/sub/r2.csv"), "{log}");
+
+    let bad = s.wait_task("j", "bad", "completed").await;
+    assert_eq!(bad["executionInfo"]["exitCode"], 3, "{bad}");
+    assert_eq!(
+        get("bad/failed.txt".into()).await.map(|b| b.0),
+        Some("one\n".into())
+    );
+    assert_eq!(get("bad/results/r1.txt".into()).await, None);
+    assert!(get("bad/logs/stderr.txt".into()).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upload_fails_the_task_and_says_why() {
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let (_, url) = container("rl").await;
+    // Read and list only: the upload is refused by the storage service.
+    let task = json!({"id": "t", "commandLine": "echo result > r.txt",
+        "outputFiles": [{"filePattern": "r.txt", "destination": {"container": {"containerUrl": url}},
+                         "uploadOptions": {"uploadCondition": "taskcompletion"}}],
+        "exitConditions": {"fileUploadError": {"dependencyAction": "satisfy"}}});
+    s.add_tasks("j", vec![task]).await;
+    let t = s.wait_task("j", "t", "completed").await;
+    let info = &t["executionInfo"];
+    assert_eq!(info["result"], "failure", "{t}");
+    assert_eq!(info["exitCode"], 0, "the command itself succeeded: {t}");
+    assert_eq!(info["failureInfo"]["code"], "FileUploadMiscError", "{t}");
+    let errors = s
+        .file("/jobs/j/tasks/t/files/fileuploaderr.txt")
+        .await
+        .unwrap();
+    assert!(errors.contains("r.txt"), "{errors}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_paths_that_leave_the_task_are_refused_by_name() {
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let out = |pattern: &str, extra: Value| {
+        let mut container = json!({"containerUrl": "https://a.blob.core.windows.net/c?sig=x"});
+        container
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"id": "t", "commandLine": "true", "outputFiles": [{"filePattern": pattern,
+            "destination": {"container": container}, "uploadOptions": {"uploadCondition": "tasksuccess"}}]})
+    };
+    let cases = [
+        (
+            json!({"id": "t", "commandLine": "true", "resourceFiles": [{"httpUrl": "http://x/a", "filePath": "../../escape"}]}),
+            "resourceFiles[0].filePath",
+        ),
+        (
+            json!({"id": "t", "commandLine": "true", "resourceFiles": [{"httpUrl": "http://x/a", "filePath": "/etc/passwd"}]}),
+            "resourceFiles[0].filePath",
+        ),
+        (
+            json!({"id": "t", "commandLine": "true", "resourceFiles": [{"autoStorageContainerName": "c"}]}),
+            "resourceFiles[0].autoStorageContainerName",
+        ),
+        (out("/etc/*", json!({})), "outputFiles[0].filePattern"),
+        (out("../../x", json!({})), "outputFiles[0].filePattern"),
+        (
+            out("x", json!({"path": "../up"})),
+            "outputFiles[0].destination.container.path",
+        ),
+        (
+            out(
+                "x",
+                json!({"uploadHeaders": [{"name": "x-ms-meta-a", "value": "1"}]}),
+            ),
+            "outputFiles[0].destination.container.uploadHeaders",
+        ),
+    ];
+    for (body, property) in cases {
+        let (status, answer) = s.post("/jobs/j/tasks", &body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["code"], "InvalidPropertyValue", "{answer}");
+        let named = answer["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["key"] == "PropertyName" && v["value"] == property);
+        assert!(named, "{property} not named in {answer}");
+    }
+    let (_, tasks) = s.get("/jobs/j/tasks").await;
+    assert_eq!(tasks["value"], json!([]), "nothing was added");
+}
