@@ -343,3 +343,30 @@ async fn file_paths_that_leave_the_task_are_refused_by_name() {
     let (_, tasks) = s.get("/jobs/j/tasks").await;
     assert_eq!(tasks["value"], json!([]), "nothing was added");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_task_gets_its_resource_files_before_each_attempt() {
+    let s = TestServer::start(Rt::Local).await;
+    let http = http_server().await;
+    let pool = |id: &str, file: &str| {
+        json!({"id": id, "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+            "startTask": {"commandLine": "cp in/data.txt $AZ_BATCH_NODE_SHARED_DIR/started.txt",
+                "waitForSuccess": true, "maxTaskRetryCount": 1,
+                "resourceFiles": [{"httpUrl": format!("{http}/{file}"), "filePath": "in/data.txt"}]}})
+    };
+    assert_eq!(s.post("/pools", &pool("ok", "data.txt")).await.0, 201);
+    assert_eq!(s.post("/pools", &pool("bad", "missing.txt")).await.0, 201);
+    let node = s.wait_nodes("ok", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.shared_file("ok", &node, "started.txt").await,
+        "from http\n"
+    );
+    let bad = s.wait_nodes("bad", 1, "starttaskfailed").await;
+    let info = &bad[0]["startTaskInfo"];
+    assert_eq!(info["failureInfo"]["code"], "BlobNotFound", "{info}");
+    assert_eq!(info["retryCount"], 1, "{info}");
+    assert!(info.get("exitCode").is_none(), "{info}");
+}

@@ -67,6 +67,9 @@ pub struct StartTask {
     pub wait_for_success: Option<bool>,
     #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     pub max_task_retry_count: Option<i32>,
+    /// Downloaded into the start task's working directory before each attempt.
+    #[serde(default)]
+    pub resource_files: Vec<crate::domain::files::ResourceFile>,
 }
 
 /// A name and value of `environmentSettings` (pools' start tasks, jobs, tasks).

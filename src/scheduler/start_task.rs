@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::task_files::{self, Failure};
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{ExecSpec, Runtime};
@@ -62,6 +63,7 @@ where
         env,
     };
     let max_retries = task.max_task_retry_count.unwrap_or(0);
+    let http = task_files::http_client();
     let start = chrono::Utc::now();
     let mut retry_count = 0;
     loop {
@@ -72,7 +74,13 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let result = runtime.exec(at.server_id, at.node_id, &spec, None).await;
+        let result = match download(&http, &spec.dirs, &task.resource_files).await {
+            Err(f) => Err(f),
+            Ok(()) => runtime
+                .exec(at.server_id, at.node_id, &spec, None)
+                .await
+                .map_err(|e| Failure::new("StartTaskFailedToRun", format!("{e:#}"))),
+        };
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));
         let failure = match &result {
@@ -83,9 +91,14 @@ where
                     json!({"category": "usererror", "code": "FailureExitCode", "message": format!("The start task exited with code {code}")}),
                 )
             }
-            Err(e) => Some(
-                json!({"category": "servererror", "code": "StartTaskFailedToRun", "message": format!("{e:#}")}),
-            ),
+            Err(f) => {
+                let category = if f.code == "StartTaskFailedToRun" {
+                    "servererror"
+                } else {
+                    "usererror"
+                };
+                Some(json!({"category": category, "code": f.code, "message": f.message}))
+            }
         };
         if let Ok(code) = result {
             info["exitCode"] = json!(code);
@@ -109,4 +122,16 @@ where
             Some(_) => retry_count += 1,
         }
     }
+}
+
+/// The start task's resource files into its working directory (none: nothing to do).
+async fn download(
+    http: &reqwest::Client,
+    dirs: &crate::runtime::TaskDirs,
+    files: &[crate::domain::files::ResourceFile],
+) -> Result<(), Failure> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    task_files::download(http, dirs, files).await
 }

@@ -96,7 +96,7 @@ pub const START_TASK: Table = &[
     ("maxTaskRetryCount", Works("pools.rs::start_task")),
     (
         "resourceFiles",
-        Refused("resource files (downloads before the start task)"),
+        Works("data.rs::a_start_task_gets_its_resource_files_before_each_attempt"),
     ),
     (
         "userIdentity",

@@ -26,7 +26,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub(super) fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),

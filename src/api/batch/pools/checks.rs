@@ -81,6 +81,10 @@ pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
         }
         _ => {}
     }
+    crate::api::batch::tasks::check_resource_files(
+        "startTask.resourceFiles",
+        &task.resource_files,
+    )?;
     if let Some(bad) = task
         .environment_settings
         .iter()

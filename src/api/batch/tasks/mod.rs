@@ -23,6 +23,7 @@ use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::TaskRow};
 pub use add::{add, add_collection};
 pub use json::task_json;
+pub(crate) use validate::check_resource_files;
 use validate::TaskConstraints;
 
 fn task_url(base: &str, job_id: &str, task_id: &str) -> String {
