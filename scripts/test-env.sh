@@ -362,11 +362,13 @@ EOF
     local sdk_dir="${BATCHPOOL_SDK_DIR:-/tmp/batchpool-sdk}" version
     for version in 15.1.0 14.2.0; do
         local venv="$sdk_dir/azure-batch-$version"
-        if ! "$venv/bin/python" -c "import azure.batch" 2>/dev/null; then
-            log "installing azure-batch $version into $venv"
+        # azure-storage-blob beside it: the data tests upload inputs and read outputs with it.
+        if ! "$venv/bin/python" -c "import azure.batch, azure.storage.blob" 2>/dev/null; then
+            log "installing azure-batch $version and azure-storage-blob into $venv"
             python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
             "$venv/bin/pip" install -q --disable-pip-version-check "azure-batch==$version" \
-                || die "pip could not install azure-batch==$version"
+                "azure-storage-blob>=12.19,<13" \
+                || die "pip could not install azure-batch==$version and azure-storage-blob"
         fi
         printf "export BATCHPOOL_SDK%s_PYTHON='%s'\n" "${version%%.*}" "$venv/bin/python" >&3
     done

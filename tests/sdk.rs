@@ -6,7 +6,9 @@ mod common;
 
 use common::{Rt, TestServer};
 
-async fn conformance(sdk_env: &str, rt: Rt) {
+/// Runs `tests/sdk/<script>` with the SDK of `sdk_env` against a fresh server; its stdout must
+/// end with `passed`.
+async fn sdk_script(sdk_env: &str, rt: Rt, script: &str, env: &[(&str, String)], passed: &str) {
     let python = std::env::var(sdk_env)
         .unwrap_or_else(|_| panic!("{sdk_env} is not set: run the tests through scripts/test.sh"));
     let s = TestServer::start(rt).await;
@@ -18,24 +20,51 @@ async fn conformance(sdk_env: &str, rt: Rt) {
         .clone()
         .expect("credentials");
     let out = tokio::process::Command::new(python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/sdk/conformance.py"
-        ))
+        .arg(format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR")))
         .env("BATCHPOOL_URL", &s.base)
         .env("BATCHPOOL_ACCOUNT", account)
         .env("BATCHPOOL_KEY", key)
-        .env("BATCHPOOL_BULK", "1000")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .await
-        .expect("running the conformance script");
+        .expect("running the SDK script");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "the SDK flow failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "the SDK flow failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log_tail()
     );
-    assert!(stdout.contains("conformance flow passed"), "{stdout}");
+    assert!(stdout.contains(passed), "{stdout}");
+}
+
+async fn conformance(sdk_env: &str, rt: Rt) {
+    let bulk = [("BATCHPOOL_BULK", "1000".to_string())];
+    sdk_script(
+        sdk_env,
+        rt,
+        "conformance.py",
+        &bulk,
+        "conformance flow passed",
+    )
+    .await;
+}
+
+/// Seed 004's workflow: inputs and app in blob storage, resource files in, output files out,
+/// through azure-batch 15.1.0 and azure-storage-blob against Azurite, on Docker nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004_moves_its_data_through_the_sdk_and_blob_storage() {
+    let azurite = std::env::var("BATCHPOOL_TEST_AZURITE")
+        .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh");
+    let env = [("AZURITE_BLOB", azurite)];
+    sdk_script(
+        "BATCHPOOL_SDK15_PYTHON",
+        Rt::Docker,
+        "seed004.py",
+        &env,
+        "seed 004 flow passed",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
