@@ -153,6 +153,7 @@ async fn run(
             wake: wake.clone(),
             node_concurrency: config.node_concurrency,
             bes: bes_config(&config, &settings)?,
+            fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
         },
         cancel.clone(),
     ));

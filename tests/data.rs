@@ -111,6 +111,12 @@ async fn http_server() -> String {
     format!("http://{addr}")
 }
 
+/// A server that may fetch from this host: Azurite and the tests' HTTP server listen on it.
+async fn server(rt: Rt) -> TestServer {
+    let db = Some(common::fresh_database().await);
+    TestServer::start_with(rt, db, &["--allow-local-urls"]).await
+}
+
 async fn pool_and_job(s: &TestServer) {
     s.pool_of_one_idle_node("p").await;
     s.job_on("j", "p").await;
@@ -123,7 +129,7 @@ async fn stdout(s: &TestServer, task: &str) -> String {
 }
 
 async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
-    let s = TestServer::start(rt).await;
+    let s = server(rt).await;
     pool_and_job(&s).await;
     let (name, url) = container("rl").await;
     put_blob(&format!("{name}/in/a.txt"), "blob a\n").await;
@@ -156,7 +162,7 @@ on_both_runtimes!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_download_fails_the_task_without_running_it_after_its_retries() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = server(Rt::Local).await;
     pool_and_job(&s).await;
     let http = http_server().await;
     let (_, read_only) = container("r").await;
@@ -210,7 +216,7 @@ async fn a_failed_download_fails_the_task_without_running_it_after_its_retries()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_files_are_uploaded_per_their_upload_condition() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = server(Rt::Local).await;
     pool_and_job(&s).await;
     let (name, url) = container("rwl").await;
     let outputs = |task: &str| {
@@ -268,7 +274,7 @@ async fn output_files_are_uploaded_per_their_upload_condition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upload_fails_the_task_and_says_why() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = server(Rt::Local).await;
     pool_and_job(&s).await;
     let (_, url) = container("rl").await;
     // Read and list only: the upload is refused by the storage service.
@@ -291,7 +297,7 @@ async fn a_failed_upload_fails_the_task_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_paths_that_leave_the_task_are_refused_by_name() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = server(Rt::Local).await;
     pool_and_job(&s).await;
     let out = |pattern: &str, extra: Value| {
         let mut container = json!({"containerUrl": "https://a.blob.core.windows.net/c?sig=x"});
@@ -346,7 +352,7 @@ async fn file_paths_that_leave_the_task_are_refused_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_task_gets_its_resource_files_before_each_attempt() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = server(Rt::Local).await;
     let http = http_server().await;
     let pool = |id: &str, file: &str| {
         json!({"id": id, "vmSize": "standard_a1", "targetDedicatedNodes": 1,
@@ -369,4 +375,39 @@ async fn a_start_task_gets_its_resource_files_before_each_attempt() {
     assert_eq!(info["failureInfo"]["code"], "BlobNotFound", "{info}");
     assert_eq!(info["retryCount"], 1, "{info}");
     assert!(info.get("exitCode").is_none(), "{info}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_that_lead_to_the_server_s_own_host_are_refused_by_default() {
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let http = http_server().await;
+    let (_, url) = container("rwl").await;
+    let port = http.rsplit(':').next().unwrap();
+    let tasks = vec![
+        json!({"id": "loopback", "commandLine": "echo ran > ../ran.txt",
+               "resourceFiles": [{"httpUrl": format!("{http}/data.txt"), "filePath": "d.txt"}]}),
+        // A name that resolves to loopback is refused as its address would be.
+        json!({"id": "named", "commandLine": "echo ran > ../ran.txt",
+               "resourceFiles": [{"httpUrl": format!("http://localhost:{port}/data.txt"), "filePath": "d.txt"}]}),
+        json!({"id": "metadata", "commandLine": "echo ran > ../ran.txt",
+               "resourceFiles": [{"httpUrl": "http://169.254.169.254/metadata/instance", "filePath": "d.txt"}]}),
+        json!({"id": "container", "commandLine": "echo ran > ../ran.txt",
+               "resourceFiles": [{"storageContainerUrl": url}]}),
+        json!({"id": "upload", "commandLine": "echo out > r.txt",
+               "outputFiles": [{"filePattern": "r.txt", "destination": {"container": {"containerUrl": url}},
+                                "uploadOptions": {"uploadCondition": "taskcompletion"}}]}),
+    ];
+    s.add_tasks("j", tasks).await;
+    for task in ["loopback", "named", "metadata", "container", "upload"] {
+        let t = s.wait_task("j", task, "completed").await;
+        let info = &t["executionInfo"];
+        assert_eq!(info["result"], "failure", "{t}");
+        let message = info["failureInfo"]["message"].as_str().unwrap();
+        assert!(message.contains("--allow-local-urls"), "{task}: {message}");
+        if task != "upload" {
+            let ran = s.file(&format!("/jobs/j/tasks/{task}/files/ran.txt")).await;
+            assert_eq!(ran, None, "the command of {task} must not run");
+        }
+    }
 }

@@ -8,10 +8,15 @@ use common::{Rt, TestServer};
 
 /// Runs `tests/sdk/<script>` with the SDK of `sdk_env` against a fresh server; its stdout must
 /// end with `passed`.
-async fn sdk_script(sdk_env: &str, rt: Rt, script: &str, env: &[(&str, String)], passed: &str) {
+async fn sdk_script(
+    s: TestServer,
+    sdk_env: &str,
+    script: &str,
+    env: &[(&str, String)],
+    passed: &str,
+) {
     let python = std::env::var(sdk_env)
         .unwrap_or_else(|_| panic!("{sdk_env} is not set: run the tests through scripts/test.sh"));
-    let s = TestServer::start(rt).await;
     let (account, key) = s
         .http
         .credentials
@@ -40,9 +45,10 @@ async fn sdk_script(sdk_env: &str, rt: Rt, script: &str, env: &[(&str, String)],
 
 async fn conformance(sdk_env: &str, rt: Rt) {
     let bulk = [("BATCHPOOL_BULK", "1000".to_string())];
+    let s = TestServer::start(rt).await;
     sdk_script(
+        s,
         sdk_env,
-        rt,
         "conformance.py",
         &bulk,
         "conformance flow passed",
@@ -57,9 +63,12 @@ async fn seed_004_moves_its_data_through_the_sdk_and_blob_storage() {
     let azurite = std::env::var("BATCHPOOL_TEST_AZURITE")
         .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh");
     let env = [("AZURITE_BLOB", azurite)];
+    // Azurite listens on this host.
+    let db = Some(common::fresh_database().await);
+    let s = TestServer::start_with(Rt::Docker, db, &["--allow-local-urls"]).await;
     sdk_script(
+        s,
         "BATCHPOOL_SDK15_PYTHON",
-        Rt::Docker,
         "seed004.py",
         &env,
         "seed 004 flow passed",

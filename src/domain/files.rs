@@ -202,6 +202,31 @@ pub fn below(rel: &str) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
+/// Whether an address is the server host's own (loopback, unspecified), link-local (where cloud
+/// metadata services answer), multicast or broadcast: places a URL a task's owner gives must not
+/// make the server reach, since it is the server, not the node, that fetches and uploads.
+pub fn is_host_local(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_loopback()
+                || v4.is_unspecified()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_host_local(IpAddr::V4(v4));
+            }
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
 /// Azure's `OutputFile`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -445,6 +470,34 @@ mod tests {
         assert!(!m("a?c", "wd/abbc"));
         assert!(m("*", "wd/anything"));
         assert!(m("../std*.txt", "stdout.txt"));
+    }
+
+    #[test]
+    fn host_local_addresses_are_told_apart() {
+        for local in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "0.0.0.0",
+            "169.254.169.254",
+            "::1",
+            "::",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(is_host_local(local.parse().unwrap()), "{local}");
+        }
+        for remote in [
+            "10.0.0.5",
+            "192.168.1.2",
+            "172.17.0.2",
+            "8.8.8.8",
+            "2001:db8::1",
+            "fd00::1",
+        ] {
+            assert!(!is_host_local(remote.parse().unwrap()), "{remote}");
+        }
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub struct Executor {
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches.
     outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
-    /// Fetches resource files from http(s) URLs.
-    http: reqwest::Client,
+    /// Moves resource and output files.
+    fetcher: task_files::Fetcher,
 }
 
 /// An attempt being watched.
@@ -58,6 +58,7 @@ impl Executor {
         runtime: Arc<Runtime>,
         server_id: String,
         wake: Wakeups,
+        fetcher: task_files::Fetcher,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let (outcomes, receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -69,7 +70,7 @@ impl Executor {
             running: Mutex::default(),
             shutdown,
             outcomes,
-            http: task_files::http_client(),
+            fetcher,
         });
         tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
         this
@@ -141,7 +142,7 @@ impl Executor {
                 _ => None,
             };
             if let Some(code) = Runtime::recorded_exit(&dirs, a.attempt).await {
-                let outcome = task_files::after_exit(&self.http, &a, &dirs, code).await;
+                let outcome = task_files::after_exit(&self.fetcher, &a, &dirs, code).await;
                 complete::record(&self.db, &a, outcome).await?;
                 finished += 1;
             } else if alive.is_some() {
@@ -271,7 +272,7 @@ impl Executor {
             let code = if let Some(pid) = adopted {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
-                if let Some(failure) = task_files::download_for(&self.http, a, &dirs).await {
+                if let Some(failure) = task_files::download_for(&self.fetcher, a, &dirs).await {
                     return Outcome::NotPrepared(failure);
                 }
                 let spec = ExecSpec {
@@ -286,7 +287,7 @@ impl Executor {
                     .map_err(|e| format!("{e:#}"))
             };
             match code {
-                Ok(code) => task_files::after_exit(&self.http, a, &dirs, code).await,
+                Ok(code) => task_files::after_exit(&self.fetcher, a, &dirs, code).await,
                 Err(why) => Outcome::Lost(why),
             }
         };

@@ -62,6 +62,8 @@ pub struct Scheduler {
     pub wake: Wakeups,
     pub node_concurrency: usize,
     pub bes: bes::Config,
+    /// Moves tasks' resource and output files.
+    pub fetcher: task_files::Fetcher,
     /// True while this server leads (for /health/ready).
     pub leading: Arc<AtomicBool>,
 }
@@ -189,6 +191,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.server_id.clone(),
         s.wake.clone(),
         s.node_concurrency,
+        s.fetcher.clone(),
         cancel.clone(),
     );
     let executor = execute::Executor::new(
@@ -196,6 +199,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.runtime.clone(),
         s.server_id.clone(),
         s.wake.clone(),
+        s.fetcher.clone(),
         cancel.clone(),
     );
     let driver = bes::BesJobDriver::new(

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::task_files::{self, Failure};
+use super::task_files::{self, Failure, Fetcher};
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{ExecSpec, Runtime};
@@ -42,6 +42,7 @@ pub fn node_environment(runtime: &Runtime, at: &Placement<'_>) -> Vec<(String, S
 /// the running state before each attempt so that readers see it.
 pub async fn run<F, Fut>(
     runtime: &Runtime,
+    fetcher: &Fetcher,
     at: &Placement<'_>,
     task: &StartTask,
     mut on_attempt: F,
@@ -63,7 +64,6 @@ where
         env,
     };
     let max_retries = task.max_task_retry_count.unwrap_or(0);
-    let http = task_files::http_client();
     let start = chrono::Utc::now();
     let mut retry_count = 0;
     loop {
@@ -74,7 +74,7 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let result = match download(&http, &spec.dirs, &task.resource_files).await {
+        let result = match download(fetcher, &spec.dirs, &task.resource_files).await {
             Err(f) => Err(f),
             Ok(()) => runtime
                 .exec(at.server_id, at.node_id, &spec, None)
@@ -126,12 +126,12 @@ where
 
 /// The start task's resource files into its working directory (none: nothing to do).
 async fn download(
-    http: &reqwest::Client,
+    fetcher: &Fetcher,
     dirs: &crate::runtime::TaskDirs,
     files: &[crate::domain::files::ResourceFile],
 ) -> Result<(), Failure> {
     if files.is_empty() {
         return Ok(());
     }
-    task_files::download(http, dirs, files).await
+    task_files::download(fetcher, dirs, files).await
 }

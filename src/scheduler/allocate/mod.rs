@@ -29,6 +29,8 @@ pub struct Allocator {
     removing: Mutex<HashSet<String>>,
     /// Bounds how many containers are created or removed at once.
     limit: Arc<Semaphore>,
+    /// Fetches start tasks' resource files.
+    fetcher: crate::scheduler::task_files::Fetcher,
     cancel: CancellationToken,
 }
 
@@ -39,6 +41,7 @@ impl Allocator {
         server_id: String,
         wake: super::Wakeups,
         concurrency: usize,
+        fetcher: crate::scheduler::task_files::Fetcher,
         cancel: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -49,6 +52,7 @@ impl Allocator {
             provisioning: Mutex::default(),
             removing: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            fetcher,
             cancel,
         })
     }

@@ -128,7 +128,7 @@ impl Allocator {
             node_id: &node.id,
         };
         let db = &self.db;
-        let outcome = start_task::run(&self.runtime, &at, task, |info| async move {
+        let outcome = start_task::run(&self.runtime, &self.fetcher, &at, task, |info| async move {
             if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
                 tracing::warn!(error = %e, "recording the start task's progress");
             }

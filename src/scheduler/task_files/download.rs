@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::{Failure, PARALLEL};
+use super::{Failure, Fetcher, PARALLEL};
 use crate::domain::files::{self, ResourceFile, Source};
 use crate::runtime::TaskDirs;
 use crate::scheduler::transfer::{self, HttpFailure};
@@ -28,7 +28,7 @@ enum Fetch<'a> {
 /// Downloads the resource files into the working directory, up to [`PARALLEL`] at once; the
 /// first failure ends it.
 pub async fn download(
-    http: &reqwest::Client,
+    fetcher: &Fetcher,
     dirs: &TaskDirs,
     files: &[ResourceFile],
 ) -> Result<(), Failure> {
@@ -44,8 +44,12 @@ pub async fn download(
         let rel = rf.check(&at).map_err(invalid)?;
         let mode = rf.mode(&at).map_err(invalid)?;
         match rf.source(&at).map_err(invalid)? {
-            Source::Http(url) => fetches.push(Fetch::Http { url, to: rel, mode }),
+            Source::Http(url) => {
+                refuse_local(fetcher, url).await?;
+                fetches.push(Fetch::Http { url, to: rel, mode });
+            }
             Source::Container { url, prefix } => {
+                refuse_local(fetcher, url).await?;
                 let container = Container::open(url)?;
                 for (name, _) in container.list(prefix).await? {
                     let below = files::below(&name).ok_or_else(|| {
@@ -68,6 +72,7 @@ pub async fn download(
     }
     let wd = dirs.host.join("wd");
     // The futures are made first: a stream holding a closure over borrows is not Send.
+    let http = fetcher.http();
     let fetching: Vec<_> = fetches.into_iter().map(|f| fetch(http, &wd, f)).collect();
     futures_util::stream::iter(fetching)
         .buffer_unordered(PARALLEL)
@@ -127,6 +132,13 @@ async fn fetch(
                 None => write_failure(&to, e),
             }),
     }
+}
+
+async fn refuse_local(fetcher: &Fetcher, url: &str) -> Result<(), Failure> {
+    fetcher
+        .check(url)
+        .await
+        .map_err(|why| Failure::new("BlobDownloadMiscError", why))
 }
 
 fn write_failure(to: &Path, e: anyhow::Error) -> Failure {

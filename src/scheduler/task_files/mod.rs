@@ -2,11 +2,15 @@
 //! output files up after it ends, as Azure Batch moves them. Every file is written and read
 //! below the task's directory through `safe_fs`, never through a link a task left there.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
 use super::complete::Outcome;
+use crate::domain::files::is_host_local;
 use crate::runtime::TaskDirs;
-use crate::storage::BlobError;
+use crate::storage::{self, BlobError};
 use crate::store::tasks::AttemptRow;
 
 mod download;
@@ -43,39 +47,114 @@ impl From<BlobError> for Failure {
     }
 }
 
-/// The client resource files are fetched with: it gives up on a server that does not answer,
-/// never on a large file that keeps coming.
-pub fn http_client() -> reqwest::Client {
-    crate::install_tls();
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .read_timeout(Duration::from_secs(300))
-        .build()
-        .unwrap_or_default()
+/// What fetches resource files and uploads output files. It is the server, not the node, that
+/// makes these requests, so unless the operator allows it (`--allow-local-urls`) no URL may lead to
+/// an address of the server's own host: loopback, or link-local where cloud metadata answers.
+#[derive(Clone)]
+pub struct Fetcher {
+    http: reqwest::Client,
+    allow_local: bool,
+}
+
+impl Fetcher {
+    pub fn new(allow_local: bool) -> Fetcher {
+        crate::install_tls();
+        // Gives up on a server that does not answer, never on a large file that keeps coming.
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(Duration::from_secs(300));
+        if !allow_local {
+            // Names are checked as they resolve (so a name cannot change between check and use);
+            // address literals, which are not resolved, in `check` and in every redirect.
+            builder =
+                builder
+                    .dns_resolver(GuardedResolver)
+                    .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                        let local = match attempt.url().host() {
+                            Some(url::Host::Ipv4(ip)) => is_host_local(ip.into()),
+                            Some(url::Host::Ipv6(ip)) => is_host_local(ip.into()),
+                            _ => false,
+                        };
+                        if local {
+                            attempt.error("a redirect to an address of the server's own host")
+                        } else if attempt.previous().len() >= 10 {
+                            attempt.error("more than 10 redirects")
+                        } else {
+                            attempt.follow()
+                        }
+                    }));
+        }
+        Fetcher {
+            http: builder.build().unwrap_or_default(),
+            allow_local,
+        }
+    }
+
+    pub(super) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Refuses a URL whose host is, or resolves to, an address of the server's own host.
+    pub(super) async fn check(&self, url: &str) -> Result<(), String> {
+        if self.allow_local {
+            return Ok(());
+        }
+        let shown = storage::without_query(url);
+        let parsed = url::Url::parse(url).map_err(|e| format!("{shown} is not a URL: {e}"))?;
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        let addresses: Vec<IpAddr> = match parsed.host() {
+            Some(url::Host::Ipv4(ip)) => vec![ip.into()],
+            Some(url::Host::Ipv6(ip)) => vec![ip.into()],
+            Some(url::Host::Domain(name)) => tokio::net::lookup_host((name, port))
+                .await
+                .map_err(|e| format!("{shown}: cannot resolve {name}: {e}"))?
+                .map(|a| a.ip())
+                .collect(),
+            None => return Err(format!("{shown} names no host")),
+        };
+        match addresses.into_iter().find(|ip| is_host_local(*ip)) {
+            Some(ip) => Err(format!(
+                "{shown} leads to {ip}, an address of the server's own host (loopback or link-local); the server's operator can allow such URLs with --allow-local-urls"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Resolves names for the fetcher's http client, leaving out the server host's own addresses.
+struct GuardedResolver;
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> =
+                all.into_iter().filter(|a| !is_host_local(a.ip())).collect();
+            if allowed.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to addresses of the server's own host (loopback or link-local)"
+                )
+                .into());
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
 }
 
 /// Downloads an attempt's resource files into its working directory; the failure, if one could
 /// not be.
-pub async fn download_for(
-    http: &reqwest::Client,
-    a: &AttemptRow,
-    dirs: &TaskDirs,
-) -> Option<Failure> {
+pub async fn download_for(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs) -> Option<Failure> {
     let files = a.files.as_ref().filter(|f| !f.resource_files.is_empty())?;
-    download(http, dirs, &files.resource_files).await.err()
+    download(fetcher, dirs, &files.resource_files).await.err()
 }
 
 /// An attempt's command exited with `code`: its output files go up, then its outcome is known.
-pub async fn after_exit(
-    http: &reqwest::Client,
-    a: &AttemptRow,
-    dirs: &TaskDirs,
-    code: i64,
-) -> Outcome {
+pub async fn after_exit(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs, code: i64) -> Outcome {
     let Some(files) = a.files.as_ref().filter(|f| !f.output_files.is_empty()) else {
         return Outcome::Exited(code);
     };
-    match upload(http, dirs, &files.output_files, code).await {
+    match upload(fetcher, dirs, &files.output_files, code).await {
         Ok(()) => Outcome::Exited(code),
         Err(failure) => Outcome::UploadFailed {
             exit_code: code,

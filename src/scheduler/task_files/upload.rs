@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use object_store::{Attribute, Attributes};
 
-use super::{Failure, PARALLEL};
+use super::{Failure, Fetcher, PARALLEL};
 use crate::domain::files::{self, OutputFile, Pattern};
 use crate::runtime::safe_fs::Dir;
 use crate::runtime::{TaskDirs, STATE_DIR};
 use crate::scheduler::transfer;
-use crate::storage::Container;
+use crate::storage::{self, Container};
 
 /// How deep a `**` pattern walks, and how many entries it looks at: a task cannot make the
 /// server walk without end.
@@ -31,7 +31,7 @@ struct Upload<'a> {
 /// directory, as Azure's node agent does. The first failure is returned, after every other file
 /// has been tried.
 pub async fn upload(
-    http: &reqwest::Client,
+    fetcher: &Fetcher,
     dirs: &TaskDirs,
     outputs: &[OutputFile],
     exit_code: i64,
@@ -49,7 +49,14 @@ pub async fn upload(
         let Some(dest) = &o.destination.container else {
             continue;
         };
-        match Container::open(&dest.container_url) {
+        let opened = match fetcher.check(&dest.container_url).await {
+            Ok(()) => Container::open(&dest.container_url),
+            Err(why) => Err(storage::BlobError {
+                code: "FileUploadMiscError",
+                message: why,
+            }),
+        };
+        match opened {
             Ok(c) => containers.push(Some(c)),
             Err(e) => {
                 errors.push_str(&format!("{}: {}\n", o.file_pattern, e.message));
@@ -90,6 +97,7 @@ pub async fn upload(
             });
         }
     }
+    let http = fetcher.http();
     let uploading: Vec<_> = uploads.into_iter().map(|u| put(http, dirs, u)).collect();
     let results: Vec<(String, String, Result<(), String>)> = futures_util::stream::iter(uploading)
         .buffer_unordered(PARALLEL)
