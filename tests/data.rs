@@ -9,7 +9,11 @@ use chrono::{Duration, Utc};
 use common::{Rt, TestServer};
 use object_store::{ObjectStoreExt, PutPayload};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
 
 use batchpool::domain::bes::DataReference;
 use batchpool::storage::{self, Roots};
@@ -76,15 +80,27 @@ async fn container(permissions: &str) -> (String, String) {
     (name.clone(), format!("{}/{name}{sas}", azurite()))
 }
 
-/// A plain HTTP server for httpUrl resource files: `/data.txt` has a body, anything else is 404.
-async fn http_server() -> String {
+/// A plain HTTP server for httpUrl resource files.
+struct HttpServer {
+    url: String,
+    /// `/slow.txt` answers once this is notified.
+    release: Arc<Notify>,
+    /// How many `/slow.txt` requests the client gave up before their answer.
+    abandoned: Arc<AtomicUsize>,
+}
+
+/// `/data.txt` has a body, `/slow.txt` answers when released, anything else is 404.
+async fn http_server() -> HttpServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let (release, abandoned) = (Arc::new(Notify::new()), Arc::new(AtomicUsize::new(0)));
+    let (slow, gave_up) = (Arc::clone(&release), Arc::clone(&abandoned));
     tokio::spawn(async move {
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
                 return;
             };
+            let (slow, gave_up) = (Arc::clone(&slow), Arc::clone(&gave_up));
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 1024];
@@ -94,9 +110,18 @@ async fn http_server() -> String {
                         Ok(n) => request.extend_from_slice(&buf[..n]),
                     }
                 }
-                let found = request.starts_with(b"GET /data.txt ");
-                let (status, body) = if found {
+                let (status, body) = if request.starts_with(b"GET /data.txt ") {
                     ("200 OK", "from http\n")
+                } else if request.starts_with(b"GET /slow.txt ") {
+                    tokio::select! {
+                        _ = slow.notified() => {}
+                        // The client closed the connection: it gave the download up.
+                        _ = conn.read(&mut buf) => {
+                            gave_up.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                    ("200 OK", "slow\n")
                 } else {
                     ("404 Not Found", "no such file\n")
                 };
@@ -108,7 +133,11 @@ async fn http_server() -> String {
             });
         }
     });
-    format!("http://{addr}")
+    HttpServer {
+        url: format!("http://{addr}"),
+        release,
+        abandoned,
+    }
 }
 
 /// A server that may fetch from this host: Azurite and the tests' HTTP server listen on it.
@@ -135,7 +164,7 @@ async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
     put_blob(&format!("{name}/in/a.txt"), "blob a\n").await;
     put_blob(&format!("{name}/in/sub/b.txt"), "blob b\n").await;
     put_blob(&format!("{name}/other.txt"), "not wanted\n").await;
-    let http = http_server().await;
+    let http = http_server().await.url;
     let task = json!({
         "id": "t1",
         "commandLine": "cat http/data.txt blobs/in/a.txt blobs/in/sub/b.txt all/other.txt && test ! -e blobs/other.txt && stat -c %a http/data.txt",
@@ -164,7 +193,7 @@ on_both_runtimes!(
 async fn a_failed_download_fails_the_task_without_running_it_after_its_retries() {
     let s = server(Rt::Local).await;
     pool_and_job(&s).await;
-    let http = http_server().await;
+    let http = http_server().await.url;
     let (_, read_only) = container("r").await;
     let tasks = vec![
         json!({
@@ -353,7 +382,7 @@ async fn file_paths_that_leave_the_task_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_task_gets_its_resource_files_before_each_attempt() {
     let s = server(Rt::Local).await;
-    let http = http_server().await;
+    let http = http_server().await.url;
     let pool = |id: &str, file: &str| {
         json!({"id": id, "vmSize": "standard_a1", "targetDedicatedNodes": 1,
             "startTask": {"commandLine": "cp in/data.txt $AZ_BATCH_NODE_SHARED_DIR/started.txt",
@@ -381,7 +410,7 @@ async fn a_start_task_gets_its_resource_files_before_each_attempt() {
 async fn urls_that_lead_to_the_server_s_own_host_are_refused_by_default() {
     let s = TestServer::start(Rt::Local).await;
     pool_and_job(&s).await;
-    let http = http_server().await;
+    let http = http_server().await.url;
     let (_, url) = container("rwl").await;
     let port = http.rsplit(':').next().unwrap();
     let tasks = vec![
@@ -410,4 +439,52 @@ async fn urls_that_lead_to_the_server_s_own_host_are_refused_by_default() {
             assert_eq!(ran, None, "the command of {task} must not run");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_preparing_while_its_resource_files_download() {
+    let s = server(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    s.job_on("j", "p").await;
+    let http = http_server().await;
+    let slow = |id: &str| {
+        json!({"id": id, "commandLine": "echo ran > ../ran.txt; cat slow.txt",
+            "resourceFiles": [{"httpUrl": format!("{}/slow.txt", http.url), "filePath": "slow.txt"}]})
+    };
+    s.add_tasks("j", vec![slow("t"), slow("stopped")]).await;
+    let t = s.wait_task("j", "t", "preparing").await;
+    assert!(t["nodeInfo"]["nodeId"].is_string(), "on its node: {t}");
+    s.wait_task("j", "stopped", "preparing").await;
+    let (_, counts) = s.get("/jobs/j/taskcounts").await;
+    assert_eq!(
+        counts["taskCounts"]["running"], 2,
+        "Azure counts preparing as running: {counts}"
+    );
+    assert_eq!(counts["taskCounts"]["active"], 0, "{counts}");
+
+    // Terminated while preparing: its download stops and its command never starts.
+    let (status, body) = s.post("/jobs/j/tasks/stopped/terminate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    s.wait_task("j", "stopped", "completed").await;
+    common::wait_for("the stopped task's download to be given up", || async {
+        (http.abandoned.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+
+    let t = common::wait_for("t to complete", || async {
+        http.release.notify_waiters();
+        let t = s.task("j", "t").await;
+        (t["state"] == "completed").then_some(t)
+    })
+    .await;
+    assert_eq!(t["previousState"], "running", "{t}");
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(stdout(&s, "t").await, "slow\n");
+    let ran = s.file("/jobs/j/tasks/stopped/files/ran.txt").await;
+    assert_eq!(
+        ran, None,
+        "a task stopped while preparing never runs its command"
+    );
 }

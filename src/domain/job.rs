@@ -14,6 +14,12 @@ wire_enum!(JobState {
 
 wire_enum!(TaskState { Active = "active", Preparing = "preparing", Running = "running", Completed = "completed" });
 
+impl TaskState {
+    /// The states of a task that is on a node: `preparing` while its resource files download,
+    /// then `running`.
+    pub const ON_NODE: &'static [TaskState] = &[TaskState::Preparing, TaskState::Running];
+}
+
 wire_enum!(AllTasksComplete { NoAction = "noaction", TerminateJob = "terminatejob" });
 
 wire_enum!(TaskFailureMode { NoAction = "noaction", PerformExitOptionsJobAction = "performexitoptionsjobaction" });

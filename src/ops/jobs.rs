@@ -44,7 +44,7 @@ pub async fn end_running_tasks(
     store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
     for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
         let ending = Ending::stopped(&info);
-        store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;
+        store::tasks::end_attempt(tx, pk, Some(attempt), TaskState::ON_NODE, ending).await?;
     }
     Ok(())
 }
@@ -59,7 +59,7 @@ pub async fn disable_job(
         DisableTasks::Requeue => {
             store::tasks::lock_nodes_of_job(&mut **tx, job_pk).await?;
             for (pk, attempt) in store::tasks::running_of_job(&mut **tx, job_pk).await? {
-                let running = &[TaskState::Running];
+                let running = TaskState::ON_NODE;
                 store::tasks::end_attempt(tx, pk, Some(attempt), running, Ending::Requeue).await?;
             }
         }
@@ -89,7 +89,7 @@ pub async fn stop_tasks_on_nodes(
             NodeDeallocationOption::Terminate => Ending::stopped(&info),
             _ => Ending::Requeue,
         };
-        store::tasks::end_attempt(tx, pk, Some(attempt), &[TaskState::Running], ending).await?;
+        store::tasks::end_attempt(tx, pk, Some(attempt), TaskState::ON_NODE, ending).await?;
     }
     Ok(())
 }

@@ -57,13 +57,12 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         .zip(&verdicts)
         .map(|((a, _), v)| (a.pk, Some(a.attempt), v.ending()))
         .collect();
-    let completed: HashSet<i64> =
-        store::tasks::end_attempts(&mut tx, &[TaskState::Running], &items)
-            .await?
-            .into_iter()
-            .filter(|e| e.state == TaskState::Completed)
-            .map(|e| e.pk)
-            .collect();
+    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, TaskState::ON_NODE, &items)
+        .await?
+        .into_iter()
+        .filter(|e| e.state == TaskState::Completed)
+        .map(|e| e.pk)
+        .collect();
     let mut jobs = BTreeSet::new();
     for ((a, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {

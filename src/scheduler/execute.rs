@@ -268,13 +268,20 @@ impl Executor {
             (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
         });
         let (started, pid) = tokio::sync::oneshot::channel();
+        // Stops a download under way, so a killed or timed-out task never starts its command.
+        let stop = kill.child_token();
         let run = async {
             let code = if let Some(pid) = adopted {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
-                if let Some(failure) = task_files::download_for(&self.fetcher, a, &dirs).await {
+                let downloaded = tokio::select! {
+                    failure = task_files::download_for(&self.fetcher, a, &dirs) => failure,
+                    _ = stop.cancelled() => return Outcome::Lost("stopped while preparing".into()),
+                };
+                if let Some(failure) = downloaded {
                     return Outcome::NotPrepared(failure);
                 }
+                self.prepared(a).await;
                 let spec = ExecSpec {
                     command_line: a.command_line.clone(),
                     dirs: dirs.clone(),
@@ -306,7 +313,10 @@ impl Executor {
         };
         let timed_out = tokio::select! {
             outcome = &mut run => return Some(outcome),
-            _ = timeout => true,
+            _ = timeout => {
+                stop.cancel();
+                true
+            }
             _ = kill.cancelled() => false,
             _ = self.shutdown.cancelled() => return None,
         };
@@ -338,6 +348,19 @@ impl Executor {
                 pid,
                 "a killed task's process did not end in time"
             );
+        }
+    }
+
+    /// A task that was `preparing` (its resource files downloading) is `running` now. Should the
+    /// database not answer, it runs anyway, shown as preparing until it ends.
+    async fn prepared(&self, a: &AttemptRow) {
+        if a.files
+            .as_ref()
+            .is_some_and(|f| !f.resource_files.is_empty())
+        {
+            if let Err(e) = store::tasks::mark_running(&self.db, a.pk, a.attempt).await {
+                tracing::warn!(task = %a.task_id, error = %e, "recording that a task runs failed");
+            }
         }
     }
 

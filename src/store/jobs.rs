@@ -271,7 +271,7 @@ pub async fn active_in_pool(
     sqlx::query_as!(
         JobRoom,
         r#"SELECT j.pk, j.max_parallel_tasks,
-                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state = 'running') AS "running!"
+                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) AS "running!"
          FROM jobs j WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state = 'active'
          ORDER BY j.priority DESC, j.creation_time, j.pk"#,
         account,

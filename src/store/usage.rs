@@ -106,7 +106,7 @@ pub async fn slots_in_range(
          LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id)
          LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account
          LEFT JOIN services s ON s.pk = b.service_pk
-         WHERE coalesce(s.account, j.account) = $1 AND t.state = 'running' AND t.start_time IS NOT NULL AND t.start_time < $4
+         WHERE coalesce(s.account, j.account) = $1 AND t.state IN ('preparing', 'running') AND t.start_time IS NOT NULL AND t.start_time < $4
            AND ($2::text IS NULL OR lower(t.pool_id) = lower($2))
          ORDER BY 1, 2"#,
         account,

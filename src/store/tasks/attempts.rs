@@ -93,7 +93,7 @@ pub async fn end_attempts(
             retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END,
             requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END
          FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
-         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state = 'running' AS "was_running!", t.state AS "state: _",
+         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state IN ('preparing', 'running') AS "was_running!", t.state AS "state: _",
             t.satisfies_dependants, t.result"#,
         &c.pks,
         &c.attempts as _,
@@ -217,7 +217,7 @@ pub async fn lock_nodes(db: impl PgExecutor<'_>, node_pks: &[i64]) -> sqlx::Resu
 /// Locks, in pk order, the nodes a job's running tasks hold.
 pub async fn lock_nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<()> {
     sqlx::query!(
-        "SELECT pk FROM nodes WHERE pk IN (SELECT node_pk FROM tasks WHERE job_pk = $1 AND state = 'running') ORDER BY pk FOR UPDATE",
+        "SELECT pk FROM nodes WHERE pk IN (SELECT node_pk FROM tasks WHERE job_pk = $1 AND state IN ('preparing', 'running')) ORDER BY pk FOR UPDATE",
         job_pk,
     )
     .fetch_all(db)
@@ -254,7 +254,7 @@ pub async fn release_slots(
 /// The tasks of a job that are running now (to stop them).
 pub async fn running_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Vec<(i64, i32)>> {
     sqlx::query!(
-        r#"SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state = 'running'"#,
+        r#"SELECT pk, attempt FROM tasks WHERE job_pk = $1 AND state IN ('preparing', 'running')"#,
         job_pk,
     )
     .fetch_all(db)
@@ -268,7 +268,7 @@ pub async fn running_on_nodes(
     node_pks: &[i64],
 ) -> sqlx::Result<Vec<(i64, i32)>> {
     sqlx::query!(
-        r#"SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state = 'running'"#,
+        r#"SELECT pk, attempt FROM tasks WHERE node_pk = ANY($1) AND state IN ('preparing', 'running')"#,
         node_pks,
     )
     .fetch_all(db)
@@ -323,7 +323,7 @@ pub async fn running_attempts(
         "SELECT",
         r#"coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
          FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk
-         WHERE t.state = 'running' AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
+         WHERE t.state IN ('preparing', 'running') AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
         pks,
     )
     .fetch_all(db)
@@ -338,7 +338,7 @@ pub async fn stale_attempts(
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
         r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
-         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state = 'running')"#,
+         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state IN ('preparing', 'running'))"#,
         pks,
         attempts,
     )
@@ -372,7 +372,8 @@ pub async fn start_attempts(
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
-            state = 'running', state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
+            state = CASE WHEN t.files ? 'resourceFiles' THEN 'preparing' ELSE 'running' END, \
+            state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
             node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
             exit_code = NULL, result = NULL, failure_info = NULL \
          FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
@@ -387,10 +388,24 @@ pub async fn start_attempts(
     .await
 }
 
+/// A preparing attempt's resource files are in place: it is running now.
+pub async fn mark_running(db: impl PgExecutor<'_>, pk: i64, attempt: i32) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE tasks SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'running', state_transition_time = now(), last_modified = now() \
+         WHERE pk = $1 AND attempt = $2 AND state = 'preparing'",
+        pk,
+        attempt,
+    )
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
 /// Whether a task is running on the node.
 pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state = 'running') AS "running!""#,
+        r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state IN ('preparing', 'running')) AS "running!""#,
         node_pk,
     )
     .fetch_one(db)

@@ -149,13 +149,13 @@ pub struct Counts {
 pub async fn counts(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Counts> {
     sqlx::query_as!(
         Counts,
-        r#"SELECT count(*) FILTER (WHERE state IN ('active', 'preparing')) AS "active!",
-                count(*) FILTER (WHERE state = 'running') AS "running!",
+        r#"SELECT count(*) FILTER (WHERE state = 'active') AS "active!",
+                count(*) FILTER (WHERE state IN ('preparing', 'running')) AS "running!",
                 count(*) FILTER (WHERE state = 'completed') AS "completed!",
                 count(*) FILTER (WHERE state = 'completed' AND result = 'success') AS "succeeded!",
                 count(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS "failed!",
-                coalesce(sum(required_slots) FILTER (WHERE state IN ('active', 'preparing')), 0) AS "active_slots!",
-                coalesce(sum(required_slots) FILTER (WHERE state = 'running'), 0) AS "running_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state = 'active'), 0) AS "active_slots!",
+                coalesce(sum(required_slots) FILTER (WHERE state IN ('preparing', 'running')), 0) AS "running_slots!",
                 coalesce(sum(required_slots) FILTER (WHERE state = 'completed'), 0) AS "completed_slots!",
                 coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'success'), 0) AS "succeeded_slots!",
                 coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'failure'), 0) AS "failed_slots!"

@@ -212,10 +212,9 @@ pub async fn delete(
     let mut tx = app.db.begin().await?;
     let info = ops::jobs::ended_by("the task was deleted");
     let ending = Ending::stopped(&info);
-    let was_running =
-        store::tasks::end_attempt(&mut tx, task.pk, None, &[TaskState::Running], ending)
-            .await?
-            .is_some();
+    let was_running = store::tasks::end_attempt(&mut tx, task.pk, None, TaskState::ON_NODE, ending)
+        .await?
+        .is_some();
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     tx.commit().await?;
