@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
-use super::start_task::{node_environment, Placement};
+use super::start_task::task_environment;
 use super::task_files;
 use super::Wakeups;
 use crate::runtime::{ExecSpec, Runtime, TaskDirs};
@@ -281,12 +281,12 @@ impl Executor {
                 if let Some(failure) = downloaded {
                     return Outcome::NotPrepared(failure);
                 }
-                self.prepared(a).await;
+                task_files::prepared(&self.db, a).await;
                 let spec = ExecSpec {
                     command_line: a.command_line.clone(),
                     dirs: dirs.clone(),
                     attempt: a.attempt,
-                    env: self.environment(a, &node_id),
+                    env: task_environment(&self.runtime, &self.server_id, a, &node_id),
                 };
                 self.runtime
                     .exec(&self.server_id, &node_id, &spec, Some(started))
@@ -351,19 +351,6 @@ impl Executor {
         }
     }
 
-    /// A task that was `preparing` (its resource files downloading) is `running` now. Should the
-    /// database not answer, it runs anyway, shown as preparing until it ends.
-    async fn prepared(&self, a: &AttemptRow) {
-        if a.files
-            .as_ref()
-            .is_some_and(|f| !f.resource_files.is_empty())
-        {
-            if let Err(e) = store::tasks::mark_running(&self.db, a.pk, a.attempt).await {
-                tracing::warn!(task = %a.task_id, error = %e, "recording that a task runs failed");
-            }
-        }
-    }
-
     async fn wait_for_exit(
         &self,
         node_id: &str,
@@ -385,29 +372,5 @@ impl Executor {
             }
             tokio::time::sleep(ADOPTED_POLL).await;
         }
-    }
-
-    /// The job's common environment, then the task's, then the `AZ_BATCH_*` variables.
-    fn environment(&self, a: &AttemptRow, node_id: &str) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = a
-            .common_environment
-            .iter()
-            .chain(a.environment.iter())
-            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-            .collect();
-        let at = Placement {
-            server_id: &self.server_id,
-            account: &a.account,
-            pool_id: a.pool_id.as_deref().unwrap_or_default(),
-            node_id,
-        };
-        env.extend(node_environment(&self.runtime, &at));
-        env.push(("AZ_BATCH_JOB_ID".into(), a.job_id.clone()));
-        env.push(("AZ_BATCH_TASK_ID".into(), a.task_id.clone()));
-        env.push((
-            "AZ_BATCH_TASK_RETRY_COUNT".into(),
-            a.retry_count.to_string(),
-        ));
-        env
     }
 }

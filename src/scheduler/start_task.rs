@@ -7,6 +7,7 @@ use super::task_files::{self, Failure, Fetcher};
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{ExecSpec, Runtime};
+use crate::store::tasks::AttemptRow;
 
 /// Everything a start task needs to know about where it runs.
 pub struct Placement<'a> {
@@ -36,6 +37,36 @@ pub fn node_environment(runtime: &Runtime, at: &Placement<'_>) -> Vec<(String, S
             format!("{root}/startup"),
         ),
     ]
+}
+
+/// A job task's environment: its job's common environment, then its own, then the `AZ_BATCH_*`
+/// variables.
+pub fn task_environment(
+    runtime: &Runtime,
+    server_id: &str,
+    a: &AttemptRow,
+    node_id: &str,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = a
+        .common_environment
+        .iter()
+        .chain(a.environment.iter())
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    let at = Placement {
+        server_id,
+        account: &a.account,
+        pool_id: a.pool_id.as_deref().unwrap_or_default(),
+        node_id,
+    };
+    env.extend(node_environment(runtime, &at));
+    env.push(("AZ_BATCH_JOB_ID".into(), a.job_id.clone()));
+    env.push(("AZ_BATCH_TASK_ID".into(), a.task_id.clone()));
+    env.push((
+        "AZ_BATCH_TASK_RETRY_COUNT".into(),
+        a.retry_count.to_string(),
+    ));
+    env
 }
 
 /// Runs the start task until it succeeds or has used its retries; `on_attempt` is called with
@@ -83,23 +114,7 @@ where
         };
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));
-        let failure = match &result {
-            Ok(0) => None,
-            Ok(code) => {
-                info["exitCode"] = json!(code);
-                Some(
-                    json!({"category": "usererror", "code": "FailureExitCode", "message": format!("The start task exited with code {code}")}),
-                )
-            }
-            Err(f) => {
-                let category = if f.code == "StartTaskFailedToRun" {
-                    "servererror"
-                } else {
-                    "usererror"
-                };
-                Some(json!({"category": category, "code": f.code, "message": f.message}))
-            }
-        };
+        let failure = failure_info(&result);
         if let Ok(code) = result {
             info["exitCode"] = json!(code);
         }
@@ -134,4 +149,21 @@ async fn download(
         return Ok(());
     }
     task_files::download(fetcher, dirs, files).await
+}
+
+/// The failureInfo of a start task attempt, if it failed.
+fn failure_info(result: &Result<i64, Failure>) -> Option<Value> {
+    match result {
+        Ok(0) => None,
+        Ok(code) => Some(json!({"category": "usererror", "code": "FailureExitCode",
+            "message": format!("The start task exited with code {code}")})),
+        Err(f) => {
+            let category = if f.code == "StartTaskFailedToRun" {
+                "servererror"
+            } else {
+                "usererror"
+            };
+            Some(json!({"category": category, "code": f.code, "message": f.message}))
+        }
+    }
 }

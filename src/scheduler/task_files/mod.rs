@@ -149,6 +149,19 @@ pub async fn download_for(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs) ->
     download(fetcher, dirs, &files.resource_files).await.err()
 }
 
+/// A task that was `preparing` (its resource files downloading) is `running` now. Should the
+/// database not answer, it runs anyway, shown as preparing until it ends.
+pub async fn prepared(db: &sqlx::PgPool, a: &AttemptRow) {
+    if a.files
+        .as_ref()
+        .is_some_and(|f| !f.resource_files.is_empty())
+    {
+        if let Err(e) = crate::store::tasks::mark_running(db, a.pk, a.attempt).await {
+            tracing::warn!(task = %a.task_id, error = %e, "recording that a task runs failed");
+        }
+    }
+}
+
 /// An attempt's command exited with `code`: its output files go up, then its outcome is known.
 pub async fn after_exit(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs, code: i64) -> Outcome {
     let Some(files) = a.files.as_ref().filter(|f| !f.output_files.is_empty()) else {

@@ -11,7 +11,7 @@ use crate::domain::files::{self, OutputFile, Pattern};
 use crate::runtime::safe_fs::Dir;
 use crate::runtime::{TaskDirs, STATE_DIR};
 use crate::scheduler::transfer;
-use crate::storage::{self, Container};
+use crate::storage::Container;
 
 /// How deep a `**` pattern walks, and how many entries it looks at: a task cannot make the
 /// server walk without end.
@@ -24,6 +24,24 @@ struct Upload<'a> {
     container: &'a Container,
     blob: String,
     headers: Attributes,
+}
+
+/// What the uploads did: the lines of `fileuploadout.txt` and `fileuploaderr.txt`, and the first
+/// failure.
+#[derive(Default)]
+struct Report {
+    log: String,
+    errors: String,
+    first: Option<Failure>,
+}
+
+impl Report {
+    fn failed(&mut self, message: String) {
+        self.errors.push_str(&message);
+        self.errors.push('\n');
+        self.first
+            .get_or_insert(Failure::new("FileUploadMiscError", message));
+    }
 }
 
 /// Uploads the output files whose uploadCondition `exit_code` meets, and writes
@@ -43,58 +61,15 @@ pub async fn upload(
     if wanted.is_empty() {
         return Ok(());
     }
-    let (mut log, mut errors, mut first) = (String::new(), String::new(), None);
+    let mut report = Report::default();
     let mut containers = Vec::new();
     for o in &wanted {
-        let Some(dest) = &o.destination.container else {
-            continue;
-        };
-        let opened = match fetcher.check(&dest.container_url).await {
-            Ok(()) => Container::open(&dest.container_url),
-            Err(why) => Err(storage::BlobError {
-                code: "FileUploadMiscError",
-                message: why,
-            }),
-        };
-        match opened {
-            Ok(c) => containers.push(Some(c)),
-            Err(e) => {
-                errors.push_str(&format!("{}: {}\n", o.file_pattern, e.message));
-                first.get_or_insert(Failure::new("FileUploadMiscError", e.message));
-                containers.push(None);
-            }
-        }
+        containers.push(open(fetcher, o, &mut report).await);
     }
     let mut uploads = Vec::new();
     for (o, container) in wanted.iter().zip(&containers) {
-        let (Some(container), Some(dest)) = (container, &o.destination.container) else {
-            continue;
-        };
-        let pattern = match Pattern::parse(&o.file_pattern) {
-            Ok(p) => p,
-            Err(why) => {
-                errors.push_str(&format!("{}: {why}\n", o.file_pattern));
-                continue;
-            }
-        };
-        let found = matches(dirs, pattern.clone()).await;
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => {
-                let message = format!("{}: finding the files failed: {e}", o.file_pattern);
-                errors.push_str(&format!("{message}\n"));
-                first.get_or_insert(Failure::new("FileUploadMiscError", message));
-                continue;
-            }
-        };
-        let headers = attributes(&dest.upload_headers);
-        for (local, rel) in found {
-            uploads.push(Upload {
-                blob: blob_name(&pattern, dest.path.as_deref(), &rel),
-                local,
-                container,
-                headers: headers.clone(),
-            });
+        if let Some(container) = container {
+            uploads.extend(planned(dirs, o, container, &mut report).await);
         }
     }
     let http = fetcher.http();
@@ -105,16 +80,57 @@ pub async fn upload(
         .await;
     for (local, blob, result) in results {
         match result {
-            Ok(()) => log.push_str(&format!("Uploaded {local} to {blob}\n")),
-            Err(e) => {
-                let message = format!("Uploading {local} to {blob} failed: {e}");
-                errors.push_str(&format!("{message}\n"));
-                first.get_or_insert(Failure::new("FileUploadMiscError", message));
-            }
+            Ok(()) => report
+                .log
+                .push_str(&format!("Uploaded {local} to {blob}\n")),
+            Err(e) => report.failed(format!("Uploading {local} to {blob} failed: {e}")),
         }
     }
-    write_logs(dirs, log, errors).await;
-    first.map_or(Ok(()), Err)
+    write_logs(dirs, report.log, report.errors).await;
+    report.first.map_or(Ok(()), Err)
+}
+
+/// The container an output file goes to, if its URL may be used.
+async fn open(fetcher: &Fetcher, o: &OutputFile, report: &mut Report) -> Option<Container> {
+    let dest = o.destination.container.as_ref()?;
+    let opened = match fetcher.check(&dest.container_url).await {
+        Ok(()) => Container::open(&dest.container_url).map_err(|e| e.message),
+        Err(why) => Err(why),
+    };
+    opened
+        .map_err(|why| report.failed(format!("{}: {why}", o.file_pattern)))
+        .ok()
+}
+
+/// The uploads an output file makes: each file its pattern matches, and the blob it becomes.
+async fn planned<'a>(
+    dirs: &TaskDirs,
+    o: &OutputFile,
+    container: &'a Container,
+    report: &mut Report,
+) -> Vec<Upload<'a>> {
+    let (Some(dest), Ok(pattern)) = (&o.destination.container, Pattern::parse(&o.file_pattern))
+    else {
+        // Checked when the task was added.
+        return Vec::new();
+    };
+    let found = match matches(dirs, pattern.clone()).await {
+        Ok(found) => found,
+        Err(e) => {
+            report.failed(format!("{}: finding the files failed: {e}", o.file_pattern));
+            return Vec::new();
+        }
+    };
+    let headers = attributes(&dest.upload_headers);
+    found
+        .into_iter()
+        .map(|(local, rel)| Upload {
+            blob: blob_name(&pattern, dest.path.as_deref(), &rel),
+            local,
+            container,
+            headers: headers.clone(),
+        })
+        .collect()
 }
 
 /// Uploads one file: (its path, its blob, what happened).

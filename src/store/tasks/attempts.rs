@@ -1,15 +1,10 @@
-//! A task's attempts: claiming ready tasks, starting attempts on nodes, and ending them (with the
-//! node's slots and the dependants' counts in the same transaction); the running attempts a
-//! restart or a stop looks for.
+//! Ending a task's attempts (with the node's slots and the dependants' counts in the same
+//! transaction), and the running attempts a stop looks for. Starting them is `running.rs`.
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::types::Json;
 use sqlx::{PgExecutor, Postgres, Transaction};
 
-use crate::domain::files::TaskFiles;
-use crate::domain::job::{TaskFailureMode, TaskState};
-use crate::domain::pool::EnvironmentSetting;
+use crate::domain::job::TaskState;
 
 /// The attempt that ended, as the follow-up bookkeeping needs it.
 #[derive(Debug, sqlx::FromRow)]
@@ -274,140 +269,4 @@ pub async fn running_on_nodes(
     .fetch_all(db)
     .await
     .map(|rows| rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
-}
-
-/// What running an attempt needs: the task, its job's context and where it was placed.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct AttemptRow {
-    pub pk: i64,
-    pub job_pk: i64,
-    pub attempt: i32,
-    pub task_id: String,
-    pub job_id: String,
-    pub account: String,
-    pub pool_id: Option<String>,
-    pub node_id: Option<String>,
-    pub node_pk: Option<i64>,
-    /// Whether the node still exists and is up.
-    pub node_alive: bool,
-    pub command_line: String,
-    pub environment: Json<Vec<EnvironmentSetting>>,
-    pub common_environment: Json<Vec<EnvironmentSetting>>,
-    pub max_wall_clock_ticks: Option<i64>,
-    pub start_time: Option<DateTime<Utc>>,
-    pub retry_count: i32,
-    pub max_task_retry_count: i32,
-    pub exit_conditions: Option<Value>,
-    pub on_task_failure: TaskFailureMode,
-    pub files: Option<Json<TaskFiles>>,
-}
-
-/// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
-/// args)` puts every column but `node_alive` between the two.
-macro_rules! attempt_rows {
-    ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
-        sqlx::query_as!(
-            AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", "# + $tail
-            $(, $arg)*
-        )
-    };
-}
-
-/// Running attempts: of the tasks in `pks`, or all of them (after a restart).
-pub async fn running_attempts(
-    db: impl PgExecutor<'_>,
-    pks: Option<&[i64]>,
-) -> sqlx::Result<Vec<AttemptRow>> {
-    attempt_rows!(
-        "SELECT",
-        r#"coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
-         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk
-         WHERE t.state IN ('preparing', 'running') AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
-        pks,
-    )
-    .fetch_all(db)
-    .await
-}
-
-/// Of the given (task, attempt) pairs, those no longer running that attempt.
-pub async fn stale_attempts(
-    db: impl PgExecutor<'_>,
-    pks: &[i64],
-    attempts: &[i32],
-) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar!(
-        r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
-         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state IN ('preparing', 'running'))"#,
-        pks,
-        attempts,
-    )
-    .fetch_all(db)
-    .await
-}
-
-/// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
-/// skipping those another pass holds: (pk, required slots).
-pub async fn claim_ready(
-    db: impl PgExecutor<'_>,
-    job_pk: i64,
-    limit: i64,
-) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query!(
-        r#"SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
-         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED"#,
-        job_pk,
-        limit,
-    )
-    .fetch_all(db)
-    .await
-    .map(|rows| rows.into_iter().map(|r| (r.pk, r.required_slots)).collect())
-}
-
-/// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.
-pub async fn start_attempts(
-    db: impl PgExecutor<'_>,
-    task_pks: &[i64],
-    node_pks: &[i64],
-) -> sqlx::Result<Vec<AttemptRow>> {
-    attempt_rows!(
-        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
-            state = CASE WHEN t.files ? 'resourceFiles' THEN 'preparing' ELSE 'running' END, \
-            state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
-            node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
-            exit_code = NULL, result = NULL, failure_info = NULL \
-         FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
-         JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
-         WHERE t.pk = u.pk AND j.pk = t.job_pk \
-         RETURNING",
-        r#"true AS "node_alive!""#,
-        task_pks,
-        node_pks,
-    )
-    .fetch_all(db)
-    .await
-}
-
-/// A preparing attempt's resource files are in place: it is running now.
-pub async fn mark_running(db: impl PgExecutor<'_>, pk: i64, attempt: i32) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE tasks SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'running', state_transition_time = now(), last_modified = now() \
-         WHERE pk = $1 AND attempt = $2 AND state = 'preparing'",
-        pk,
-        attempt,
-    )
-    .execute(db)
-    .await
-    .map(|_| ())
-}
-
-/// Whether a task is running on the node.
-pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state IN ('preparing', 'running')) AS "running!""#,
-        node_pk,
-    )
-    .fetch_one(db)
-    .await
 }

@@ -13,9 +13,11 @@ use crate::domain::job::TaskState;
 
 mod add;
 mod attempts;
+mod running;
 
 pub use add::{existing_ids, first_missing_in_ranges, insert_many};
 pub use attempts::*;
+pub use running::*;
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TaskRow {
