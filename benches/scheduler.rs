@@ -1,7 +1,7 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,nodes,scale (comma-separated) picks sections.
+//! server; BENCH_ONLY=throughput,latency,docker,nodes,data,scale (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x 16 slots, against
@@ -12,6 +12,8 @@
 //!   BENCH_DOCKER_SLOTS (4) slots, against raw execs of the same command, as many at a time;
 //! - nodes: a Docker pool resized 0 -> BENCH_NODES (50) until all idle, against creating and
 //!   starting as many containers directly;
+//! - data: resource files, BENCH_SMALL_BLOBS (1,000) small blobs and one BENCH_BIG_MIB (1,024)
+//!   MiB blob from Azurite, against curl of the same URLs (needs `eval "$(scripts/test-env.sh)"`);
 //! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job, after BENCH_SCALE_OTHER (100,000)
 //!   of another: time to add, BENCH_PAGES (200) list page reads, dispatch pass time while
 //!   BENCH_SCALE_RUN (5,000) of them run, peak RSS.
@@ -53,6 +55,9 @@ async fn main() {
                 suite::docker::allocation(&docker, env("BENCH_NODES", 50), 16).await;
             }
         }
+    }
+    if selected("data") {
+        suite::data::run(env("BENCH_SMALL_BLOBS", 1_000), env("BENCH_BIG_MIB", 1_024)).await;
     }
     if selected("scale") {
         suite::scale::run(

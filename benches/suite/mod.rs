@@ -1,6 +1,7 @@
 //! What every section of the benchmark shares: the server as its own process, Shared Key
 //! signed requests, adding tasks from concurrent clients, and small statistics.
 
+pub mod data;
 pub mod docker;
 pub mod latency;
 pub mod scale;
@@ -78,6 +79,8 @@ impl Server {
             .arg("--data-dir")
             .arg(dir.path())
             .env_remove("DATABASE_URL")
+            // The data section's storage (Azurite) listens on this host.
+            .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")
             .env("RUST_LOG", "warn,batchpool::scheduler::dispatch=debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
