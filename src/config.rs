@@ -50,7 +50,23 @@ pub enum AccountAction {
     /// An account's two keys.
     Show { name: String },
     /// A new account with new keys (printed).
-    Create { name: String },
+    Create {
+        name: String,
+        /// Link a storage account (an Azure Storage connection string): resource files name its
+        /// containers with autoStorageContainerName.
+        #[arg(long)]
+        storage: Option<String>,
+    },
+    /// Links a storage account to the account (an Azure Storage connection string, whose key
+    /// signs the downloads of autoStorageContainerName resource files), or with `--unlink`
+    /// removes the link.
+    Storage {
+        name: String,
+        #[arg(required_unless_present = "unlink")]
+        connection_string: Option<String>,
+        #[arg(long, conflicts_with = "connection_string")]
+        unlink: bool,
+    },
     /// A new primary or secondary key (printed); the other keeps working meanwhile. `pool-service`
     /// replaces the Pool Service authorization key.
     Rotate {

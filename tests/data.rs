@@ -346,10 +346,6 @@ async fn file_paths_that_leave_the_task_are_refused_by_name() {
             json!({"id": "t", "commandLine": "true", "resourceFiles": [{"httpUrl": "http://x/a", "filePath": "/etc/passwd"}]}),
             "resourceFiles[0].filePath",
         ),
-        (
-            json!({"id": "t", "commandLine": "true", "resourceFiles": [{"autoStorageContainerName": "c"}]}),
-            "resourceFiles[0].autoStorageContainerName",
-        ),
         (out("/etc/*", json!({})), "outputFiles[0].filePattern"),
         (out("../../x", json!({})), "outputFiles[0].filePattern"),
         (
@@ -487,4 +483,43 @@ async fn a_task_is_preparing_while_its_resource_files_download() {
         ran, None,
         "a task stopped while preparing never runs its command"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_storage_containers_come_from_the_account_s_linked_storage() {
+    // The linked storage is the operator's, not a URL a task names: no --allow-local-urls.
+    let s = TestServer::start(Rt::Local).await;
+    pool_and_job(&s).await;
+    let (name, _) = container("r").await;
+    put_blob(&format!("{name}/in/a.txt"), "linked a\n").await;
+    put_blob(&format!("{name}/in/b.txt"), "linked b\n").await;
+    let task = |id: &str| {
+        json!({"id": id, "commandLine": "cat auto/in/a.txt auto/in/b.txt",
+            "resourceFiles": [{"autoStorageContainerName": name, "blobPrefix": "in/", "filePath": "auto"}]})
+    };
+    // Without a linked storage account the task is refused, naming the property.
+    let (status, answer) = s.post("/jobs/j/tasks", &task("early")).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("resourceFiles[0].autoStorageContainerName"),
+        "{answer}"
+    );
+
+    let linked = common::account_cmd(&s, &["storage", "batchpool", &connection_string()]);
+    assert!(linked.contains("devstoreaccount1"), "{linked}");
+    assert!(
+        !linked.contains(AZURITE_KEY),
+        "the key is never printed: {linked}"
+    );
+    s.add_tasks("j", vec![task("t")]).await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(stdout(&s, "t").await, "linked a\nlinked b\n");
+
+    let unlinked = common::account_cmd(&s, &["storage", "batchpool", "--unlink"]);
+    assert!(unlinked.contains("none"), "{unlinked}");
+    let (status, _) = s.post("/jobs/j/tasks", &task("late")).await;
+    assert_eq!(status, 400);
 }

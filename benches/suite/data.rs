@@ -40,7 +40,9 @@ fn store(azurite: &str, container: &str) -> (Arc<dyn ObjectStore>, storage::Blob
 
 pub async fn run(small: usize, big_mib: usize) {
     let Ok(azurite) = std::env::var("BATCHPOOL_TEST_AZURITE") else {
-        println!("data: skipped (no BATCHPOOL_TEST_AZURITE: eval \"$(scripts/test-env.sh)\" first)");
+        println!(
+            "data: skipped (no BATCHPOOL_TEST_AZURITE: eval \"$(scripts/test-env.sh)\" first)"
+        );
         return;
     };
     let container = format!("bench{}", Utc::now().timestamp());
@@ -62,10 +64,8 @@ pub async fn run(small: usize, big_mib: usize) {
         .collect::<Vec<_>>()
         .await;
     let big = object_store::path::Path::from("big/blob.bin");
-    let mut writer = WriteMultipart::new_with_chunk_size(
-        objects.put_multipart(&big).await.unwrap(),
-        8 << 20,
-    );
+    let mut writer =
+        WriteMultipart::new_with_chunk_size(objects.put_multipart(&big).await.unwrap(), 8 << 20);
     let chunk = vec![7u8; 1 << 20];
     for _ in 0..big_mib {
         writer.wait_for_capacity(4).await.unwrap();

@@ -30,7 +30,18 @@ async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
     match &config.action {
         AccountAction::List => list(db).await,
         AccountAction::Show { name } => show(db, name).await,
-        AccountAction::Create { name } => create(db, name).await,
+        AccountAction::Create { name, storage } => {
+            create(db, name).await?;
+            match storage {
+                Some(conn) => link_storage(db, name, Some(conn)).await,
+                None => Ok(()),
+            }
+        }
+        AccountAction::Storage {
+            name,
+            connection_string,
+            ..
+        } => link_storage(db, name, connection_string.as_deref()).await,
         AccountAction::Rotate { name, key } if key == "pool-service" => {
             rotate_pool_service_key(db, name).await
         }
@@ -59,6 +70,14 @@ async fn show(db: &PgPool, name: &str) -> anyhow::Result<()> {
         "account:          {}\nprimary key:      {}\nsecondary key:    {}\npool service key: {}\nmax pools:        {}\nmax VMs per pool: {}",
         keys.name, keys.primary_key, keys.secondary_key, ps.pool_service_key, ps.max_pools, ps.max_vms_per_pool
     );
+    // The connection string holds the storage account's key: only its name and endpoint show.
+    let linked = store::accounts::storage(db, name).await?.map(|conn| {
+        match crate::storage::parse_connection_string(&conn) {
+            Ok(a) => format!("{} ({})", a.name, a.endpoint),
+            Err(e) => format!("unreadable: {}", e.message),
+        }
+    });
+    println!("linked storage:   {}", linked.as_deref().unwrap_or("none"));
     Ok(())
 }
 
@@ -70,6 +89,23 @@ async fn create(db: &PgPool, name: &str) -> anyhow::Result<()> {
         "account {name:?} exists already"
     );
     println!("account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}");
+    Ok(())
+}
+
+/// Links (or with None unlinks) the account's storage account, once its connection string parses.
+async fn link_storage(db: &PgPool, name: &str, conn: Option<&str>) -> anyhow::Result<()> {
+    let account = conn
+        .map(crate::storage::parse_connection_string)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    anyhow::ensure!(
+        store::accounts::set_storage(db, name, conn).await?,
+        "no account {name:?}"
+    );
+    match account {
+        Some(a) => println!("linked storage: {} ({})", a.name, a.endpoint),
+        None => println!("linked storage: none"),
+    }
     Ok(())
 }
 

@@ -275,7 +275,7 @@ impl Executor {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
                 let downloaded = tokio::select! {
-                    failure = task_files::download_for(&self.fetcher, a, &dirs) => failure,
+                    failure = task_files::download_for(&self.fetcher, &self.db, a, &dirs) => failure,
                     _ = stop.cancelled() => return Outcome::Lost("stopped while preparing".into()),
                 };
                 if let Some(failure) = downloaded {

@@ -74,6 +74,7 @@ pub fn task_environment(
 pub async fn run<F, Fut>(
     runtime: &Runtime,
     fetcher: &Fetcher,
+    linked_storage: Option<&str>,
     at: &Placement<'_>,
     task: &StartTask,
     mut on_attempt: F,
@@ -105,7 +106,8 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let result = match download(fetcher, &spec.dirs, &task.resource_files).await {
+        let result = match download(fetcher, &spec.dirs, &task.resource_files, linked_storage).await
+        {
             Err(f) => Err(f),
             Ok(()) => runtime
                 .exec(at.server_id, at.node_id, &spec, None)
@@ -144,11 +146,12 @@ async fn download(
     fetcher: &Fetcher,
     dirs: &crate::runtime::TaskDirs,
     files: &[crate::domain::files::ResourceFile],
+    linked_storage: Option<&str>,
 ) -> Result<(), Failure> {
     if files.is_empty() {
         return Ok(());
     }
-    task_files::download(fetcher, dirs, files).await
+    task_files::download(fetcher, dirs, files, linked_storage).await
 }
 
 /// The failureInfo of a start task attempt, if it failed.

@@ -196,6 +196,21 @@ pub(super) fn container_with_sas(container_url: &str) -> Result<Arc<dyn ObjectSt
     )
 }
 
+/// A container of the account a connection string names, signed with its account key.
+pub(super) fn container_with_key(
+    connection_string: &str,
+    container: &str,
+) -> Result<(String, Arc<dyn ObjectStore>), BlobError> {
+    let account = parse_connection_string(connection_string)?;
+    let store = azure_store(
+        &account.endpoint,
+        &account.name,
+        container,
+        AzureCredential::Key(&account.key),
+    )?;
+    Ok((format!("{}/{container}", account.endpoint), store))
+}
+
 /// A SAS token's query pairs. One with no signature is refused here, where the error can say why.
 fn signed_sas_pairs(sas: &str) -> Result<Vec<(String, String)>, BlobError> {
     let pairs: Vec<(String, String)> =

@@ -26,6 +26,14 @@ impl Container {
         })
     }
 
+    /// A container of the storage account a connection string names (an account's linked
+    /// storage): the account key signs.
+    pub fn with_key(connection_string: &str, container: &str) -> Result<Container, BlobError> {
+        crate::install_tls();
+        let (url, store) = azure::container_with_key(connection_string, container)?;
+        Ok(Container { url, store })
+    }
+
     /// The names (and sizes) of the blobs whose names begin with `prefix` (a plain string
     /// prefix, as Azure's blobPrefix; not only whole directories).
     pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<(String, u64)>, BlobError> {

@@ -27,6 +27,31 @@ pub async fn get(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<Acc
     .await
 }
 
+/// The account's linked storage account (a connection string), if one is linked.
+pub async fn storage(db: impl PgExecutor<'_>, name: &str) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!("SELECT storage FROM accounts WHERE name = $1", name)
+        .fetch_optional(db)
+        .await
+        .map(Option::flatten)
+}
+
+/// Links a storage account to the account (a connection string), or unlinks it (None); false if
+/// there is no such account.
+pub async fn set_storage(
+    db: impl PgExecutor<'_>,
+    name: &str,
+    storage: Option<&str>,
+) -> sqlx::Result<bool> {
+    sqlx::query!(
+        "UPDATE accounts SET storage = $2 WHERE name = $1",
+        name,
+        storage
+    )
+    .execute(db)
+    .await
+    .map(|r| r.rows_affected() == 1)
+}
+
 pub async fn names(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!("SELECT name FROM accounts ORDER BY name")
         .fetch_all(db)

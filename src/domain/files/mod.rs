@@ -56,6 +56,11 @@ pub enum Source<'a> {
         url: &'a str,
         prefix: Option<&'a str>,
     },
+    /// A container of the account's linked storage account.
+    AutoStorage {
+        container: &'a str,
+        prefix: Option<&'a str>,
+    },
 }
 
 /// A property at fault: its name (as the request spells it), its value, and why.
@@ -91,33 +96,39 @@ impl ResourceFile {
                 "not supported by this server: managed identities (give a SAS in the URL instead)",
             ));
         }
-        if let Some(name) = given(&self.auto_storage_container_name) {
-            return Err(invalid(
-                format!("{at}.autoStorageContainerName"),
-                name,
-                "not supported by this server: accounts have no linked storage account (give storageContainerUrl with a SAS instead)",
-            ));
-        }
-        let chosen = match (given(&self.http_url), given(&self.storage_container_url)) {
-            (Some(url), None) => {
-                check_url(&format!("{at}.httpUrl"), url)?;
-                Source::Http(url)
-            }
-            (None, Some(url)) => {
-                check_url(&format!("{at}.storageContainerUrl"), url)?;
-                Source::Container {
-                    url,
-                    prefix: given(&self.blob_prefix),
-                }
-            }
-            (Some(_), Some(_)) => {
+        let sources = [
+            &self.auto_storage_container_name,
+            &self.storage_container_url,
+            &self.http_url,
+        ];
+        let chosen = match (
+            given(&self.auto_storage_container_name),
+            given(&self.http_url),
+            given(&self.storage_container_url),
+        ) {
+            _ if sources.iter().filter(|s| given(s).is_some()).count() > 1 => {
                 return Err(invalid(
                     at.to_string(),
                     "",
                     "give exactly one of autoStorageContainerName, storageContainerUrl and httpUrl, not several",
                 ))
             }
-            (None, None) => {
+            (Some(container), None, None) => Source::AutoStorage {
+                container,
+                prefix: given(&self.blob_prefix),
+            },
+            (None, Some(url), None) => {
+                check_url(&format!("{at}.httpUrl"), url)?;
+                Source::Http(url)
+            }
+            (None, None, Some(url)) => {
+                check_url(&format!("{at}.storageContainerUrl"), url)?;
+                Source::Container {
+                    url,
+                    prefix: given(&self.blob_prefix),
+                }
+            }
+            _ => {
                 return Err(invalid(
                     at.to_string(),
                     "",

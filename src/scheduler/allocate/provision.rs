@@ -8,6 +8,7 @@ use super::{being_provisioned, Allocator};
 use crate::domain::pool::{NodeState, StartTask};
 use crate::runtime::{NodeHandle, NodeSpec};
 use crate::scheduler::start_task::{self, Placement};
+use crate::scheduler::task_files;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 impl Allocator {
@@ -128,11 +129,25 @@ impl Allocator {
             node_id: &node.id,
         };
         let db = &self.db;
-        let outcome = start_task::run(&self.runtime, &self.fetcher, &at, task, |info| async move {
-            if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
-                tracing::warn!(error = %e, "recording the start task's progress");
-            }
-        })
+        let linked = task_files::linked_storage(db, &pool.account, &task.resource_files)
+            .await
+            .unwrap_or_else(|f| {
+                tracing::warn!(error = %f.message, "the start task's linked storage is unknown");
+                None
+            });
+        let fetcher = &self.fetcher;
+        let outcome = start_task::run(
+            &self.runtime,
+            fetcher,
+            linked.as_deref(),
+            &at,
+            task,
+            |info| async move {
+                if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
+                    tracing::warn!(error = %e, "recording the start task's progress");
+                }
+            },
+        )
         .await;
         store::nodes::set_start_task_info(&self.db, node.pk, &outcome.info).await?;
         if wait {

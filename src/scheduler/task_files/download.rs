@@ -31,6 +31,7 @@ pub async fn download(
     fetcher: &Fetcher,
     dirs: &TaskDirs,
     files: &[ResourceFile],
+    linked_storage: Option<&str>,
 ) -> Result<(), Failure> {
     let mut fetches = Vec::new();
     for (i, rf) in files.iter().enumerate() {
@@ -48,25 +49,20 @@ pub async fn download(
                 refuse_local(fetcher, url).await?;
                 fetches.push(Fetch::Http { url, to: rel, mode });
             }
+            Source::AutoStorage { container, prefix } => {
+                let conn = linked_storage.ok_or_else(|| {
+                    Failure::new(
+                        "AutoStorageNotConfigured",
+                        format!("{at}.autoStorageContainerName: the account has no linked storage account"),
+                    )
+                })?;
+                let container = Container::with_key(conn, container)?;
+                listed(&container, prefix, &rel, mode, &mut fetches).await?;
+            }
             Source::Container { url, prefix } => {
                 refuse_local(fetcher, url).await?;
                 let container = Container::open(url)?;
-                for (name, _) in container.list(prefix).await? {
-                    let below = files::below(&name).ok_or_else(|| {
-                        Failure::new(
-                            "BlobDownloadMiscError",
-                            format!(
-                                "the blob {name:?} would land outside the task's working directory"
-                            ),
-                        )
-                    })?;
-                    fetches.push(Fetch::Blob {
-                        blob: container.blob(&name)?,
-                        name,
-                        to: rel.join(below),
-                        mode,
-                    });
-                }
+                listed(&container, prefix, &rel, mode, &mut fetches).await?;
             }
         }
     }
@@ -78,6 +74,31 @@ pub async fn download(
         .buffer_unordered(PARALLEL)
         .try_collect::<()>()
         .await
+}
+
+/// A fetch for each blob of the container under `prefix`, kept below `rel`.
+async fn listed(
+    container: &Container,
+    prefix: Option<&str>,
+    rel: &Path,
+    mode: u32,
+    fetches: &mut Vec<Fetch<'_>>,
+) -> Result<(), Failure> {
+    for (name, _) in container.list(prefix).await? {
+        let below = files::below(&name).ok_or_else(|| {
+            Failure::new(
+                "BlobDownloadMiscError",
+                format!("the blob {name:?} would land outside the task's working directory"),
+            )
+        })?;
+        fetches.push(Fetch::Blob {
+            blob: container.blob(&name)?,
+            name,
+            to: rel.join(below),
+            mode,
+        });
+    }
+    Ok(())
 }
 
 async fn fetch(

@@ -144,9 +144,45 @@ impl Resolve for GuardedResolver {
 
 /// Downloads an attempt's resource files into its working directory; the failure, if one could
 /// not be.
-pub async fn download_for(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs) -> Option<Failure> {
+pub async fn download_for(
+    fetcher: &Fetcher,
+    db: &sqlx::PgPool,
+    a: &AttemptRow,
+    dirs: &TaskDirs,
+) -> Option<Failure> {
     let files = a.files.as_ref().filter(|f| !f.resource_files.is_empty())?;
-    download(fetcher, dirs, &files.resource_files).await.err()
+    let linked = match linked_storage(db, &a.account, &files.resource_files).await {
+        Ok(linked) => linked,
+        Err(failure) => return Some(failure),
+    };
+    download(fetcher, dirs, &files.resource_files, linked.as_deref())
+        .await
+        .err()
+}
+
+/// The account's linked storage (a connection string), looked up only when a resource file
+/// names it with autoStorageContainerName.
+pub async fn linked_storage(
+    db: &sqlx::PgPool,
+    account: &str,
+    files: &[crate::domain::files::ResourceFile],
+) -> Result<Option<String>, Failure> {
+    let wanted = files.iter().any(|f| {
+        f.auto_storage_container_name
+            .as_deref()
+            .is_some_and(|c| !c.trim().is_empty())
+    });
+    if !wanted {
+        return Ok(None);
+    }
+    crate::store::accounts::storage(db, account)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                "BlobDownloadMiscError",
+                format!("reading the account's linked storage failed: {e}"),
+            )
+        })
 }
 
 /// A task that was `preparing` (its resource files downloading) is `running` now. Should the

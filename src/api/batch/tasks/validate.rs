@@ -123,11 +123,13 @@ pub(super) fn in_ranges(ranges: &[(i64, i64)], id: &str) -> bool {
     task_number(id).is_some_and(|n| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&n)))
 }
 
-/// What a batch's dependencies may name: the ids of the job's tasks and of the batch, and for
-/// each range the first number in it that is no such id.
+/// What a batch may name: for its dependencies, the ids of the job's tasks and of the batch, and
+/// for each range the first number in it that is no such id; for its resource files, whether the
+/// account has a linked storage account.
 pub(super) struct Known {
     pub(super) ids: HashSet<String>,
     missing_in_range: HashMap<(i64, i64), Option<i64>>,
+    linked_storage: bool,
 }
 
 #[derive(Deserialize)]
@@ -171,6 +173,12 @@ pub(super) fn validate(
         }
     };
     let exit_conditions = t.exit_conditions.map(exit_conditions).transpose()?;
+    if !known.linked_storage {
+        refuse_auto_storage(
+            "resourceFiles",
+            t.resource_files.as_deref().unwrap_or_default(),
+        )?;
+    }
     let files = task_files(t.resource_files, t.output_files)?;
     Ok(NewTask {
         id,
@@ -212,6 +220,22 @@ pub(crate) fn check_resource_files(property: &str, files: &[ResourceFile]) -> Ap
         r.check(&format!("{property}[{i}]")).map_err(invalid)?;
     }
     Ok(())
+}
+
+/// Refuses a resource file that names the account's linked storage when there is none.
+pub(crate) fn refuse_auto_storage(property: &str, files: &[ResourceFile]) -> ApiResult<()> {
+    let named = files.iter().enumerate().find_map(|(i, r)| {
+        let name = r.auto_storage_container_name.as_deref()?;
+        (!name.trim().is_empty()).then_some((i, name))
+    });
+    match named {
+        Some((i, name)) => Err(ApiError::invalid_property(
+            &format!("{property}[{i}].autoStorageContainerName"),
+            name,
+            "the account has no linked storage account (the operator links one with `batchpool account storage <account> <connection string>`); give storageContainerUrl with a SAS instead",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn invalid(e: Invalid) -> ApiError {
@@ -325,7 +349,17 @@ pub(super) async fn known_ids(
     let mut known = Known {
         ids: bodies.iter().filter_map(|b| b.id.clone()).collect(),
         missing_in_range: HashMap::new(),
+        linked_storage: false,
     };
+    let names_linked_storage = bodies
+        .iter()
+        .flat_map(|b| b.resource_files.iter().flatten())
+        .any(|r| r.auto_storage_container_name.is_some());
+    if names_linked_storage {
+        known.linked_storage = store::accounts::storage(&mut **tx, &job.account)
+            .await?
+            .is_some();
+    }
     if !job.uses_task_dependencies {
         return Ok(known);
     }
