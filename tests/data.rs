@@ -523,3 +523,50 @@ async fn auto_storage_containers_come_from_the_account_s_linked_storage() {
     let (status, _) = s.post("/jobs/j/tasks", &task("late")).await;
     assert_eq!(status, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_uploads_what_finished_meanwhile_and_downloads_again_what_was_cut_off() {
+    let mut s = server(Rt::Local).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    s.job_on("j", "p").await;
+    let (name, url) = container("rwl").await;
+    let http = http_server().await;
+    let gate = tempfile::tempdir().unwrap();
+    let go = gate.path().join("go");
+    let tasks = vec![
+        // Ends while the server is down: its output must still go up.
+        json!({"id": "ends", "commandLine": format!("while [ ! -e {} ]; do sleep 0.05; done; echo done > r.txt", go.display()),
+            "outputFiles": [{"filePattern": "r.txt", "destination": {"container": {"containerUrl": url, "path": "ends/r.txt"}},
+                             "uploadOptions": {"uploadCondition": "taskcompletion"}}]}),
+        // Preparing when the server dies: its download is cut off and must be done again.
+        json!({"id": "cut", "commandLine": "cat slow.txt",
+            "resourceFiles": [{"httpUrl": format!("{}/slow.txt", http.url), "filePath": "slow.txt"}]}),
+    ];
+    s.add_tasks("j", tasks).await;
+    s.wait_task("j", "ends", "running").await;
+    s.wait_task("j", "cut", "preparing").await;
+    s.kill().await;
+    std::fs::write(&go, "").unwrap();
+    s.launch().await;
+
+    let ends = s.wait_task("j", "ends", "completed").await;
+    assert_eq!(ends["executionInfo"]["result"], "success", "{ends}");
+    assert_eq!(
+        ends["executionInfo"]["requeueCount"], 0,
+        "recovered, not rerun: {ends}"
+    );
+    let uploaded = get_blob(&format!("{name}/ends/r.txt")).await.map(|b| b.0);
+    assert_eq!(uploaded.as_deref(), Some("done\n"));
+
+    let cut = common::wait_for("the cut-off task to complete", || async {
+        http.release.notify_waiters();
+        let t = s.task("j", "cut").await;
+        (t["state"] == "completed").then_some(t)
+    })
+    .await;
+    assert_eq!(cut["executionInfo"]["result"], "success", "{cut}");
+    assert_eq!(cut["executionInfo"]["requeueCount"], 1, "{cut}");
+    assert_eq!(stdout(&s, "cut").await, "slow\n");
+}
