@@ -53,14 +53,16 @@ if hasattr(m, "BatchPoolCreateOptions"):
               "task add": [m.BatchTaskCreateOptions], "start task": [m.BatchStartTask],
               "pool patch": [m.BatchPoolUpdateOptions], "pool replace": [m.BatchPoolReplaceOptions],
               "pool resize": [m.BatchPoolResizeOptions], "job update": [m.BatchJobUpdateOptions],
-              "exit conditions": [m.ExitConditions]}
+              "exit conditions": [m.ExitConditions], "job preparation task": [m.BatchJobPreparationTask],
+              "job release task": [m.BatchJobReleaseTask]}
 else:
     sdk, read = "14.2.0", properties_14
     bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
               "start task": [m.StartTask], "pool patch": [m.PoolPatchParameter],
               "pool replace": [m.PoolUpdatePropertiesParameter], "pool resize": [m.PoolResizeParameter],
               "job update": [m.JobPatchParameter, m.JobUpdateParameter], "task update": [m.TaskUpdateParameter],
-              "exit conditions": [m.ExitConditions]}
+              "exit conditions": [m.ExitConditions], "job preparation task": [m.JobPreparationTask],
+              "job release task": [m.JobReleaseTask]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})

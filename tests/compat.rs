@@ -27,6 +27,16 @@ const BODIES: &[(&str, Table, &str)] = &[
         support::EXIT_CONDITIONS,
         "exitConditions.",
     ),
+    (
+        "job preparation task",
+        support::JOB_PREPARATION_TASK,
+        "jobPreparationTask.",
+    ),
+    (
+        "job release task",
+        support::JOB_RELEASE_TASK,
+        "jobReleaseTask.",
+    ),
 ];
 
 fn sdk_properties() -> Value {
@@ -141,6 +151,18 @@ fn request_with(
                 with(pool, &[("startTask", start_task)]),
                 "/pools/made",
             )
+        }
+        "job preparation task" | "job release task" => {
+            let task = with(json!({"commandLine": "true"}), &[(prop, value)]);
+            let mut job = json!({"id": "made", "poolInfo": {"poolId": "p"},
+                "jobPreparationTask": {"commandLine": "true"}});
+            let field = if body == "job preparation task" {
+                "jobPreparationTask"
+            } else {
+                "jobReleaseTask"
+            };
+            job[field] = task;
+            (Method::POST, "/jobs", job, "/jobs/made")
         }
         "job add" => {
             let job = json!({"id": "made", "poolInfo": {"poolId": "p"}});

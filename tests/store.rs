@@ -60,6 +60,8 @@ fn new_job(id: &str, pool: &str) -> jobs::NewJob {
             on_task_failure: TaskFailureMode::NoAction,
             metadata: json!([]),
         },
+        preparation_task: None,
+        release_task: None,
     }
 }
 

@@ -20,9 +20,6 @@ pub fn operation(method: &Method, path: &str) -> Option<&'static str> {
             Some("autoscale formulas")
         }
         ["pools", _, "nodes", _, rest @ ..] => node_operation(method, rest, last),
-        ["jobs", _, "jobpreparationandreleasetaskstatus"] => {
-            Some("job preparation and release tasks")
-        }
         ["jobs", _, "tasks", _, "subtasksinfo"] => Some("multi-instance tasks"),
         ["jobs", _, "tasks", _, "files", _, ..] if method == Method::DELETE => {
             Some("deleting task files")

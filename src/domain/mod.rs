@@ -45,6 +45,7 @@ pub mod vm_size;
 
 pub use duration::IsoDuration;
 pub mod job;
+pub mod job_prep;
 pub mod placement;
 
 /// RFC 3339 with microseconds, as the SDKs parse it.

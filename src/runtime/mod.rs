@@ -226,6 +226,27 @@ impl Runtime {
         }
     }
 
+    /// A job's preparation or release task's directory on one node: `jobprep/{job}/{task}` below
+    /// the node's root. Each node has its own (the account's workitems are shared by the nodes
+    /// of a host); tasks find it through AZ_BATCH_JOB_PREP_DIR.
+    pub fn job_prep_dirs(&self, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
+        TaskDirs {
+            host: Below {
+                root: self.host_root(node_id),
+                rel: Path::new("jobprep").join(job_id).join(task_id),
+            },
+            node: format!("{}/jobprep/{job_id}/{task_id}", self.node_root(node_id)),
+        }
+    }
+
+    /// A job's preparation and release task directories on one node.
+    pub fn job_prep_root(&self, node_id: &str, job_id: &str) -> Below {
+        Below {
+            root: self.host_root(node_id),
+            rel: Path::new("jobprep").join(job_id),
+        }
+    }
+
     /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`. It lives in the account's
     /// workitems directory, outside the node, so a task's files outlive the node that ran it.
     pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {

@@ -24,6 +24,9 @@ pub enum Outcome {
     },
     /// A resource file could not be downloaded, so the command never ran.
     NotPrepared(Failure),
+    /// The node failed the job's preparation task: the task goes back to the queue, for a node
+    /// that did not.
+    NodeUnprepared(String),
     /// Killed at its maxWallClockTime.
     TimedOut,
     /// Its outcome cannot be known (its node went away, the runtime failed): run it again.
@@ -193,6 +196,10 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
                 satisfies_dependants: false,
             };
             verdict(end, Some(info), JobAction::None)
+        }
+        Outcome::NodeUnprepared(why) => {
+            tracing::info!(task = %a.task_id, job = %a.job_id, %why, "requeueing the task for another node");
+            verdict(End::Requeue, None, JobAction::None)
         }
         Outcome::Lost(why) => {
             tracing::warn!(task = %a.task_id, job = %a.job_id, %why, "the attempt's outcome is unknown; requeueing the task");

@@ -24,6 +24,23 @@ pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
     Ok(placed)
 }
 
+/// Nodes that failed a job's preparation task take none of its tasks: their free slots are set
+/// aside while its tasks are placed.
+fn hide(nodes: &mut [FreeNode], excluded: &[i64]) -> Vec<(usize, i32)> {
+    nodes
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, n)| excluded.contains(&n.node_pk))
+        .map(|(i, n)| (i, std::mem::take(&mut n.free)))
+        .collect()
+}
+
+fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32)>) {
+    for (i, free) in hidden {
+        nodes[i].free = free;
+    }
+}
+
 async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
     let mut tx = db.begin().await?;
     let free = store::nodes::lock_free_slots(&mut *tx).await?;
@@ -59,6 +76,7 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
             if room <= 0 {
                 continue;
             }
+            let hidden = hide(&mut nodes, &job.excluded);
             let ready = store::tasks::claim_ready(&mut *tx, job.pk, room).await?;
             for (task_pk, required) in ready {
                 if let Some(node_pk) = place(&mut nodes, required, fill) {
@@ -68,6 +86,7 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
                     total_free -= i64::from(required);
                 }
             }
+            restore(&mut nodes, hidden);
         }
     }
     if task_pks.is_empty() {

@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
+use super::prep::Preparations;
 use super::start_task::task_environment;
 use super::task_files;
 use super::Wakeups;
@@ -32,6 +33,8 @@ pub struct Executor {
     outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
     /// Moves resource and output files.
     fetcher: task_files::Fetcher,
+    /// Job preparation and release tasks.
+    prep: Arc<Preparations>,
 }
 
 /// An attempt being watched.
@@ -63,13 +66,19 @@ impl Executor {
     ) -> Arc<Self> {
         let (outcomes, receiver) = tokio::sync::mpsc::unbounded_channel();
         let this = Arc::new(Self {
-            db,
-            runtime,
-            server_id,
+            db: db.clone(),
+            runtime: Arc::clone(&runtime),
+            server_id: server_id.clone(),
             wake,
             running: Mutex::default(),
             shutdown,
             outcomes,
+            prep: Preparations::new(
+                db.clone(),
+                Arc::clone(&runtime),
+                fetcher.clone(),
+                server_id.clone(),
+            ),
             fetcher,
         });
         tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
@@ -107,6 +116,11 @@ impl Executor {
             batch.clear();
             self.wake.dispatch.notify_one();
         }
+    }
+
+    /// The job preparation and release tasks this executor runs.
+    pub fn preparations(&self) -> &Arc<Preparations> {
+        &self.prep
     }
 
     pub fn running_count(&self) -> usize {
@@ -274,6 +288,13 @@ impl Executor {
             let code = if let Some(pid) = adopted {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
+                let prepared = tokio::select! {
+                    prepared = self.prep.ensure(a) => prepared,
+                    _ = stop.cancelled() => return Outcome::Lost("stopped while its node was prepared".into()),
+                };
+                if let Err(why) = prepared {
+                    return Outcome::NodeUnprepared(why);
+                }
                 let downloaded = tokio::select! {
                     failure = task_files::download_for(&self.fetcher, &self.db, a, &dirs) => failure,
                     _ = stop.cancelled() => return Outcome::Lost("stopped while preparing".into()),

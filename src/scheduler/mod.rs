@@ -7,6 +7,7 @@ pub mod bes;
 pub mod complete;
 pub mod dispatch;
 pub mod execute;
+mod prep;
 pub mod start_task;
 pub mod task_files;
 mod transfer;
@@ -263,12 +264,23 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         tx.commit().await?;
         s.wake.dispatch.notify_one();
     }
+    let prep = executor.preparations();
+    prep.start_due_releases().await?;
     for job in store::jobs::deleting(&s.db).await? {
         let mut tx = s.db.begin().await?;
         ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
-        store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
         executor.reap().await?;
+        // Its release tasks run (they are due now that its tasks ended) before it goes.
+        if store::preparations::releases_pending(&s.db, job.pk).await? {
+            prep.start_due_releases().await?;
+            continue;
+        }
+        let nodes = store::preparations::list(&s.db, job.pk, None, i64::MAX).await?;
+        store::jobs::delete(&s.db, job.pk).await?;
+        for n in nodes {
+            s.runtime.job_prep_root(&n.node_id, &job.id).remove().await;
+        }
         s.runtime
             .layout()
             .job_dir(&job.account, &job.id)

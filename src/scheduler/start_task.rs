@@ -1,12 +1,16 @@
-//! Running a pool's start task on a node as it joins, with retries, and recording the outcome
-//! as Azure's `startTaskInfo`.
+//! Commands a node runs apart from its job tasks, with retries: a pool's start task as the node
+//! joins (recorded as Azure's `startTaskInfo`), and the job preparation and release tasks
+//! (`super::prep`). Also the `AZ_BATCH_*` environment every command on a node sees.
+
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::task_files::{self, Failure, Fetcher};
+use crate::domain::files::ResourceFile;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
-use crate::runtime::{ExecSpec, Runtime};
+use crate::runtime::{ExecSpec, Runtime, TaskDirs};
 use crate::store::tasks::AttemptRow;
 
 /// Everything a start task needs to know about where it runs.
@@ -66,18 +70,37 @@ pub fn task_environment(
         "AZ_BATCH_TASK_RETRY_COUNT".into(),
         a.retry_count.to_string(),
     ));
+    if let Some(prep) = &a.preparation_task {
+        let dir = runtime.job_prep_dirs(node_id, &a.job_id, &prep.id).node;
+        env.push(("AZ_BATCH_JOB_PREP_WORKING_DIR".into(), format!("{dir}/wd")));
+        env.push(("AZ_BATCH_JOB_PREP_DIR".into(), dir));
+    }
     env
 }
 
-/// Runs the start task until it succeeds or has used its retries; `on_attempt` is called with
-/// the running state before each attempt so that readers see it.
+/// A command a node runs apart from its job tasks: a pool's start task, a job's preparation or
+/// release task. It runs in `dirs`, after its resource files are downloaded there.
+pub struct NodeCommand<'a> {
+    pub command_line: &'a str,
+    pub dirs: TaskDirs,
+    pub env: Vec<(String, String)>,
+    pub resource_files: &'a [ResourceFile],
+    pub linked_storage: Option<&'a str>,
+    /// Retries after a failure; -1: without limit.
+    pub max_retries: i32,
+    /// Each attempt's maxWallClockTime.
+    pub limit: Option<Duration>,
+}
+
+/// Runs the pool's start task until it succeeds or has used its retries; `on_attempt` is called
+/// with the running state before each attempt so that readers see it.
 pub async fn run<F, Fut>(
     runtime: &Runtime,
     fetcher: &Fetcher,
     linked_storage: Option<&str>,
     at: &Placement<'_>,
     task: &StartTask,
-    mut on_attempt: F,
+    on_attempt: F,
 ) -> Outcome
 where
     F: FnMut(Value) -> Fut,
@@ -89,13 +112,37 @@ where
             .iter()
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
     );
-    let mut spec = ExecSpec {
-        command_line: task.command_line.clone().unwrap_or_default(),
+    let command = NodeCommand {
+        command_line: task.command_line.as_deref().unwrap_or_default(),
         dirs: runtime.start_task_dirs(at.node_id),
-        attempt: 0,
         env,
+        resource_files: &task.resource_files,
+        linked_storage,
+        max_retries: task.max_task_retry_count.unwrap_or(0),
+        limit: None,
     };
-    let max_retries = task.max_task_retry_count.unwrap_or(0);
+    run_command(runtime, fetcher, at, command, on_attempt).await
+}
+
+/// Runs a node command until it succeeds or has used its retries, reporting each attempt as
+/// Azure's start task and job preparation task information report it.
+pub async fn run_command<F, Fut>(
+    runtime: &Runtime,
+    fetcher: &Fetcher,
+    at: &Placement<'_>,
+    command: NodeCommand<'_>,
+    mut on_attempt: F,
+) -> Outcome
+where
+    F: FnMut(Value) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut spec = ExecSpec {
+        command_line: command.command_line.to_string(),
+        dirs: command.dirs,
+        attempt: 0,
+        env: command.env,
+    };
     let start = chrono::Utc::now();
     let mut retry_count = 0;
     loop {
@@ -106,13 +153,10 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let result = match download(fetcher, &spec.dirs, &task.resource_files, linked_storage).await
-        {
+        let files = (command.resource_files, command.linked_storage);
+        let result = match download(fetcher, &spec.dirs, files.0, files.1).await {
             Err(f) => Err(f),
-            Ok(()) => runtime
-                .exec(at.server_id, at.node_id, &spec, None)
-                .await
-                .map_err(|e| Failure::new("StartTaskFailedToRun", format!("{e:#}"))),
+            Ok(()) => exec(runtime, at, &spec, command.limit).await,
         };
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));
@@ -128,7 +172,7 @@ where
                     info,
                 };
             }
-            Some(f) if max_retries != -1 && retry_count >= max_retries => {
+            Some(f) if command.max_retries != -1 && retry_count >= command.max_retries => {
                 info["result"] = json!("failure");
                 info["failureInfo"] = f;
                 return Outcome {
@@ -137,6 +181,37 @@ where
                 };
             }
             Some(_) => retry_count += 1,
+        }
+    }
+}
+
+/// Runs the command and waits for its exit code; past `limit`, kills it.
+async fn exec(
+    runtime: &Runtime,
+    at: &Placement<'_>,
+    spec: &ExecSpec,
+    limit: Option<Duration>,
+) -> Result<i64, Failure> {
+    let failed = |e: anyhow::Error| Failure::new("StartTaskFailedToRun", format!("{e:#}"));
+    let (started, mut pid) = tokio::sync::oneshot::channel();
+    let run = runtime.exec(at.server_id, at.node_id, spec, Some(started));
+    tokio::pin!(run);
+    let Some(limit) = limit else {
+        return run.await.map_err(failed);
+    };
+    tokio::select! {
+        result = &mut run => result.map_err(failed),
+        _ = tokio::time::sleep(limit) => {
+            if let Ok(pid) = (&mut pid).await {
+                if let Err(e) = runtime.kill(at.server_id, at.node_id, pid).await {
+                    tracing::warn!(error = %format!("{e:#}"), "killing a node command failed");
+                }
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(15), run).await;
+            Err(Failure::new(
+                "MaxWallClockTimeExceeded",
+                format!("The task ran longer than its maxWallClockTime of {} s and was killed", limit.as_secs()),
+            ))
         }
     }
 }

@@ -2,9 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgExecutor;
 
 use crate::domain::job::{AllTasksComplete, JobState, TaskFailureMode};
+use crate::domain::job_prep::{JobPreparationTask, JobReleaseTask};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobRow {
@@ -31,6 +33,8 @@ pub struct JobRow {
     pub end_time: Option<DateTime<Utc>>,
     pub creation_time: DateTime<Utc>,
     pub last_modified: DateTime<Utc>,
+    pub preparation_task: Option<Json<JobPreparationTask>>,
+    pub release_task: Option<Json<JobReleaseTask>>,
 }
 
 /// Reads whole `JobRow`s: `select_jobs!("WHERE ...", args)` is the checked query over every column.
@@ -38,7 +42,7 @@ macro_rules! select_jobs {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             JobRow,
-            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified FROM jobs "# + $rest
+            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified, preparation_task AS "preparation_task: _", release_task AS "release_task: _" FROM jobs "# + $rest
             $(, $arg)*
         )
     };
@@ -64,14 +68,17 @@ pub struct NewJob {
     pub uses_task_dependencies: bool,
     pub common_environment: Value,
     pub props: JobProps,
+    pub preparation_task: Option<JobPreparationTask>,
+    pub release_task: Option<JobReleaseTask>,
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO jobs (account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, \
             max_task_retry_count, pool_id, on_all_tasks_complete, on_task_failure, uses_task_dependencies, \
-            common_environment, metadata, state, state_transition_time, start_time, creation_time, last_modified) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), now(), now(), now())",
+            common_environment, metadata, preparation_task, release_task, state, state_transition_time, start_time, \
+            creation_time, last_modified) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'active', now(), now(), now(), now())",
         &j.account,
         &j.id,
         &j.display_name as _,
@@ -85,6 +92,8 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
         j.uses_task_dependencies,
         &j.common_environment,
         &j.props.metadata,
+        j.preparation_task.as_ref().map(Json) as _,
+        j.release_task.as_ref().map(Json) as _,
     )
     .execute(db)
     .await?;
@@ -260,6 +269,8 @@ pub struct JobRoom {
     pub pk: i64,
     pub max_parallel_tasks: i32,
     pub running: i64,
+    /// Nodes where the job's preparation task failed: its tasks do not go there.
+    pub excluded: Vec<i64>,
 }
 
 /// A pool's active jobs, in dispatch order (priority, then age), with their running tasks.
@@ -271,7 +282,10 @@ pub async fn active_in_pool(
     sqlx::query_as!(
         JobRoom,
         r#"SELECT j.pk, j.max_parallel_tasks,
-                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) AS "running!"
+                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) AS "running!",
+                CASE WHEN j.preparation_task IS NULL THEN '{}'::bigint[] ELSE
+                    coalesce((SELECT array_agg(x.node_pk) FROM job_node_tasks x
+                              WHERE x.job_pk = j.pk AND x.preparation->>'result' = 'failure'), '{}') END AS "excluded!"
          FROM jobs j WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state = 'active'
          ORDER BY j.priority DESC, j.creation_time, j.pk"#,
         account,

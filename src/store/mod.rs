@@ -5,6 +5,7 @@ pub mod jobs;
 pub mod leader;
 pub mod nodes;
 pub mod pools;
+pub mod preparations;
 pub mod services;
 pub mod tasks;
 mod text_enum;

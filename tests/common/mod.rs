@@ -2,6 +2,7 @@
 //! and data directory, talked to over HTTP. Docker state is checked through the docker CLI.
 #![allow(dead_code)]
 
+pub mod blobs;
 pub mod pg;
 mod shared_key;
 

@@ -62,6 +62,10 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/jobs/{job_id}/disable", post(jobs::disable))
         .route("/jobs/{job_id}/enable", post(jobs::enable))
         .route("/jobs/{job_id}/taskcounts", get(jobs::task_counts))
+        .route(
+            "/jobs/{job_id}/jobpreparationandreleasetaskstatus",
+            get(jobs::preparation_status),
+        )
         .route("/jobs/{job_id}/tasks", post(tasks::add).get(tasks::list))
         .route(
             "/jobs/{job_id}/addtaskcollection",

@@ -1,3 +1,4 @@
+// Long: data, not logic: one table per SDK body, kept in one file to read side by side.
 //! What this server does with each property of the Azure Batch add bodies. Each property either works,
 //! as Azure documents it, or is refused with a 400 that names it and the feature. Nothing is stored
 //! and then ignored. `tests/compat.rs` walks every property the official SDKs send
@@ -124,8 +125,14 @@ pub const JOB_ADD: Table = &[
     ),
     ("id", Works("jobs.rs::dependencies")),
     ("jobManagerTask", Refused("job manager tasks")),
-    ("jobPreparationTask", Refused("job preparation tasks")),
-    ("jobReleaseTask", Refused("job release tasks")),
+    (
+        "jobPreparationTask",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "jobReleaseTask",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
     (
         "maxParallelTasks",
         Works("jobs.rs::terminate_disable_and_job_completion"),
@@ -339,6 +346,79 @@ pub const EXIT_CONDITIONS: Table = &[
     (
         "preProcessingError",
         Works("data.rs::a_failed_download_fails_the_task_without_running_it_after_its_retries"),
+    ),
+];
+
+pub const JOB_PREPARATION_TASK: Table = &[
+    (
+        "commandLine",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "constraints",
+        Partly {
+            works: "prep.rs::a_failed_preparation_keeps_the_job_s_tasks_off_that_node",
+            refuses: r#"{"retentionTime": "PT1H"}"#,
+        },
+    ),
+    ("containerSettings", Refused("a container per task")),
+    (
+        "environmentSettings",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "id",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "rerunOnNodeRebootAfterSuccess",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "resourceFiles",
+        Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
+    ),
+    (
+        "userIdentity",
+        Refused("user identities (tasks run as the node's own user)"),
+    ),
+    (
+        "waitForSuccess",
+        Works("prep.rs::a_failed_preparation_keeps_the_job_s_tasks_off_that_node"),
+    ),
+];
+
+pub const JOB_RELEASE_TASK: Table = &[
+    (
+        "commandLine",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
+    ("containerSettings", Refused("a container per task")),
+    (
+        "environmentSettings",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
+    (
+        "id",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
+    (
+        "maxWallClockTime",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
+    (
+        "resourceFiles",
+        Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
+    ),
+    (
+        "retentionTime",
+        Refused(
+            "retentionTime of a job release task (its directory stays until the job is deleted)",
+        ),
+    ),
+    (
+        "userIdentity",
+        Refused("user identities (tasks run as the node's own user)"),
     ),
 ];
 

@@ -61,7 +61,9 @@ impl Allocator {
         let created = {
             let _permit = self.limit.acquire().await?;
             if node.state == NodeState::Rebooting {
-                // A reboot restarts the node (its disk, the node directory, stays) and reruns the start task.
+                // A reboot restarts the node (its disk, the node directory, stays) and reruns the
+                // start task, and the preparation tasks of jobs that ask for it.
+                store::preparations::forget_for_reboot(&self.db, node.pk).await?;
                 if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
                     tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
                 }

@@ -108,6 +108,8 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
             on_task_failure: TaskFailureMode::NoAction,
             metadata: json!([{"name": "besJobId", "value": job.id}]),
         },
+        preparation_task: None,
+        release_task: None,
     }
 }
 

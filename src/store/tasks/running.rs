@@ -8,6 +8,7 @@ use sqlx::PgExecutor;
 
 use crate::domain::files::TaskFiles;
 use crate::domain::job::TaskFailureMode;
+use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
 
 /// What running an attempt needs: the task, its job's context and where it was placed.
@@ -34,6 +35,7 @@ pub struct AttemptRow {
     pub exit_conditions: Option<Value>,
     pub on_task_failure: TaskFailureMode,
     pub files: Option<Json<TaskFiles>>,
+    pub preparation_task: Option<Json<JobPreparationTask>>,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -42,7 +44,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", "# + $tail
             $(, $arg)*
         )
     };

@@ -1,5 +1,6 @@
 //! `/jobs`: create, get, list, update, replace, disable, enable, terminate, delete, task counts.
 
+mod prep;
 mod props;
 mod state;
 mod write;
@@ -50,6 +51,48 @@ pub async fn get(
         Json(select.shape(job_json(&job, &base))),
     )
         .into_response())
+}
+
+/// `GET /jobs/{job}/jobpreparationandreleasetaskstatus`: where the job's preparation task ran,
+/// and its release task after it, one entry per node.
+pub async fn preparation_status(
+    app: Ctx,
+    BaseUrl(base): BaseUrl,
+    Path(job_id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let job = find(&app, &job_id).await?;
+    if job.preparation_task.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "JobPreparationTaskNotSpecified",
+            format!("The job {:?} has no job preparation task.", job.id),
+        ));
+    }
+    // At most one entry per node of the job's pool: bounded by the pool's size.
+    let rows = store::preparations::list(&app.db, job.pk, None, 100_000).await?;
+    let value: Vec<Value> = rows
+        .into_iter()
+        .map(|r| {
+            let node_url = format!("{base}/pools/{}/nodes/{}", r.pool_id, r.node_id);
+            let with_url = |mut info: Value| {
+                if let Some(root) = info["taskRootDirectory"].as_str() {
+                    // The directory below the node's root, as the node files API serves it.
+                    let below = root.find("/jobprep/").map(|at| &root[at + 1..]);
+                    if let Some(below) = below {
+                        info["taskRootDirectoryUrl"] = json!(format!("{node_url}/files/{below}"));
+                    }
+                }
+                info
+            };
+            let mut entry = json!({"poolId": r.pool_id, "nodeId": r.node_id, "nodeUrl": node_url,
+                "jobPreparationTaskExecutionInfo": with_url(r.preparation)});
+            if let Some(release) = r.release {
+                entry["jobReleaseTaskExecutionInfo"] = with_url(release);
+            }
+            entry
+        })
+        .collect();
+    Ok(Json(json!({ "value": value })))
 }
 
 pub async fn list(
@@ -178,6 +221,12 @@ pub fn job_json(j: &JobRow, base: &str) -> Value {
     }
     if j.metadata.as_array().is_some_and(|m| !m.is_empty()) {
         job["metadata"] = j.metadata.clone();
+    }
+    if let Some(p) = &j.preparation_task {
+        job["jobPreparationTask"] = json!(p.0);
+    }
+    if let Some(r) = &j.release_task {
+        job["jobReleaseTask"] = json!(r.0);
     }
     job
 }

@@ -37,6 +37,8 @@ pub struct JobCreate {
     uses_task_dependencies: Option<bool>,
     common_environment_settings: Option<Vec<EnvironmentSetting>>,
     metadata: Option<Vec<MetadataItem>>,
+    job_preparation_task: Option<Value>,
+    job_release_task: Option<Value>,
     /// The properties above are those that work; any other is refused or ignored by `JOB_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -108,6 +110,8 @@ fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
         on_task_failure: on_task_failure(body.on_task_failure)?,
         metadata: metadata_json(body.metadata),
     };
+    let (preparation_task, release_task) =
+        super::prep::check(body.job_preparation_task, body.job_release_task)?;
     Ok(NewJob {
         account: app.account.clone(),
         id,
@@ -118,6 +122,8 @@ fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
             body.common_environment_settings,
         )?,
         props,
+        preparation_task,
+        release_task,
     })
 }
 

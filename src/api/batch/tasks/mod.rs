@@ -1,6 +1,7 @@
 //! `/jobs/{job}/tasks`: add one or a collection, get, list, update, terminate, reactivate, delete.
 
 mod add;
+mod files;
 mod json;
 mod validate;
 
@@ -22,8 +23,8 @@ use crate::domain::job::{JobState, TaskState};
 use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::TaskRow};
 pub use add::{add, add_collection};
+pub(crate) use files::check_resource_files;
 pub use json::task_json;
-pub(crate) use validate::check_resource_files;
 use validate::TaskConstraints;
 
 fn task_url(base: &str, job_id: &str, task_id: &str) -> String {

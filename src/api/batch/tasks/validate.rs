@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::files::{refuse_auto_storage, task_files};
 use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
-use crate::domain::files::{Invalid, OutputFile, ResourceFile, TaskFiles};
+use crate::domain::files::{OutputFile, ResourceFile};
 use crate::domain::ids::check_id;
 use crate::domain::job::ExitConditions;
 use crate::domain::pool::EnvironmentSetting;
@@ -160,6 +161,7 @@ pub(super) fn validate(
 ) -> ApiResult<NewTask> {
     let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    not_a_job_task_id(&id, job)?;
     let command_line = command_line(t.command_line)?;
     refuse_unsupported(TASK_ADD, "", &t.rest)?;
     let required_slots = required_slots(t.required_slots, job, pool_slots)?;
@@ -198,48 +200,30 @@ pub(super) fn validate(
     })
 }
 
-/// A task's resource and output files, checked; None when it moves none.
-pub(crate) fn task_files(
-    resource_files: Option<Vec<ResourceFile>>,
-    output_files: Option<Vec<OutputFile>>,
-) -> ApiResult<Option<Value>> {
-    let files = TaskFiles {
-        resource_files: resource_files.unwrap_or_default(),
-        output_files: output_files.unwrap_or_default(),
-    };
-    check_resource_files("resourceFiles", &files.resource_files)?;
-    for (i, o) in files.output_files.iter().enumerate() {
-        o.check(&format!("outputFiles[{i}]")).map_err(invalid)?;
-    }
-    Ok((!files.is_empty()).then(|| serde_json::to_value(&files).expect("serializable")))
-}
-
-/// Checks resource files; `property` names the list (`resourceFiles`, `startTask.resourceFiles`).
-pub(crate) fn check_resource_files(property: &str, files: &[ResourceFile]) -> ApiResult<()> {
-    for (i, r) in files.iter().enumerate() {
-        r.check(&format!("{property}[{i}]")).map_err(invalid)?;
+/// A task may not take the id of its job's preparation or release task (Azure's codes).
+fn not_a_job_task_id(id: &str, job: &JobRow) -> ApiResult<()> {
+    let taken = [
+        (
+            job.preparation_task.as_ref().map(|p| p.id.as_str()),
+            "TaskIdSameAsJobPreparationTask",
+            "job preparation task",
+        ),
+        (
+            job.release_task.as_ref().map(|r| r.id.as_str()),
+            "TaskIdSameAsJobReleaseTask",
+            "job release task",
+        ),
+    ];
+    for (other, code, what) in taken {
+        if other.is_some_and(|o| o.eq_ignore_ascii_case(id)) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                code,
+                format!("The task id {id:?} is the id of the job's {what}."),
+            ));
+        }
     }
     Ok(())
-}
-
-/// Refuses a resource file that names the account's linked storage when there is none.
-pub(crate) fn refuse_auto_storage(property: &str, files: &[ResourceFile]) -> ApiResult<()> {
-    let named = files.iter().enumerate().find_map(|(i, r)| {
-        let name = r.auto_storage_container_name.as_deref()?;
-        (!name.trim().is_empty()).then_some((i, name))
-    });
-    match named {
-        Some((i, name)) => Err(ApiError::invalid_property(
-            &format!("{property}[{i}].autoStorageContainerName"),
-            name,
-            "the account has no linked storage account (the operator links one with `batchpool account storage <account> <connection string>`); give storageContainerUrl with a SAS instead",
-        )),
-        None => Ok(()),
-    }
-}
-
-fn invalid(e: Invalid) -> ApiError {
-    ApiError::invalid_property(&e.property, e.value, e.reason)
 }
 
 fn command_line(given: Option<String>) -> ApiResult<String> {

@@ -1,0 +1,107 @@
+//! A job's `jobPreparationTask` and `jobReleaseTask` as a create request sends them, checked.
+
+use serde_json::Value;
+
+use crate::api::batch::support::{refuse_unsupported, JOB_PREPARATION_TASK, JOB_RELEASE_TASK};
+use crate::api::batch::tasks::check_resource_files;
+use crate::api::error::{ApiError, ApiResult};
+use crate::domain::ids::check_id;
+use crate::domain::job_prep::{JobPreparationTask, JobReleaseTask};
+use crate::domain::pool::EnvironmentSetting;
+
+/// The preparation and release tasks of a new job; a release task needs a preparation task, as
+/// on Azure.
+pub(super) fn check(
+    preparation: Option<Value>,
+    release: Option<Value>,
+) -> ApiResult<(Option<JobPreparationTask>, Option<JobReleaseTask>)> {
+    let preparation = given(preparation).map(preparation_task).transpose()?;
+    let release = given(release).map(release_task).transpose()?;
+    if release.is_some() && preparation.is_none() {
+        return Err(ApiError::invalid_property(
+            "jobReleaseTask",
+            "",
+            "a job release task needs a job preparation task",
+        ));
+    }
+    if let (Some(p), Some(r)) = (&preparation, &release) {
+        if p.id.eq_ignore_ascii_case(&r.id) {
+            return Err(ApiError::invalid_property(
+                "jobReleaseTask.id",
+                &r.id,
+                "must differ from the job preparation task's id",
+            ));
+        }
+    }
+    Ok((preparation, release))
+}
+
+/// A value that asks for something (null and `{}` ask for nothing).
+fn given(v: Option<Value>) -> Option<Value> {
+    v.filter(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
+}
+
+fn preparation_task(raw: Value) -> ApiResult<JobPreparationTask> {
+    const AT: &str = "jobPreparationTask";
+    if let Some(fields) = raw.as_object() {
+        refuse_unsupported(JOB_PREPARATION_TASK, "jobPreparationTask.", fields)?;
+        let retention = fields
+            .get("constraints")
+            .and_then(|c| c.get("retentionTime"))
+            .filter(|v| !v.is_null());
+        if let Some(r) = retention {
+            return Err(ApiError::invalid_property(
+                "jobPreparationTask.constraints.retentionTime",
+                r.to_string(),
+                "not supported by this server: retentionTime of a job preparation task (its directory stays until the job is deleted)",
+            ));
+        }
+    }
+    let task: JobPreparationTask = serde_json::from_value(raw.clone())
+        .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
+    common(AT, &task.id, &task.command_line, &task.environment_settings)?;
+    check_resource_files("jobPreparationTask.resourceFiles", &task.resource_files)?;
+    if let Some(n) = task.constraints.max_task_retry_count.filter(|n| *n < -1) {
+        return Err(ApiError::invalid_property(
+            "jobPreparationTask.constraints.maxTaskRetryCount",
+            n.to_string(),
+            "must be -1 (no limit) or more",
+        ));
+    }
+    Ok(task)
+}
+
+fn release_task(raw: Value) -> ApiResult<JobReleaseTask> {
+    const AT: &str = "jobReleaseTask";
+    if let Some(fields) = raw.as_object() {
+        refuse_unsupported(JOB_RELEASE_TASK, "jobReleaseTask.", fields)?;
+    }
+    let task: JobReleaseTask = serde_json::from_value(raw.clone())
+        .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
+    common(AT, &task.id, &task.command_line, &task.environment_settings)?;
+    check_resource_files("jobReleaseTask.resourceFiles", &task.resource_files)?;
+    Ok(task)
+}
+
+/// What both share: an id as task ids are, a command line, environment names.
+fn common(at: &str, id: &str, command_line: &str, env: &[EnvironmentSetting]) -> ApiResult<()> {
+    check_id(id).map_err(|why| ApiError::invalid_property(&format!("{at}.id"), id, why))?;
+    if command_line.trim().is_empty() {
+        return Err(ApiError::invalid_property(
+            &format!("{at}.commandLine"),
+            command_line,
+            "must not be empty",
+        ));
+    }
+    if let Some(bad) = env
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains('='))
+    {
+        return Err(ApiError::invalid_property(
+            &format!("{at}.environmentSettings"),
+            &bad.name,
+            "a name must be non-empty and contain no '='",
+        ));
+    }
+    Ok(())
+}

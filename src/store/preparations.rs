@@ -1,0 +1,146 @@
+//! Where a job's preparation task ran and how, and its release task after it, one row per job
+//! and node (`job_node_tasks`).
+
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::PgExecutor;
+
+use crate::domain::job_prep::JobReleaseTask;
+
+/// A job's preparation task on one node: Azure's JobPreparationTaskExecutionInformation.
+pub async fn get(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    node_pk: i64,
+) -> sqlx::Result<Option<Value>> {
+    sqlx::query_scalar!(
+        "SELECT preparation FROM job_node_tasks WHERE job_pk = $1 AND node_pk = $2",
+        job_pk,
+        node_pk,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Records (or replaces) the preparation task's state on a node.
+pub async fn record_preparation(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    node_pk: i64,
+    pool_id: &str,
+    node_id: &str,
+    info: &Value,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO job_node_tasks (job_pk, node_pk, pool_id, node_id, preparation) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (job_pk, node_pk) DO UPDATE SET preparation = excluded.preparation",
+        job_pk,
+        node_pk,
+        pool_id,
+        node_id,
+        info,
+    )
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+/// Records the release task's state on a node.
+pub async fn record_release(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    node_pk: i64,
+    info: &Value,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE job_node_tasks SET release = $3 WHERE job_pk = $1 AND node_pk = $2",
+        job_pk,
+        node_pk,
+        info,
+    )
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+/// After a node reboots, the preparation tasks of jobs that ask for it
+/// (rerunOnNodeRebootAfterSuccess, the default) run again before their next task there.
+pub async fn forget_for_reboot(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "DELETE FROM job_node_tasks x USING jobs j WHERE x.node_pk = $1 AND j.pk = x.job_pk \
+            AND x.release IS NULL \
+            AND coalesce((j.preparation_task->>'rerunOnNodeRebootAfterSuccess')::boolean, true)",
+        node_pk,
+    )
+    .execute(db)
+    .await
+    .map(|_| ())
+}
+
+/// A job's row of the status list.
+pub struct NodeTasksRow {
+    pub pool_id: String,
+    pub node_id: String,
+    pub preparation: Value,
+    pub release: Option<Value>,
+}
+
+/// The job's nodes, in the order they ran its preparation task first.
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    after: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<Vec<NodeTasksRow>> {
+    sqlx::query_as!(
+        NodeTasksRow,
+        "SELECT pool_id, node_id, preparation, release FROM job_node_tasks \
+         WHERE job_pk = $1 AND ($2::text IS NULL OR node_id > $2) ORDER BY node_id LIMIT $3",
+        job_pk,
+        after,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// A release task that is due: its job has ended (completed, or being deleted), the
+/// preparation task ran on the node, and the node is still there and up.
+pub struct DueRelease {
+    pub job_pk: i64,
+    pub account: String,
+    pub job_id: String,
+    pub node_pk: i64,
+    pub node_id: String,
+    pub pool_id: String,
+    pub release_task: Json<JobReleaseTask>,
+    pub common_environment: Value,
+}
+
+pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueRelease>> {
+    sqlx::query_as!(
+        DueRelease,
+        r#"SELECT x.job_pk, j.account, j.id AS job_id, x.node_pk, x.node_id, x.pool_id,
+                j.release_task AS "release_task!: _", j.common_environment
+         FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
+         WHERE (x.release IS NULL OR x.release->>'state' = 'running')
+           AND j.release_task IS NOT NULL AND j.state IN ('completed', 'deleting')
+           AND n.state IN ('idle', 'running')
+         ORDER BY x.job_pk, x.node_pk"#,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Whether the job still has release tasks to run (or running) before it may be deleted.
+pub async fn releases_pending(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk
+                JOIN nodes n ON n.pk = x.node_pk
+            WHERE x.job_pk = $1 AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running')
+              AND (x.release IS NULL OR x.release->>'state' = 'running')) AS "pending!""#,
+        job_pk,
+    )
+    .fetch_one(db)
+    .await
+}

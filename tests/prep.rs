@@ -1,0 +1,277 @@
+//! Job preparation and release tasks, as Azure Batch runs them: the preparation task once per
+//! node before the job's first task there (again after a reboot), its working directory handed to
+//! the job's tasks, a node that failed it kept from the job's tasks; the release task on each node
+//! that ran the preparation task once the job ends; the status list route.
+
+mod common;
+
+use common::blobs::{container, put_blob};
+use common::{wait_for, Rt, TestServer};
+use serde_json::{json, Value};
+
+/// A server whose tasks may fetch from this host (Azurite).
+async fn server() -> TestServer {
+    let db = Some(common::fresh_database().await);
+    TestServer::start_with(Rt::Local, db, &["--allow-local-urls"]).await
+}
+
+/// A pool of `nodes` nodes with 2 slots each, once they are idle; their ids.
+async fn pool(s: &TestServer, nodes: usize) -> Vec<String> {
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": nodes, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", nodes, "idle")
+        .await
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn status(s: &TestServer, job: &str) -> Vec<Value> {
+    let (code, body) = s
+        .get(&format!("/jobs/{job}/jobpreparationandreleasetaskstatus"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    body["value"].as_array().unwrap().clone()
+}
+
+fn tasks(n: usize, command: &str) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": command}))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_preparation_task_runs_once_per_node_before_its_tasks() {
+    let s = server().await;
+    let nodes = pool(&s, 2).await;
+    let (name, url) = container("rl").await;
+    put_blob(&format!("{name}/tool.txt"), "tool v1\n").await;
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "jobPreparationTask": {
+        "id": "setup",
+        "commandLine": "echo $AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/prepared.txt; echo $MODE > ready.txt; cat tool.txt >> ready.txt",
+        "environmentSettings": [{"name": "MODE", "value": "fast"}],
+        "resourceFiles": [{"storageContainerUrl": url}],
+        "rerunOnNodeRebootAfterSuccess": true}});
+    let (code, body) = s.post("/jobs", &job).await;
+    assert_eq!(code, 201, "{body}");
+    let (_, got) = s.get("/jobs/j").await;
+    assert_eq!(got["jobPreparationTask"]["id"], "setup", "{got}");
+    assert_eq!(got["jobPreparationTask"]["waitForSuccess"], true, "{got}");
+
+    s.add_tasks(
+        "j",
+        tasks(8, "cat $AZ_BATCH_JOB_PREP_WORKING_DIR/ready.txt"),
+    )
+    .await;
+    let done = s.wait_all_completed("j", 8).await;
+    for t in &done {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        let out = s
+            .file(&format!(
+                "/jobs/j/tasks/{}/files/stdout.txt",
+                t["id"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(out.as_deref(), Some("fast\ntool v1\n"), "{t}");
+    }
+    let entries = status(&s, "j").await;
+    for e in &entries {
+        let node = e["nodeId"].as_str().unwrap();
+        let info = &e["jobPreparationTaskExecutionInfo"];
+        assert_eq!(info["state"], "completed", "{e}");
+        assert_eq!(info["result"], "success", "{e}");
+        assert_eq!(info["exitCode"], 0, "{e}");
+        assert!(
+            info["taskRootDirectory"]
+                .as_str()
+                .unwrap()
+                .ends_with("/jobprep/j/setup"),
+            "{e}"
+        );
+        // Once on each node, whatever number of tasks it ran.
+        assert_eq!(
+            s.shared_file("p", node, "prepared.txt").await,
+            "setup\n",
+            "{e}"
+        );
+        let url = info["taskRootDirectoryUrl"].as_str().unwrap();
+        let path = &url[url.find("/pools/").unwrap()..];
+        let out = s.file(&format!("{path}/stdout.txt")).await;
+        assert!(
+            out.is_some(),
+            "the preparation task's files are served: {url}"
+        );
+    }
+    let used: std::collections::BTreeSet<&str> = done
+        .iter()
+        .map(|t| t["nodeInfo"]["nodeId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        used.len(),
+        "one entry per node that ran the job's tasks"
+    );
+
+    // A task may not take the preparation task's id.
+    let (code, body) = s
+        .post(
+            "/jobs/j/tasks",
+            &json!({"id": "Setup", "commandLine": "true"}),
+        )
+        .await;
+    assert_eq!(
+        (code, body["code"].as_str()),
+        (
+            reqwest::StatusCode::CONFLICT,
+            Some("TaskIdSameAsJobPreparationTask")
+        )
+    );
+
+    // After a reboot the preparation task runs again before the job's next task on that node.
+    let node = &nodes[0];
+    let (code, _) = s
+        .post(&format!("/pools/p/nodes/{node}/reboot"), &json!({}))
+        .await;
+    assert_eq!(code, 202);
+    s.wait_nodes("p", 2, "idle").await;
+    let others: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("after{i}"), "commandLine": "cat $AZ_BATCH_JOB_PREP_WORKING_DIR/ready.txt"}))
+        .collect();
+    s.add_tasks("j", others).await;
+    let all = s.wait_all_completed("j", 16).await;
+    let ran_there = all
+        .iter()
+        .filter(|t| t["id"].as_str().unwrap().starts_with("after"))
+        .any(|t| t["nodeInfo"]["nodeId"] == json!(node));
+    assert!(ran_there, "spread placement gives both nodes tasks");
+    let before = if used.contains(node.as_str()) {
+        "setup\n"
+    } else {
+        ""
+    };
+    assert_eq!(
+        s.shared_file("p", node, "prepared.txt").await,
+        format!("{before}setup\n"),
+        "prepared again after the reboot"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_preparation_keeps_the_job_s_tasks_off_that_node() {
+    let s = server().await;
+    let nodes = pool(&s, 2).await;
+    let (bad, good) = (&nodes[0], &nodes[1]);
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "jobPreparationTask": {
+        "commandLine": format!("test \"$AZ_BATCH_NODE_ID\" != {bad}"),
+        "constraints": {"maxTaskRetryCount": 1, "maxWallClockTime": "PT1M"}}});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    s.add_tasks("j", tasks(8, "echo ran")).await;
+    let done = s.wait_all_completed("j", 8).await;
+    for t in &done {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        assert_eq!(
+            t["nodeInfo"]["nodeId"],
+            json!(good),
+            "only the prepared node: {t}"
+        );
+    }
+    let entries = status(&s, "j").await;
+    let on = |node: &str| {
+        entries
+            .iter()
+            .find(|e| e["nodeId"] == node)
+            .map(|e| e["jobPreparationTaskExecutionInfo"].clone())
+    };
+    if let Some(info) = on(bad) {
+        assert_eq!(info["result"], "failure", "{info}");
+        assert_eq!(info["retryCount"], 1, "{info}");
+        assert_eq!(info["exitCode"], 1, "{info}");
+        assert_eq!(info["failureInfo"]["code"], "FailureExitCode", "{info}");
+    }
+    assert_eq!(on(good).unwrap()["result"], "success");
+
+    // waitForSuccess false: the job's tasks run whatever the preparation task does.
+    let job = json!({"id": "nowait", "poolInfo": {"poolId": "p"},
+        "jobPreparationTask": {"commandLine": "exit 3", "waitForSuccess": false}});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    s.add_tasks("nowait", tasks(4, "echo ran")).await;
+    for t in s.wait_all_completed("nowait", 4).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_tasks_run_where_preparation_ran_once_the_job_ends() {
+    let s = server().await;
+    let nodes = pool(&s, 1).await;
+    let node = &nodes[0];
+    let (name, url) = container("rl").await;
+    put_blob(&format!("{name}/bye.txt"), "bye\n").await;
+    let job = |id: &str, release: Value| {
+        json!({"id": id, "poolInfo": {"poolId": "p"},
+            "jobPreparationTask": {"commandLine": "true"}, "jobReleaseTask": release})
+    };
+    let release = json!({"id": "cleanup",
+        "commandLine": "echo $AZ_BATCH_JOB_ID $GREETING $(cat bye.txt) >> $AZ_BATCH_NODE_SHARED_DIR/released.txt",
+        "environmentSettings": [{"name": "GREETING", "value": "released"}],
+        "resourceFiles": [{"storageContainerUrl": url}],
+        "maxWallClockTime": "PT1M"});
+    assert_eq!(s.post("/jobs", &job("j", release)).await.0, 201);
+    s.add_tasks("j", tasks(2, "true")).await;
+    s.wait_all_completed("j", 2).await;
+    assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
+    let entry = wait_for("the release task to complete", || async {
+        let e = status(&s, "j").await.into_iter().next()?;
+        (e["jobReleaseTaskExecutionInfo"]["state"] == "completed").then_some(e)
+    })
+    .await;
+    assert_eq!(
+        entry["jobReleaseTaskExecutionInfo"]["result"], "success",
+        "{entry}"
+    );
+    assert_eq!(
+        s.shared_file("p", node, "released.txt").await,
+        "j released bye\n"
+    );
+    let (_, got) = s.get("/jobs/j").await;
+    assert_eq!(got["state"], "completed");
+    assert_eq!(got["jobReleaseTask"]["id"], "cleanup", "{got}");
+
+    // Past its maxWallClockTime a release task is killed and fails.
+    let slow = json!({"commandLine": "sleep 30", "maxWallClockTime": "PT1S"});
+    assert_eq!(s.post("/jobs", &job("slow", slow)).await.0, 201);
+    s.add_tasks("slow", tasks(1, "true")).await;
+    s.wait_all_completed("slow", 1).await;
+    assert_eq!(s.post("/jobs/slow/terminate", &json!({})).await.0, 202);
+    let entry = wait_for("the slow release task to end", || async {
+        let e = status(&s, "slow").await.into_iter().next()?;
+        (e["jobReleaseTaskExecutionInfo"]["state"] == "completed").then_some(e)
+    })
+    .await;
+    let info = &entry["jobReleaseTaskExecutionInfo"];
+    assert_eq!(info["result"], "failure", "{entry}");
+    assert_eq!(
+        info["failureInfo"]["code"], "MaxWallClockTimeExceeded",
+        "{entry}"
+    );
+
+    // A deleted job runs its release tasks before it goes.
+    let noted = json!({"commandLine": "echo deleted >> $AZ_BATCH_NODE_SHARED_DIR/released.txt"});
+    assert_eq!(s.post("/jobs", &job("gone", noted)).await.0, 201);
+    s.add_tasks("gone", tasks(1, "true")).await;
+    s.wait_all_completed("gone", 1).await;
+    assert_eq!(s.delete("/jobs/gone").await.0, 202);
+    wait_for("the job to be deleted", || async {
+        (s.get("/jobs/gone").await.0 == 404).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.shared_file("p", node, "released.txt").await,
+        "j released bye\ndeleted\n"
+    );
+
+    // A release task needs a preparation task.
+    let bad = json!({"id": "bad", "poolInfo": {"poolId": "p"}, "jobReleaseTask": {"commandLine": "true"}});
+    let (code, body) = s.post("/jobs", &bad).await;
+    assert_eq!(code, 400, "{body}");
+}
