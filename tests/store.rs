@@ -112,20 +112,28 @@ async fn the_latest_migration_upgrades_a_database_with_data() {
     };
     before.run(&db).await.unwrap();
     pools::insert(&db, &new_pool("p", 2)).await.unwrap();
-    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
-    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
-        .await
-        .unwrap()
-        .unwrap();
-    let mut tx = db.begin().await.unwrap();
-    tasks::insert_many(
-        &mut tx,
-        job.pk,
-        &[new_task("a", &[]), new_task("b", &["a"])],
+    // The job and its tasks as the schema before the latest migration holds them: written with
+    // plain SQL, since store/ writes the columns of the latest schema.
+    let job_pk: i64 = sqlx::query_scalar(
+        "INSERT INTO jobs (account, id, pool_id, state, state_transition_time, start_time, creation_time, last_modified) \
+         VALUES ('acct', 'j', 'p', 'active', now(), now(), now(), now()) RETURNING pk",
     )
+    .fetch_one(&db)
     .await
     .unwrap();
-    tx.commit().await.unwrap();
+    for (id, unmet) in [("a", 0), ("b", 1)] {
+        sqlx::query(
+            "INSERT INTO tasks (job_pk, id, command_line, retention_ticks, max_task_retry_count, unmet_deps, \
+                state, state_transition_time, creation_time, last_modified) \
+             VALUES ($1, $2, 'true', 0, 0, $3, 'active', now(), now(), now())",
+        )
+        .bind(job_pk)
+        .bind(id)
+        .bind(unmet)
+        .execute(&db)
+        .await
+        .unwrap();
+    }
 
     store::MIGRATOR.run(&db).await.unwrap();
     let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
@@ -133,6 +141,11 @@ async fn the_latest_migration_upgrades_a_database_with_data() {
         (pool.state, pool.allocation_state),
         (PoolState::Active, AllocationState::Steady)
     );
+    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.pk, job_pk);
     let b = tasks::get(&db, job.pk, "b").await.unwrap().unwrap();
     assert_eq!((b.state, b.unmet_deps), (TaskState::Active, 1));
 }
