@@ -196,6 +196,7 @@ fn bes_config(config: &ServeConfig, settings: &Settings) -> anyhow::Result<sched
         })?;
     Ok(scheduler::bes::Config {
         roots: settings.storage_roots.clone(),
+        allow_local_urls: settings.allow_local_urls,
         storage: settings.bes_storage.clone(),
         classic_concurrency: settings.classic_concurrency,
         classic_vm_size: vm_size,
@@ -265,6 +266,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
     };
     Ok(Settings {
         storage_roots: crate::storage::Roots(storage_roots),
+        allow_local_urls: config.allow_local_urls,
         bes_storage,
         classic_concurrency: config.classic_concurrency,
         account: config.account.clone(),

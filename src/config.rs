@@ -146,9 +146,10 @@ pub struct ServeConfig {
     )]
     pub backup_tick_ms: u64,
 
-    /// Let tasks' resource-file and output-file URLs lead to this host's own addresses (loopback,
-    /// and link-local ones such as a cloud metadata service). Off by default: the server, not
-    /// the node, makes those requests. Turn it on to use storage on this host (Azurite, say).
+    /// Let tasks' resource-file and output-file URLs, and BES jobs' inputs and outputs, lead to
+    /// this host's own addresses (loopback, and link-local ones such as a cloud metadata
+    /// service). Off by default: the server, not the node, makes those requests. Turn it on to
+    /// use storage on this host (Azurite, say).
     #[arg(long, env = "BATCHPOOL_ALLOW_LOCAL_URLS")]
     pub allow_local_urls: bool,
 

@@ -20,6 +20,14 @@ fn azurite() -> String {
         .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh (it starts Azurite)")
 }
 
+/// A server whose BES jobs may name storage on this host (Azurite, s3rver): `extra` and
+/// `--allow-local-urls`.
+async fn bes_server(rt: Rt, extra: &[&str]) -> TestServer {
+    let mut args = extra.to_vec();
+    args.push("--allow-local-urls");
+    TestServer::start_with(rt, Some(common::fresh_database().await), &args).await
+}
+
 /// A connection string in the shape of the seed's example, pointing at the emulator.
 fn connection_string() -> String {
     format!(
@@ -249,7 +257,7 @@ async fn check_sorted_job(s: &TestServer, key: &str, pool: Option<&str>) {
 /// A Pool Service pool tied to the service's plan runs the job; resized to 0 it stops metering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bes_job_runs_on_a_pool_service_pool_and_the_pool_bills_to_the_plan() {
-    let s = TestServer::start(Rt::Docker).await;
+    let s = bes_server(Rt::Docker, &[]).await;
     let key = register_sorter(&s, "plan-dedicated").await;
     let ps = pool_service_key(&s).await;
     let swagger = format!("{}{SERVICE}/swagger.json", s.base);
@@ -363,12 +371,7 @@ async fn a_bes_job_runs_on_a_pool_service_pool_and_the_pool_bills_to_the_plan() 
 /// Without AzureBatchPoolId the job runs in the shared classic environment, first in first out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
-    let s = TestServer::start_with(
-        Rt::Local,
-        Some(common::fresh_database().await),
-        &["--classic-concurrency", "1"],
-    )
-    .await;
+    let s = bes_server(Rt::Local, &["--classic-concurrency", "1"]).await;
     let key = register_sorter(&s, "plan-classic").await;
     check_sorted_job(&s, &key, None).await;
 
@@ -438,7 +441,7 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
 /// A failing command fails the job with its exit code; DELETE cancels a running one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_reported_and_running_jobs_can_be_cancelled() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let (status, body) = put(
         &s,
         SERVICE,
@@ -507,7 +510,7 @@ fn detail(body: &Value) -> &str {
 /// Bad input gets BES's error body with the documented detail code, and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let key = register_sorter(&s, "plan-x").await;
     put_blob("testint/bad-input.csv", "x\n").await;
     let jobs = format!("{SERVICE}/jobs?api-version=2.0");
@@ -749,7 +752,7 @@ async fn bad_bes_and_pool_service_requests_are_refused_with_bes_error_codes() {
 /// hours and for 4 VMs over 12, whatever ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let db = s.db().await;
     let day = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
     for (pool, plan, count, hours) in [
@@ -812,12 +815,7 @@ async fn file_locations_are_read_and_written_under_storage_roots_only() {
     let root_url = url::Url::from_directory_path(root.path())
         .unwrap()
         .to_string();
-    let s = TestServer::start_with(
-        Rt::Local,
-        Some(common::fresh_database().await),
-        &["--storage-root", &root_url],
-    )
-    .await;
+    let s = bes_server(Rt::Local, &["--storage-root", &root_url]).await;
     let key = register_sorter(&s, "plan-files").await;
     std::fs::create_dir_all(root.path().join("in")).unwrap();
     std::fs::write(root.path().join("in/data.csv"), "2\n1\n").unwrap();
@@ -878,7 +876,7 @@ async fn file_locations_are_read_and_written_under_storage_roots_only() {
 /// A started job survives the server being killed mid-run: the restarted server finishes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_bes_job_survives_a_server_restart() {
-    let mut s = TestServer::start(Rt::Local).await;
+    let mut s = bes_server(Rt::Local, &[]).await;
     let (status, body) = put(
         &s,
         SERVICE,
@@ -931,12 +929,7 @@ async fn s3_locations_are_read_and_written() {
     }
     let run = uuid::Uuid::new_v4().simple().to_string();
     let root = format!("s3://batchpool-test/{run}/");
-    let s = TestServer::start_with(
-        Rt::Local,
-        Some(common::fresh_database().await),
-        &["--storage-root", &root],
-    )
-    .await;
+    let s = bes_server(Rt::Local, &["--storage-root", &root]).await;
     let key = register_sorter(&s, "plan-s3").await;
     let at = |rel: &str| DataReference {
         base_location: Some(root.clone()),
@@ -998,7 +991,7 @@ async fn s3_locations_are_read_and_written() {
 /// A large output goes up in parts; a job whose pool is deleted under it fails and says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let (status, body) = put(
         &s,
         SERVICE,
@@ -1063,7 +1056,7 @@ async fn large_outputs_are_uploaded_and_a_deleted_pool_fails_its_jobs() {
 /// SAS the storage refuses is InvalidBlob at submit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sas_inputs_are_read_with_their_token() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let key = register_sorter(&s, "plan-sas").await;
     let run = uuid::Uuid::new_v4().simple().to_string();
     let relative = format!("testint/{run}-sas.csv");
@@ -1101,7 +1094,7 @@ async fn sas_inputs_are_read_with_their_token() {
 /// On Docker, a classic job runs in a node of its service's image (a classic pool per image).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classic_jobs_run_in_their_services_image() {
-    let s = TestServer::start(Rt::Docker).await;
+    let s = bes_server(Rt::Docker, &[]).await;
     let image = "batchpool-test-node:bes";
     run_ok(
         std::process::Command::new(env!("CARGO_BIN_EXE_batchpool")).args([
@@ -1145,7 +1138,7 @@ async fn classic_jobs_run_in_their_services_image() {
 /// link is refused, never followed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_that_links_out_of_the_task_is_not_uploaded() {
-    let s = TestServer::start(Rt::Local).await;
+    let s = bes_server(Rt::Local, &[]).await;
     let host = tempfile::tempdir().unwrap();
     std::fs::write(host.path().join("secret"), "canary-secret").unwrap();
     let command = format!("ln -s {}/secret {{out:output1}}", host.path().display());
@@ -1169,4 +1162,22 @@ async fn an_output_that_links_out_of_the_task_is_not_uploaded() {
     .await;
     assert_eq!(job["StatusCode"], "Failed", "{job}");
     assert_eq!(get_blob(&output).await, None, "the host file was uploaded");
+}
+
+/// Without --allow-local-urls, a BES job may not make the server reach its own host: inputs and
+/// outputs on a loopback storage endpoint are refused when the job is submitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_on_the_server_s_own_host_is_refused_by_default() {
+    let s = TestServer::start(Rt::Local).await;
+    let key = register_sorter(&s, "plan-local").await;
+    put_blob("testint/local-input.csv", "2\n1\n").await;
+    let jobs = format!("{SERVICE}/jobs?api-version=2.0");
+    let request = seed_request("testint/local-input.csv", "out/local.csv", None);
+    let (status, body) = bearer(&s, Method::POST, &jobs, &key, Some(request)).await;
+    assert_eq!(
+        (status, detail(&body)),
+        (StatusCode::BAD_REQUEST, "InvalidBlob"),
+        "{body}"
+    );
+    assert!(body.to_string().contains("--allow-local-urls"), "{body}");
 }

@@ -19,6 +19,8 @@ pub struct Settings {
     pub max_nodes_per_pool: i32,
     /// Where s3:// and file:// BES references may point.
     pub storage_roots: crate::storage::Roots,
+    /// Whether URLs users give may lead to this host's own addresses (`--allow-local-urls`).
+    pub allow_local_urls: bool,
     /// Where BES outputs without an override and BES job logs go.
     pub bes_storage: crate::storage::DataReference,
     pub classic_concurrency: i32,

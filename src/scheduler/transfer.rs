@@ -11,9 +11,16 @@ use std::ffi::OsString;
 use crate::runtime::safe_fs::{Below, Dir};
 use crate::storage::{self, DataReference, Roots};
 
-/// Streams a BES input into a file (made anew), through no link a task left on the way.
-pub(super) async fn download(r: &DataReference, roots: &Roots, to: Below) -> anyhow::Result<()> {
+/// Streams a BES input into a file (made anew), through no link a task left on the way; an
+/// input on the server's own host only if `allow_local`.
+pub(super) async fn download(
+    r: &DataReference,
+    roots: &Roots,
+    allow_local: bool,
+    to: Below,
+) -> anyhow::Result<()> {
     let b = storage::resolve(r, roots)?;
+    b.check_host(allow_local).await?;
     download_blob(&b, to, None).await
 }
 

@@ -7,6 +7,7 @@ mod azure;
 mod container;
 mod conventions;
 mod file;
+mod guard;
 mod s3;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ pub use crate::domain::bes::DataReference;
 pub use azure::{container_sas, parse_connection_string, read_sas, AzureAccount};
 pub use container::{without_query, Container};
 pub use conventions::job_container;
+pub use guard::check_url;
 
 /// Why a reference cannot be used, with BES's detail code.
 #[derive(Debug, Clone, PartialEq)]

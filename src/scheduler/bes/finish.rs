@@ -173,7 +173,11 @@ impl BesJobDriver {
         let file_name = file.rsplit('/').next().unwrap_or(file).to_string();
         let under_conventions = conventions.blob(format!("{TASK_ID}/$TaskOutput/{file_name}"))?;
         let destination = match &output.reference {
-            Some(r) => storage::resolve(r, &self.config.roots)?,
+            Some(r) => {
+                let b = storage::resolve(r, &self.config.roots)?;
+                b.check_host(self.config.allow_local_urls).await?;
+                b
+            }
             None => under_conventions.clone(),
         };
         if let Err(e) = transfer::upload(&self.http, local.clone(), &destination).await {

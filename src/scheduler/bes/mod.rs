@@ -31,6 +31,8 @@ pub const TASK_ID: &str = "score";
 #[derive(Clone, Debug)]
 pub struct Config {
     pub roots: Roots,
+    /// Whether inputs and outputs may lie on this host's own addresses (`--allow-local-urls`).
+    pub allow_local_urls: bool,
     /// Default output storage and the home of the logs (a base location or a connection string).
     pub storage: DataReference,
     pub classic_concurrency: i32,

@@ -40,7 +40,8 @@ impl BesJobDriver {
                     .await?;
                 return Ok(false);
             };
-            if let Err(e) = transfer::download(r, &self.config.roots, wd.join(&input.file)).await {
+            let (roots, local) = (&self.config.roots, self.config.allow_local_urls);
+            if let Err(e) = transfer::download(r, roots, local, wd.join(&input.file)).await {
                 let details = format!("Input {name:?} could not be read (InvalidBlob): {e}");
                 self.fail(job, details).await?;
                 return Ok(false);

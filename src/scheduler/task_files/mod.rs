@@ -2,7 +2,7 @@
 //! output files up after it ends, as Azure Batch moves them. Every file is written and read
 //! below the task's directory through `safe_fs`, never through a link a task left there.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -96,28 +96,7 @@ impl Fetcher {
 
     /// Refuses a URL whose host is, or resolves to, an address of the server's own host.
     pub(super) async fn check(&self, url: &str) -> Result<(), String> {
-        if self.allow_local {
-            return Ok(());
-        }
-        let shown = storage::without_query(url);
-        let parsed = url::Url::parse(url).map_err(|e| format!("{shown} is not a URL: {e}"))?;
-        let port = parsed.port_or_known_default().unwrap_or(443);
-        let addresses: Vec<IpAddr> = match parsed.host() {
-            Some(url::Host::Ipv4(ip)) => vec![ip.into()],
-            Some(url::Host::Ipv6(ip)) => vec![ip.into()],
-            Some(url::Host::Domain(name)) => tokio::net::lookup_host((name, port))
-                .await
-                .map_err(|e| format!("{shown}: cannot resolve {name}: {e}"))?
-                .map(|a| a.ip())
-                .collect(),
-            None => return Err(format!("{shown} names no host")),
-        };
-        match addresses.into_iter().find(|ip| is_host_local(*ip)) {
-            Some(ip) => Err(format!(
-                "{shown} leads to {ip}, an address of the server's own host (loopback or link-local); the server's operator can allow such URLs with --allow-local-urls"
-            )),
-            None => Ok(()),
-        }
+        storage::check_url(url, self.allow_local).await
     }
 }
 

@@ -109,8 +109,16 @@ pub async fn submit(
     check_input_names(&given_inputs, &declared_inputs)?;
     let given_outputs = given_outputs(body.output, body.outputs, &declared_outputs)?;
     let params = global_parameters(body.global_parameters, &service.global_parameters)?;
-    let inputs = readable_inputs(&declared_inputs, &given_inputs, roots).await?;
+    let local = app.settings.allow_local_urls;
+    let inputs = readable_inputs(&declared_inputs, &given_inputs, roots, local).await?;
     let outputs = placed_outputs(&declared_outputs, &given_outputs, roots)?;
+    for (name, r) in &given_outputs {
+        let b = storage::resolve(r, roots)
+            .map_err(|e| BesError::from(e).target(format!("Outputs.{name}")))?;
+        b.check_host(local)
+            .await
+            .map_err(|e| BesError::from(e).target(format!("Outputs.{name}")))?;
+    }
     let command = bes::render(&service.command, &inputs.files, &outputs.files, &params)
         .map_err(BesError::internal)?;
     let pool_id = body.azure_batch_pool_id.filter(|p| !p.trim().is_empty());
@@ -306,12 +314,20 @@ impl Placements {
 }
 
 /// Every input resolved and read now (all at once), so that a bad reference is refused here.
-async fn readable_inputs(declared: &[Port], given: &Refs, roots: &Roots) -> BesResult<Placements> {
+async fn readable_inputs(
+    declared: &[Port],
+    given: &Refs,
+    roots: &Roots,
+    allow_local: bool,
+) -> BesResult<Placements> {
     let mut placed = Placements::default();
     let mut checks = Vec::new();
     for (name, ext) in declared {
         let r = &given[name];
         let b = storage::resolve(r, roots)
+            .map_err(|e| BesError::from(e).target(format!("Inputs.{name}")))?;
+        b.check_host(allow_local)
+            .await
             .map_err(|e| BesError::from(e).target(format!("Inputs.{name}")))?;
         checks.push((name.clone(), b));
         placed.add(
