@@ -440,6 +440,15 @@ async fn auto_storage_containers_come_from_the_account_s_linked_storage() {
             .contains("resourceFiles[0].autoStorageContainerName"),
         "{answer}"
     );
+    let pool = json!({"id": "linked", "vmSize": "standard_a1", "startTask": {"commandLine": "true",
+        "resourceFiles": [{"autoStorageContainerName": name}]}});
+    let (status, answer) = s.post("/pools", &pool).await;
+    assert_eq!(status, 400, "{answer}");
+    let named = answer.to_string();
+    assert!(
+        named.contains("startTask.resourceFiles[0].autoStorageContainerName"),
+        "{named}"
+    );
 
     let linked = common::account_cmd(&s, &["storage", "batchpool", &connection_string()]);
     assert!(linked.contains("devstoreaccount1"), "{linked}");

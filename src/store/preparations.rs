@@ -105,7 +105,7 @@ pub async fn list(
 }
 
 /// A release task that is due: its job has ended (completed, or being deleted), the
-/// preparation task ran on the node, and the node is still there and up.
+/// preparation task has finished on the node, and the node is still there and up.
 pub struct DueRelease {
     pub job_pk: i64,
     pub account: String,
@@ -123,7 +123,7 @@ pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueReleas
         r#"SELECT x.job_pk, j.account, j.id AS job_id, x.node_pk, x.node_id, x.pool_id,
                 j.release_task AS "release_task!: _", j.common_environment
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
-         WHERE (x.release IS NULL OR x.release->>'state' = 'running')
+         WHERE (x.release IS NULL OR x.release->>'state' = 'running') AND x.preparation->>'state' = 'completed'
            AND j.release_task IS NOT NULL AND j.state IN ('completed', 'deleting')
            AND n.state IN ('idle', 'running')
          ORDER BY x.job_pk, x.node_pk"#,
@@ -138,6 +138,7 @@ pub async fn releases_pending(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Res
         r#"SELECT EXISTS (SELECT 1 FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk
                 JOIN nodes n ON n.pk = x.node_pk
             WHERE x.job_pk = $1 AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running')
+              AND x.preparation->>'state' = 'completed'
               AND (x.release IS NULL OR x.release->>'state' = 'running')) AS "pending!""#,
         job_pk,
     )

@@ -6,8 +6,10 @@ use serde_json::Value;
 use super::DEFAULT_RESIZE_TIMEOUT_SECS;
 use crate::api::batch::support::{refuse_unsupported, START_TASK};
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::Ctx;
 use crate::domain::pool::{NodeDeallocationOption, StartTask};
 use crate::domain::IsoDuration;
+use crate::store;
 
 pub(super) fn check_target(target: i32, quota: i32) -> ApiResult<()> {
     if target < 0 {
@@ -62,6 +64,34 @@ pub(super) fn deallocation_option(o: &str) -> ApiResult<NodeDeallocationOption> 
             "must be requeue, terminate, taskcompletion or retaineddata",
         )
     })
+}
+
+/// A start task's resource files may name the account's linked storage only when it has one.
+pub(super) async fn refuse_unlinked_storage(
+    app: &Ctx,
+    start_task: Option<&Value>,
+) -> ApiResult<()> {
+    let Some(task) = start_task else {
+        return Ok(());
+    };
+    let Ok(task) = serde_json::from_value::<StartTask>(task.clone()) else {
+        return Ok(());
+    };
+    let names_it = task
+        .resource_files
+        .iter()
+        .any(|r| r.auto_storage_container_name.is_some());
+    if names_it
+        && store::accounts::storage(&app.db, &app.account)
+            .await?
+            .is_none()
+    {
+        crate::api::batch::tasks::refuse_auto_storage(
+            "startTask.resourceFiles",
+            &task.resource_files,
+        )?;
+    }
+    Ok(())
 }
 
 pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {

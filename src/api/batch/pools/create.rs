@@ -78,6 +78,7 @@ pub async fn create(
     AzureJson(body): AzureJson<PoolCreate>,
 ) -> ApiResult<Response> {
     let new = new_pool(&app, body)?;
+    super::checks::refuse_unlinked_storage(&app, new.start_task.as_ref()).await?;
     match store::pools::insert(&app.db, &new).await {
         Err(e) if store::is_unique_violation(&e) => {
             return Err(ApiError::new(
