@@ -74,6 +74,20 @@ pub enum AccountAction {
         #[arg(long, value_parser = ["primary", "secondary", "pool-service"], default_value = "primary")]
         key: String,
     },
+    /// Adds a version of an application package (a zip file) to the account, for pools' and
+    /// tasks' applicationPackageReferences. The application's first version is its default
+    /// (what a reference without a version gets) until `--default` names another.
+    Package {
+        name: String,
+        application: String,
+        version: String,
+        file: PathBuf,
+        /// Make this version the application's default.
+        #[arg(long)]
+        default: bool,
+        #[arg(long)]
+        display_name: Option<String>,
+    },
     /// The Pool Service quotas of an account: how many pools it may make, and how many VMs each.
     Quota {
         name: String,

@@ -14,7 +14,6 @@ pub fn operation(method: &Method, path: &str) -> Option<&'static str> {
     match segments.as_slice() {
         ["jobschedules", ..] => Some("job schedules"),
         ["certificates", ..] => Some("certificates"),
-        ["applications", ..] => Some("applications and application packages"),
         ["lifetimepoolstats"] | ["lifetimejobstats"] => Some("lifetime statistics"),
         ["pools", _, "evaluateautoscale" | "enableautoscale" | "disableautoscale"] => {
             Some("autoscale formulas")

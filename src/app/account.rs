@@ -51,6 +51,23 @@ async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
             max_vms_per_pool,
         } => set_quota(db, name, *max_pools, *max_vms_per_pool).await,
         AccountAction::Rotate { name, key } => rotate_key(db, config, name, key).await,
+        AccountAction::Package {
+            name,
+            application,
+            version,
+            file,
+            default,
+            display_name,
+        } => {
+            let package = Package {
+                account: name,
+                application,
+                version,
+                display_name: display_name.as_deref(),
+                make_default: *default,
+            };
+            add_package(db, &config.data_dir, &package, file).await
+        }
     }
 }
 
@@ -89,6 +106,59 @@ async fn create(db: &PgPool, name: &str) -> anyhow::Result<()> {
         "account {name:?} exists already"
     );
     println!("account:       {name}\nprimary key:   {primary}\nsecondary key: {secondary}");
+    Ok(())
+}
+
+/// A package version `batchpool account package` adds.
+struct Package<'a> {
+    account: &'a str,
+    application: &'a str,
+    version: &'a str,
+    display_name: Option<&'a str>,
+    make_default: bool,
+}
+
+/// Copies the zip into the data directory (whole, or not at all), then records it.
+async fn add_package(
+    db: &PgPool,
+    data_dir: &std::path::Path,
+    p: &Package<'_>,
+    file: &std::path::Path,
+) -> anyhow::Result<()> {
+    crate::domain::ids::check_id(p.application)
+        .map_err(|why| anyhow::anyhow!("application: {why}"))?;
+    crate::domain::files::check_version(p.version)
+        .map_err(|why| anyhow::anyhow!("version: {why}"))?;
+    anyhow::ensure!(
+        store::accounts::get(db, p.account).await?.is_some(),
+        "no account {:?}",
+        p.account
+    );
+    let mut magic = [0u8; 4];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?,
+        &mut magic,
+    )
+    .with_context(|| format!("reading {}", file.display()))?;
+    anyhow::ensure!(&magic == b"PK\x03\x04", "{} is not a zip file", file.display());
+    let existing = store::applications::list(db, p.account, Some(p.application)).await?;
+    let id = existing
+        .first()
+        .map_or(p.application.to_string(), |a| a.id.clone());
+    let target = crate::runtime::Layout::new(data_dir).package_file(p.account, &id, p.version);
+    let dir = target.parent().expect("a package file has a directory");
+    std::fs::create_dir_all(dir)?;
+    let partial = target.with_extension("zip.partial");
+    let size = std::fs::copy(file, &partial)?;
+    std::fs::rename(&partial, &target)?;
+    let first = existing.first().is_none_or(|a| a.default_version.is_none());
+    let default = (p.make_default || first).then_some(p.version);
+    let mut tx = db.begin().await?;
+    let id = store::applications::upsert(&mut *tx, p.account, &id, p.display_name, default).await?;
+    store::applications::add_package(&mut *tx, p.account, &id, p.version, size as i64).await?;
+    tx.commit().await?;
+    println!("application:     {id}\nversion:         {}\nsize:            {size} bytes\ndefault version: {}",
+        p.version, default.map_or("unchanged", |_| p.version));
     Ok(())
 }
 

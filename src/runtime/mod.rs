@@ -63,6 +63,9 @@ pub struct NodeError {
 pub struct Layout {
     pub nodes: PathBuf,
     pub workitems: PathBuf,
+    /// Application packages: `<account>/<application, lower case>/<version>.zip`. Only the
+    /// server and `batchpool account package` write here.
+    pub applications: PathBuf,
 }
 
 impl Layout {
@@ -70,7 +73,16 @@ impl Layout {
         Self {
             nodes: data_dir.join("nodes"),
             workitems: data_dir.join("workitems"),
+            applications: data_dir.join("applications"),
         }
+    }
+
+    /// An application package version's zip file.
+    pub fn package_file(&self, account: &str, application: &str, version: &str) -> PathBuf {
+        self.applications
+            .join(account)
+            .join(application.to_lowercase())
+            .join(format!("{version}.zip"))
     }
 
     pub fn account_workitems(&self, account: &str) -> PathBuf {

@@ -1,6 +1,7 @@
 //! SQL, in small functions over `impl PgExecutor` so they run on the pool or in a transaction.
 
 pub mod accounts;
+pub mod applications;
 pub mod jobs;
 pub mod leader;
 pub mod nodes;

@@ -1,6 +1,7 @@
 //! The Azure Batch data plane: paths, JSON shapes and status codes as the official SDKs expect.
 
 pub mod account;
+pub mod applications;
 pub mod files;
 pub mod jobs;
 pub mod nodes;
@@ -19,6 +20,8 @@ use crate::api::unsupported;
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/pools", post(pools::create).get(pools::list))
+        .route("/applications", get(applications::list))
+        .route("/applications/{application_id}", get(applications::get))
         .route(
             "/pools/{pool_id}",
             get(pools::get).delete(pools::delete).patch(pools::patch),

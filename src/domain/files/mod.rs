@@ -204,6 +204,22 @@ fn check_url(property: &str, url: &str) -> Result<(), Invalid> {
     }
 }
 
+/// An application package version: 1 to 64 letters, digits, `.`, `-` and `_` (it names a file).
+pub fn check_version(version: &str) -> Result<(), &'static str> {
+    let ok = !version.is_empty()
+        && version.len() <= 64
+        && version != "."
+        && version != ".."
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1 to 64 letters, digits, '.', '-' and '_'")
+    }
+}
+
 /// `rel` as plain names below a directory, if it stays there: no root, no `..`, `.` dropped.
 pub fn below(rel: &str) -> Option<PathBuf> {
     let mut out = PathBuf::new();
