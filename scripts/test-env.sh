@@ -197,7 +197,8 @@ _batchpool_test_env() (
     # ------------------------------------------------------------------
     # 1. Debian packages
     # ------------------------------------------------------------------
-    local pkgs=(docker.io busybox-static)
+    # unzip: local nodes unzip application packages with the host's (Docker nodes with busybox's).
+    local pkgs=(docker.io busybox-static unzip)
     local -a missing
     mapfile -t missing < <(missing_pkgs "${pkgs[@]}")
     if ((${#missing[@]})); then

@@ -400,7 +400,6 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         (Method::GET, "/jobschedules", "job schedules"),
         (Method::POST, "/jobschedules", "job schedules"),
         (Method::GET, "/certificates", "certificates"),
-        (Method::GET, "/applications", "applications"),
         (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
         (Method::POST, "/pools/p/nodes/n/reimage", "reimaging nodes"),
         (

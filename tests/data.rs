@@ -513,3 +513,91 @@ async fn a_restart_uploads_what_finished_meanwhile_and_downloads_again_what_was_
     assert_eq!(cut["executionInfo"]["requeueCount"], 1, "{cut}");
     assert_eq!(stdout(&s, "cut").await, "slow\n");
 }
+
+/// A zip holding `bin/hello.txt` with `text` (made with Python's zipfile).
+fn zip_with(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    let made = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile\nwith zipfile.ZipFile(sys.argv[1], 'w') as z: z.writestr('bin/hello.txt', sys.argv[2])",
+        ])
+        .arg(&path)
+        .arg(text)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    path.display().to_string()
+}
+
+async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) {
+    let s = server(rt).await;
+    pool_and_job(&s).await;
+    let zips = tempfile::tempdir().unwrap();
+    let data_dir = s.data_dir.path().display().to_string();
+    let package = |args: &[&str]| {
+        let mut all = vec!["package", "batchpool"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--data-dir", &data_dir]);
+        common::account_cmd(&s, &all)
+    };
+    package(&[
+        "tools",
+        "1.0",
+        &zip_with(zips.path(), "v1.zip", "one\n"),
+        "--display-name",
+        "Tools",
+    ]);
+    package(&[
+        "tools",
+        "2.0",
+        &zip_with(zips.path(), "v2.zip", "two\n"),
+        "--default",
+    ]);
+    let (_, apps) = s.get("/applications").await;
+    assert_eq!(
+        apps["value"],
+        json!([{"id": "tools", "displayName": "Tools", "versions": ["1.0", "2.0"]}])
+    );
+    let (code, _) = s.get("/applications/nothing").await;
+    assert_eq!(code, 404);
+
+    let task = json!({"id": "t", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_1_0/bin/hello.txt $AZ_BATCH_APP_PACKAGE_TOOLS/bin/hello.txt",
+        "applicationPackageReferences": [{"applicationId": "tools", "version": "1.0"}, {"applicationId": "TOOLS"}]});
+    s.add_tasks("j", vec![task.clone()]).await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(stdout(&s, "t").await, "one\ntwo\n");
+    assert_eq!(
+        t["applicationPackageReferences"], task["applicationPackageReferences"],
+        "{t}"
+    );
+
+    // A second task on the node finds them installed.
+    let again = json!({"id": "again", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_2_0/bin/hello.txt",
+        "applicationPackageReferences": [{"applicationId": "tools", "version": "2.0"}]});
+    s.add_tasks("j", vec![again]).await;
+    s.wait_task("j", "again", "completed").await;
+    assert_eq!(stdout(&s, "again").await, "two\n");
+
+    for (refs, what) in [
+        (json!([{"applicationId": "nothing"}]), "no application"),
+        (
+            json!([{"applicationId": "tools", "version": "9.9"}]),
+            "no version",
+        ),
+    ] {
+        let bad = json!({"id": "bad", "commandLine": "true", "applicationPackageReferences": refs});
+        let (code, answer) = s.post("/jobs/j/tasks", &bad).await;
+        assert_eq!(code, 400, "{answer}");
+        assert_eq!(
+            answer["code"], "InvalidApplicationPackageReferences",
+            "{answer}"
+        );
+        assert!(answer.to_string().contains(what), "{answer}");
+    }
+}
+on_both_runtimes!(
+    application_packages_arrive,
+    application_packages_are_installed_on_the_node_before_the_task
+);

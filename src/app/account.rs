@@ -140,7 +140,11 @@ async fn add_package(
         &mut magic,
     )
     .with_context(|| format!("reading {}", file.display()))?;
-    anyhow::ensure!(&magic == b"PK\x03\x04", "{} is not a zip file", file.display());
+    anyhow::ensure!(
+        &magic == b"PK\x03\x04",
+        "{} is not a zip file",
+        file.display()
+    );
     let existing = store::applications::list(db, p.account, Some(p.application)).await?;
     let id = existing
         .first()

@@ -168,7 +168,7 @@ pub const TASK_ADD: Table = &[
     ("affinityInfo", Refused("node affinity")),
     (
         "applicationPackageReferences",
-        Refused("application packages"),
+        Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
     ),
     (
         "authenticationTokenSettings",

@@ -2,6 +2,7 @@
 //! after it ends), as Azure Batch's bodies carry them, with the rules that keep every path they
 //! name inside the task's own directory.
 
+mod output;
 mod pattern;
 
 use std::path::{Component, Path, PathBuf};
@@ -9,6 +10,10 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use output::{
+    ContainerDestination, OutputDestination, OutputFile, UploadCondition, UploadHeader,
+    UploadOptions, UPLOAD_HEADERS,
+};
 pub use pattern::Pattern;
 
 /// The files a task moves, kept with the task (one column, null for most tasks).
@@ -19,12 +24,52 @@ pub struct TaskFiles {
     pub resource_files: Vec<ResourceFile>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_files: Vec<OutputFile>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub application_package_references: Vec<PackageReference>,
 }
 
 impl TaskFiles {
     pub fn is_empty(&self) -> bool {
-        self.resource_files.is_empty() && self.output_files.is_empty()
+        self.resource_files.is_empty()
+            && self.output_files.is_empty()
+            && self.application_package_references.is_empty()
     }
+
+    /// Whether the task has anything to put in place before its command (it is `preparing`
+    /// meanwhile).
+    pub fn prepares(&self) -> bool {
+        !self.resource_files.is_empty() || !self.application_package_references.is_empty()
+    }
+}
+
+/// Azure's `ApplicationPackageReference`: an application, and a version of it (else its
+/// default version).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageReference {
+    pub application_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// The variable that tells a task where a package is, as Azure names it on Linux:
+/// `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (the id in capitals), or without the version for a
+/// reference that named none; characters other than letters and digits become `_`.
+pub fn package_variable(application_id: &str, version: Option<&str>) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    };
+    let mut name = format!(
+        "AZ_BATCH_APP_PACKAGE_{}",
+        clean(&application_id.to_uppercase())
+    );
+    if let Some(v) = version {
+        name.push('_');
+        name.push_str(&clean(v));
+    }
+    name
 }
 
 /// Azure's `ResourceFile`: one `httpUrl` file, or the blobs of a container (`storageContainerUrl`
@@ -258,131 +303,21 @@ pub fn is_host_local(ip: std::net::IpAddr) -> bool {
     }
 }
 
-/// Azure's `OutputFile`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct OutputFile {
-    pub file_pattern: String,
-    pub destination: OutputDestination,
-    pub upload_options: UploadOptions,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct OutputDestination {
-    pub container: Option<ContainerDestination>,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerDestination {
-    pub container_url: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub upload_headers: Vec<UploadHeader>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity_reference: Option<Value>,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct UploadHeader {
-    pub name: String,
-    #[serde(default)]
-    pub value: Option<String>,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct UploadOptions {
-    pub upload_condition: UploadCondition,
-}
-
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum UploadCondition {
-    TaskSuccess,
-    TaskFailure,
-    TaskCompletion,
-}
-
-impl UploadCondition {
-    /// Whether files are uploaded after a command that exited with `exit_code` (Azure: success
-    /// is exit code 0).
-    pub fn applies(self, exit_code: i64) -> bool {
-        match self {
-            UploadCondition::TaskSuccess => exit_code == 0,
-            UploadCondition::TaskFailure => exit_code != 0,
-            UploadCondition::TaskCompletion => true,
-        }
-    }
-}
-
-/// The blob headers an upload may set, as Azure's `uploadHeaders` names them.
-pub const UPLOAD_HEADERS: &[&str] = &[
-    "Content-Type",
-    "Content-Encoding",
-    "Content-Language",
-    "Content-Disposition",
-    "Cache-Control",
-];
-
-impl OutputFile {
-    /// Checks everything; `at` names it in errors (`outputFiles[0]`).
-    pub fn check(&self, at: &str) -> Result<(), Invalid> {
-        Pattern::parse(&self.file_pattern)
-            .map_err(|why| invalid(format!("{at}.filePattern"), &self.file_pattern, why))?;
-        let Some(c) = &self.destination.container else {
-            return Err(invalid(
-                format!("{at}.destination.container"),
-                "",
-                "an output file needs a container destination",
-            ));
-        };
-        check_url(
-            &format!("{at}.destination.container.containerUrl"),
-            &c.container_url,
-        )?;
-        if c.identity_reference.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(invalid(
-                format!("{at}.destination.container.identityReference"),
-                "",
-                "not supported by this server: managed identities (give a SAS in containerUrl instead)",
-            ));
-        }
-        if let Some(path) = c.path.as_deref().filter(|p| !p.is_empty()) {
-            if path.starts_with('/') || path.split('/').any(|p| p == "..") {
-                return Err(invalid(
-                    format!("{at}.destination.container.path"),
-                    path,
-                    "must be a blob name or virtual directory inside the container (no leading '/', no '..')",
-                ));
-            }
-        }
-        for h in &c.upload_headers {
-            if !UPLOAD_HEADERS
-                .iter()
-                .any(|k| k.eq_ignore_ascii_case(&h.name))
-            {
-                return Err(invalid(
-                    format!("{at}.destination.container.uploadHeaders"),
-                    &h.name,
-                    format!(
-                        "not supported by this server: the header {:?} (supported: {})",
-                        h.name,
-                        UPLOAD_HEADERS.join(", ")
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn package_variables_are_named_as_on_azure_linux_nodes() {
+        assert_eq!(
+            package_variable("blender", Some("2.7")),
+            "AZ_BATCH_APP_PACKAGE_BLENDER_2_7"
+        );
+        assert_eq!(
+            package_variable("my-app", None),
+            "AZ_BATCH_APP_PACKAGE_MY_APP"
+        );
+    }
 
     #[test]
     fn host_local_addresses_are_told_apart() {

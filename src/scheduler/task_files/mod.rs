@@ -167,10 +167,7 @@ pub async fn linked_storage(
 /// A task that was `preparing` (its resource files downloading) is `running` now. Should the
 /// database not answer, it runs anyway, shown as preparing until it ends.
 pub async fn prepared(db: &sqlx::PgPool, a: &AttemptRow) {
-    if a.files
-        .as_ref()
-        .is_some_and(|f| !f.resource_files.is_empty())
-    {
+    if a.files.as_ref().is_some_and(|f| f.prepares()) {
         if let Err(e) = crate::store::tasks::mark_running(db, a.pk, a.attempt).await {
             tracing::warn!(task = %a.task_id, error = %e, "recording that a task runs failed");
         }

@@ -108,7 +108,7 @@ pub async fn start_attempts(
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
-            state = CASE WHEN t.files ? 'resourceFiles' THEN 'preparing' ELSE 'running' END, \
+            state = CASE WHEN t.files ?| array['resourceFiles', 'applicationPackageReferences'] THEN 'preparing' ELSE 'running' END, \
             state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
             node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
             exit_code = NULL, result = NULL, failure_info = NULL \

@@ -1,19 +1,87 @@
-//! A task's resource and output files as a request sends them, checked.
+//! A task's resource and output files and application packages as a request sends them, checked.
 
+use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ApiResult};
-use crate::domain::files::{Invalid, OutputFile, ResourceFile, TaskFiles};
+use crate::domain::files::{Invalid, OutputFile, PackageReference, ResourceFile, TaskFiles};
+use crate::store::{self, applications::ApplicationRow, jobs::JobRow};
 
-/// A task's resource and output files, checked; None when it moves none.
-pub(crate) fn task_files(
+/// What a batch of tasks' files may name: whether the account has a linked storage account, and
+/// its applications. Each is read only when a task of the batch names it.
+#[derive(Default)]
+pub(super) struct FileContext {
+    pub(super) linked_storage: bool,
+    applications: Vec<ApplicationRow>,
+}
+
+impl FileContext {
+    pub(super) async fn read(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        job: &JobRow,
+        linked_storage: bool,
+        packages: bool,
+    ) -> ApiResult<FileContext> {
+        let mut context = FileContext::default();
+        if linked_storage {
+            context.linked_storage = store::accounts::storage(&mut **tx, &job.account)
+                .await?
+                .is_some();
+        }
+        if packages {
+            context.applications = store::applications::list(&mut **tx, &job.account, None).await?;
+        }
+        Ok(context)
+    }
+
+    /// Each reference names an application of the account and a version it has (or, without
+    /// one, the application has a default version).
+    fn check_packages(&self, refs: &[PackageReference]) -> ApiResult<()> {
+        for (i, r) in refs.iter().enumerate() {
+            let app = self
+                .applications
+                .iter()
+                .find(|a| a.id.eq_ignore_ascii_case(&r.application_id));
+            let why = match (app, r.version.as_deref()) {
+                (None, _) => Some(format!(
+                    "the account has no application {:?}",
+                    r.application_id
+                )),
+                (Some(a), Some(v)) if !a.versions.iter().any(|x| x == v) => {
+                    Some(format!("the application {:?} has no version {v:?}", a.id))
+                }
+                (Some(a), None) if a.default_version.is_none() => Some(format!(
+                    "the application {:?} has no default version; name one",
+                    a.id
+                )),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidApplicationPackageReferences",
+                    format!("The specified application package reference is invalid: {why}."),
+                )
+                .with("PropertyName", format!("applicationPackageReferences[{i}]")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A task's resource and output files and application packages, checked; None when it has none.
+pub(super) fn task_files(
     resource_files: Option<Vec<ResourceFile>>,
     output_files: Option<Vec<OutputFile>>,
+    packages: Option<Vec<PackageReference>>,
+    context: &FileContext,
 ) -> ApiResult<Option<Value>> {
     let files = TaskFiles {
         resource_files: resource_files.unwrap_or_default(),
         output_files: output_files.unwrap_or_default(),
+        application_package_references: packages.unwrap_or_default(),
     };
+    context.check_packages(&files.application_package_references)?;
     check_resource_files("resourceFiles", &files.resource_files)?;
     for (i, o) in files.output_files.iter().enumerate() {
         o.check(&format!("outputFiles[{i}]")).map_err(invalid)?;

@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::files::{refuse_auto_storage, task_files};
+use super::files::{refuse_auto_storage, task_files, FileContext};
 use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
-use crate::domain::files::{OutputFile, ResourceFile};
+use crate::domain::files::{OutputFile, PackageReference, ResourceFile};
 use crate::domain::ids::check_id;
 use crate::domain::job::ExitConditions;
 use crate::domain::pool::EnvironmentSetting;
@@ -130,7 +130,7 @@ pub(super) fn in_ranges(ranges: &[(i64, i64)], id: &str) -> bool {
 pub(super) struct Known {
     pub(super) ids: HashSet<String>,
     missing_in_range: HashMap<(i64, i64), Option<i64>>,
-    linked_storage: bool,
+    files: FileContext,
 }
 
 #[derive(Deserialize)]
@@ -147,6 +147,7 @@ pub struct TaskCreate {
     exit_conditions: Option<Value>,
     resource_files: Option<Vec<ResourceFile>>,
     output_files: Option<Vec<OutputFile>>,
+    application_package_references: Option<Vec<PackageReference>>,
     /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -175,13 +176,18 @@ pub(super) fn validate(
         }
     };
     let exit_conditions = t.exit_conditions.map(exit_conditions).transpose()?;
-    if !known.linked_storage {
+    if !known.files.linked_storage {
         refuse_auto_storage(
             "resourceFiles",
             t.resource_files.as_deref().unwrap_or_default(),
         )?;
     }
-    let files = task_files(t.resource_files, t.output_files)?;
+    let files = task_files(
+        t.resource_files,
+        t.output_files,
+        t.application_package_references,
+        &known.files,
+    )?;
     Ok(NewTask {
         id,
         display_name: t.display_name,
@@ -333,17 +339,18 @@ pub(super) async fn known_ids(
     let mut known = Known {
         ids: bodies.iter().filter_map(|b| b.id.clone()).collect(),
         missing_in_range: HashMap::new(),
-        linked_storage: false,
+        files: FileContext::default(),
     };
     let names_linked_storage = bodies
         .iter()
         .flat_map(|b| b.resource_files.iter().flatten())
         .any(|r| r.auto_storage_container_name.is_some());
-    if names_linked_storage {
-        known.linked_storage = store::accounts::storage(&mut **tx, &job.account)
-            .await?
-            .is_some();
-    }
+    let names_packages = bodies.iter().any(|b| {
+        b.application_package_references
+            .as_ref()
+            .is_some_and(|p| !p.is_empty())
+    });
+    known.files = FileContext::read(tx, job, names_linked_storage, names_packages).await?;
     if !job.uses_task_dependencies {
         return Ok(known);
     }

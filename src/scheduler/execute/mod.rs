@@ -13,11 +13,13 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
+mod start;
+
+use super::packages::Packages;
 use super::prep::Preparations;
-use super::start_task::task_environment;
 use super::task_files;
 use super::Wakeups;
-use crate::runtime::{ExecSpec, Runtime, TaskDirs};
+use crate::runtime::{Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
 
 pub struct Executor {
@@ -35,6 +37,8 @@ pub struct Executor {
     fetcher: task_files::Fetcher,
     /// Job preparation and release tasks.
     prep: Arc<Preparations>,
+    /// Application packages on nodes.
+    packages: Packages,
 }
 
 /// An attempt being watched.
@@ -74,6 +78,12 @@ impl Executor {
             shutdown,
             outcomes,
             prep: Preparations::new(
+                db.clone(),
+                Arc::clone(&runtime),
+                fetcher.clone(),
+                server_id.clone(),
+            ),
+            packages: Packages::new(
                 db.clone(),
                 Arc::clone(&runtime),
                 fetcher.clone(),
@@ -288,31 +298,10 @@ impl Executor {
             let code = if let Some(pid) = adopted {
                 self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
             } else {
-                let prepared = tokio::select! {
-                    prepared = self.prep.ensure(a) => prepared,
-                    _ = stop.cancelled() => return Outcome::Lost("stopped while its node was prepared".into()),
-                };
-                if let Err(why) = prepared {
-                    return Outcome::NodeUnprepared(why);
+                match self.start(a, &node_id, &dirs, &stop, started).await {
+                    Ok(code) => code,
+                    Err(outcome) => return outcome,
                 }
-                let downloaded = tokio::select! {
-                    failure = task_files::download_for(&self.fetcher, &self.db, a, &dirs) => failure,
-                    _ = stop.cancelled() => return Outcome::Lost("stopped while preparing".into()),
-                };
-                if let Some(failure) = downloaded {
-                    return Outcome::NotPrepared(failure);
-                }
-                task_files::prepared(&self.db, a).await;
-                let spec = ExecSpec {
-                    command_line: a.command_line.clone(),
-                    dirs: dirs.clone(),
-                    attempt: a.attempt,
-                    env: task_environment(&self.runtime, &self.server_id, a, &node_id),
-                };
-                self.runtime
-                    .exec(&self.server_id, &node_id, &spec, Some(started))
-                    .await
-                    .map_err(|e| format!("{e:#}"))
             };
             match code {
                 Ok(code) => task_files::after_exit(&self.fetcher, a, &dirs, code).await,

@@ -1,0 +1,59 @@
+//! Starting an attempt on its node: its node prepared for its job, its application packages
+//! installed and its resource files downloaded (the task `preparing` meanwhile), then its command.
+
+use tokio_util::sync::CancellationToken;
+
+use super::Executor;
+use crate::runtime::{ExecSpec, TaskDirs};
+use crate::scheduler::complete::Outcome;
+use crate::scheduler::start_task::task_environment;
+use crate::scheduler::task_files;
+use crate::store::tasks::AttemptRow;
+
+impl Executor {
+    /// Puts in place what the attempt needs and runs its command to its exit code; the outcome
+    /// instead, when the attempt ends before its command could run. `stop` ends the preparing
+    /// early (the attempt was killed or timed out).
+    pub(super) async fn start(
+        &self,
+        a: &AttemptRow,
+        node_id: &str,
+        dirs: &TaskDirs,
+        stop: &CancellationToken,
+        started: tokio::sync::oneshot::Sender<i32>,
+    ) -> Result<Result<i64, String>, Outcome> {
+        let stopped = || Outcome::Lost("stopped while preparing".into());
+        let prepared = tokio::select! {
+            prepared = self.prep.ensure(a) => prepared,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        prepared.map_err(Outcome::NodeUnprepared)?;
+        let installed = tokio::select! {
+            installed = self.packages.install(a) => installed,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        let package_env = installed.map_err(Outcome::NotPrepared)?;
+        let downloaded = tokio::select! {
+            failure = task_files::download_for(&self.fetcher, &self.db, a, dirs) => failure,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        if let Some(failure) = downloaded {
+            return Err(Outcome::NotPrepared(failure));
+        }
+        task_files::prepared(&self.db, a).await;
+        let spec = ExecSpec {
+            command_line: a.command_line.clone(),
+            dirs: dirs.clone(),
+            attempt: a.attempt,
+            env: task_environment(&self.runtime, &self.server_id, a, node_id)
+                .into_iter()
+                .chain(package_env)
+                .collect(),
+        };
+        Ok(self
+            .runtime
+            .exec(&self.server_id, node_id, &spec, Some(started))
+            .await
+            .map_err(|e| format!("{e:#}")))
+    }
+}

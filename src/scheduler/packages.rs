@@ -1,0 +1,175 @@
+//! Application packages on nodes: a task's `applicationPackageReferences` are installed on its
+//! node before its command runs, once per node and version, in `applications/<id>#<version>`
+//! below the node's root. The server copies the package's zip into the node; the node unzips it
+//! (so what the zip holds lands inside the node's own view), and the task finds it through
+//! `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (and `AZ_BATCH_APP_PACKAGE_<ID>` for a reference that
+//! names no version).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sqlx::PgPool;
+
+use super::start_task::{run_command, NodeCommand, Placement};
+use super::task_files::{Failure, Fetcher};
+use super::transfer;
+use crate::domain::files::{package_variable, PackageReference};
+use crate::runtime::safe_fs::Below;
+use crate::runtime::{Runtime, TaskDirs};
+use crate::store::{self, tasks::AttemptRow};
+
+/// Written last by the install: a package directory without it is installed again.
+const INSTALLED: &str = ".batchpool-installed";
+
+/// A node, an application and a version.
+type Install = (String, String, String);
+
+pub struct Packages {
+    db: PgPool,
+    runtime: Arc<Runtime>,
+    fetcher: Fetcher,
+    server_id: String,
+    /// One install at a time per node and package version.
+    locks: Mutex<HashMap<Install, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Packages {
+    pub fn new(db: PgPool, runtime: Arc<Runtime>, fetcher: Fetcher, server_id: String) -> Self {
+        Self {
+            db,
+            runtime,
+            fetcher,
+            server_id,
+            locks: Mutex::default(),
+        }
+    }
+
+    /// Installs the attempt's packages on its node (those not there yet); the variables that
+    /// tell the task where they are.
+    pub async fn install(&self, a: &AttemptRow) -> Result<Vec<(String, String)>, Failure> {
+        let refs = match a.files.as_ref() {
+            Some(f) if !f.application_package_references.is_empty() => {
+                &f.application_package_references
+            }
+            _ => return Ok(Vec::new()),
+        };
+        let node_id = a.node_id.as_deref().unwrap_or_default();
+        let mut env = Vec::new();
+        for r in refs {
+            let (id, version) = self.resolve(&a.account, r).await?;
+            let dir = self.install_one(a, node_id, &id, &version).await?;
+            env.push((package_variable(&id, Some(&version)), dir.clone()));
+            if r.version.is_none() {
+                env.push((package_variable(&id, None), dir));
+            }
+        }
+        Ok(env)
+    }
+
+    /// The application's id as created, and the version the reference names or its default.
+    async fn resolve(
+        &self,
+        account: &str,
+        r: &PackageReference,
+    ) -> Result<(String, String), Failure> {
+        let missing = |why: String| Failure::new("ApplicationPackageNotFound", why);
+        let apps = store::applications::list(&self.db, account, Some(&r.application_id))
+            .await
+            .map_err(|e| missing(format!("reading the account's applications failed: {e}")))?;
+        let app = apps.into_iter().next().ok_or_else(|| {
+            missing(format!(
+                "the account has no application {:?}",
+                r.application_id
+            ))
+        })?;
+        let version = match &r.version {
+            Some(v) if app.versions.contains(v) => v.clone(),
+            Some(v) => {
+                return Err(missing(format!(
+                    "the application {:?} has no version {v:?}",
+                    app.id
+                )))
+            }
+            None => app.default_version.clone().ok_or_else(|| {
+                missing(format!(
+                    "the application {:?} has no default version",
+                    app.id
+                ))
+            })?,
+        };
+        Ok((app.id, version))
+    }
+
+    /// Installs one package version on the node unless it is there; where it is on the node.
+    async fn install_one(
+        &self,
+        a: &AttemptRow,
+        node_id: &str,
+        id: &str,
+        version: &str,
+    ) -> Result<String, Failure> {
+        let name = format!("{id}#{version}");
+        let node_root = self.runtime.node_root(node_id);
+        let target = format!("{node_root}/applications/{name}");
+        let host_root = self.runtime.host_root(node_id);
+        let key = (node_id.to_string(), id.to_lowercase(), version.to_string());
+        let lock = {
+            let mut locks = self.locks.lock().expect("lock");
+            Arc::clone(locks.entry(key).or_default())
+        };
+        let _held = lock.lock().await;
+        let marker = Path::new("applications").join(&name).join(INSTALLED);
+        let installed = Below {
+            root: host_root.clone(),
+            rel: PathBuf::new(),
+        }
+        .with(move |root, _| root.metadata(&marker))
+        .await
+        .is_ok_and(|m| m.is_file());
+        if installed {
+            return Ok(target);
+        }
+        let failed = |why: String| Failure::new("ApplicationPackageInstallFailed", why);
+        let work = Path::new("applications").join(".install").join(&name);
+        let dirs = TaskDirs {
+            host: Below {
+                root: host_root,
+                rel: work.clone(),
+            },
+            node: format!("{node_root}/applications/.install/{name}"),
+        };
+        let zip = self.runtime.layout().package_file(&a.account, id, version);
+        transfer::copy_file(&zip, dirs.host.join("wd").join("package.zip"))
+            .await
+            .map_err(|e| {
+                failed(format!(
+                    "copying the package {name} to the node failed: {e:#}"
+                ))
+            })?;
+        let at = Placement {
+            server_id: &self.server_id,
+            account: &a.account,
+            pool_id: a.pool_id.as_deref().unwrap_or_default(),
+            node_id,
+        };
+        let command = NodeCommand {
+            command_line: r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && unzip -o -q package.zip -d "$TARGET" && touch "$TARGET/.batchpool-installed" && rm -f package.zip"#,
+            dirs,
+            env: vec![("TARGET".into(), target.clone())],
+            resource_files: &[],
+            linked_storage: None,
+            max_retries: 0,
+            limit: None,
+        };
+        let outcome = run_command(&self.runtime, &self.fetcher, &at, command, |_| async {}).await;
+        if outcome.succeeded {
+            Ok(target)
+        } else {
+            Err(failed(format!(
+                "unzipping the package {name} on the node failed (see {node_root}/applications/.install/{name}/stderr.txt): {}",
+                outcome.info["failureInfo"]["message"].as_str().unwrap_or_default()
+            )))
+        }
+    }
+}
