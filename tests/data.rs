@@ -580,6 +580,37 @@ async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) 
     s.wait_task("j", "again", "completed").await;
     assert_eq!(stdout(&s, "again").await, "two\n");
 
+    // A pool's packages are on each of its nodes before the start task, for every command there.
+    let pool = json!({"id": "pk", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "applicationPackageReferences": [{"applicationId": "tools"}],
+        "startTask": {"commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS/bin/hello.txt > $AZ_BATCH_NODE_SHARED_DIR/pkg.txt"}});
+    let (code, answer) = s.post("/pools", &pool).await;
+    assert_eq!(code, 201, "{answer}");
+    let node = s.wait_nodes("pk", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.shared_file("pk", &node, "pkg.txt").await, "two\n");
+    let (_, got) = s.get("/pools/pk").await;
+    assert_eq!(
+        got["applicationPackageReferences"],
+        json!([{"applicationId": "tools"}]),
+        "{got}"
+    );
+    s.job_on("jk", "pk").await;
+    let on_pool =
+        json!({"id": "p1", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_2_0/bin/hello.txt"});
+    s.add_tasks("jk", vec![on_pool]).await;
+    s.wait_task("jk", "p1", "completed").await;
+    let out = s.file("/jobs/jk/tasks/p1/files/stdout.txt").await;
+    assert_eq!(out.as_deref(), Some("two\n"));
+    let bad_pool = json!({"id": "bad", "vmSize": "standard_a1", "applicationPackageReferences": [{"applicationId": "nothing"}]});
+    let (code, answer) = s.post("/pools", &bad_pool).await;
+    assert_eq!(
+        (code.as_u16(), answer["code"].as_str()),
+        (400, Some("InvalidApplicationPackageReferences"))
+    );
+
     for (refs, what) in [
         (json!([{"applicationId": "nothing"}]), "no application"),
         (

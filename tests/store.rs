@@ -40,6 +40,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         billing_plan: None,
         service_pk: None,
         pool_service: false,
+        application_packages: None,
     }
 }
 
@@ -111,9 +112,18 @@ async fn the_latest_migration_upgrades_a_database_with_data() {
         no_tx: false,
     };
     before.run(&db).await.unwrap();
-    pools::insert(&db, &new_pool("p", 2)).await.unwrap();
-    // The job and its tasks as the schema before the latest migration holds them: written with
-    // plain SQL, since store/ writes the columns of the latest schema.
+    // A pool, a job and its tasks as the schema before the latest migration holds them: written
+    // with plain SQL, since store/ writes the columns of the latest schema.
+    sqlx::query(
+        "INSERT INTO pools (account, id, vm_size, vcpus, memory_mib, image, task_slots_per_node, node_fill_type, \
+            target_dedicated_nodes, resize_timeout_ticks, state, state_transition_time, allocation_state, \
+            allocation_state_transition_time, creation_time, last_modified) \
+         VALUES ('acct', 'p', 'standard_a1', 1, 1024, 'img', 2, 'spread', 0, 9000000000, 'active', now(), 'steady', \
+            now(), now(), now())",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
     let job_pk: i64 = sqlx::query_scalar(
         "INSERT INTO jobs (account, id, pool_id, state, state_transition_time, start_time, creation_time, last_modified) \
          VALUES ('acct', 'j', 'p', 'active', now(), now(), now(), now()) RETURNING pk",

@@ -7,7 +7,7 @@ pub mod bes;
 pub mod complete;
 pub mod dispatch;
 pub mod execute;
-mod packages;
+pub(crate) mod packages;
 mod prep;
 pub mod start_task;
 pub mod task_files;

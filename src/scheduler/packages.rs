@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use super::start_task::{run_command, NodeCommand, Placement};
 use super::task_files::{Failure, Fetcher};
 use super::transfer;
-use crate::domain::files::{package_variable, PackageReference};
+use crate::domain::files::{package_variable, PackageReference, PoolPackage};
 use crate::runtime::safe_fs::Below;
 use crate::runtime::{Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
@@ -54,15 +54,35 @@ impl Packages {
             }
             _ => return Ok(Vec::new()),
         };
-        let node_id = a.node_id.as_deref().unwrap_or_default();
+        let at = Placement {
+            server_id: &self.server_id,
+            account: &a.account,
+            pool_id: a.pool_id.as_deref().unwrap_or_default(),
+            node_id: a.node_id.as_deref().unwrap_or_default(),
+        };
         let mut env = Vec::new();
         for r in refs {
             let (id, version) = self.resolve(&a.account, r).await?;
-            let dir = self.install_one(a, node_id, &id, &version).await?;
+            let dir = self.install_one(&at, &id, &version).await?;
             env.push((package_variable(&id, Some(&version)), dir.clone()));
             if r.version.is_none() {
                 env.push((package_variable(&id, None), dir));
             }
+        }
+        Ok(env)
+    }
+
+    /// Installs a pool's packages on one of its nodes as it joins; the variables that tell its
+    /// commands where they are.
+    pub async fn install_pool(
+        &self,
+        at: &Placement<'_>,
+        packages: &[PoolPackage],
+    ) -> Result<Vec<(String, String)>, Failure> {
+        let mut env = Vec::new();
+        for p in packages {
+            let dir = self.install_one(at, &p.application_id, &p.resolved).await?;
+            env.extend(pool_package_env(p, &dir));
         }
         Ok(env)
     }
@@ -104,14 +124,14 @@ impl Packages {
     /// Installs one package version on the node unless it is there; where it is on the node.
     async fn install_one(
         &self,
-        a: &AttemptRow,
-        node_id: &str,
+        at: &Placement<'_>,
         id: &str,
         version: &str,
     ) -> Result<String, Failure> {
+        let node_id = at.node_id;
         let name = format!("{id}#{version}");
         let node_root = self.runtime.node_root(node_id);
-        let target = format!("{node_root}/applications/{name}");
+        let target = package_dir(&self.runtime, node_id, id, version);
         let host_root = self.runtime.host_root(node_id);
         let key = (node_id.to_string(), id.to_lowercase(), version.to_string());
         let lock = {
@@ -139,7 +159,7 @@ impl Packages {
             },
             node: format!("{node_root}/applications/.install/{name}"),
         };
-        let zip = self.runtime.layout().package_file(&a.account, id, version);
+        let zip = self.runtime.layout().package_file(at.account, id, version);
         transfer::copy_file(&zip, dirs.host.join("wd").join("package.zip"))
             .await
             .map_err(|e| {
@@ -147,12 +167,6 @@ impl Packages {
                     "copying the package {name} to the node failed: {e:#}"
                 ))
             })?;
-        let at = Placement {
-            server_id: &self.server_id,
-            account: &a.account,
-            pool_id: a.pool_id.as_deref().unwrap_or_default(),
-            node_id,
-        };
         let command = NodeCommand {
             command_line: r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && unzip -o -q package.zip -d "$TARGET" && touch "$TARGET/.batchpool-installed" && rm -f package.zip"#,
             dirs,
@@ -162,7 +176,7 @@ impl Packages {
             max_retries: 0,
             limit: None,
         };
-        let outcome = run_command(&self.runtime, &self.fetcher, &at, command, |_| async {}).await;
+        let outcome = run_command(&self.runtime, &self.fetcher, at, command, |_| async {}).await;
         if outcome.succeeded {
             Ok(target)
         } else {
@@ -172,4 +186,21 @@ impl Packages {
             )))
         }
     }
+}
+
+/// Where a pool package is on a node (`dir`), as the variables that tell commands so.
+pub fn pool_package_env(p: &PoolPackage, dir: &str) -> Vec<(String, String)> {
+    let mut env = vec![(
+        package_variable(&p.application_id, Some(&p.resolved)),
+        dir.to_string(),
+    )];
+    if p.version.is_none() {
+        env.push((package_variable(&p.application_id, None), dir.to_string()));
+    }
+    env
+}
+
+/// Where a package version is installed on a node, as the node sees it.
+pub fn package_dir(runtime: &Runtime, node_id: &str, id: &str, version: &str) -> String {
+    format!("{}/applications/{id}#{version}", runtime.node_root(node_id))
 }

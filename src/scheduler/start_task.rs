@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::packages::{package_dir, pool_package_env};
 use super::task_files::{self, Failure, Fetcher};
 use crate::domain::files::ResourceFile;
 use crate::domain::pool::StartTask;
@@ -70,6 +71,10 @@ pub fn task_environment(
         "AZ_BATCH_TASK_RETRY_COUNT".into(),
         a.retry_count.to_string(),
     ));
+    for p in a.pool_packages.iter().flat_map(|p| p.iter()) {
+        let dir = package_dir(runtime, node_id, &p.application_id, &p.resolved);
+        env.extend(pool_package_env(p, &dir));
+    }
     if let Some(prep) = &a.preparation_task {
         let dir = runtime.job_prep_dirs(node_id, &a.job_id, &prep.id).node;
         env.push(("AZ_BATCH_JOB_PREP_WORKING_DIR".into(), format!("{dir}/wd")));
@@ -100,6 +105,7 @@ pub async fn run<F, Fut>(
     linked_storage: Option<&str>,
     at: &Placement<'_>,
     task: &StartTask,
+    extra_env: Vec<(String, String)>,
     on_attempt: F,
 ) -> Outcome
 where
@@ -112,6 +118,7 @@ where
             .iter()
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
     );
+    env.extend(extra_env);
     let command = NodeCommand {
         command_line: task.command_line.as_deref().unwrap_or_default(),
         dirs: runtime.start_task_dirs(at.node_id),

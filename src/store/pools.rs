@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::files::PoolPackage;
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeFillType, PoolState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -36,6 +38,7 @@ pub struct PoolRow {
     pub service_pk: Option<i64>,
     /// Made through the Pool Service (counts against its quotas).
     pub pool_service: bool,
+    pub application_packages: Option<Json<Vec<PoolPackage>>>,
     /// Nodes that exist and are not leaving the pool.
     pub current_dedicated_nodes: i64,
 }
@@ -60,6 +63,7 @@ pub struct NewPool {
     pub billing_plan: Option<String>,
     pub service_pk: Option<i64>,
     pub pool_service: bool,
+    pub application_packages: Option<Json<Vec<PoolPackage>>>,
 }
 
 /// Reads whole `PoolRow`s: `select_pools!("WHERE ...", args)` is the checked query over every
@@ -68,7 +72,7 @@ macro_rules! select_pools {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             PoolRow,
-            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service,
+            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
                 (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS "current_dedicated_nodes!"
                FROM pools p "# + $rest
             $(, $arg)*
@@ -87,9 +91,9 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         "INSERT INTO pools (account, id, display_name, vm_size, vcpus, memory_mib, image, vm_config, start_task, \
             task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
-            billing_plan, service_pk, pool_service) \
+            billing_plan, service_pk, pool_service, application_packages) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
-            $16, $17, $18)",
+            $16, $17, $18, $19)",
         &p.account,
         &p.id,
         &p.display_name as _,
@@ -108,6 +112,7 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         &p.billing_plan as _,
         p.service_pk,
         p.pool_service,
+        &p.application_packages as _,
     )
     .execute(db)
     .await?;

@@ -36,7 +36,7 @@ pub const POOL_ADD: Table = &[
     ),
     (
         "applicationPackageReferences",
-        Refused("application packages"),
+        Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
     ),
     ("autoScaleEvaluationInterval", Refused("autoscale formulas")),
     ("autoScaleFormula", Refused("autoscale formulas")),
@@ -213,7 +213,7 @@ pub const TASK_ADD: Table = &[
 pub const POOL_PATCH: Table = &[
     (
         "applicationPackageReferences",
-        Refused("application packages"),
+        Refused("changing a pool's application packages"),
     ),
     ("certificateReferences", Refused("certificates")),
     ("displayName", Refused("changing a pool's displayName")),
@@ -258,7 +258,7 @@ pub const POOL_PATCH: Table = &[
 pub const POOL_REPLACE: Table = &[
     (
         "applicationPackageReferences",
-        Refused("application packages"),
+        Refused("changing a pool's application packages"),
     ),
     ("certificateReferences", Refused("certificates")),
     (

@@ -215,6 +215,7 @@ async fn new_pool(
         billing_plan: Some(service.billing_plan.clone()),
         service_pk: Some(service.pk),
         pool_service: true,
+        application_packages: None,
     })
 }
 

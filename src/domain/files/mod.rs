@@ -52,6 +52,27 @@ pub struct PackageReference {
     pub version: Option<String>,
 }
 
+/// A pool's package reference, as given and with the version it resolved to when the pool was
+/// made (its default version then, for one that named none).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolPackage {
+    pub application_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub resolved: String,
+}
+
+impl PoolPackage {
+    /// The reference as the pool was given it.
+    pub fn reference(&self) -> PackageReference {
+        PackageReference {
+            application_id: self.application_id.clone(),
+            version: self.version.clone(),
+        }
+    }
+}
+
 /// The variable that tells a task where a package is, as Azure names it on Linux:
 /// `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (the id in capitals), or without the version for a
 /// reference that named none; characters other than letters and digits become `_`.

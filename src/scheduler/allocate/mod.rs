@@ -31,6 +31,8 @@ pub struct Allocator {
     limit: Arc<Semaphore>,
     /// Fetches start tasks' resource files.
     fetcher: crate::scheduler::task_files::Fetcher,
+    /// Installs pools' application packages on their nodes.
+    packages: crate::scheduler::packages::Packages,
     cancel: CancellationToken,
 }
 
@@ -45,13 +47,19 @@ impl Allocator {
         cancel: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
-            db,
-            runtime,
-            server_id,
+            db: db.clone(),
+            runtime: Arc::clone(&runtime),
+            server_id: server_id.clone(),
             wake,
             provisioning: Mutex::default(),
             removing: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            packages: crate::scheduler::packages::Packages::new(
+                db.clone(),
+                Arc::clone(&runtime),
+                fetcher.clone(),
+                server_id.clone(),
+            ),
             fetcher,
             cancel,
         })

@@ -24,6 +24,9 @@ impl Allocator {
         let Some(handle) = self.make_container(pool, &node).await? else {
             return Ok(());
         };
+        let Some(package_env) = self.install_packages(pool, &node).await? else {
+            return Ok(());
+        };
         let start_task: Option<StartTask> = pool
             .start_task
             .clone()
@@ -39,7 +42,35 @@ impl Allocator {
         let Some(task) = start_task else {
             return Ok(());
         };
-        self.run_start_task(pool, &node, &task, wait).await
+        self.run_start_task(pool, &node, &task, package_env, wait)
+            .await
+    }
+
+    /// Installs the pool's application packages on the node; the variables that tell its
+    /// commands where they are, or None when one could not be installed and the node is unusable.
+    async fn install_packages(
+        &self,
+        pool: &PoolRow,
+        node: &NodeRow,
+    ) -> anyhow::Result<Option<Vec<(String, String)>>> {
+        let Some(packages) = pool.application_packages.as_ref().filter(|p| !p.is_empty()) else {
+            return Ok(Some(Vec::new()));
+        };
+        let at = Placement {
+            server_id: &self.server_id,
+            account: &pool.account,
+            pool_id: &pool.id,
+            node_id: &node.id,
+        };
+        match self.packages.install_pool(&at, packages).await {
+            Ok(env) => Ok(Some(env)),
+            Err(f) => {
+                tracing::warn!(node = %node.id, code = f.code, message = %f.message, "application packages could not be installed");
+                let error = json!({"code": f.code, "message": f.message});
+                store::nodes::set_unusable(&self.db, node.pk, &json!([error])).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// Creates and starts the node's container; None when it could not be made, and the node is
@@ -122,6 +153,7 @@ impl Allocator {
         pool: &PoolRow,
         node: &NodeRow,
         task: &StartTask,
+        package_env: Vec<(String, String)>,
         wait: bool,
     ) -> anyhow::Result<()> {
         let at = Placement {
@@ -144,6 +176,7 @@ impl Allocator {
             linked.as_deref(),
             &at,
             task,
+            package_env,
             |info| async move {
                 if let Err(e) = store::nodes::set_start_task_info(db, node.pk, &info).await {
                     tracing::warn!(error = %e, "recording the start task's progress");

@@ -98,6 +98,7 @@ impl BesJobDriver {
             billing_plan: None,
             service_pk: None,
             pool_service: false,
+            application_packages: None,
         };
         match store::pools::insert(&self.db, &new).await {
             Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),

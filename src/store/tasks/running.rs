@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
-use crate::domain::files::TaskFiles;
+use crate::domain::files::{PoolPackage, TaskFiles};
 use crate::domain::job::TaskFailureMode;
 use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
@@ -36,6 +36,8 @@ pub struct AttemptRow {
     pub on_task_failure: TaskFailureMode,
     pub files: Option<Json<TaskFiles>>,
     pub preparation_task: Option<Json<JobPreparationTask>>,
+    /// The application packages of the pool of the attempt's node.
+    pub pool_packages: Option<Json<Vec<PoolPackage>>>,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -57,8 +59,8 @@ pub async fn running_attempts(
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
         "SELECT",
-        r#"coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
-         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk
+        r#"p.application_packages AS "pool_packages: _", coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk LEFT JOIN pools p ON p.pk = n.pool_pk
          WHERE t.state IN ('preparing', 'running') AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
         pks,
     )
@@ -116,7 +118,7 @@ pub async fn start_attempts(
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
          WHERE t.pk = u.pk AND j.pk = t.job_pk \
          RETURNING",
-        r#"true AS "node_alive!""#,
+        r#"p.application_packages AS "pool_packages: _", true AS "node_alive!""#,
         task_pks,
         node_pks,
     )

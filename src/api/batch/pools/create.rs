@@ -11,6 +11,7 @@ use crate::api::batch::support::{refuse_unsupported, POOL_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{created, BaseUrl, Ctx};
+use crate::domain::files::PackageReference;
 use crate::domain::ids::check_id;
 use crate::domain::pool::NodeFillType;
 use crate::domain::vm_size::VmSize;
@@ -38,6 +39,7 @@ pub struct PoolCreate {
     task_slots_per_node: Option<i32>,
     task_scheduling_policy: Option<SchedulingPolicy>,
     metadata: Option<Vec<MetadataItem>>,
+    application_package_references: Option<Vec<PackageReference>>,
     /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -77,8 +79,18 @@ pub async fn create(
     BaseUrl(base): BaseUrl,
     AzureJson(body): AzureJson<PoolCreate>,
 ) -> ApiResult<Response> {
-    let new = new_pool(&app, body)?;
+    let mut body = body;
+    let packages = body
+        .application_package_references
+        .take()
+        .unwrap_or_default();
+    let mut new = new_pool(&app, body)?;
     super::checks::refuse_unlinked_storage(&app, new.start_task.as_ref()).await?;
+    if !packages.is_empty() {
+        let apps = store::applications::list(&app.db, &app.account, None).await?;
+        let resolved = crate::api::batch::tasks::checked_packages(&packages, &apps)?;
+        new.application_packages = Some(sqlx::types::Json(resolved));
+    }
     match store::pools::insert(&app.db, &new).await {
         Err(e) if store::is_unique_violation(&e) => {
             return Err(ApiError::new(
@@ -142,6 +154,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         billing_plan: None,
         service_pk: None,
         pool_service: false,
+        application_packages: None,
     })
 }
 

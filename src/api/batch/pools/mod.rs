@@ -139,6 +139,10 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
     if p.metadata.as_array().is_some_and(|m| !m.is_empty()) {
         pool["metadata"] = p.metadata.clone();
     }
+    if let Some(packages) = p.application_packages.as_ref().filter(|p| !p.is_empty()) {
+        let refs: Vec<_> = packages.iter().map(|p| p.reference()).collect();
+        pool["applicationPackageReferences"] = json!(refs);
+    }
     if let Some(start_task) = &p.start_task {
         pool["startTask"] = start_task.clone();
     }

@@ -4,7 +4,9 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ApiResult};
-use crate::domain::files::{Invalid, OutputFile, PackageReference, ResourceFile, TaskFiles};
+use crate::domain::files::{
+    Invalid, OutputFile, PackageReference, PoolPackage, ResourceFile, TaskFiles,
+};
 use crate::store::{self, applications::ApplicationRow, jobs::JobRow};
 
 /// What a batch of tasks' files may name: whether the account has a linked storage account, and
@@ -34,39 +36,55 @@ impl FileContext {
         Ok(context)
     }
 
-    /// Each reference names an application of the account and a version it has (or, without
-    /// one, the application has a default version).
     fn check_packages(&self, refs: &[PackageReference]) -> ApiResult<()> {
-        for (i, r) in refs.iter().enumerate() {
-            let app = self
-                .applications
-                .iter()
-                .find(|a| a.id.eq_ignore_ascii_case(&r.application_id));
-            let why = match (app, r.version.as_deref()) {
-                (None, _) => Some(format!(
-                    "the account has no application {:?}",
-                    r.application_id
-                )),
-                (Some(a), Some(v)) if !a.versions.iter().any(|x| x == v) => {
-                    Some(format!("the application {:?} has no version {v:?}", a.id))
-                }
-                (Some(a), None) if a.default_version.is_none() => Some(format!(
+        checked_packages(refs, &self.applications).map(|_| ())
+    }
+}
+
+/// Each reference names an application of the account and a version it has (or, without one,
+/// the application has a default version); the references with the versions they resolve to.
+pub(crate) fn checked_packages(
+    refs: &[PackageReference],
+    applications: &[ApplicationRow],
+) -> ApiResult<Vec<PoolPackage>> {
+    let mut resolved = Vec::new();
+    for (i, r) in refs.iter().enumerate() {
+        let app = applications
+            .iter()
+            .find(|a| a.id.eq_ignore_ascii_case(&r.application_id));
+        let version = match (app, r.version.as_deref()) {
+            (None, _) => Err(format!(
+                "the account has no application {:?}",
+                r.application_id
+            )),
+            (Some(a), Some(v)) if !a.versions.iter().any(|x| x == v) => {
+                Err(format!("the application {:?} has no version {v:?}", a.id))
+            }
+            (Some(_), Some(v)) => Ok(v.to_string()),
+            (Some(a), None) => a.default_version.clone().ok_or_else(|| {
+                format!(
                     "the application {:?} has no default version; name one",
                     a.id
-                )),
-                _ => None,
-            };
-            if let Some(why) = why {
+                )
+            }),
+        };
+        match (app, version) {
+            (Some(a), Ok(version)) => resolved.push(PoolPackage {
+                application_id: a.id.clone(),
+                version: r.version.clone(),
+                resolved: version,
+            }),
+            (_, Err(why)) | (None, Ok(why)) => {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "InvalidApplicationPackageReferences",
                     format!("The specified application package reference is invalid: {why}."),
                 )
-                .with("PropertyName", format!("applicationPackageReferences[{i}]")));
+                .with("PropertyName", format!("applicationPackageReferences[{i}]")))
             }
         }
-        Ok(())
     }
+    Ok(resolved)
 }
 
 /// A task's resource and output files and application packages, checked; None when it has none.

@@ -23,7 +23,7 @@ use crate::domain::job::{JobState, TaskState};
 use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::TaskRow};
 pub use add::{add, add_collection};
-pub(crate) use files::{check_resource_files, refuse_auto_storage};
+pub(crate) use files::{check_resource_files, checked_packages, refuse_auto_storage};
 pub use json::task_json;
 use validate::TaskConstraints;
 
