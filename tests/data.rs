@@ -597,13 +597,19 @@ async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) 
         json!([{"applicationId": "tools"}]),
         "{got}"
     );
-    s.job_on("jk", "pk").await;
-    let on_pool =
-        json!({"id": "p1", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_2_0/bin/hello.txt"});
+    let job = json!({"id": "jk", "poolInfo": {"poolId": "pk"}, "jobPreparationTask": {
+        "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS/bin/hello.txt > prepared.txt"}});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    let on_pool = json!({"id": "p1",
+        "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_2_0/bin/hello.txt $AZ_BATCH_JOB_PREP_WORKING_DIR/prepared.txt"});
     s.add_tasks("jk", vec![on_pool]).await;
     s.wait_task("jk", "p1", "completed").await;
     let out = s.file("/jobs/jk/tasks/p1/files/stdout.txt").await;
-    assert_eq!(out.as_deref(), Some("two\n"));
+    assert_eq!(
+        out.as_deref(),
+        Some("two\ntwo\n"),
+        "the task and the preparation task see it"
+    );
     let bad_pool = json!({"id": "bad", "vmSize": "standard_a1", "applicationPackageReferences": [{"applicationId": "nothing"}]});
     let (code, answer) = s.post("/pools", &bad_pool).await;
     assert_eq!(

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use super::packages::{package_dir, pool_package_env};
 use super::start_task::{node_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
+use crate::domain::files::PoolPackage;
 use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
 use crate::runtime::Runtime;
@@ -123,6 +125,7 @@ impl Preparations {
                 &prep.id,
                 &a.common_environment,
                 &prep.environment_settings,
+                a.pool_packages.as_deref().map(Vec::as_slice),
             ),
             resource_files: &prep.resource_files,
             linked_storage: linked.as_deref(),
@@ -164,6 +167,7 @@ impl Preparations {
         task_id: &str,
         common: &[EnvironmentSetting],
         own: &[EnvironmentSetting],
+        packages: Option<&[PoolPackage]>,
     ) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = common
             .iter()
@@ -171,6 +175,10 @@ impl Preparations {
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
             .collect();
         env.extend(node_environment(&self.runtime, at));
+        for p in packages.unwrap_or_default() {
+            let dir = package_dir(&self.runtime, at.node_id, &p.application_id, &p.resolved);
+            env.extend(pool_package_env(p, &dir));
+        }
         env.push(("AZ_BATCH_JOB_ID".into(), job_id.to_string()));
         env.push(("AZ_BATCH_TASK_ID".into(), task_id.to_string()));
         env
@@ -218,6 +226,7 @@ impl Preparations {
                 &release.id,
                 &common,
                 &release.environment_settings,
+                due.pool_packages.as_deref().map(Vec::as_slice),
             ),
             resource_files: &release.resource_files,
             linked_storage: linked.as_deref(),

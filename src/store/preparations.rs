@@ -5,6 +5,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::files::PoolPackage;
 use crate::domain::job_prep::JobReleaseTask;
 
 /// A job's preparation task on one node: Azure's JobPreparationTaskExecutionInformation.
@@ -115,14 +116,18 @@ pub struct DueRelease {
     pub pool_id: String,
     pub release_task: Json<JobReleaseTask>,
     pub common_environment: Value,
+    /// The application packages of the node's pool.
+    pub pool_packages: Option<Json<Vec<PoolPackage>>>,
 }
 
 pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueRelease>> {
     sqlx::query_as!(
         DueRelease,
         r#"SELECT x.job_pk, j.account, j.id AS job_id, x.node_pk, x.node_id, x.pool_id,
-                j.release_task AS "release_task!: _", j.common_environment
+                j.release_task AS "release_task!: _", j.common_environment,
+                p.application_packages AS "pool_packages: _"
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
+         JOIN pools p ON p.pk = n.pool_pk
          WHERE (x.release IS NULL OR x.release->>'state' = 'running') AND x.preparation->>'state' = 'completed'
            AND j.release_task IS NOT NULL AND j.state IN ('completed', 'deleting')
            AND n.state IN ('idle', 'running')
