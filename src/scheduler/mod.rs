@@ -266,7 +266,7 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         s.wake.dispatch.notify_one();
     }
     let prep = executor.preparations();
-    prep.start_due_releases().await?;
+    prep.start_due_releases_now_and_then().await?;
     for job in store::jobs::deleting(&s.db).await? {
         let mut tx = s.db.begin().await?;
         ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;

@@ -31,7 +31,13 @@ pub struct Preparations {
     locks: Mutex<HashMap<JobNode, Arc<tokio::sync::Mutex<()>>>>,
     /// Release tasks under way (job, node).
     releasing: Mutex<HashSet<JobNode>>,
+    /// When due release tasks were last looked for.
+    looked: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the dispatch loop looks for due release tasks: they are not on any task's path,
+/// so the busy loop does not pay a query per pass for them.
+const RELEASE_SCAN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A job's pk and a node's.
 type JobNode = (i64, i64);
@@ -50,6 +56,7 @@ impl Preparations {
             server_id,
             locks: Mutex::default(),
             releasing: Mutex::default(),
+            looked: Mutex::default(),
         })
     }
 
@@ -182,6 +189,18 @@ impl Preparations {
         env.push(("AZ_BATCH_JOB_ID".into(), job_id.to_string()));
         env.push(("AZ_BATCH_TASK_ID".into(), task_id.to_string()));
         env
+    }
+
+    /// Starts the release tasks that are due, at most once every [`RELEASE_SCAN`].
+    pub async fn start_due_releases_now_and_then(self: &Arc<Self>) -> sqlx::Result<()> {
+        {
+            let mut looked = self.looked.lock().expect("lock");
+            if looked.is_some_and(|at| at.elapsed() < RELEASE_SCAN) {
+                return Ok(());
+            }
+            *looked = Some(std::time::Instant::now());
+        }
+        self.start_due_releases().await
     }
 
     /// Starts the release tasks that are due and not under way.
