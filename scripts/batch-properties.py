@@ -54,7 +54,8 @@ if hasattr(m, "BatchPoolCreateOptions"):
               "pool patch": [m.BatchPoolUpdateOptions], "pool replace": [m.BatchPoolReplaceOptions],
               "pool resize": [m.BatchPoolResizeOptions], "job update": [m.BatchJobUpdateOptions],
               "exit conditions": [m.ExitConditions], "job preparation task": [m.BatchJobPreparationTask],
-              "job release task": [m.BatchJobReleaseTask]}
+              "job release task": [m.BatchJobReleaseTask],
+              "job manager task": [m.BatchJobManagerTask]}
 else:
     sdk, read = "14.2.0", properties_14
     bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
@@ -62,7 +63,8 @@ else:
               "pool replace": [m.PoolUpdatePropertiesParameter], "pool resize": [m.PoolResizeParameter],
               "job update": [m.JobPatchParameter, m.JobUpdateParameter], "task update": [m.TaskUpdateParameter],
               "exit conditions": [m.ExitConditions], "job preparation task": [m.JobPreparationTask],
-              "job release task": [m.JobReleaseTask]}
+              "job release task": [m.JobReleaseTask],
+              "job manager task": [m.JobManagerTask]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})

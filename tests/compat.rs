@@ -37,6 +37,11 @@ const BODIES: &[(&str, Table, &str)] = &[
         support::JOB_RELEASE_TASK,
         "jobReleaseTask.",
     ),
+    (
+        "job manager task",
+        support::JOB_MANAGER_TASK,
+        "jobManagerTask.",
+    ),
 ];
 
 fn sdk_properties() -> Value {
@@ -151,6 +156,11 @@ fn request_with(
                 with(pool, &[("startTask", start_task)]),
                 "/pools/made",
             )
+        }
+        "job manager task" => {
+            let task = with(json!({"id": "jm", "commandLine": "true"}), &[(prop, value)]);
+            let job = json!({"id": "made", "poolInfo": {"poolId": "p"}, "jobManagerTask": task});
+            (Method::POST, "/jobs", job, "/jobs/made")
         }
         "job preparation task" | "job release task" => {
             let task = with(json!({"commandLine": "true"}), &[(prop, value)]);

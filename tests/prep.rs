@@ -275,3 +275,82 @@ async fn release_tasks_run_where_preparation_ran_once_the_job_ends() {
     let (code, body) = s.post("/jobs", &bad).await;
     assert_eq!(code, 400, "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_manager_task_runs_first_alone_and_ends_its_job() {
+    let s = server().await;
+    let nodes = pool(&s, 1).await;
+    let node = &nodes[0];
+    let (code, body) = s
+        .post(
+            "/jobs/nothing/tasks",
+            &json!({"id": "x", "commandLine": "true"}),
+        )
+        .await;
+    assert_eq!(code, 404, "{body}");
+    // It runs first, alone on its node (runExclusive: both slots), and its completion ends the
+    // job (killJobOnCompletion), its other tasks with it.
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "jobManagerTask": {
+        "id": "manager", "displayName": "the manager",
+        "commandLine": "echo $ROLE > $AZ_BATCH_NODE_SHARED_DIR/manager.txt; while [ ! -e $AZ_BATCH_NODE_SHARED_DIR/go ]; do sleep 0.05; done",
+        "environmentSettings": [{"name": "ROLE", "value": "manager"}],
+        "constraints": {"maxTaskRetryCount": 0}, "requiredSlots": 1, "allowLowPriorityNode": false}});
+    let (code, body) = s.post("/jobs", &job).await;
+    assert_eq!(code, 201, "{body}");
+    let (_, got) = s.get("/jobs/j").await;
+    assert_eq!(got["jobManagerTask"]["killJobOnCompletion"], true, "{got}");
+    assert_eq!(got["jobManagerTask"]["runExclusive"], true, "{got}");
+    let manager = s.wait_task("j", "manager", "running").await;
+    assert_eq!(
+        manager["requiredSlots"], 2,
+        "runExclusive takes the whole node: {manager}"
+    );
+    assert_eq!(manager["displayName"], "the manager");
+    s.add_tasks("j", tasks(2, "sleep 30")).await;
+    let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
+    assert_eq!(n["runningTaskSlotsCount"], 2, "{n}");
+    assert_eq!(
+        s.task("j", "t0").await["state"],
+        "active",
+        "nothing runs beside it"
+    );
+    assert_eq!(s.shared_file("p", node, "manager.txt").await, "manager\n");
+    std::fs::write(
+        s.data_dir
+            .path()
+            .join("nodes")
+            .join(node)
+            .join("shared")
+            .join("go"),
+        "",
+    )
+    .unwrap();
+    let ended = wait_for("the job to end with its manager", || async {
+        let (_, j) = s.get("/jobs/j").await;
+        (j["state"] == "completed").then_some(j)
+    })
+    .await;
+    assert_eq!(
+        ended["executionInfo"]["terminateReason"], "JMComplete",
+        "{ended}"
+    );
+    // Its other tasks never ran: a completed job starts none (their state stays as it was, as
+    // for any terminated job).
+    for t in ["t0", "t1"] {
+        let task = s.task("j", t).await;
+        assert!(task.get("nodeInfo").is_none(), "{t} never ran: {task}");
+    }
+
+    // Without runExclusive and killJobOnCompletion it is a first task like any other.
+    let job = json!({"id": "k", "poolInfo": {"poolId": "p"}, "jobManagerTask": {
+        "id": "m", "commandLine": "true", "runExclusive": false, "killJobOnCompletion": false}});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    let m = s.wait_task("k", "m", "completed").await;
+    assert_eq!(m["requiredSlots"], 1, "{m}");
+    let (_, k) = s.get("/jobs/k").await;
+    assert_eq!(k["state"], "active", "{k}");
+    let (code, body) = s
+        .post("/jobs/k/tasks", &json!({"id": "m", "commandLine": "true"}))
+        .await;
+    assert_eq!(code, 409, "{body}");
+}

@@ -63,6 +63,7 @@ fn new_job(id: &str, pool: &str) -> jobs::NewJob {
         },
         preparation_task: None,
         release_task: None,
+        manager_task: None,
     }
 }
 
@@ -82,6 +83,7 @@ fn new_task(id: &str, depends_on: &[&str]) -> tasks::NewTask {
         exit_conditions: None,
         extra: json!({}),
         files: None,
+        kills_job: false,
     }
 }
 

@@ -27,6 +27,16 @@ impl ApiError {
         }
     }
 
+    /// The same error, with `prefix` before the property it names (a nested body's fields).
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        for (key, value) in &mut self.values {
+            if key == "PropertyName" {
+                *value = format!("{prefix}{value}");
+            }
+        }
+        self
+    }
+
     pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
         self.values.push((key.to_string(), value.into()));
         self

@@ -72,6 +72,10 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
             continue;
         }
         jobs.insert(a.job_pk);
+        if a.kills_job {
+            // A job manager task with killJobOnCompletion: its completion ends the job.
+            ops::jobs::terminate_job(&mut tx, a.job_pk, "JMComplete").await?;
+        }
         if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction {
             match v.job_action {
                 JobAction::Terminate => {

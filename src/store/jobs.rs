@@ -35,6 +35,8 @@ pub struct JobRow {
     pub last_modified: DateTime<Utc>,
     pub preparation_task: Option<Json<JobPreparationTask>>,
     pub release_task: Option<Json<JobReleaseTask>>,
+    /// The jobManagerTask as given, with its defaults.
+    pub manager_task: Option<Value>,
 }
 
 /// Reads whole `JobRow`s: `select_jobs!("WHERE ...", args)` is the checked query over every column.
@@ -42,7 +44,7 @@ macro_rules! select_jobs {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             JobRow,
-            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified, preparation_task AS "preparation_task: _", release_task AS "release_task: _" FROM jobs "# + $rest
+            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified, preparation_task AS "preparation_task: _", release_task AS "release_task: _", manager_task FROM jobs "# + $rest
             $(, $arg)*
         )
     };
@@ -70,15 +72,16 @@ pub struct NewJob {
     pub props: JobProps,
     pub preparation_task: Option<JobPreparationTask>,
     pub release_task: Option<JobReleaseTask>,
+    pub manager_task: Option<Value>,
 }
 
 pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO jobs (account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, \
             max_task_retry_count, pool_id, on_all_tasks_complete, on_task_failure, uses_task_dependencies, \
-            common_environment, metadata, preparation_task, release_task, state, state_transition_time, start_time, \
-            creation_time, last_modified) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 'active', now(), now(), now(), now())",
+            common_environment, metadata, preparation_task, release_task, manager_task, state, state_transition_time, \
+            start_time, creation_time, last_modified) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'active', now(), now(), now(), now())",
         &j.account,
         &j.id,
         &j.display_name as _,
@@ -94,6 +97,7 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
         &j.props.metadata,
         j.preparation_task.as_ref().map(Json) as _,
         j.release_task.as_ref().map(Json) as _,
+        j.manager_task.as_ref(),
     )
     .execute(db)
     .await?;

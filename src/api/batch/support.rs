@@ -124,7 +124,10 @@ pub const JOB_ADD: Table = &[
         Works("compat.rs::job_and_task_settings_reach_the_task"),
     ),
     ("id", Works("jobs.rs::dependencies")),
-    ("jobManagerTask", Refused("job manager tasks")),
+    (
+        "jobManagerTask",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
     (
         "jobPreparationTask",
         Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
@@ -385,6 +388,68 @@ pub const JOB_PREPARATION_TASK: Table = &[
     (
         "waitForSuccess",
         Works("prep.rs::a_failed_preparation_keeps_the_job_s_tasks_off_that_node"),
+    ),
+];
+
+/// The properties a job manager task has beyond a task's are `killJobOnCompletion`,
+/// `runExclusive` and `allowLowPriorityNode`; the rest are checked as a task's (`TASK_ADD`).
+pub const JOB_MANAGER_TASK: Table = &[
+    (
+        "allowLowPriorityNode",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "applicationPackageReferences",
+        Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
+    ),
+    (
+        "authenticationTokenSettings",
+        Refused("authentication tokens for tasks"),
+    ),
+    (
+        "commandLine",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "constraints",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    ("containerSettings", Refused("a container per task")),
+    (
+        "displayName",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "environmentSettings",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "id",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "killJobOnCompletion",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "outputFiles",
+        Works("data.rs::output_files_are_uploaded_per_their_upload_condition"),
+    ),
+    (
+        "requiredSlots",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "resourceFiles",
+        Works("data.rs::resource_files_are_in_place_before_the_command_runs"),
+    ),
+    (
+        "runExclusive",
+        Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
+    ),
+    (
+        "userIdentity",
+        Refused("user identities (tasks run as the node's own user)"),
     ),
 ];
 

@@ -111,6 +111,7 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
         },
         preparation_task: None,
         release_task: None,
+        manager_task: None,
     }
 }
 
@@ -131,5 +132,6 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
         exit_conditions: None,
         extra: json!({}),
         files: None,
+        kills_job: false,
     }
 }

@@ -91,6 +91,8 @@ pub struct NewTask {
     pub extra: Value,
     /// A `TaskFiles` as JSON, or null when the task moves no files.
     pub files: Option<Value>,
+    /// A job manager task with killJobOnCompletion: its completion ends the job.
+    pub kills_job: bool,
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {

@@ -38,6 +38,8 @@ pub struct AttemptRow {
     pub preparation_task: Option<Json<JobPreparationTask>>,
     /// The application packages of the pool of the attempt's node.
     pub pool_packages: Option<Json<Vec<PoolPackage>>>,
+    /// A job manager task whose completion ends its job.
+    pub kills_job: bool,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -46,7 +48,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, "# + $tail
             $(, $arg)*
         )
     };

@@ -1,5 +1,6 @@
 //! `/jobs`: create, get, list, update, replace, disable, enable, terminate, delete, task counts.
 
+mod manager;
 mod prep;
 mod props;
 mod state;
@@ -221,6 +222,9 @@ pub fn job_json(j: &JobRow, base: &str) -> Value {
     }
     if j.metadata.as_array().is_some_and(|m| !m.is_empty()) {
         job["metadata"] = j.metadata.clone();
+    }
+    if let Some(m) = &j.manager_task {
+        job["jobManagerTask"] = m.clone();
     }
     if let Some(p) = &j.preparation_task {
         job["jobPreparationTask"] = json!(p.0);

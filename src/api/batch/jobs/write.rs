@@ -39,6 +39,7 @@ pub struct JobCreate {
     metadata: Option<Vec<MetadataItem>>,
     job_preparation_task: Option<Value>,
     job_release_task: Option<Value>,
+    job_manager_task: Option<Value>,
     /// The properties above are those that work; any other is refused or ignored by `JOB_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -67,7 +68,10 @@ pub async fn create(
     BaseUrl(base): BaseUrl,
     AzureJson(body): AzureJson<JobCreate>,
 ) -> ApiResult<Response> {
-    let job = new_job(&app, body)?;
+    let mut body = body;
+    let manager = super::manager::parse(body.job_manager_task.take())?;
+    let mut job = new_job(&app, body)?;
+    job.manager_task = manager.as_ref().map(|m| m.shown.clone());
     let mut tx = app.db.begin().await?;
     match store::jobs::insert(&mut *tx, &job).await {
         Err(e) if store::is_unique_violation(&e) => {
@@ -82,6 +86,17 @@ pub async fn create(
     let row = store::jobs::get(&mut *tx, &app.account, &job.id, store::jobs::Lock::None)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
+    if let Some(m) = manager {
+        let task = crate::api::batch::tasks::manager_task(
+            &mut tx,
+            &row,
+            m.task,
+            m.run_exclusive,
+            m.kills_job,
+        )
+        .await?;
+        store::tasks::insert_many(&mut tx, row.pk, &[task]).await?;
+    }
     // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.
     store::jobs::complete_if_all_tasks_done(&mut *tx, row.pk).await?;
     tx.commit().await?;
@@ -124,6 +139,7 @@ fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
         props,
         preparation_task,
         release_task,
+        manager_task: None,
     })
 }
 

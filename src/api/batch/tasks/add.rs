@@ -81,6 +81,35 @@ pub async fn add(
     ))
 }
 
+/// The task a job's jobManagerTask becomes, checked as any task of the job; with runExclusive it
+/// needs every slot of a node of the pool, which must exist.
+pub(crate) async fn manager_task(
+    tx: &mut Tx<'_>,
+    job: &JobRow,
+    body: TaskCreate,
+    run_exclusive: bool,
+    kills_job: bool,
+) -> ApiResult<NewTask> {
+    let pool = store::pools::get(&mut **tx, &job.account, &job.pool_id).await?;
+    let slots = pool.as_ref().map(|p| p.task_slots_per_node);
+    if run_exclusive && slots.is_none() {
+        return Err(ApiError::invalid_property(
+            "jobManagerTask.runExclusive",
+            "true",
+            format!("the pool {:?} must exist for a job manager task to run exclusively (it takes every slot of a node)", job.pool_id),
+        ));
+    }
+    let bodies = vec![body];
+    let known = known_ids(tx, job, &bodies).await?;
+    let mut task = validate(bodies.into_iter().next().expect("one"), job, slots, &known)
+        .map_err(|e| e.prefixed("jobManagerTask."))?;
+    if run_exclusive {
+        task.required_slots = slots.unwrap_or(1);
+    }
+    task.kills_job = kills_job;
+    Ok(task)
+}
+
 fn task_exists(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,

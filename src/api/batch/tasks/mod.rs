@@ -22,10 +22,12 @@ use crate::api::{odata, resource_headers, BaseUrl, Conditions, ListQuery, Select
 use crate::domain::job::{JobState, TaskState};
 use crate::ops;
 use crate::store::{self, jobs::JobRow, tasks::Ending, tasks::TaskRow};
+pub(crate) use add::manager_task;
 pub use add::{add, add_collection};
 pub(crate) use files::{check_resource_files, checked_packages, refuse_auto_storage};
 pub use json::task_json;
 use validate::TaskConstraints;
+pub use validate::TaskCreate;
 
 fn task_url(base: &str, job_id: &str, task_id: &str) -> String {
     format!("{base}/jobs/{job_id}/tasks/{task_id}")

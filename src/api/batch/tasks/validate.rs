@@ -203,6 +203,7 @@ pub(super) fn validate(
         exit_conditions,
         extra: Value::Object(Map::new()),
         files,
+        kills_job: false,
     })
 }
 

@@ -1,0 +1,60 @@
+//! A job's `jobManagerTask`: a task added with the job, first in its queue. With `runExclusive`
+//! (the default) it takes every slot of its node; with `killJobOnCompletion` (the default) its
+//! completion ends the job.
+
+use serde_json::{json, Value};
+
+use crate::api::batch::support::{refuse_unsupported, JOB_MANAGER_TASK};
+use crate::api::batch::tasks::TaskCreate;
+use crate::api::error::{ApiError, ApiResult};
+
+pub(super) struct Manager {
+    /// As the job shows it: as given, with the defaults filled in.
+    pub(super) shown: Value,
+    pub(super) task: TaskCreate,
+    pub(super) kills_job: bool,
+    pub(super) run_exclusive: bool,
+}
+
+pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
+    let Some(raw) = raw.filter(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
+    else {
+        return Ok(None);
+    };
+    let Some(mut fields) = raw.as_object().cloned() else {
+        return Err(ApiError::invalid_property(
+            "jobManagerTask",
+            raw.to_string(),
+            "must be an object",
+        ));
+    };
+    refuse_unsupported(JOB_MANAGER_TASK, "jobManagerTask.", &fields)?;
+    let mut flag = |name: &str| -> ApiResult<bool> {
+        match fields.remove(name) {
+            None | Some(Value::Null) => Ok(true),
+            Some(Value::Bool(b)) => Ok(b),
+            Some(v) => Err(ApiError::invalid_property(
+                &format!("jobManagerTask.{name}"),
+                v.to_string(),
+                "must be true or false",
+            )),
+        }
+    };
+    let kills_job = flag("killJobOnCompletion")?;
+    let run_exclusive = flag("runExclusive")?;
+    // Every node here is dedicated, so a job manager task may run on any of them either way.
+    let low_priority = flag("allowLowPriorityNode")?;
+    let task: TaskCreate = serde_json::from_value(Value::Object(fields)).map_err(|e| {
+        ApiError::invalid_property("jobManagerTask", raw.to_string(), e.to_string())
+    })?;
+    let mut shown = raw;
+    shown["killJobOnCompletion"] = json!(kills_job);
+    shown["runExclusive"] = json!(run_exclusive);
+    shown["allowLowPriorityNode"] = json!(low_priority);
+    Ok(Some(Manager {
+        shown,
+        task,
+        kills_job,
+        run_exclusive,
+    }))
+}
