@@ -220,6 +220,14 @@ impl Preparations {
     }
 
     async fn run_release(&self, due: &DueRelease) {
+        match store::preparations::claim_release(&self.db, due.job_pk, due.node_pk).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "taking a job release task failed");
+                return;
+            }
+        }
         let release = &due.release_task.0;
         let at = Placement {
             server_id: &self.server_id,

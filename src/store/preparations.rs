@@ -128,13 +128,39 @@ pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueReleas
                 p.application_packages AS "pool_packages: _"
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
          JOIN pools p ON p.pk = n.pool_pk
-         WHERE (x.release IS NULL OR x.release->>'state' = 'running') AND x.preparation->>'state' = 'completed'
+         WHERE x.release IS NULL AND x.preparation->>'state' = 'completed'
            AND j.release_task IS NOT NULL AND j.state IN ('completed', 'deleting')
            AND n.state IN ('idle', 'running')
          ORDER BY x.job_pk, x.node_pk"#,
     )
     .fetch_all(db)
     .await
+}
+
+/// Takes a due release task to run it: false if it is no longer due (another pass took it).
+pub async fn claim_release(
+    db: impl PgExecutor<'_>,
+    job_pk: i64,
+    node_pk: i64,
+) -> sqlx::Result<bool> {
+    sqlx::query!(
+        r#"UPDATE job_node_tasks SET release = '{"state": "running"}'
+         WHERE job_pk = $1 AND node_pk = $2 AND release IS NULL"#,
+        job_pk,
+        node_pk,
+    )
+    .execute(db)
+    .await
+    .map(|r| r.rows_affected() == 1)
+}
+
+/// After a restart: release tasks a previous server left running are due again (their
+/// processes went with their nodes' commands; they run once more).
+pub async fn retry_running_releases(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query!("UPDATE job_node_tasks SET release = NULL WHERE release->>'state' = 'running'")
+        .execute(db)
+        .await
+        .map(|_| ())
 }
 
 /// Whether the job still has release tasks to run (or running) before it may be deleted.

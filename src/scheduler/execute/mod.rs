@@ -147,6 +147,7 @@ impl Executor {
     /// After a start: every attempt the database says is running is either finished (its exit
     /// code was recorded), still running (watched until it ends), or lost (requeued).
     pub async fn recover(self: &Arc<Self>) -> sqlx::Result<()> {
+        store::preparations::retry_running_releases(&self.db).await?;
         let attempts = store::tasks::running_attempts(&self.db, None).await?;
         let (mut finished, mut adopted, mut lost) = (0, 0, 0);
         for a in attempts {
