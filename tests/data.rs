@@ -554,20 +554,45 @@ async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) 
         &zip_with(zips.path(), "v2.zip", "two\n"),
         "--default",
     ]);
+    // Or over HTTP, signed with the account's key (this server's own route).
+    let upload = |version: &str, body: Vec<u8>| {
+        let url = format!(
+            "{}/batchpool/applications/web/versions/{version}?displayName=Web",
+            s.base
+        );
+        s.http.request(reqwest::Method::PUT, url).bytes(body).send()
+    };
+    let web = std::fs::read(zip_with(zips.path(), "web.zip", "web\n")).unwrap();
+    let resp = upload("1.0", web).await.unwrap();
+    assert_eq!(resp.status(), 201);
+    let made: Value = resp.json().await.unwrap();
+    assert_eq!(
+        made,
+        json!({"id": "web", "displayName": "Web", "versions": ["1.0"]})
+    );
+    let resp = upload("2.0", b"not a zip".to_vec()).await.unwrap();
+    assert_eq!(resp.status(), 400, "a body that is not a zip is refused");
+    let (_, web) = s.get("/applications/web").await;
+    assert_eq!(
+        web["versions"],
+        json!(["1.0"]),
+        "and nothing was recorded: {web}"
+    );
     let (_, apps) = s.get("/applications").await;
     assert_eq!(
         apps["value"],
-        json!([{"id": "tools", "displayName": "Tools", "versions": ["1.0", "2.0"]}])
+        json!([{"id": "tools", "displayName": "Tools", "versions": ["1.0", "2.0"]},
+            {"id": "web", "displayName": "Web", "versions": ["1.0"]}])
     );
     let (code, _) = s.get("/applications/nothing").await;
     assert_eq!(code, 404);
 
-    let task = json!({"id": "t", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_1_0/bin/hello.txt $AZ_BATCH_APP_PACKAGE_TOOLS/bin/hello.txt",
-        "applicationPackageReferences": [{"applicationId": "tools", "version": "1.0"}, {"applicationId": "TOOLS"}]});
+    let task = json!({"id": "t", "commandLine": "cat $AZ_BATCH_APP_PACKAGE_TOOLS_1_0/bin/hello.txt $AZ_BATCH_APP_PACKAGE_TOOLS/bin/hello.txt $AZ_BATCH_APP_PACKAGE_WEB/bin/hello.txt",
+        "applicationPackageReferences": [{"applicationId": "tools", "version": "1.0"}, {"applicationId": "TOOLS"}, {"applicationId": "web"}]});
     s.add_tasks("j", vec![task.clone()]).await;
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
-    assert_eq!(stdout(&s, "t").await, "one\ntwo\n");
+    assert_eq!(stdout(&s, "t").await, "one\ntwo\nweb\n");
     assert_eq!(
         t["applicationPackageReferences"], task["applicationPackageReferences"],
         "{t}"

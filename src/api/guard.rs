@@ -81,6 +81,12 @@ pub async fn read_body_in_time(
     req: Request,
     next: Next,
 ) -> Response {
+    // A package upload streams its own body, up to its own limit (api::batch::applications).
+    if req.method() == axum::http::Method::PUT
+        && req.uri().path().starts_with("/batchpool/applications/")
+    {
+        return next.run(req).await;
+    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

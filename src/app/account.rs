@@ -145,22 +145,24 @@ async fn add_package(
         "{} is not a zip file",
         file.display()
     );
-    let existing = store::applications::list(db, p.account, Some(p.application)).await?;
-    let id = existing
-        .first()
-        .map_or(p.application.to_string(), |a| a.id.clone());
+    let id = crate::ops::applications::canonical_id(db, p.account, p.application).await?;
     let target = crate::runtime::Layout::new(data_dir).package_file(p.account, &id, p.version);
     let dir = target.parent().expect("a package file has a directory");
     std::fs::create_dir_all(dir)?;
     let partial = target.with_extension("zip.partial");
     let size = std::fs::copy(file, &partial)?;
     std::fs::rename(&partial, &target)?;
-    let first = existing.first().is_none_or(|a| a.default_version.is_none());
-    let default = (p.make_default || first).then_some(p.version);
-    let mut tx = db.begin().await?;
-    let id = store::applications::upsert(&mut *tx, p.account, &id, p.display_name, default).await?;
-    store::applications::add_package(&mut *tx, p.account, &id, p.version, size as i64).await?;
-    tx.commit().await?;
+    let is_default = crate::ops::applications::record_package(
+        db,
+        p.account,
+        &id,
+        p.version,
+        size as i64,
+        p.make_default,
+        p.display_name,
+    )
+    .await?;
+    let default = is_default.then_some(p.version);
     println!("application:     {id}\nversion:         {}\nsize:            {size} bytes\ndefault version: {}",
         p.version, default.map_or("unchanged", |_| p.version));
     Ok(())

@@ -1,5 +1,6 @@
 //! State changes that both the API and the scheduler start, so neither imports the other:
 //! ending jobs and tasks, and waking the scheduler's loops.
 
+pub mod applications;
 pub mod jobs;
 pub mod wake;

@@ -84,6 +84,10 @@ impl SignedRequest {
         self.builder = self.builder.json(body);
         self
     }
+    pub fn bytes(mut self, body: Vec<u8>) -> Self {
+        self.builder = self.builder.body(body);
+        self
+    }
     pub fn body(mut self, body: &'static str) -> Self {
         self.builder = self.builder.body(body);
         self

@@ -23,6 +23,10 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/applications", get(applications::list))
         .route("/applications/{application_id}", get(applications::get))
         .route(
+            "/batchpool/applications/{application_id}/versions/{version}",
+            axum::routing::put(applications::put_version),
+        )
+        .route(
             "/pools/{pool_id}",
             get(pools::get).delete(pools::delete).patch(pools::patch),
         )
