@@ -18,14 +18,23 @@ use crate::api::state::AppState;
 use crate::api::unsupported;
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/pools", post(pools::create).get(pools::list))
+    pool_routes()
+        .merge(job_routes())
         .route("/applications", get(applications::list))
         .route("/applications/{application_id}", get(applications::get))
         .route(
             "/batchpool/applications/{application_id}/versions/{version}",
             axum::routing::put(applications::put_version),
         )
+        .route("/nodecounts", get(account::node_counts))
+        .route("/supportedimages", get(account::supported_images))
+        .route("/nodeagentskus", get(account::node_agent_skus))
+        .route("/poolusagemetrics", get(account::pool_usage_metrics))
+}
+
+fn pool_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/pools", post(pools::create).get(pools::list))
         .route(
             "/pools/{pool_id}",
             get(pools::get).delete(pools::delete).patch(pools::patch),
@@ -53,10 +62,10 @@ pub fn router() -> Router<Arc<AppState>> {
             "/pools/{pool_id}/nodes/{node_id}/reboot",
             post(nodes::reboot),
         )
-        .route("/nodecounts", get(account::node_counts))
-        .route("/supportedimages", get(account::supported_images))
-        .route("/nodeagentskus", get(account::node_agent_skus))
-        .route("/poolusagemetrics", get(account::pool_usage_metrics))
+}
+
+fn job_routes() -> Router<Arc<AppState>> {
+    Router::new()
         .route("/jobs", post(jobs::create).get(jobs::list))
         .route(
             "/jobs/{job_id}",
