@@ -7,6 +7,7 @@ pub mod bes;
 pub mod complete;
 pub mod dispatch;
 pub mod execute;
+mod keyed_locks;
 pub(crate) mod packages;
 mod prep;
 pub mod start_task;

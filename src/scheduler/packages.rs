@@ -5,12 +5,12 @@
 //! `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (and `AZ_BATCH_APP_PACKAGE_<ID>` for a reference that
 //! names no version).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use super::keyed_locks::KeyedLocks;
 use super::start_task::{run_command, NodeCommand, Placement};
 use super::task_files::{Failure, Fetcher};
 use super::transfer;
@@ -31,7 +31,7 @@ pub struct Packages {
     fetcher: Fetcher,
     server_id: String,
     /// One install at a time per node and package version.
-    locks: Mutex<HashMap<Install, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Arc<KeyedLocks<Install>>,
 }
 
 impl Packages {
@@ -41,7 +41,7 @@ impl Packages {
             runtime,
             fetcher,
             server_id,
-            locks: Mutex::default(),
+            locks: KeyedLocks::new(),
         }
     }
 
@@ -134,11 +134,7 @@ impl Packages {
         let target = package_dir(&self.runtime, node_id, id, version);
         let host_root = self.runtime.host_root(node_id);
         let key = (node_id.to_string(), id.to_lowercase(), version.to_string());
-        let lock = {
-            let mut locks = self.locks.lock().expect("lock");
-            Arc::clone(locks.entry(key).or_default())
-        };
-        let _held = lock.lock().await;
+        let _held = self.locks.lock(key).await;
         let marker = Path::new("applications").join(&name).join(INSTALLED);
         let installed = Below {
             root: host_root.clone(),

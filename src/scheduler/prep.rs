@@ -4,12 +4,13 @@
 //! has ended (completed, terminated or being deleted). Both run in the node's own
 //! `jobprep/{job}/{task}` directory and are recorded per job and node (`job_node_tasks`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
+use super::keyed_locks::KeyedLocks;
 use super::packages::{package_dir, pool_package_env};
 use super::start_task::{node_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
@@ -28,7 +29,7 @@ pub struct Preparations {
     fetcher: Fetcher,
     server_id: String,
     /// One lock per job and node, so that a node's tasks of one job wait for one run.
-    locks: Mutex<HashMap<JobNode, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Arc<KeyedLocks<JobNode>>,
     /// Release tasks under way (job, node).
     releasing: Mutex<HashSet<JobNode>>,
     /// When due release tasks were last looked for.
@@ -54,7 +55,7 @@ impl Preparations {
             runtime,
             fetcher,
             server_id,
-            locks: Mutex::default(),
+            locks: KeyedLocks::new(),
             releasing: Mutex::default(),
             looked: Mutex::default(),
         })
@@ -67,13 +68,9 @@ impl Preparations {
         let (Some(prep), Some(node_pk)) = (a.preparation_task.as_ref(), a.node_pk) else {
             return Ok(());
         };
-        let lock = {
-            let mut locks = self.locks.lock().expect("lock");
-            Arc::clone(locks.entry((a.job_pk, node_pk)).or_default())
-        };
         let (this, a, prep) = (Arc::clone(self), a.clone(), prep.0.clone());
         let run = tokio::spawn(async move {
-            let _held = lock.lock_owned().await;
+            let _held = this.locks.lock((a.job_pk, node_pk)).await;
             match store::preparations::get(&this.db, a.job_pk, node_pk).await {
                 Err(e) => {
                     return Err(format!(
