@@ -103,21 +103,7 @@ impl Packages {
                 r.application_id
             ))
         })?;
-        let version = match &r.version {
-            Some(v) if app.versions.contains(v) => v.clone(),
-            Some(v) => {
-                return Err(missing(format!(
-                    "the application {:?} has no version {v:?}",
-                    app.id
-                )))
-            }
-            None => app.default_version.clone().ok_or_else(|| {
-                missing(format!(
-                    "the application {:?} has no default version",
-                    app.id
-                ))
-            })?,
-        };
+        let version = app.version_for(r.version.as_deref()).map_err(missing)?;
         Ok((app.id, version))
     }
 

@@ -10,6 +10,26 @@ pub struct ApplicationRow {
     pub versions: Vec<String>,
 }
 
+impl ApplicationRow {
+    /// The version a reference to this application gets: the one it names, if the application
+    /// has it, else the default; why not, when there is none.
+    pub fn version_for(&self, requested: Option<&str>) -> Result<String, String> {
+        match requested {
+            Some(v) if self.versions.iter().any(|x| x == v) => Ok(v.to_string()),
+            Some(v) => Err(format!(
+                "the application {:?} has no version {v:?}",
+                self.id
+            )),
+            None => self.default_version.clone().ok_or_else(|| {
+                format!(
+                    "the application {:?} has no default version; name one",
+                    self.id
+                )
+            }),
+        }
+    }
+}
+
 /// Creates the application if it is new, and sets what is given of its display name and
 /// default version; returns its id as it was first created.
 pub async fn upsert(

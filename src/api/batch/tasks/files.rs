@@ -49,32 +49,20 @@ pub(crate) fn checked_packages(
 ) -> ApiResult<Vec<PoolPackage>> {
     let mut resolved = Vec::new();
     for (i, r) in refs.iter().enumerate() {
-        let app = applications
+        let found = applications
             .iter()
-            .find(|a| a.id.eq_ignore_ascii_case(&r.application_id));
-        let version = match (app, r.version.as_deref()) {
-            (None, _) => Err(format!(
-                "the account has no application {:?}",
-                r.application_id
-            )),
-            (Some(a), Some(v)) if !a.versions.iter().any(|x| x == v) => {
-                Err(format!("the application {:?} has no version {v:?}", a.id))
-            }
-            (Some(_), Some(v)) => Ok(v.to_string()),
-            (Some(a), None) => a.default_version.clone().ok_or_else(|| {
-                format!(
-                    "the application {:?} has no default version; name one",
-                    a.id
-                )
-            }),
-        };
-        match (app, version) {
-            (Some(a), Ok(version)) => resolved.push(PoolPackage {
-                application_id: a.id.clone(),
-                version: r.version.clone(),
-                resolved: version,
-            }),
-            (_, Err(why)) | (None, Ok(why)) => {
+            .find(|a| a.id.eq_ignore_ascii_case(&r.application_id))
+            .ok_or_else(|| format!("the account has no application {:?}", r.application_id))
+            .and_then(|a| {
+                Ok(PoolPackage {
+                    application_id: a.id.clone(),
+                    version: r.version.clone(),
+                    resolved: a.version_for(r.version.as_deref())?,
+                })
+            });
+        match found {
+            Ok(p) => resolved.push(p),
+            Err(why) => {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "InvalidApplicationPackageReferences",
