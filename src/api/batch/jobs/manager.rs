@@ -17,8 +17,7 @@ pub(super) struct Manager {
 }
 
 pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
-    let Some(raw) = raw.filter(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
-    else {
+    let Some(raw) = super::prep::given(raw) else {
         return Ok(None);
     };
     let Some(mut fields) = raw.as_object().cloned() else {

@@ -37,7 +37,7 @@ pub(super) fn check(
 }
 
 /// A value that asks for something (null and `{}` ask for nothing).
-fn given(v: Option<Value>) -> Option<Value> {
+pub(super) fn given(v: Option<Value>) -> Option<Value> {
     v.filter(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
 }
 
