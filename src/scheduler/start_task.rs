@@ -160,8 +160,8 @@ where
         }
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
-        let files = (command.resource_files, command.linked_storage);
-        let result = match download(fetcher, &spec.dirs, files.0, files.1).await {
+        let (files, linked) = (command.resource_files, command.linked_storage);
+        let result = match task_files::download(fetcher, &spec.dirs, files, linked).await {
             Err(f) => Err(f),
             Ok(()) => exec(runtime, at, &spec, command.limit).await,
         };
@@ -221,19 +221,6 @@ async fn exec(
             ))
         }
     }
-}
-
-/// The start task's resource files into its working directory (none: nothing to do).
-async fn download(
-    fetcher: &Fetcher,
-    dirs: &crate::runtime::TaskDirs,
-    files: &[crate::domain::files::ResourceFile],
-    linked_storage: Option<&str>,
-) -> Result<(), Failure> {
-    if files.is_empty() {
-        return Ok(());
-    }
-    task_files::download(fetcher, dirs, files, linked_storage).await
 }
 
 /// The failureInfo of a start task attempt, if it failed.
