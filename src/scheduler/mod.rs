@@ -278,7 +278,7 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
             prep.start_due_releases().await?;
             continue;
         }
-        let nodes = store::preparations::list(&s.db, job.pk, None, i64::MAX).await?;
+        let nodes = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
         store::jobs::delete(&s.db, job.pk).await?;
         for n in nodes {
             s.runtime.job_prep_root(&n.node_id, &job.id).remove().await;

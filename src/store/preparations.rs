@@ -86,19 +86,17 @@ pub struct NodeTasksRow {
     pub release: Option<Value>,
 }
 
-/// The job's nodes, in the order they ran its preparation task first.
+/// The job's nodes, by id, at most `limit` of them.
 pub async fn list(
     db: impl PgExecutor<'_>,
     job_pk: i64,
-    after: Option<&str>,
     limit: i64,
 ) -> sqlx::Result<Vec<NodeTasksRow>> {
     sqlx::query_as!(
         NodeTasksRow,
         "SELECT pool_id, node_id, preparation, release FROM job_node_tasks \
-         WHERE job_pk = $1 AND ($2::text IS NULL OR node_id > $2) ORDER BY node_id LIMIT $3",
+         WHERE job_pk = $1 ORDER BY node_id LIMIT $2",
         job_pk,
-        after,
         limit,
     )
     .fetch_all(db)

@@ -70,7 +70,7 @@ pub async fn preparation_status(
         ));
     }
     // At most one entry per node of the job's pool: bounded by the pool's size.
-    let rows = store::preparations::list(&app.db, job.pk, None, 100_000).await?;
+    let rows = store::preparations::list(&app.db, job.pk, 100_000).await?;
     let value: Vec<Value> = rows
         .into_iter()
         .map(|r| {
