@@ -7,25 +7,15 @@ mod common;
 
 use batchpool::storage::{self, DataReference, Roots};
 use chrono::{Duration, TimeZone, Utc};
+use common::blobs::{azurite, put_blob, AZURITE_KEY};
 use common::{account_cmd, run_ok, wait_for, Rt, TestServer};
 use object_store::{ObjectStoreExt, PutPayload};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-
-fn azurite() -> String {
-    std::env::var("BATCHPOOL_TEST_AZURITE")
-        .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh (it starts Azurite)")
-}
-
-/// A server whose BES jobs may name storage on this host (Azurite, s3rver): `extra` and
-/// `--allow-local-urls`.
+/// A server whose BES jobs may name storage on this host (Azurite, s3rver).
 async fn bes_server(rt: Rt, extra: &[&str]) -> TestServer {
-    let mut args = extra.to_vec();
-    args.push("--allow-local-urls");
-    TestServer::start_with(rt, Some(common::fresh_database().await), &args).await
+    TestServer::start_allowing_local_urls(rt, extra).await
 }
 
 /// A connection string in the shape of the seed's example, pointing at the emulator.
@@ -45,19 +35,10 @@ fn reference(relative: &str) -> DataReference {
     }
 }
 
-async fn put_blob(relative: &str, content: &str) {
-    let b = storage::resolve(&reference(relative), &Roots::default()).unwrap();
-    b.ensure_container(&reqwest::Client::new()).await.unwrap();
-    b.store
-        .put(&b.path, PutPayload::from(content.as_bytes().to_vec()))
-        .await
-        .unwrap();
-}
-
 async fn get_blob(relative: &str) -> Option<String> {
-    let b = storage::resolve(&reference(relative), &Roots::default()).unwrap();
-    let got = b.store.get(&b.path).await.ok()?;
-    Some(String::from_utf8(got.bytes().await.unwrap().to_vec()).unwrap())
+    common::blobs::get_blob(relative)
+        .await
+        .map(|(text, _)| text)
 }
 
 /// A request with `Authorization: Bearer <key>`, as BES and Pool Service clients send it.

@@ -76,8 +76,7 @@ async fn http_server() -> HttpServer {
 
 /// A server that may fetch from this host: Azurite and the tests' HTTP server listen on it.
 async fn server(rt: Rt) -> TestServer {
-    let db = Some(common::fresh_database().await);
-    TestServer::start_with(rt, db, &["--allow-local-urls"]).await
+    TestServer::start_allowing_local_urls(rt, &[]).await
 }
 
 async fn pool_and_job(s: &TestServer) {

@@ -11,8 +11,7 @@ use serde_json::{json, Value};
 
 /// A server whose tasks may fetch from this host (Azurite).
 async fn server() -> TestServer {
-    let db = Some(common::fresh_database().await);
-    TestServer::start_with(Rt::Local, db, &["--allow-local-urls"]).await
+    TestServer::start_allowing_local_urls(Rt::Local, &[]).await
 }
 
 /// A pool of `nodes` nodes with 2 slots each, once they are idle; their ids.

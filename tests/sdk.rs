@@ -64,8 +64,7 @@ async fn seed_004_moves_its_data_through_the_sdk_and_blob_storage() {
         .expect("BATCHPOOL_TEST_AZURITE: run the tests through scripts/test.sh");
     let env = [("AZURITE_BLOB", azurite)];
     // Azurite listens on this host.
-    let db = Some(common::fresh_database().await);
-    let s = TestServer::start_with(Rt::Docker, db, &["--allow-local-urls"]).await;
+    let s = TestServer::start_allowing_local_urls(Rt::Docker, &[]).await;
     sdk_script(
         s,
         "BATCHPOOL_SDK15_PYTHON",

@@ -14,40 +14,24 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde_json::json;
 
-use super::{timed_shell, Server};
-use batchpool::domain::bes::DataReference;
-use batchpool::storage::{self, Roots};
-
-const KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-
-fn connection_string(azurite: &str) -> String {
-    format!("BlobEndpoint={azurite}/;AccountName=devstoreaccount1;AccountKey={KEY};")
-}
-
-fn store(azurite: &str, container: &str) -> (Arc<dyn ObjectStore>, storage::Blob) {
-    let r = DataReference {
-        connection_string: Some(connection_string(azurite)),
-        relative_location: Some(format!("{container}/x")),
-        ..Default::default()
-    };
-    let blob = storage::resolve(&r, &Roots::default()).unwrap();
-    (Arc::clone(&blob.store), blob)
-}
+use super::{blobs, timed_shell, Server};
+use batchpool::storage;
 
 pub async fn run(small: usize, big_mib: usize) {
-    let Ok(azurite) = std::env::var("BATCHPOOL_TEST_AZURITE") else {
+    if std::env::var_os("BATCHPOOL_TEST_AZURITE").is_none() {
         println!(
             "data: skipped (no BATCHPOOL_TEST_AZURITE: eval \"$(scripts/test-env.sh)\" first)"
         );
         return;
-    };
+    }
+    let azurite = blobs::azurite();
     let container = format!("bench{}", Utc::now().timestamp());
-    let (objects, any) = store(&azurite, &container);
+    let any = blobs::blob(&format!("{container}/x"));
     any.ensure_container(&reqwest::Client::new()).await.unwrap();
+    let objects = Arc::clone(&any.store);
     let body = vec![b'x'; 1024];
     let uploads: Vec<_> = (0..small)
         .map(|i| {
@@ -73,7 +57,7 @@ pub async fn run(small: usize, big_mib: usize) {
     }
     writer.finish().await.unwrap();
 
-    let account = storage::parse_connection_string(&connection_string(&azurite)).unwrap();
+    let account = storage::parse_connection_string(&blobs::connection_string()).unwrap();
     let expiry = Utc::now() + chrono::Duration::hours(2);
     let sas = storage::container_sas(&account, &container, "rl", expiry);
     let container_url = format!("{azurite}/{container}{sas}");

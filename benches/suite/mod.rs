@@ -1,6 +1,9 @@
 //! What every section of the benchmark shares: the server as its own process, Shared Key
 //! signed requests, adding tasks from concurrent clients, and small statistics.
 
+#[path = "../../tests/common/blobs.rs"]
+#[allow(dead_code)]
+mod blobs;
 pub mod data;
 pub mod docker;
 pub mod latency;

@@ -171,6 +171,14 @@ impl TestServer {
         Self::start_with(runtime, Some(fresh_database().await), &[]).await
     }
 
+    /// A server (with a fresh database) whose tasks and BES jobs may name storage on this host:
+    /// Azurite, s3rver, a test's own HTTP server. `extra` and `--allow-local-urls`.
+    pub async fn start_allowing_local_urls(runtime: Rt, extra: &[&str]) -> Self {
+        let mut args = extra.to_vec();
+        args.push("--allow-local-urls");
+        Self::start_with(runtime, Some(fresh_database().await), &args).await
+    }
+
     pub async fn start_with(runtime: Rt, database_url: Option<String>, extra: &[&str]) -> Self {
         require_test_env();
         batchpool::install_tls();
