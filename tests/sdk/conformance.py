@@ -11,6 +11,8 @@ import time
 
 import azure.batch
 
+from waiting import wait
+
 URL = os.environ["BATCHPOOL_URL"]
 ACCOUNT = os.environ["BATCHPOOL_ACCOUNT"]
 KEY = os.environ["BATCHPOOL_KEY"]
@@ -23,17 +25,6 @@ BULK = int(os.environ.get("BATCHPOOL_BULK", "1000"))
 
 def log(*args):
     print(f"[{SUFFIX}]", *args, flush=True)
-
-
-def wait(what, check, timeout=120):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def expect_error(status, call):

@@ -10,13 +10,14 @@ emulator's blob endpoint. Exits non-zero at the first thing that does not work a
 
 import datetime
 import os
-import time
 import uuid
 
 from azure.batch import BatchClient, models
 from azure.core.credentials import AzureNamedKeyCredential
 from azure.storage.blob import (BlobServiceClient, ContainerSasPermissions, BlobSasPermissions,
                                 generate_blob_sas, generate_container_sas)
+
+from waiting import wait
 
 URL = os.environ["BATCHPOOL_URL"]
 ACCOUNT = os.environ["BATCHPOOL_ACCOUNT"]
@@ -31,17 +32,6 @@ POOL, JOB = "pool-seed004", "job-seed004"
 INPUTS = {f"taskdata{i}.txt": "".join(f"{(i * 7 + k * 13) % 97} line {k}\n" for k in range(20 + i)) for i in range(3)}
 # The "app": sorts its input into its output and says how many lines it saw.
 MAIN = "#!/bin/sh\nsort -n \"$1\" > \"$2\"\necho \"$(wc -l < \"$1\") lines in $1\"\n"
-
-
-def wait(what, check, timeout=120):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def expiry():
