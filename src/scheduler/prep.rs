@@ -11,10 +11,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use super::keyed_locks::KeyedLocks;
-use super::packages::{package_dir, pool_package_env};
-use super::start_task::{node_environment, run_command, NodeCommand, Placement};
+use super::start_task::{job_command_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
-use crate::domain::files::PoolPackage;
 use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
 use crate::runtime::Runtime;
@@ -123,12 +121,11 @@ impl Preparations {
         let command = NodeCommand {
             command_line: &prep.command_line,
             dirs,
-            env: self.environment(
+            env: job_command_environment(
+                &self.runtime,
                 &at,
-                &a.job_id,
-                &prep.id,
-                &a.common_environment,
-                &prep.environment_settings,
+                (&a.job_id, &prep.id),
+                (&a.common_environment, &prep.environment_settings),
                 a.pool_packages.as_deref().map(Vec::as_slice),
             ),
             resource_files: &prep.resource_files,
@@ -161,31 +158,6 @@ impl Preparations {
         } else {
             Err("the job preparation task failed on this node".into())
         }
-    }
-
-    /// The job's common environment, the task's own, then the `AZ_BATCH_*` variables.
-    fn environment(
-        &self,
-        at: &Placement<'_>,
-        job_id: &str,
-        task_id: &str,
-        common: &[EnvironmentSetting],
-        own: &[EnvironmentSetting],
-        packages: Option<&[PoolPackage]>,
-    ) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = common
-            .iter()
-            .chain(own)
-            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-            .collect();
-        env.extend(node_environment(&self.runtime, at));
-        for p in packages.unwrap_or_default() {
-            let dir = package_dir(&self.runtime, at.node_id, &p.application_id, &p.resolved);
-            env.extend(pool_package_env(p, &dir));
-        }
-        env.push(("AZ_BATCH_JOB_ID".into(), job_id.to_string()));
-        env.push(("AZ_BATCH_TASK_ID".into(), task_id.to_string()));
-        env
     }
 
     /// Starts the release tasks that are due, at most once every [`RELEASE_SCAN`].
@@ -244,12 +216,11 @@ impl Preparations {
         let command = NodeCommand {
             command_line: &release.command_line,
             dirs,
-            env: self.environment(
+            env: job_command_environment(
+                &self.runtime,
                 &at,
-                &due.job_id,
-                &release.id,
-                &common,
-                &release.environment_settings,
+                (&due.job_id, &release.id),
+                (&common, &release.environment_settings),
                 due.pool_packages.as_deref().map(Vec::as_slice),
             ),
             resource_files: &release.resource_files,

@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use super::packages::{package_dir, pool_package_env};
 use super::task_files::{self, Failure, Fetcher};
-use crate::domain::files::ResourceFile;
+use crate::domain::files::{PoolPackage, ResourceFile};
+use crate::domain::pool::EnvironmentSetting;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{ExecSpec, Runtime, TaskDirs};
@@ -44,37 +45,56 @@ pub fn node_environment(runtime: &Runtime, at: &Placement<'_>) -> Vec<(String, S
     ]
 }
 
-/// A job task's environment: its job's common environment, then its own, then the `AZ_BATCH_*`
-/// variables.
+/// The environment of a command of a job on a node (a task, or the job's preparation or release
+/// task): the job's common environment, the command's own, then the `AZ_BATCH_*` variables,
+/// with the node's pool's application packages.
+pub fn job_command_environment(
+    runtime: &Runtime,
+    at: &Placement<'_>,
+    (job_id, task_id): (&str, &str),
+    (common, own): (&[EnvironmentSetting], &[EnvironmentSetting]),
+    packages: Option<&[PoolPackage]>,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = common
+        .iter()
+        .chain(own)
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    env.extend(node_environment(runtime, at));
+    for p in packages.unwrap_or_default() {
+        let dir = package_dir(runtime, at.node_id, &p.application_id, &p.resolved);
+        env.extend(pool_package_env(p, &dir));
+    }
+    env.push(("AZ_BATCH_JOB_ID".into(), job_id.to_string()));
+    env.push(("AZ_BATCH_TASK_ID".into(), task_id.to_string()));
+    env
+}
+
+/// A job task's environment: a job command's, with its retry count and where its job's
+/// preparation task ran on the node.
 pub fn task_environment(
     runtime: &Runtime,
     server_id: &str,
     a: &AttemptRow,
     node_id: &str,
 ) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = a
-        .common_environment
-        .iter()
-        .chain(a.environment.iter())
-        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-        .collect();
     let at = Placement {
         server_id,
         account: &a.account,
         pool_id: a.pool_id.as_deref().unwrap_or_default(),
         node_id,
     };
-    env.extend(node_environment(runtime, &at));
-    env.push(("AZ_BATCH_JOB_ID".into(), a.job_id.clone()));
-    env.push(("AZ_BATCH_TASK_ID".into(), a.task_id.clone()));
+    let mut env = job_command_environment(
+        runtime,
+        &at,
+        (&a.job_id, &a.task_id),
+        (&a.common_environment, &a.environment),
+        a.pool_packages.as_deref().map(Vec::as_slice),
+    );
     env.push((
         "AZ_BATCH_TASK_RETRY_COUNT".into(),
         a.retry_count.to_string(),
     ));
-    for p in a.pool_packages.iter().flat_map(|p| p.iter()) {
-        let dir = package_dir(runtime, node_id, &p.application_id, &p.resolved);
-        env.extend(pool_package_env(p, &dir));
-    }
     if let Some(prep) = &a.preparation_task {
         let dir = runtime.job_prep_dirs(node_id, &a.job_id, &prep.id).node;
         env.push(("AZ_BATCH_JOB_PREP_WORKING_DIR".into(), format!("{dir}/wd")));
