@@ -34,6 +34,7 @@ macro_rules! wire_enum {
 }
 
 pub mod bes;
+pub mod container;
 pub mod duration;
 pub mod files;
 pub mod ids;

@@ -5,6 +5,7 @@
 pub mod docker;
 pub mod local;
 pub mod safe_fs;
+mod layout;
 mod task;
 
 use std::future::Future;
@@ -14,14 +15,19 @@ use std::pin::Pin;
 use safe_fs::{Below, Dir};
 
 pub use docker::DockerRuntime;
+pub use layout::Layout;
 pub use local::LocalRuntime;
-pub use task::{ExecSpec, TaskDirs, STATE_DIR};
+pub use task::{ExecSpec, TaskContainer, TaskDirs, STATE_DIR};
+
+use crate::domain::container::PoolContainers;
 
 /// Labels (container labels, or `node.json` for local nodes) that say whose node this is.
 pub const LABEL_SERVER: &str = "batchpool.server";
 pub const LABEL_ACCOUNT: &str = "batchpool.account";
 pub const LABEL_POOL: &str = "batchpool.pool";
 pub const LABEL_NODE: &str = "batchpool.node";
+/// On a task's own container: `job/task/attempt`.
+pub const LABEL_TASK: &str = "batchpool.task";
 
 /// What a node is made from.
 #[derive(Clone, Debug)]
@@ -33,6 +39,9 @@ pub struct NodeSpec {
     pub image: String,
     pub vcpus: f64,
     pub memory_mib: i64,
+    /// The pool's containerConfiguration: images its tasks' containers run, made ready as the
+    /// node starts, and the registries to pull them from. None: the pool runs no containers.
+    pub containers: Option<PoolContainers>,
 }
 
 /// A node that is up.
@@ -49,6 +58,15 @@ pub struct FoundNode {
     pub running: bool,
 }
 
+/// Why a task's container could not run, in Azure's terms (`code` goes to the task's
+/// failureInfo, and the task is retried as a task whose resource files failed).
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ContainerError {
+    pub code: &'static str,
+    pub message: String,
+}
+
 /// Why a node could not be made, in Azure's terms (`code` goes to the node's errors and the
 /// pool's resizeErrors).
 #[derive(Debug, thiserror::Error)]
@@ -56,52 +74,6 @@ pub struct FoundNode {
 pub struct NodeError {
     pub code: &'static str,
     pub message: String,
-}
-
-/// Where nodes and task directories live on this host.
-#[derive(Clone, Debug)]
-pub struct Layout {
-    pub nodes: PathBuf,
-    pub workitems: PathBuf,
-    /// Application packages: `<account>/<application, lower case>/<version>.zip`. Only the
-    /// server and `batchpool account package` write here.
-    pub applications: PathBuf,
-}
-
-impl Layout {
-    pub fn new(data_dir: &Path) -> Self {
-        Self {
-            nodes: data_dir.join("nodes"),
-            workitems: data_dir.join("workitems"),
-            applications: data_dir.join("applications"),
-        }
-    }
-
-    /// An application package version's zip file.
-    pub fn package_file(&self, account: &str, application: &str, version: &str) -> PathBuf {
-        self.applications
-            .join(account)
-            .join(application.to_lowercase())
-            .join(format!("{version}.zip"))
-    }
-
-    pub fn account_workitems(&self, account: &str) -> PathBuf {
-        self.workitems.join(account)
-    }
-
-    /// A job's directory: Azure's `workitems/{job}` below its account's workitems.
-    pub fn job_dir(&self, account: &str, job_id: &str) -> Below {
-        Below {
-            root: self.account_workitems(account),
-            rel: PathBuf::from(job_id),
-        }
-    }
-
-    /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`.
-    pub fn task_dir(&self, account: &str, job_id: &str, task_id: &str) -> Below {
-        self.job_dir(account, job_id)
-            .join(Path::new("job-1").join(task_id))
-    }
 }
 
 /// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
@@ -168,6 +140,38 @@ pub trait NodeRuntime: Send + Sync {
         env: Vec<(String, String)>,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>>;
+
+    /// Runs the [`task::WRAPPER`] in a container of its own from `container`'s image, inside
+    /// the node (its directories, processes, network and limits), and waits for its exit code;
+    /// `started` learns the pid of its process group, as the node sees it. Runtimes without
+    /// containers refuse, with a [`ContainerError`].
+    fn exec_in_container<'a>(
+        &'a self,
+        _at: (&'a str, &'a str),
+        _env: Vec<(String, String)>,
+        _container: &'a TaskContainer,
+        _started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move {
+            Err(ContainerError {
+                code: "ContainerNotSupported",
+                message: format!(
+                    "the {} runtime runs no containers; a task with containerSettings needs a server started with --runtime docker",
+                    self.name()
+                ),
+            }
+            .into())
+        })
+    }
+
+    /// Removes the task containers of this installation that are no longer running (those
+    /// of attempts a previous server started and this one adopted, or left half made).
+    fn remove_finished_task_containers<'a>(
+        &'a self,
+        _server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// Kills the process group `pid` (> 1) on the node.
     fn kill_group<'a>(
@@ -330,9 +334,26 @@ impl Runtime {
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
         spec.dirs.prepare(spec.attempt).await?;
-        self.node
-            .exec(server_id, node_id, spec.wrapper_env(), started)
-            .await
+        match &spec.container {
+            Some(container) => {
+                self.node
+                    .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
+                    .await
+            }
+            None => {
+                self.node
+                    .exec(server_id, node_id, spec.wrapper_env(), started)
+                    .await
+            }
+        }
+    }
+
+    /// Removes task containers no attempt runs in any more (see
+    /// [`NodeRuntime::remove_finished_task_containers`]).
+    pub async fn remove_finished_task_containers(&self, server_id: &str) {
+        if let Err(e) = self.node.remove_finished_task_containers(server_id).await {
+            tracing::warn!(error = %format!("{e:#}"), "removing finished task containers failed");
+        }
     }
 
     /// The exit code an attempt recorded, if it finished.

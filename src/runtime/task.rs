@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::safe_fs::Below;
+use crate::domain::container::ContainerSettings;
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
 /// the task's `wd`, with stdout.txt and stderr.txt written into the task directory as it runs.
@@ -17,6 +18,18 @@ pub struct ExecSpec {
     /// passes for the new one's.
     pub attempt: i32,
     pub env: Vec<(String, String)>,
+    /// The task's own container, if it runs in one rather than in its node's.
+    pub container: Option<TaskContainer>,
+}
+
+/// A task's own container: its settings, and its share of the node (its required slots over
+/// the node's), which bounds it where the engine cannot nest it inside the node's limits.
+#[derive(Clone, Debug)]
+pub struct TaskContainer {
+    pub settings: ContainerSettings,
+    pub share: f64,
+    /// `job/task/attempt`, to label the container with.
+    pub label: String,
 }
 
 /// A task directory, on this host and as the node sees it. On this host it lies below a
@@ -106,11 +119,12 @@ pub const STATE_DIR: &str = ".batchpool";
 /// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
 /// not see finish. It also prints its pid first on its own output, which is the server's: so
 /// the server knows whom to kill without reading a file in a directory that may be gone. The command line travels in an environment variable, so no quoting breaks it.
+/// It starts in BATCHPOOL_WORKDIR where a container task starts in its image's directory.
 /// It starts no program but itself (the directories are made beforehand, and a half-written exit
 /// file reads as "not yet"), since every process costs on the hot path: the command runs in a
 /// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
 /// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
-pub(super) const WRAPPER: &str = r#"cd "$AZ_BATCH_TASK_WORKING_DIR" || exit 127
+pub(super) const WRAPPER: &str = r#"cd "${BATCHPOOL_WORKDIR:-$AZ_BATCH_TASK_WORKING_DIR}" || exit 127
 echo $$ > "$BATCHPOOL_STATE"
 echo $$
 (eval "$BATCHPOOL_COMMAND_LINE") >"$AZ_BATCH_TASK_DIR/stdout.txt" 2>"$AZ_BATCH_TASK_DIR/stderr.txt" </dev/null

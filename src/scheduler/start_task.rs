@@ -169,6 +169,7 @@ where
         dirs: command.dirs,
         attempt: 0,
         env: command.env,
+        container: None,
     };
     let start = chrono::Utc::now();
     let mut retry_count = 0;

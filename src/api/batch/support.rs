@@ -182,7 +182,10 @@ pub const TASK_ADD: Table = &[
         "constraints",
         Works("jobs.rs::retries_wall_clock_and_live_output"),
     ),
-    ("containerSettings", Refused("a container per task")),
+    (
+        "containerSettings",
+        Works("containers.rs::tasks_run_each_in_a_container_of_their_own"),
+    ),
     ("dependsOn", Works("jobs.rs::dependencies")),
     (
         "displayName",
@@ -414,7 +417,10 @@ pub const JOB_MANAGER_TASK: Table = &[
         "constraints",
         Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),
     ),
-    ("containerSettings", Refused("a container per task")),
+    (
+        "containerSettings",
+        Works("containers.rs::tasks_run_each_in_a_container_of_their_own"),
+    ),
     (
         "displayName",
         Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),

@@ -16,7 +16,8 @@ pub use output::{
 };
 pub use pattern::Pattern;
 
-/// The files a task moves, kept with the task (one column, null for most tasks).
+/// The files a task moves and what its command runs in, kept with the task (one column, null
+/// for most tasks).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskFiles {
@@ -26,6 +27,9 @@ pub struct TaskFiles {
     pub output_files: Vec<OutputFile>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub application_package_references: Vec<PackageReference>,
+    /// The container the task's command runs in, if not in its node's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_settings: Option<crate::domain::container::ContainerSettings>,
 }
 
 impl TaskFiles {
@@ -33,6 +37,7 @@ impl TaskFiles {
         self.resource_files.is_empty()
             && self.output_files.is_empty()
             && self.application_package_references.is_empty()
+            && self.container_settings.is_none()
     }
 
     /// Whether the task has anything to put in place before its command (it is `preparing`

@@ -13,7 +13,8 @@ use super::{container_name, status_of, DockerRuntime};
 use crate::runtime::task::WRAPPER;
 
 /// What an attached exec streams back.
-type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+pub(super) type Output =
+    Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
 impl DockerRuntime {
     pub(super) async fn exec(
@@ -141,7 +142,7 @@ impl DockerRuntime {
 
 /// Reads the wrapper's output to its end. Its first line is its pid (in the node's pid
 /// namespace), which `started` learns; nothing else comes, as the command's output goes to files.
-async fn read_pid_to_end(
+pub(super) async fn read_pid_to_end(
     mut output: Output,
     mut started: Option<tokio::sync::oneshot::Sender<i32>>,
 ) -> anyhow::Result<()> {

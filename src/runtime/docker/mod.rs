@@ -9,6 +9,7 @@
 mod exec;
 mod image;
 mod node;
+mod task_container;
 
 use std::path::Path;
 
@@ -17,7 +18,9 @@ use bollard::Docker;
 
 pub use image::build_busybox_image;
 
-use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec};
+use super::{
+    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, TaskContainer,
+};
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
 pub const NODE_ROOT: &str = "/mnt/batch/tasks";
@@ -40,6 +43,10 @@ pub struct DockerRuntime {
     /// Held while a network is looked up and made: engines before API 1.44 make a second network
     /// of the same name when asked twice, and a name that matches two is unusable.
     networks: tokio::sync::Mutex<()>,
+    /// What task containers need of each node's container, by container name.
+    nodes: std::sync::Mutex<std::collections::HashMap<String, task_container::NodeContainer>>,
+    /// Whether the engine nests cgroups, once asked.
+    nesting: tokio::sync::OnceCell<bool>,
 }
 
 /// Connects to the engine at `host` (a `unix://` or `tcp://` address) or the local default, and
@@ -78,6 +85,8 @@ impl DockerRuntime {
             docker,
             layout,
             networks: tokio::sync::Mutex::default(),
+            nodes: std::sync::Mutex::default(),
+            nesting: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -156,6 +165,27 @@ impl NodeRuntime for DockerRuntime {
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(DockerRuntime::exec(self, server_id, node_id, env, started))
+    }
+
+    fn exec_in_container<'a>(
+        &'a self,
+        at: (&'a str, &'a str),
+        env: Vec<(String, String)>,
+        container: &'a TaskContainer,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(DockerRuntime::exec_in_container(
+            self, at, env, container, started,
+        ))
+    }
+
+    fn remove_finished_task_containers<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerRuntime::remove_finished_task_containers(
+            self, server_id,
+        ))
     }
 
     fn kill_group<'a>(

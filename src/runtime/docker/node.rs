@@ -32,6 +32,8 @@ impl DockerRuntime {
         root: &Path,
         workitems: &Path,
     ) -> Result<NodeHandle, NodeError> {
+        // The pool's images first: with a registry, the node's own may be pulled among them.
+        self.ready_task_images(spec).await?;
         self.check_image(spec).await?;
         let name = container_name(&spec.server_id, &spec.node_id);
         let network = self.account_network(spec).await?;
@@ -62,6 +64,23 @@ impl DockerRuntime {
             });
         }
         Err(failed(spec, "inspecting the image", e))
+    }
+
+    /// The pool's containerImageNames are made ready as the node starts (pulled with the pool's
+    /// registries where the engine lacks them), as Azure prefetches them.
+    async fn ready_task_images(&self, spec: &NodeSpec) -> Result<(), NodeError> {
+        let Some(containers) = &spec.containers else {
+            return Ok(());
+        };
+        for image in &containers.container_image_names {
+            if let Err((code, message)) = self
+                .ready_image(image, &containers.container_registries)
+                .await
+            {
+                return Err(NodeError { code, message });
+            }
+        }
+        Ok(())
     }
 
     async fn account_network(&self, spec: &NodeSpec) -> Result<String, NodeError> {
@@ -145,6 +164,7 @@ impl DockerRuntime {
     }
 
     pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        self.forget_node(server_id, node_id);
         let container = container_name(server_id, node_id);
         let account = match self.docker.inspect_container(&container, None).await {
             Ok(info) => info

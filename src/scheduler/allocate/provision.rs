@@ -1,6 +1,7 @@
 //! Provisioning a node: its container (a reboot restarts it first), its row and usage record,
 //! then its start task.
 
+use crate::domain::container::PoolContainers;
 use chrono::Utc;
 use serde_json::json;
 
@@ -88,6 +89,7 @@ impl Allocator {
             image: pool.image.clone(),
             vcpus: pool.vcpus,
             memory_mib: pool.memory_mib,
+            containers: PoolContainers::of(pool.vm_config.as_ref()),
         };
         let created = {
             let _permit = self.limit.acquire().await?;

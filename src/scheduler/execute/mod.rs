@@ -148,6 +148,10 @@ impl Executor {
     /// code was recorded), still running (watched until it ends), or lost (requeued).
     pub async fn recover(self: &Arc<Self>) -> sqlx::Result<()> {
         store::preparations::retry_running_releases(&self.db).await?;
+        // Containers of attempts that ended while no server watched, or were never started.
+        self.runtime
+            .remove_finished_task_containers(&self.server_id)
+            .await;
         let attempts = store::tasks::running_attempts(&self.db, None).await?;
         let (mut finished, mut adopted, mut lost) = (0, 0, 0);
         for a in attempts {
@@ -297,7 +301,12 @@ impl Executor {
         let stop = kill.child_token();
         let run = async {
             let code = if let Some(pid) = adopted {
-                self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await
+                let code = self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await;
+                // No one waited on its container, if it ran in one.
+                self.runtime
+                    .remove_finished_task_containers(&self.server_id)
+                    .await;
+                code
             } else {
                 match self.start(a, &node_id, &dirs, &stop, started).await {
                     Ok(code) => code,

@@ -4,10 +4,10 @@
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use crate::runtime::{ExecSpec, TaskDirs};
+use crate::runtime::{ContainerError, ExecSpec, TaskContainer, TaskDirs};
 use crate::scheduler::complete::Outcome;
 use crate::scheduler::start_task::task_environment;
-use crate::scheduler::task_files;
+use crate::scheduler::task_files::{self, Failure};
 use crate::store::tasks::AttemptRow;
 
 impl Executor {
@@ -49,11 +49,29 @@ impl Executor {
                 .into_iter()
                 .chain(package_env)
                 .collect(),
+            container: task_container(a),
         };
-        Ok(self
+        match self
             .runtime
             .exec(&self.server_id, node_id, &spec, Some(started))
             .await
-            .map_err(|e| format!("{e:#}")))
+        {
+            Ok(code) => Ok(Ok(code)),
+            Err(e) => match e.downcast::<ContainerError>() {
+                Ok(c) => Err(Outcome::NotPrepared(Failure::new(c.code, c.message))),
+                Err(e) => Ok(Err(format!("{e:#}"))),
+            },
+        }
     }
+}
+
+/// The attempt's own container, if its task runs in one: its share of the node is its slots'.
+fn task_container(a: &AttemptRow) -> Option<TaskContainer> {
+    let settings = a.files.as_ref()?.0.container_settings.clone()?;
+    let slots = a.pool_slots.unwrap_or(1).max(1);
+    Some(TaskContainer {
+        settings,
+        share: (f64::from(a.required_slots) / f64::from(slots)).min(1.0),
+        label: format!("{}/{}/{}", a.job_id, a.task_id, a.attempt),
+    })
 }

@@ -40,6 +40,9 @@ pub struct AttemptRow {
     pub pool_packages: Option<Json<Vec<PoolPackage>>>,
     /// A job manager task whose completion ends its job.
     pub kills_job: bool,
+    pub required_slots: i32,
+    /// The task slots of a node of the attempt's pool.
+    pub pool_slots: Option<i32>,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -48,7 +51,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, "# + $tail
             $(, $arg)*
         )
     };
@@ -61,7 +64,7 @@ pub async fn running_attempts(
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
         "SELECT",
-        r#"p.application_packages AS "pool_packages: _", coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
+        r#"p.application_packages AS "pool_packages: _", p.task_slots_per_node AS "pool_slots?", coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
          FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk LEFT JOIN pools p ON p.pk = n.pool_pk
          WHERE t.state IN ('preparing', 'running') AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
         pks,
@@ -120,7 +123,7 @@ pub async fn start_attempts(
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
          WHERE t.pk = u.pk AND j.pk = t.job_pk \
          RETURNING",
-        r#"p.application_packages AS "pool_packages: _", true AS "node_alive!""#,
+        r#"p.application_packages AS "pool_packages: _", p.task_slots_per_node AS "pool_slots?", true AS "node_alive!""#,
         task_pks,
         node_pks,
     )

@@ -101,13 +101,22 @@ fn refusal(pool_id: &str, refused: Refused) -> ApiError {
 
 /// A pool as Azure's `BatchPool` JSON.
 pub fn pool_json(p: &PoolRow, base: &str) -> Value {
-    let vm_config = p.vm_config.clone().unwrap_or_else(|| {
+    let mut vm_config = p.vm_config.clone().unwrap_or_else(|| {
         // No configuration was given: say which image the nodes run, in Azure's own terms.
         json!({
             "nodeAgentSKUId": "batch.node.batchpool",
             "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [p.image]},
         })
     });
+    // Registry passwords are the user's secrets: kept to pull with, never shown.
+    if let Some(registries) = vm_config
+        .pointer_mut("/containerConfiguration/containerRegistries")
+        .and_then(Value::as_array_mut)
+    {
+        for r in registries.iter_mut().filter_map(Value::as_object_mut) {
+            r.remove("password");
+        }
+    }
     let mut pool = json!({
         "id": p.id,
         "url": format!("{base}/pools/{}", p.id),

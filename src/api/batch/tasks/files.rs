@@ -4,6 +4,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 
 use crate::api::error::{ApiError, ApiResult};
+use crate::domain::container::{ContainerSettings, PoolContainers};
 use crate::domain::files::{
     Invalid, OutputFile, PackageReference, PoolPackage, ResourceFile, TaskFiles,
 };
@@ -15,6 +16,9 @@ use crate::store::{self, applications::ApplicationRow, jobs::JobRow};
 pub(super) struct FileContext {
     pub(super) linked_storage: bool,
     applications: Vec<ApplicationRow>,
+    /// Whether the job's pool runs containers (has a containerConfiguration); None when the
+    /// pool does not exist (yet).
+    pub(super) container_pool: Option<bool>,
 }
 
 impl FileContext {
@@ -23,6 +27,7 @@ impl FileContext {
         job: &JobRow,
         linked_storage: bool,
         packages: bool,
+        containers: bool,
     ) -> ApiResult<FileContext> {
         let mut context = FileContext::default();
         if linked_storage {
@@ -32,6 +37,11 @@ impl FileContext {
         }
         if packages {
             context.applications = store::applications::list(&mut **tx, &job.account, None).await?;
+        }
+        if containers {
+            context.container_pool = store::pools::get(&mut **tx, &job.account, &job.pool_id)
+                .await?
+                .map(|p| PoolContainers::of(p.vm_config.as_ref()).is_some());
         }
         Ok(context)
     }
@@ -80,12 +90,14 @@ pub(super) fn task_files(
     resource_files: Option<Vec<ResourceFile>>,
     output_files: Option<Vec<OutputFile>>,
     packages: Option<Vec<PackageReference>>,
+    container_settings: Option<ContainerSettings>,
     context: &FileContext,
 ) -> ApiResult<Option<Value>> {
     let files = TaskFiles {
         resource_files: resource_files.unwrap_or_default(),
         output_files: output_files.unwrap_or_default(),
         application_package_references: packages.unwrap_or_default(),
+        container_settings,
     };
     context.check_packages(&files.application_package_references)?;
     check_resource_files("resourceFiles", &files.resource_files)?;
@@ -93,6 +105,27 @@ pub(super) fn task_files(
         o.check(&format!("outputFiles[{i}]")).map_err(invalid)?;
     }
     Ok((!files.is_empty()).then(|| serde_json::to_value(&files).expect("serializable")))
+}
+
+/// A task's containerSettings, checked: its pool must run containers, as on Azure.
+pub(super) fn container_settings(
+    raw: Value,
+    context: &FileContext,
+) -> ApiResult<ContainerSettings> {
+    let settings: ContainerSettings = serde_json::from_value(raw.clone()).map_err(|e| {
+        ApiError::invalid_property("containerSettings", raw.to_string(), e.to_string())
+    })?;
+    settings
+        .check("containerSettings")
+        .map_err(|(property, value, why)| ApiError::invalid_property(&property, value, why))?;
+    if context.container_pool == Some(false) {
+        return Err(ApiError::invalid_property(
+            "containerSettings",
+            &settings.image_name,
+            "the job's pool has no virtualMachineConfiguration.containerConfiguration; a task runs in a container of its own only on a pool that has one, as on Azure",
+        ));
+    }
+    Ok(settings)
 }
 
 /// Checks resource files; `property` names the list (`resourceFiles`, `startTask.resourceFiles`).

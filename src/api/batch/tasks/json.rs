@@ -42,7 +42,15 @@ pub fn task_json(job: &JobRow, t: &TaskRow, base: &str) -> Value {
         obj.insert("exitConditions".into(), e.clone());
     }
     if let Some(files) = &t.files {
-        if let Ok(Value::Object(fields)) = serde_json::to_value(&files.0) {
+        if let Ok(Value::Object(mut fields)) = serde_json::to_value(&files.0) {
+            // A registry's password is the user's secret: kept to pull with, never shown.
+            if let Some(registry) = fields
+                .get_mut("containerSettings")
+                .and_then(|c| c.get_mut("registry"))
+                .and_then(Value::as_object_mut)
+            {
+                registry.remove("password");
+            }
             obj.extend(fields);
         }
     }

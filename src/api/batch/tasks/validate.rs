@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::files::{refuse_auto_storage, task_files, FileContext};
+use super::files::{container_settings, refuse_auto_storage, task_files, FileContext};
 use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
@@ -148,6 +148,7 @@ pub struct TaskCreate {
     resource_files: Option<Vec<ResourceFile>>,
     output_files: Option<Vec<OutputFile>>,
     application_package_references: Option<Vec<PackageReference>>,
+    container_settings: Option<Value>,
     /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -163,7 +164,11 @@ pub(super) fn validate(
     let id = t.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
     not_a_job_task_id(&id, job)?;
-    let command_line = command_line(t.command_line)?;
+    let container = t
+        .container_settings
+        .map(|raw| container_settings(raw, &known.files))
+        .transpose()?;
+    let command_line = command_line(t.command_line, container.is_some())?;
     refuse_unsupported(TASK_ADD, "", &t.rest)?;
     let required_slots = required_slots(t.required_slots, job, pool_slots)?;
     let c = t.constraints.unwrap_or_default();
@@ -186,6 +191,7 @@ pub(super) fn validate(
         t.resource_files,
         t.output_files,
         t.application_package_references,
+        container,
         &known.files,
     )?;
     Ok(NewTask {
@@ -233,9 +239,10 @@ fn not_a_job_task_id(id: &str, job: &JobRow) -> ApiResult<()> {
     Ok(())
 }
 
-fn command_line(given: Option<String>) -> ApiResult<String> {
+/// A command line; a container task's may be empty (its image's own command runs, as on Azure).
+fn command_line(given: Option<String>, in_container: bool) -> ApiResult<String> {
     let command_line = given.ok_or_else(|| ApiError::missing_property("commandLine"))?;
-    if command_line.trim().is_empty() {
+    if command_line.trim().is_empty() && !in_container {
         return Err(ApiError::invalid_property(
             "commandLine",
             &command_line,
@@ -351,7 +358,15 @@ pub(super) async fn known_ids(
             .as_ref()
             .is_some_and(|p| !p.is_empty())
     });
-    known.files = FileContext::read(tx, job, names_linked_storage, names_packages).await?;
+    let names_containers = bodies.iter().any(|b| b.container_settings.is_some());
+    known.files = FileContext::read(
+        tx,
+        job,
+        names_linked_storage,
+        names_packages,
+        names_containers,
+    )
+    .await?;
     if !job.uses_task_dependencies {
         return Ok(known);
     }

@@ -1,0 +1,256 @@
+//! A container per task (Azure's `containerSettings` on a pool with a `containerConfiguration`):
+//! seed 002's provider, which packs each job's tasks into nodes by their slots and runs each in
+//! a container of its own. The task image is built here from the node image (no registry).
+
+mod common;
+
+use common::{docker_containers, run_ok, wait_for, Rt, TestServer};
+use serde_json::{json, Value};
+
+/// The task image: the node's busybox with a marker file in its own working directory and a
+/// default command that prints it.
+const TASK_IMAGE: &str = "batchpool-test/task-image:1";
+
+fn build_task_image() {
+    let dockerfile = "FROM batchpool/node:latest\nWORKDIR /app\nRUN echo from-the-task-image > /app/marker\nCMD [\"cat\", \"/app/marker\"]\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("Dockerfile"), dockerfile).unwrap();
+    run_ok(
+        std::process::Command::new("docker")
+            .args(["build", "-q", "-t", TASK_IMAGE])
+            .arg(dir.path()),
+    );
+}
+
+/// A pool whose nodes run containers, with task slots as vCPUs (seed 002's rule).
+async fn container_pool(s: &TestServer, pool: &str) {
+    build_task_image();
+    let body = json!({
+        "id": pool, "vmSize": "standard_a2_v2", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2,
+        "virtualMachineConfiguration": {
+            "imageReference": {"publisher": "microsoft-azure-batch", "offer": "ubuntu-server-container", "sku": "20-04-lts"},
+            "nodeAgentSKUId": "batch.node.ubuntu 20.04",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": ["batchpool/node:latest", TASK_IMAGE]},
+        },
+    });
+    let (status, answer) = s.post("/pools", &body).await;
+    assert_eq!(status, 201, "{answer}");
+    s.wait_nodes(pool, 1, "idle").await;
+}
+
+/// The task containers of this server that exist now.
+fn task_containers(server_id: &str) -> Vec<Value> {
+    docker_containers(server_id)
+        .into_iter()
+        .filter(|c| c["Config"]["Labels"]["batchpool.task"].is_string())
+        .collect()
+}
+
+async fn stdout(s: &TestServer, job: &str, task: &str) -> String {
+    s.file(&format!("/jobs/{job}/tasks/{task}/files/stdout.txt"))
+        .await
+        .unwrap_or_default()
+}
+
+fn engine_nests_cgroups() -> bool {
+    run_ok(std::process::Command::new("docker").args([
+        "info",
+        "--format",
+        "{{.CgroupVersion}} {{.CgroupDriver}}",
+    ]))
+    .trim()
+        == "1 cgroupfs"
+}
+
+#[tokio::test]
+async fn tasks_run_each_in_a_container_of_their_own() {
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    let settings =
+        json!({"imageName": TASK_IMAGE, "containerRunOptions": "--rm -e GREETING=hello"});
+    // The task's cgroup ends in its container's id, below its node's where the engine nests.
+    let command = "echo \"$(grep -m1 memory /proc/self/cgroup) $(cat /app/marker) $GREETING $AZ_BATCH_TASK_ID $(pwd)\"; grep -w hierarchical_memory_limit /sys/fs/cgroup/memory/memory.stat";
+    let mut tasks: Vec<Value> = (1..=4)
+        .map(|i| json!({"id": format!("1000000{i}"), "commandLine": command, "requiredSlots": 1, "containerSettings": settings}))
+        .collect();
+    // The image's own directory and command: an empty command line runs the image's CMD.
+    tasks.push(json!({"id": "image-default", "commandLine": "", "containerSettings": {"imageName": TASK_IMAGE, "workingDirectory": "containerImageDefault"}}));
+    // A task without containerSettings runs in its node, which has no marker.
+    tasks.push(
+        json!({"id": "on-node", "commandLine": "hostname; test -e /app/marker || echo no-marker"}),
+    );
+    s.add_tasks("j", tasks).await;
+    for t in s.wait_all_completed("j", 6).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    }
+    let node_out = stdout(&s, "j", "on-node").await;
+    assert!(node_out.ends_with("no-marker\n"), "{node_out}");
+    let server = s.server_id().await;
+    let node_container = docker_containers(&server)
+        .into_iter()
+        .find(|c| c["Config"]["Labels"]["batchpool.task"].is_null())
+        .unwrap()["Id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut containers = Vec::new();
+    for i in 1..=4 {
+        let id = format!("1000000{i}");
+        let out = stdout(&s, "j", &id).await;
+        let words: Vec<&str> = out.split_whitespace().collect();
+        let wd = format!("/mnt/batch/tasks/workitems/j/job-1/{id}/wd");
+        let expected = ["from-the-task-image", "hello", id.as_str(), wd.as_str()];
+        assert_eq!(&words[1..5], expected, "{out}");
+        let (parent, container) = words[0].rsplit_once('/').unwrap();
+        if engine_nests_cgroups() {
+            // Inside the node's limits: the container's cgroup is in the node's, whose memory
+            // (standard_a2_v2's 4 GiB) bounds it.
+            assert!(parent.ends_with(&node_container), "{out}");
+            assert_eq!(words[6], (4096u64 << 20).to_string(), "{out}");
+        }
+        containers.push(container.to_string());
+    }
+    containers.sort();
+    containers.dedup();
+    assert_eq!(containers.len(), 4, "a container each: {containers:?}");
+    assert!(!containers.contains(&node_container));
+    assert_eq!(
+        stdout(&s, "j", "image-default").await,
+        "from-the-task-image\n"
+    );
+    let t = s.task("j", "10000001").await;
+    assert_eq!(t["containerSettings"], settings);
+    wait_for("the task containers to be removed", || async {
+        task_containers(&server).is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn terminating_a_job_kills_its_task_containers() {
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    let settings = json!({"imageName": TASK_IMAGE});
+    s.add_tasks("j", vec![
+        json!({"id": "long", "commandLine": "sleep 300", "containerSettings": settings}),
+        json!({"id": "queued", "commandLine": "sleep 300", "requiredSlots": 2, "containerSettings": settings}),
+    ]).await;
+    s.wait_task("j", "long", "running").await;
+    let server = s.server_id().await;
+    let running = wait_for("the task's container", || async {
+        let found = task_containers(&server);
+        (!found.is_empty()).then_some(found)
+    })
+    .await;
+    assert_eq!(running.len(), 1, "the queued task needs the whole node");
+    assert_eq!(running[0]["Config"]["Image"], TASK_IMAGE);
+    assert_eq!(running[0]["Config"]["Labels"]["batchpool.task"], "j/long/1");
+    let (status, body) = s
+        .post(
+            "/jobs/j/terminate",
+            &json!({"terminateReason": "RemoteBatchJobAbort"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let (_, job) = s.get("/jobs/j").await;
+    assert_eq!(
+        job["executionInfo"]["terminateReason"],
+        "RemoteBatchJobAbort"
+    );
+    s.wait_task("j", "long", "completed").await;
+    wait_for("the task container to be gone", || async {
+        task_containers(&server).is_empty().then_some(())
+    })
+    .await;
+    let queued = s.task("j", "queued").await;
+    assert!(
+        queued["executionInfo"]["startTime"].is_null(),
+        "never started: {queued}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_finds_a_task_container_running_and_cleans_up_after_it() {
+    let mut s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "sleep 5; echo finished", "containerSettings": {"imageName": TASK_IMAGE}})]).await;
+    s.wait_task("j", "t", "running").await;
+    let server = s.server_id().await;
+    wait_for("the task's container", || async {
+        (!task_containers(&server).is_empty()).then_some(())
+    })
+    .await;
+    s.kill().await;
+    s.launch().await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(
+        t["executionInfo"]["requeueCount"], 0,
+        "adopted, not run again: {t}"
+    );
+    assert_eq!(stdout(&s, "j", "t").await, "finished\n");
+    wait_for("the task container to be removed", || async {
+        task_containers(&server).is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn container_settings_are_checked_and_failures_reported() {
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    let refused = |options: &str| json!({"id": "x", "commandLine": "true", "containerSettings": {"imageName": TASK_IMAGE, "containerRunOptions": options}});
+    for (options, named) in [
+        ("--privileged", "--privileged"),
+        ("-v /:/host", "-v"),
+        ("--network=host", "--network"),
+        ("--gpus all", "--gpus"),
+    ] {
+        let (status, body) = s.post("/jobs/j/tasks", &refused(options)).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["message"]["value"].as_str().unwrap().contains(named),
+            "{body}"
+        );
+        let values = body["values"].as_array().unwrap();
+        assert!(
+            values.iter().any(|v| v["key"] == "PropertyName"
+                && v["value"] == "containerSettings.containerRunOptions"),
+            "{body}"
+        );
+    }
+    // A pool without a containerConfiguration runs no task containers, as on Azure.
+    s.pool_of_one_idle_node("plain").await;
+    s.job_on("jp", "plain").await;
+    let (status, body) = s.post("/jobs/jp/tasks", &json!({"id": "x", "commandLine": "true", "containerSettings": {"imageName": TASK_IMAGE}})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string().contains("containerConfiguration"),
+        "{body}"
+    );
+    // An image the engine lacks, with no registry or with one that cannot be reached: the task
+    // fails as Azure reports a failure before the command, and its command never runs.
+    s.add_tasks("j", vec![
+        json!({"id": "missing", "commandLine": "true", "constraints": {"maxTaskRetryCount": 0}, "containerSettings": {"imageName": "batchpool-test/absent:1"}}),
+        json!({"id": "unreachable", "commandLine": "true", "constraints": {"maxTaskRetryCount": 0}, "containerSettings": {"imageName": "127.0.0.1:9/absent:1", "registry": {"registryServer": "127.0.0.1:9", "userName": "u", "password": "secret"}}}),
+    ]).await;
+    for (task, code) in [
+        ("missing", "ContainerImageNotFound"),
+        ("unreachable", "ContainerImagePullFailed"),
+    ] {
+        let t = s.wait_task("j", task, "completed").await;
+        assert_eq!(t["executionInfo"]["result"], "failure", "{t}");
+        assert_eq!(t["executionInfo"]["failureInfo"]["code"], code, "{t}");
+        assert!(t["executionInfo"]["exitCode"].is_null(), "{t}");
+    }
+    let t = s.task("j", "unreachable").await;
+    assert_eq!(t["containerSettings"]["registry"]["userName"], "u");
+    assert!(
+        t["containerSettings"]["registry"].get("password").is_none(),
+        "the password is never shown: {t}"
+    );
+}
