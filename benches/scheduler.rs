@@ -1,7 +1,8 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,nodes,data,scale (comma-separated) picks sections.
+//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,data,scale (comma-separated) picks
+//! sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x 16 slots, against
@@ -10,6 +11,9 @@
 //!   submit -> completed;
 //! - docker: BENCH_DOCKER_TASKS (2,000) no-op tasks on a one-node Docker pool with
 //!   BENCH_DOCKER_SLOTS (4) slots, against raw execs of the same command, as many at a time;
+//! - containers: BENCH_CONTAINER_TASKS (200) no-op tasks with containerSettings, each in a
+//!   container of its own, on a one-node Docker pool with BENCH_DOCKER_SLOTS (4) slots, against
+//!   `docker run --rm` of the same image and command (engine API and CLI), as many at a time;
 //! - nodes: a Docker pool resized 0 -> BENCH_NODES (50) until all idle, against creating and
 //!   starting as many containers directly;
 //! - data: resource files, BENCH_SMALL_BLOBS (1,000) small blobs and one BENCH_BIG_MIB (1,024)
@@ -42,7 +46,7 @@ async fn main() {
     if selected("latency") {
         suite::latency::run(env("BENCH_LATENCY_TRIES", 200)).await;
     }
-    if selected("docker") || selected("nodes") {
+    if selected("docker") || selected("containers") || selected("nodes") {
         if let Some(docker) = suite::docker::engine().await {
             if selected("docker") {
                 let (tasks, slots) = (
@@ -50,6 +54,13 @@ async fn main() {
                     env("BENCH_DOCKER_SLOTS", 4),
                 );
                 suite::docker::dispatch(&docker, tasks, slots).await;
+            }
+            if selected("containers") {
+                let (tasks, slots) = (
+                    env("BENCH_CONTAINER_TASKS", 200),
+                    env("BENCH_DOCKER_SLOTS", 4),
+                );
+                suite::containers::dispatch(&docker, tasks, slots).await;
             }
             if selected("nodes") {
                 suite::docker::allocation(&docker, env("BENCH_NODES", 50), 16).await;

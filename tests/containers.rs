@@ -247,6 +247,33 @@ async fn container_settings_are_checked_and_failures_reported() {
         assert_eq!(t["executionInfo"]["failureInfo"]["code"], code, "{t}");
         assert!(t["executionInfo"]["exitCode"].is_null(), "{t}");
     }
+    // A pool's containerImageNames are made ready as its nodes start: one the engine lacks
+    // (and no registry is given to pull it from) makes the node unusable, saying which.
+    let body = json!({"id": "absent", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "virtualMachineConfiguration": {"nodeAgentSKUId": "batch.node.ubuntu 20.04",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": ["batchpool/node:latest", "batchpool-test/absent:2"],
+                "containerRegistries": [{"registryServer": "registry.example", "userName": "u", "password": "secret"}]}}});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let node = &s.wait_nodes("absent", 1, "unusable").await[0];
+    assert_eq!(
+        node["errors"][0]["code"], "ContainerImagePullFailed",
+        "{node}"
+    );
+    assert!(
+        node["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batchpool-test/absent:2"),
+        "{node}"
+    );
+    let (_, pool) = s.get("/pools/absent").await;
+    let registry =
+        &pool["virtualMachineConfiguration"]["containerConfiguration"]["containerRegistries"][0];
+    assert_eq!(registry["userName"], "u");
+    assert!(
+        registry.get("password").is_none(),
+        "the password is never shown: {pool}"
+    );
     let t = s.task("j", "unreachable").await;
     assert_eq!(t["containerSettings"]["registry"]["userName"], "u");
     assert!(

@@ -143,7 +143,7 @@ pub async fn allocation(docker: &Docker, nodes: usize, concurrency: usize) {
 }
 
 /// A container of the node image that only stays up, as a node's does.
-async fn create_plain(docker: &Docker, name: &str) {
+pub(super) async fn create_plain(docker: &Docker, name: &str) {
     let body = ContainerCreateBody {
         image: Some(IMAGE.into()),
         entrypoint: Some(vec![
@@ -163,7 +163,7 @@ async fn create_plain(docker: &Docker, name: &str) {
     docker.create_container(Some(options), body).await.unwrap();
 }
 
-async fn remove(docker: &Docker, name: &str) {
+pub(super) async fn remove(docker: &Docker, name: &str) {
     let options = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)

@@ -4,6 +4,7 @@
 #[path = "../../tests/common/blobs.rs"]
 #[allow(dead_code)]
 mod blobs;
+pub mod containers;
 pub mod data;
 pub mod docker;
 pub mod latency;
@@ -236,16 +237,37 @@ impl Server {
 /// Adds `count` tasks to `job` from `clients` concurrent clients, 100 per addtaskcollection;
 /// returns the seconds it took.
 pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, command: &str) -> f64 {
+    let command = command.to_string();
+    add_tasks_with(
+        s,
+        job,
+        count,
+        clients,
+        move |i| json!({"id": format!("t{i}"), "commandLine": command}),
+    )
+    .await
+}
+
+/// Adds `count` tasks, the i-th made by `task(i)`, 100 per request from `clients` clients;
+/// returns the seconds it took.
+pub async fn add_tasks_with(
+    s: &Server,
+    job: &str,
+    count: usize,
+    clients: usize,
+    task: impl Fn(usize) -> Value + Send + Sync + 'static,
+) -> f64 {
+    let task = Arc::new(task);
     let started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..clients {
-        let (next, http, base, job, command, key) = (
+        let (next, http, base, job, task, key) = (
             next.clone(),
             s.http.clone(),
             s.base.clone(),
             job.to_string(),
-            command.to_string(),
+            task.clone(),
             s.key.clone(),
         );
         workers.push(tokio::spawn(async move {
@@ -254,9 +276,8 @@ pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, comm
                 if chunk >= count {
                     break;
                 }
-                let tasks: Vec<Value> = (chunk..(chunk + 100).min(count))
-                    .map(|i| json!({"id": format!("t{i}"), "commandLine": command}))
-                    .collect();
+                let tasks: Vec<Value> =
+                    (chunk..(chunk + 100).min(count)).map(|i| task(i)).collect();
                 let req = signed(
                     &key,
                     http.post(format!("{base}/jobs/{job}/addtaskcollection"))

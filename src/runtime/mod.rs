@@ -3,21 +3,21 @@
 //! node's root directory, which is always a directory on this host (bind-mounted into containers).
 
 pub mod docker;
-pub mod local;
-pub mod safe_fs;
 mod layout;
+pub mod local;
+mod node_runtime;
+pub mod safe_fs;
 mod task;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 
 use safe_fs::{Below, Dir};
 
 pub use docker::DockerRuntime;
 pub use layout::Layout;
 pub use local::LocalRuntime;
-pub use task::{ExecSpec, TaskContainer, TaskDirs, STATE_DIR};
+pub use node_runtime::{BoxFuture, NodeRuntime};
+pub use task::{container_label, ExecSpec, TaskContainer, TaskDirs, STATE_DIR};
 
 use crate::domain::container::PoolContainers;
 
@@ -74,120 +74,6 @@ pub struct ContainerError {
 pub struct NodeError {
     pub code: &'static str,
     pub message: String,
-}
-
-/// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What differs from one kind of node to another (a container, a directory and processes, a node
-/// agent): adding a runtime means implementing this, and nothing else looks at which runtime it
-/// is. What every runtime shares (the directory layout, preparing node and task directories, the
-/// wrapper, the attempt records) is [`Runtime`]'s, around it.
-pub trait NodeRuntime: Send + Sync {
-    /// The runtime's name, for the log.
-    fn name(&self) -> &'static str;
-
-    /// Where this runtime keeps node and task directories on this host.
-    fn layout(&self) -> &Layout;
-
-    /// The node's root directory as commands on the node see it (AZ_BATCH_NODE_ROOT_DIR), given
-    /// where it is on this host.
-    fn node_root(&self, host_root: &Path) -> String;
-
-    /// Makes sure the default node image is there, once at start; most runtimes have none.
-    fn ensure_default_image<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async {})
-    }
-
-    /// Whether the runtime answers, for `/health/ready`.
-    fn reachable(&self) -> BoxFuture<'_, bool>;
-
-    /// Creates and starts the node, whose `root` (on this host) and account's `workitems` are
-    /// made already; if the node exists already (a crash mid-way), adopts it.
-    fn create_node<'a>(
-        &'a self,
-        spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
-    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>>;
-
-    /// Removes the node (not its directory); a node that is already gone is not an error.
-    fn remove_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
-
-    /// Restarts the node (a reboot).
-    fn restart_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
-
-    /// The nodes of this installation that exist on the runtime.
-    fn list_nodes<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>>;
-
-    /// Runs the [`task::WRAPPER`] on the node with `env` and waits for its exit code; `started`
-    /// learns the pid of its process group as soon as it runs.
-    fn exec<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        env: Vec<(String, String)>,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
-    ) -> BoxFuture<'a, anyhow::Result<i64>>;
-
-    /// Runs the [`task::WRAPPER`] in a container of its own from `container`'s image, inside
-    /// the node (its directories, processes, network and limits), and waits for its exit code;
-    /// `started` learns the pid of its process group, as the node sees it. Runtimes without
-    /// containers refuse, with a [`ContainerError`].
-    fn exec_in_container<'a>(
-        &'a self,
-        _at: (&'a str, &'a str),
-        _env: Vec<(String, String)>,
-        _container: &'a TaskContainer,
-        _started: Option<tokio::sync::oneshot::Sender<i32>>,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move {
-            Err(ContainerError {
-                code: "ContainerNotSupported",
-                message: format!(
-                    "the {} runtime runs no containers; a task with containerSettings needs a server started with --runtime docker",
-                    self.name()
-                ),
-            }
-            .into())
-        })
-    }
-
-    /// Removes the task containers of this installation that are no longer running (those
-    /// of attempts a previous server started and this one adopted, or left half made).
-    fn remove_finished_task_containers<'a>(
-        &'a self,
-        _server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// Kills the process group `pid` (> 1) on the node.
-    fn kill_group<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
-
-    /// Whether the process `pid` is alive on the node.
-    fn is_alive<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, bool>;
 }
 
 /// The node runtime this server uses, with what every runtime shares.
@@ -345,6 +231,14 @@ impl Runtime {
                     .exec(server_id, node_id, spec.wrapper_env(), started)
                     .await
             }
+        }
+    }
+
+    /// Removes an adopted attempt's own container, if it had one (see
+    /// [`NodeRuntime::remove_task_container`]).
+    pub async fn remove_task_container(&self, server_id: &str, label: &str) {
+        if let Err(e) = self.node.remove_task_container(server_id, label).await {
+            tracing::warn!(error = %format!("{e:#}"), label, "removing a task container failed");
         }
     }
 

@@ -22,6 +22,11 @@ pub struct ExecSpec {
     pub container: Option<TaskContainer>,
 }
 
+/// The label of an attempt's own container.
+pub fn container_label(job_id: &str, task_id: &str, attempt: i32) -> String {
+    format!("{job_id}/{task_id}/{attempt}")
+}
+
 /// A task's own container: its settings, and its share of the node (its required slots over
 /// the node's), which bounds it where the engine cannot nest it inside the node's limits.
 #[derive(Clone, Debug)]

@@ -188,6 +188,14 @@ impl NodeRuntime for DockerRuntime {
         ))
     }
 
+    fn remove_task_container<'a>(
+        &'a self,
+        server_id: &'a str,
+        label: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerRuntime::remove_task_container(self, server_id, label))
+    }
+
     fn kill_group<'a>(
         &'a self,
         server_id: &'a str,

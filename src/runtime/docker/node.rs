@@ -73,11 +73,15 @@ impl DockerRuntime {
             return Ok(());
         };
         for image in &containers.container_image_names {
-            if let Err((code, message)) = self
+            match self
                 .ready_image(image, &containers.container_registries)
                 .await
             {
-                return Err(NodeError { code, message });
+                // The node's own image, missing with no registry to pull it: `check_image` says
+                // what to do, as for any pool.
+                Err(("ContainerImageNotFound", _)) if *image == spec.image => {}
+                Err((code, message)) => return Err(NodeError { code, message }),
+                Ok(_) => {}
             }
         }
         Ok(())

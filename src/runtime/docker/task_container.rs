@@ -323,6 +323,29 @@ impl DockerRuntime {
                 ],
             ),
         ]);
+        self.remove_task_containers(filters).await
+    }
+
+    /// Removes an attempt's container, running or not: its command has ended.
+    pub(super) async fn remove_task_container(
+        &self,
+        server_id: &str,
+        label: &str,
+    ) -> anyhow::Result<()> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{LABEL_SERVER}={server_id}"),
+                format!("{LABEL_TASK}={label}"),
+            ],
+        )]);
+        self.remove_task_containers(filters).await
+    }
+
+    async fn remove_task_containers(
+        &self,
+        filters: HashMap<String, Vec<String>>,
+    ) -> anyhow::Result<()> {
         let options = ListContainersOptionsBuilder::default()
             .all(true)
             .filters(&filters)

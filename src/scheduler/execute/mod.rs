@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
+mod recover;
 mod start;
 
 use super::packages::Packages;
@@ -144,58 +145,6 @@ impl Executor {
         }
     }
 
-    /// After a start: every attempt the database says is running is either finished (its exit
-    /// code was recorded), still running (watched until it ends), or lost (requeued).
-    pub async fn recover(self: &Arc<Self>) -> sqlx::Result<()> {
-        store::preparations::retry_running_releases(&self.db).await?;
-        // Containers of attempts that ended while no server watched, or were never started.
-        self.runtime
-            .remove_finished_task_containers(&self.server_id)
-            .await;
-        let attempts = store::tasks::running_attempts(&self.db, None).await?;
-        let (mut finished, mut adopted, mut lost) = (0, 0, 0);
-        for a in attempts {
-            let (Some(node_id), true) = (a.node_id.clone(), a.node_alive) else {
-                complete::record(&self.db, &a, Outcome::Lost("its node is gone".into())).await?;
-                lost += 1;
-                continue;
-            };
-            let dirs = self
-                .runtime
-                .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
-            // The pid of an attempt a previous server started is known only from its record.
-            let alive = match Runtime::recorded_pid(&dirs, a.attempt).await {
-                Some(pid) if self.runtime.is_alive(&self.server_id, &node_id, pid).await => {
-                    Some(pid)
-                }
-                _ => None,
-            };
-            if let Some(code) = Runtime::recorded_exit(&dirs, a.attempt).await {
-                let outcome = task_files::after_exit(&self.fetcher, &a, &dirs, code).await;
-                complete::record(&self.db, &a, outcome).await?;
-                finished += 1;
-            } else if alive.is_some() {
-                self.spawn(a, alive);
-                adopted += 1;
-            } else {
-                complete::record(
-                    &self.db,
-                    &a,
-                    Outcome::Lost("its process is gone and left no exit code".into()),
-                )
-                .await?;
-                lost += 1;
-            }
-        }
-        tracing::info!(
-            finished,
-            adopted,
-            lost,
-            "recovered the attempts of a previous run"
-        );
-        Ok(())
-    }
-
     /// Kills the attempts this server runs whose attempt was ended elsewhere (the task or its
     /// job deleted, terminated, requeued), and returns once their processes are gone: the
     /// slots the database already counts free are handed on only after that.
@@ -302,10 +251,7 @@ impl Executor {
         let run = async {
             let code = if let Some(pid) = adopted {
                 let code = self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await;
-                // No one waited on its container, if it ran in one.
-                self.runtime
-                    .remove_finished_task_containers(&self.server_id)
-                    .await;
+                self.remove_own_container(a).await;
                 code
             } else {
                 match self.start(a, &node_id, &dirs, &stop, started).await {

@@ -4,7 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use crate::runtime::{ContainerError, ExecSpec, TaskContainer, TaskDirs};
+use crate::runtime::{container_label, ContainerError, ExecSpec, TaskContainer, TaskDirs};
 use crate::scheduler::complete::Outcome;
 use crate::scheduler::start_task::task_environment;
 use crate::scheduler::task_files::{self, Failure};
@@ -72,6 +72,6 @@ fn task_container(a: &AttemptRow) -> Option<TaskContainer> {
     Some(TaskContainer {
         settings,
         share: (f64::from(a.required_slots) / f64::from(slots)).min(1.0),
-        label: format!("{}/{}/{}", a.job_id, a.task_id, a.attempt),
+        label: container_label(&a.job_id, &a.task_id, a.attempt),
     })
 }
