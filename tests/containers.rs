@@ -109,6 +109,10 @@ async fn tasks_run_each_in_a_container_of_their_own() {
             assert!(parent.ends_with(&node_container), "{out}");
             assert_eq!(words[6], (4096u64 << 20).to_string(), "{out}");
         }
+        // Azure's executionInfo.containerInfo names it.
+        let info = &s.task("j", &id).await["executionInfo"]["containerInfo"];
+        assert_eq!(info["containerId"], container, "{info}");
+        assert_eq!(info["state"], "exited", "{info}");
         containers.push(container.to_string());
     }
     containers.sort();
@@ -147,6 +151,14 @@ async fn terminating_a_job_kills_its_task_containers() {
     assert_eq!(running.len(), 1, "the queued task needs the whole node");
     assert_eq!(running[0]["Config"]["Image"], TASK_IMAGE);
     assert_eq!(running[0]["Config"]["Labels"]["batchpool.task"], "j/long/1");
+    let info = wait_for("the task's containerInfo", || async {
+        let t = s.task("j", "long").await;
+        let info = t["executionInfo"]["containerInfo"].clone();
+        info.is_object().then_some(info)
+    })
+    .await;
+    assert_eq!(info["containerId"], running[0]["Id"], "{info}");
+    assert_eq!(info["state"], "running", "{info}");
     let (status, body) = s
         .post(
             "/jobs/j/terminate",

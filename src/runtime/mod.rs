@@ -17,7 +17,7 @@ pub use docker::DockerRuntime;
 pub use layout::Layout;
 pub use local::LocalRuntime;
 pub use node_runtime::{BoxFuture, NodeRuntime};
-pub use task::{container_label, ExecSpec, TaskContainer, TaskDirs, STATE_DIR};
+pub use task::{container_label, ExecSpec, Started, TaskContainer, TaskDirs, STATE_DIR};
 
 use crate::domain::container::PoolContainers;
 
@@ -211,13 +211,13 @@ impl Runtime {
     }
 
     /// Runs a command on the node and waits for its exit code; `started` learns the pid of its
-    /// process group as soon as it runs.
+    /// process group as soon as it runs, and the id of its own container if it has one.
     pub async fn exec(
         &self,
         server_id: &str,
         node_id: &str,
         spec: &ExecSpec,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: Started,
     ) -> anyhow::Result<i64> {
         spec.dirs.prepare(spec.attempt).await?;
         match &spec.container {
@@ -228,7 +228,7 @@ impl Runtime {
             }
             None => {
                 self.node
-                    .exec(server_id, node_id, spec.wrapper_env(), started)
+                    .exec(server_id, node_id, spec.wrapper_env(), started.pid)
                     .await
             }
         }

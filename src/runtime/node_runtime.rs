@@ -4,7 +4,9 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 
-use super::{ContainerError, FoundNode, Layout, NodeError, NodeHandle, NodeSpec, TaskContainer};
+use super::{
+    ContainerError, FoundNode, Layout, NodeError, NodeHandle, NodeSpec, Started, TaskContainer,
+};
 
 /// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -80,7 +82,7 @@ pub trait NodeRuntime: Send + Sync {
         _at: (&'a str, &'a str),
         _env: Vec<(String, String)>,
         _container: &'a TaskContainer,
-        _started: Option<tokio::sync::oneshot::Sender<i32>>,
+        _started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
             Err(ContainerError {

@@ -22,6 +22,24 @@ pub struct ExecSpec {
     pub container: Option<TaskContainer>,
 }
 
+/// Who learns what of a command as it starts.
+#[derive(Default)]
+pub struct Started {
+    /// The pid of its process group, as the node sees it.
+    pub pid: Option<tokio::sync::oneshot::Sender<i32>>,
+    /// The id of its own container, if it runs in one.
+    pub container: Option<tokio::sync::oneshot::Sender<String>>,
+}
+
+impl Started {
+    pub fn pid(pid: tokio::sync::oneshot::Sender<i32>) -> Self {
+        Self {
+            pid: Some(pid),
+            container: None,
+        }
+    }
+}
+
 /// The label of an attempt's own container.
 pub fn container_label(job_id: &str, task_id: &str, attempt: i32) -> String {
     format!("{job_id}/{task_id}/{attempt}")

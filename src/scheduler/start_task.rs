@@ -12,7 +12,7 @@ use crate::domain::files::{PoolPackage, ResourceFile};
 use crate::domain::pool::EnvironmentSetting;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
-use crate::runtime::{ExecSpec, Runtime, TaskDirs};
+use crate::runtime::{ExecSpec, Runtime, Started, TaskDirs};
 use crate::store::tasks::AttemptRow;
 
 /// Everything a start task needs to know about where it runs.
@@ -222,7 +222,7 @@ async fn exec(
 ) -> Result<i64, Failure> {
     let failed = |e: anyhow::Error| Failure::new("StartTaskFailedToRun", format!("{e:#}"));
     let (started, mut pid) = tokio::sync::oneshot::channel();
-    let run = runtime.exec(at.server_id, at.node_id, spec, Some(started));
+    let run = runtime.exec(at.server_id, at.node_id, spec, Started::pid(started));
     tokio::pin!(run);
     let Some(limit) = limit else {
         return run.await.map_err(failed);

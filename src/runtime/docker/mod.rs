@@ -19,7 +19,8 @@ use bollard::Docker;
 pub use image::build_busybox_image;
 
 use super::{
-    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, TaskContainer,
+    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, Started,
+    TaskContainer,
 };
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
@@ -172,7 +173,7 @@ impl NodeRuntime for DockerRuntime {
         at: (&'a str, &'a str),
         env: Vec<(String, String)>,
         container: &'a TaskContainer,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(DockerRuntime::exec_in_container(
             self, at, env, container, started,

@@ -25,7 +25,8 @@ use super::{container_name, status_of, DockerRuntime, NODE_PIDS_LIMIT};
 use crate::domain::container::{container_command, ContainerRegistry, WorkingDirectory};
 use crate::runtime::task::WRAPPER;
 use crate::runtime::{
-    ContainerError, TaskContainer, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER, LABEL_TASK,
+    ContainerError, Started, TaskContainer, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
+    LABEL_TASK,
 };
 
 /// What a task container needs of its node's container, read once per node.
@@ -49,7 +50,7 @@ impl DockerRuntime {
         (server_id, node_id): (&str, &str),
         env: Vec<(String, String)>,
         container: &TaskContainer,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: Started,
     ) -> anyhow::Result<i64> {
         let settings = &container.settings;
         let registries: Vec<ContainerRegistry> = settings.registry.iter().cloned().collect();
@@ -76,7 +77,10 @@ impl DockerRuntime {
                 )
             })?
             .id;
-        let ran = self.run_to_end(&id, started).await;
+        if let Some(tell) = started.container {
+            let _ = tell.send(id.clone());
+        }
+        let ran = self.run_to_end(&id, started.pid).await;
         // Off the task's path: the next task need not wait for the engine to tidy up.
         let docker = self.docker.clone();
         tokio::spawn(async move {

@@ -4,10 +4,11 @@
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use crate::runtime::{container_label, ContainerError, ExecSpec, TaskContainer, TaskDirs};
+use crate::runtime::{container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs};
 use crate::scheduler::complete::Outcome;
 use crate::scheduler::start_task::task_environment;
 use crate::scheduler::task_files::{self, Failure};
+use crate::store;
 use crate::store::tasks::AttemptRow;
 
 impl Executor {
@@ -51,9 +52,23 @@ impl Executor {
                 .collect(),
             container: task_container(a),
         };
+        let (container, created) = tokio::sync::oneshot::channel::<String>();
+        let (db, pk, attempt) = (self.db.clone(), a.pk, a.attempt);
+        // Its container's id is the task's executionInfo.containerInfo, as on Azure.
+        tokio::spawn(async move {
+            if let Ok(id) = created.await {
+                if let Err(e) = store::tasks::set_container(&db, pk, attempt, &id).await {
+                    tracing::warn!(error = %e, "recording a task's container failed");
+                }
+            }
+        });
+        let started = Started {
+            pid: Some(started),
+            container: Some(container),
+        };
         match self
             .runtime
-            .exec(&self.server_id, node_id, &spec, Some(started))
+            .exec(&self.server_id, node_id, &spec, started)
             .await
         {
             Ok(code) => Ok(Ok(code)),

@@ -57,6 +57,8 @@ pub struct TaskRow {
     pub last_requeue_time: Option<DateTime<Utc>>,
     pub satisfies_dependants: bool,
     pub files_expire_at: Option<DateTime<Utc>>,
+    /// The container of its latest attempt, if it ran in one of its own.
+    pub container_id: Option<String>,
 }
 
 /// Reads whole `TaskRow`s: `select_tasks!("WHERE ...", args)` is the checked query over every column.
@@ -64,7 +66,7 @@ macro_rules! select_tasks {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             TaskRow,
-            r#"SELECT pk, job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, files AS "files: _", unmet_deps, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, creation_time, last_modified, attempt, node_pk, node_id, pool_id, start_time, end_time, exit_code, result, failure_info, retry_count, requeue_count, last_retry_time, last_requeue_time, satisfies_dependants, files_expire_at FROM tasks "# + $rest
+            r#"SELECT pk, job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks, retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, files AS "files: _", unmet_deps, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, creation_time, last_modified, attempt, node_pk, node_id, pool_id, start_time, end_time, exit_code, result, failure_info, retry_count, requeue_count, last_retry_time, last_requeue_time, satisfies_dependants, files_expire_at, container_id FROM tasks "# + $rest
             $(, $arg)*
         )
     };

@@ -118,7 +118,7 @@ pub async fn start_attempts(
             state = CASE WHEN t.files ?| array['resourceFiles', 'applicationPackageReferences'] THEN 'preparing' ELSE 'running' END, \
             state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
             node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
-            exit_code = NULL, result = NULL, failure_info = NULL \
+            exit_code = NULL, result = NULL, failure_info = NULL, container_id = NULL \
          FROM unnest($1::bigint[], $2::bigint[]) AS u(pk, node_pk) \
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
          WHERE t.pk = u.pk AND j.pk = t.job_pk \
@@ -129,6 +129,24 @@ pub async fn start_attempts(
     )
     .fetch_all(db)
     .await
+}
+
+/// The container an attempt runs in (its task has containerSettings).
+pub async fn set_container(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    attempt: i32,
+    container_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE tasks SET container_id = $3 WHERE pk = $1 AND attempt = $2",
+        pk,
+        attempt,
+        container_id,
+    )
+    .execute(db)
+    .await
+    .map(|_| ())
 }
 
 /// A preparing attempt's resource files are in place: it is running now.

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use super::task_url;
 use crate::api::{etag, rfc3339};
+use crate::domain::job::TaskState;
 use crate::domain::IsoDuration;
 use crate::store::{jobs::JobRow, tasks::TaskRow};
 
@@ -98,6 +99,15 @@ fn execution_json(t: &TaskRow) -> Value {
     }
     if let Some(f) = &t.failure_info {
         execution["failureInfo"] = f.clone();
+    }
+    if let Some(id) = &t.container_id {
+        // The engine's state of it: it lives as long as its attempt runs.
+        let state = if t.state == TaskState::Completed {
+            "exited"
+        } else {
+            "running"
+        };
+        execution["containerInfo"] = json!({"containerId": id, "state": state});
     }
     execution
 }
