@@ -46,6 +46,11 @@ def run_15():
     c.create_pool(models.BatchPoolCreateOptions(
         id=POOL, vm_size="standard_a1", target_dedicated_nodes=2, task_slots_per_node=4,
         resize_timeout=__import__("datetime").timedelta(minutes=15),
+        # A pool that runs containers, so a task may have one of its own (seed 002).
+        virtual_machine_configuration=models.VirtualMachineConfiguration(
+            image_reference=models.BatchVmImageReference(publisher="microsoft-azure-batch", offer="ubuntu-server-container", sku="20-04-lts"),
+            node_agent_sku_id="batch.node.ubuntu 20.04",
+            container_configuration=models.BatchContainerConfiguration(type="dockerCompatible", container_image_names=["batchpool/node:latest"])),
         start_task=models.BatchStartTask(command_line="echo started", wait_for_success=True)))
     expect_error(409, lambda: c.create_pool(models.BatchPoolCreateOptions(id=POOL, vm_size="standard_a1")))
     wait("a steady pool", lambda: c.get_pool(POOL).allocation_state == models.AllocationState.STEADY)
@@ -60,13 +65,19 @@ def run_15():
 
     c.create_job(models.BatchJobCreateOptions(id=JOB, pool_info=models.BatchPoolInfo(pool_id=POOL)))
     c.create_task(JOB, models.BatchTaskCreateOptions(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID'"))
+    c.create_task(JOB, models.BatchTaskCreateOptions(id="boxed", command_line="echo $MODE", container_settings=models.BatchTaskContainerSettings(
+        image_name="batchpool/node:latest", container_run_options="--rm -e MODE=boxed")))
     tasks = [models.BatchTaskCreateOptions(id=f"bulk{i}", command_line="true") for i in range(BULK)]
     c.create_tasks(JOB, tasks, max_concurrency=4)
     c.create_task(JOB, models.BatchTaskCreateOptions(id="long", command_line="sleep 60"))
     wait("all but one task to complete",
-         lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 1, timeout=300)
+         lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 2, timeout=300)
     counts = c.get_job_task_counts(JOB)
-    assert counts.task_counts.succeeded == BULK + 1, counts
+    assert counts.task_counts.succeeded == BULK + 2, counts
+    boxed = c.get_task(JOB, "boxed")
+    assert b"".join(c.download_task_file(JOB, "boxed", "stdout.txt")) == b"boxed\n"
+    assert boxed.container_settings.image_name == "batchpool/node:latest", boxed.container_settings
+    assert boxed.execution_info.container_info.container_id, boxed.execution_info
     out = b"".join(c.download_task_file(JOB, "hello", "stdout.txt"))
     assert out == b"hello from hello\n", out
     part = b"".join(c.download_task_file(JOB, "hello", "stdout.txt", ocp_range="bytes=0-4"))
@@ -77,7 +88,7 @@ def run_15():
     assert {"stdout.txt", "stderr.txt", "wd"} <= files, files
 
     page = list(c.list_tasks(JOB, filter="state eq 'completed'", select=["id", "state"], max_results=100))
-    assert len(page) == BULK + 1, len(page)
+    assert len(page) == BULK + 2, len(page)
     assert all(t.state == models.BatchTaskState.COMPLETED for t in page)
     running = wait("the long task to run", lambda: c.get_task(JOB, "long").state == models.BatchTaskState.RUNNING)
     c.terminate_task(JOB, "long")
