@@ -1,8 +1,8 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,data,scale (comma-separated) picks
-//! sections.
+//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,scale (comma-separated)
+//! picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x 16 slots, against
@@ -16,6 +16,9 @@
 //!   `docker run --rm` of the same image and command (engine API and CLI), as many at a time;
 //! - nodes: a Docker pool resized 0 -> BENCH_NODES (50) until all idle, against creating and
 //!   starting as many containers directly;
+//! - hosts: a Docker pool resized 0 -> BENCH_HOST_NODES (200) over the machine's engine and the
+//!   two extra engines of scripts/test-env.sh, until all idle, against creating and starting as
+//!   many containers directly over the same engines; the server's peak RSS;
 //! - data: resource files, BENCH_SMALL_BLOBS (1,000) small blobs and one BENCH_BIG_MIB (1,024)
 //!   MiB blob from Azurite, against curl of the same URLs (needs `eval "$(scripts/test-env.sh)"`);
 //! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job, after BENCH_SCALE_OTHER (100,000)
@@ -66,6 +69,9 @@ async fn main() {
                 suite::docker::allocation(&docker, env("BENCH_NODES", 50), 16).await;
             }
         }
+    }
+    if selected("hosts") {
+        suite::hosts::allocation(env("BENCH_HOST_NODES", 200), 16).await;
     }
     if selected("data") {
         suite::data::run(env("BENCH_SMALL_BLOBS", 1_000), env("BENCH_BIG_MIB", 1_024)).await;

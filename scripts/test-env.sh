@@ -18,7 +18,8 @@
 # BATCHPOOL_SDK15_PYTHON / BATCHPOOL_SDK14_PYTHON / BATCHPOOL_AZ (the official
 # SDKs and CLI), BATCHPOOL_SCHEMATHESIS (the schema-driven fuzzer's `st`),
 # BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
-# BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test).
+# BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test),
+# BATCHPOOL_TEST_DOCKER_HOSTS (two more Docker engines' sockets, as extra hosts).
 #
 # Knobs (environment):
 #   BATCHPOOL_TEST_PG_DIR    socket + data directory (default /tmp/batchpool-test-pg)
@@ -273,6 +274,39 @@ _batchpool_test_env() (
     # engine can't enforce them.
     [[ "$dinfo" == *"memory limits: true"*"cpu quota: true"* ]] \
         || log "WARNING: this Docker engine cannot enforce CPU/memory limits"
+
+    # ------------------------------------------------------------------
+    # 2b. Two more Docker engines, standing in for two more hosts
+    # ------------------------------------------------------------------
+    # Each has its own socket, data root, exec root, pid file and address
+    # pool, no default bridge and no iptables rules (the first engine owns
+    # those); their nodes share this machine's filesystem, as the server's
+    # bind mounts need.
+    local hosts="" n
+    for n in 1 2; do
+        local dir="${BATCHPOOL_TEST_ENGINES_DIR:-/tmp/batchpool-engines}/$n"
+        local sock="unix://$dir/docker.sock"
+        mkdir -p "$dir"
+        if ! DOCKER_HOST="$sock" docker info >/dev/null 2>&1; then
+            local epid
+            epid=$(cat "$dir/docker.pid" 2>/dev/null || true)
+            if [[ -z "$epid" ]] || ! proc_alive "$epid"; then
+                [[ -z "$epid" ]] || wait_reaped "$epid"
+                log "starting extra Docker engine $n (log: $dir/dockerd.log)"
+                setsid dockerd -H "$sock" --data-root "$dir/data" --exec-root "$dir/exec" \
+                    --pidfile "$dir/docker.pid" --bridge none --iptables=false --ip-masq=false \
+                    --default-address-pool "base=10.$((200 + n)).0.0/16,size=24" \
+                    >>"$dir/dockerd.log" 2>&1 </dev/null 3>&- &
+            fi
+            local deadline=$((SECONDS + 60))
+            until DOCKER_HOST="$sock" docker info >/dev/null 2>&1; do
+                ((SECONDS < deadline)) || die "extra Docker engine $n did not answer within 60s (see $dir/dockerd.log)"
+                sleep 0.2
+            done
+        fi
+        hosts="$hosts $sock"
+    done
+    printf "export BATCHPOOL_TEST_DOCKER_HOSTS='%s'\n" "${hosts# }" >&3
 
     # ------------------------------------------------------------------
     # 3. Throwaway PostgreSQL 15

@@ -16,6 +16,7 @@ use crate::api::state::{AppState, Settings};
 use crate::config::{RuntimeChoice, ServeConfig};
 use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
+use crate::runtime::docker::DockerHosts;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
@@ -279,17 +280,30 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
 }
 
 async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<Runtime> {
-    let host = config.docker_host.as_deref();
+    let hosts = &config.docker_hosts;
+    if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
+        // Hosts named on purpose: one that does not answer is an error, not a reason to run
+        // nodes elsewhere.
+        let runtime = DockerHosts::connect(hosts, layout).await?;
+        tracing::info!(
+            hosts = hosts.len(),
+            "nodes are containers on the given Docker hosts"
+        );
+        return Ok(Runtime::new(runtime));
+    }
+    let local = |client| {
+        DockerHosts::single(
+            DockerRuntime::new(client, layout.clone()),
+            "the local Docker engine",
+        )
+    };
     match config.runtime {
         RuntimeChoice::Local => Ok(Runtime::new(LocalRuntime::new(layout))),
-        RuntimeChoice::Docker => Ok(Runtime::new(DockerRuntime::new(
-            docker::connect(host).await?,
-            layout,
-        ))),
-        RuntimeChoice::Auto => match docker::connect(host).await {
+        RuntimeChoice::Docker => Ok(Runtime::new(local(docker::connect(None).await?))),
+        RuntimeChoice::Auto => match docker::connect(None).await {
             Ok(client) => {
                 tracing::info!("a Docker engine answers: nodes are containers");
-                Ok(Runtime::new(DockerRuntime::new(client, layout)))
+                Ok(Runtime::new(local(client)))
             }
             Err(e) => {
                 tracing::warn!(reason = %format!("{e:#}"), "no Docker engine answers: using the local runtime (nodes are directories and processes)");

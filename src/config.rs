@@ -123,9 +123,11 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_RUNTIME", value_enum, default_value = "auto")]
     pub runtime: RuntimeChoice,
 
-    /// Docker engine address (unix:///var/run/docker.sock, tcp://...). Default: the local socket.
-    #[arg(long, env = "DOCKER_HOST")]
-    pub docker_host: Option<String>,
+    /// A Docker engine nodes run on: `unix:///var/run/docker.sock` or `tcp://HOST:PORT`, with
+    /// optional caps on what its nodes may take together: `URL,cpus=N,memory=MiB`. Repeat it
+    /// for several hosts (docs/nodes.md, "Docker hosts"). Default: the local engine, no cap.
+    #[arg(long = "docker-host", env = "DOCKER_HOST")]
+    pub docker_hosts: Vec<crate::domain::host::HostSpec>,
 
     /// The account pools belong to until Shared Key accounts arrive.
     #[arg(long, env = "BATCHPOOL_ACCOUNT", default_value = "batchpool")]

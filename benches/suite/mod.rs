@@ -7,6 +7,7 @@ mod blobs;
 pub mod containers;
 pub mod data;
 pub mod docker;
+pub mod hosts;
 pub mod latency;
 pub mod scale;
 #[path = "../../tests/common/shared_key.rs"]
@@ -72,6 +73,11 @@ impl Server {
     /// Starts the release binary (or BENCH_SERVER_BIN, to compare two builds in one run) with
     /// its own PostgreSQL on `runtime` ("local" or "docker").
     pub async fn start(runtime: &str) -> Self {
+        Self::start_with(runtime, &[]).await
+    }
+
+    /// As `start`, with more arguments for `serve`.
+    pub async fn start_with(runtime: &str, args: &[String]) -> Self {
         let bin = std::env::var("BENCH_SERVER_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
         let dir = tempfile::Builder::new()
@@ -82,6 +88,7 @@ impl Server {
             .args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime])
             .arg("--data-dir")
             .arg(dir.path())
+            .args(args)
             .env_remove("DATABASE_URL")
             // The data section's storage (Azurite) listens on this host.
             .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")

@@ -37,6 +37,7 @@ pub mod bes;
 pub mod container;
 pub mod duration;
 pub mod files;
+pub mod host;
 pub mod ids;
 pub mod lenient;
 pub mod metering;

@@ -7,21 +7,18 @@
 //! (`no-new-privileges`), and a node holds a bounded number of processes.
 
 mod exec;
+mod hosts;
 mod image;
 mod node;
 mod task_container;
 
-use std::path::Path;
-
 use anyhow::Context;
 use bollard::Docker;
 
+pub use hosts::{DockerHosts, HostSpec};
 pub use image::build_busybox_image;
 
-use super::{
-    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, Started,
-    TaskContainer,
-};
+use super::Layout;
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
 pub const NODE_ROOT: &str = "/mnt/batch/tasks";
@@ -93,125 +90,5 @@ impl DockerRuntime {
 
     pub fn client(&self) -> &Docker {
         &self.docker
-    }
-}
-
-impl NodeRuntime for DockerRuntime {
-    fn name(&self) -> &'static str {
-        "docker"
-    }
-
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    /// Every node's root is bind-mounted at the same place in its container.
-    fn node_root(&self, _host_root: &Path) -> String {
-        NODE_ROOT.to_string()
-    }
-
-    fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(image::ensure_default_image(&self.docker, image))
-    }
-
-    fn reachable(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async {
-            self.docker
-                .ping()
-                .await
-                .map_err(
-                    |e| tracing::warn!(error = %e, "readiness: the Docker engine does not answer"),
-                )
-                .is_ok()
-        })
-    }
-
-    fn create_node<'a>(
-        &'a self,
-        spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
-    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(DockerRuntime::create_node(self, spec, root, workitems))
-    }
-
-    fn remove_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerRuntime::remove_node(self, server_id, node_id))
-    }
-
-    fn restart_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerRuntime::restart_node(self, server_id, node_id))
-    }
-
-    fn list_nodes<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
-        Box::pin(DockerRuntime::list_nodes(self, server_id))
-    }
-
-    fn exec<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        env: Vec<(String, String)>,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(DockerRuntime::exec(self, server_id, node_id, env, started))
-    }
-
-    fn exec_in_container<'a>(
-        &'a self,
-        at: (&'a str, &'a str),
-        env: Vec<(String, String)>,
-        container: &'a TaskContainer,
-        started: Started,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(DockerRuntime::exec_in_container(
-            self, at, env, container, started,
-        ))
-    }
-
-    fn remove_finished_task_containers<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerRuntime::remove_finished_task_containers(
-            self, server_id,
-        ))
-    }
-
-    fn remove_task_container<'a>(
-        &'a self,
-        server_id: &'a str,
-        label: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerRuntime::remove_task_container(self, server_id, label))
-    }
-
-    fn kill_group<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerRuntime::kill_group(self, server_id, node_id, pid))
-    }
-
-    fn is_alive<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(DockerRuntime::is_alive(self, server_id, node_id, pid))
     }
 }

@@ -14,7 +14,8 @@ use super::{
     container_name, network_name, status_of, DockerRuntime, KEEP_ALIVE, NODE_PIDS_LIMIT, NODE_ROOT,
 };
 use crate::runtime::{
-    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
+    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
+    LABEL_SERVER, LABEL_TASK,
 };
 
 /// A step of making a node failed: `what` says which.
@@ -204,6 +205,30 @@ impl DockerRuntime {
         Ok(())
     }
 
+    /// What an existing node takes of its host: its pool, CPUs and memory (MiB).
+    pub(super) async fn node_size(
+        &self,
+        server_id: &str,
+        node_id: &str,
+    ) -> anyhow::Result<(String, f64, i64)> {
+        let info = self
+            .docker
+            .inspect_container(&container_name(server_id, node_id), None)
+            .await
+            .context("inspecting the node's container")?;
+        let host = info.host_config.unwrap_or_default();
+        let pool = info
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|mut l| l.remove(LABEL_POOL))
+            .unwrap_or_default();
+        Ok((
+            pool,
+            host.nano_cpus.unwrap_or(0) as f64 / 1e9,
+            host.memory.unwrap_or(0) / (1024 * 1024),
+        ))
+    }
+
     pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
             .t(1)
@@ -227,7 +252,12 @@ impl DockerRuntime {
         Ok(containers
             .into_iter()
             .filter_map(|c| {
-                let node_id = c.labels.as_ref()?.get(LABEL_NODE)?.clone();
+                let labels = c.labels.as_ref()?;
+                // A task's own container carries its node's labels too; it is not a node.
+                if labels.contains_key(LABEL_TASK) {
+                    return None;
+                }
+                let node_id = labels.get(LABEL_NODE)?.clone();
                 let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
                 Some(FoundNode { node_id, running })
             })

@@ -1,0 +1,124 @@
+//! Nodes across several Docker engines: the machine's own and the two extra engines
+//! scripts/test-env.sh starts (BATCHPOOL_TEST_DOCKER_HOSTS), each a host of its own.
+
+mod common;
+
+use common::{fresh_database, run_ok, wait_for, Rt, TestServer};
+use serde_json::json;
+
+/// The three hosts as `--docker-host` values, each with `suffix` (caps) appended.
+fn host_args(suffix: &str) -> Vec<String> {
+    let extra = std::env::var("BATCHPOOL_TEST_DOCKER_HOSTS")
+        .expect("BATCHPOOL_TEST_DOCKER_HOSTS (run the tests through scripts/test.sh)");
+    let mut hosts = vec!["unix:///var/run/docker.sock".to_string()];
+    hosts.extend(extra.split_whitespace().map(String::from));
+    hosts
+        .into_iter()
+        .flat_map(|h| ["--docker-host".to_string(), format!("{h}{suffix}")])
+        .collect()
+}
+
+/// The test node image on every host (the machine's own engine has it already).
+fn images_on_every_host() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        for pair in host_args("").chunks(2).skip(1) {
+            run_ok(
+                std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+                    .args([
+                        "build-node-image",
+                        "--tag",
+                        common::TEST_IMAGE,
+                        "--docker-host",
+                    ])
+                    .arg(&pair[1]),
+            );
+        }
+    });
+}
+
+async fn server_on_three_hosts(suffix: &str) -> TestServer {
+    images_on_every_host();
+    let args = host_args(suffix);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await
+}
+
+/// The nodes of `pool` on each host, in `--docker-host` order.
+fn nodes_per_host(server_id: &str, pool: &str) -> Vec<usize> {
+    host_args("")
+        .chunks(2)
+        .map(|pair| {
+            let listed = run_ok(
+                std::process::Command::new("docker")
+                    .env("DOCKER_HOST", &pair[1])
+                    .args(["ps", "-q", "--filter"])
+                    .arg(format!("label=batchpool.server={server_id}"))
+                    .arg("--filter")
+                    .arg(format!("label=batchpool.pool={pool}")),
+            );
+            listed.split_whitespace().count()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pool_spreads_over_the_hosts_and_runs_on_all_of_them() {
+    let s = server_on_three_hosts("").await;
+    let body = json!({"id": "wide", "vmSize": "standard_a1", "targetDedicatedNodes": 6, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("wide", 6, "idle").await;
+    let server = s.server_id().await;
+    assert_eq!(
+        nodes_per_host(&server, "wide"),
+        [2, 2, 2],
+        "2 nodes per host"
+    );
+    s.job_on("j", "wide").await;
+    let tasks = (0..30)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_NODE_ID"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    let mut nodes = std::collections::BTreeSet::new();
+    for t in s.wait_all_completed("j", 30).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        nodes.insert(t["nodeInfo"]["nodeId"].as_str().unwrap().to_string());
+    }
+    assert_eq!(nodes.len(), 6, "every node ran tasks: {nodes:?}");
+    let (status, _) = s
+        .post("/pools/wide/resize", &json!({"targetDedicatedNodes": 0}))
+        .await;
+    assert_eq!(status, 202);
+    wait_for("every host to be empty", || async {
+        (nodes_per_host(&server, "wide") == [0, 0, 0]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
+    // Each host takes one standard_a1 node (1 CPU) at most: a fourth node has nowhere to go.
+    let s = server_on_three_hosts(",cpus=1").await;
+    let body = json!({"id": "capped", "vmSize": "standard_a1", "targetDedicatedNodes": 4});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let nodes = wait_for("3 idle nodes and 1 unusable", || async {
+        let (_, pool) = s.get("/pools/capped").await;
+        let nodes = s.nodes("capped").await;
+        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
+        (pool["allocationState"] == "steady" && count("idle") == 3 && count("unusable") == 1)
+            .then_some(nodes)
+    })
+    .await;
+    let unusable = nodes.iter().find(|n| n["state"] == "unusable").unwrap();
+    assert_eq!(
+        unusable["errors"][0]["code"], "AllocationFailed",
+        "{unusable}"
+    );
+    let (_, pool) = s.get("/pools/capped").await;
+    assert_eq!(
+        pool["resizeErrors"][0]["code"], "AllocationFailed",
+        "{pool}"
+    );
+    let server = s.server_id().await;
+    assert_eq!(nodes_per_host(&server, "capped"), [1, 1, 1]);
+}
