@@ -144,6 +144,12 @@ pub async fn allocation(docker: &Docker, nodes: usize, concurrency: usize) {
 
 /// A container of the node image that only stays up, as a node's does.
 pub(super) async fn create_plain(docker: &Docker, name: &str) {
+    create_on(docker, name, None).await
+}
+
+/// A container as `create_plain` makes, on `network` (a bridge network, as a node's account
+/// network) where given.
+pub(super) async fn create_on(docker: &Docker, name: &str, network: Option<&str>) {
     let body = ContainerCreateBody {
         image: Some(IMAGE.into()),
         entrypoint: Some(vec![
@@ -155,6 +161,7 @@ pub(super) async fn create_plain(docker: &Docker, name: &str) {
         labels: Some(HashMap::from([(LABEL.to_string(), "1".to_string())])),
         host_config: Some(HostConfig {
             privileged: Some(false),
+            network_mode: network.map(String::from),
             ..Default::default()
         }),
         ..Default::default()

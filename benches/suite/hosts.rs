@@ -8,10 +8,12 @@ use std::time::Instant;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
-use super::docker::{create_plain, remove};
+use super::docker::{create_on, remove};
 use super::Server;
 
 const IMAGE: &str = "batchpool/node:latest";
+/// The baseline's bridge network on each engine, as a node's account network is.
+const NETWORK: &str = "bpbench-hosts";
 
 pub async fn allocation(nodes: usize, concurrency: usize) {
     let Ok(extra) = std::env::var("BATCHPOOL_TEST_DOCKER_HOSTS") else {
@@ -34,10 +36,14 @@ pub async fn allocation(nodes: usize, concurrency: usize) {
                 .unwrap(),
         );
     }
-    let args: Vec<String> = urls
-        .iter()
-        .flat_map(|u| ["--docker-host".to_string(), u.clone()])
-        .collect();
+    let mut args = vec![
+        "--max-nodes-per-pool".to_string(),
+        nodes.max(100).to_string(),
+    ];
+    args.extend(
+        urls.iter()
+            .flat_map(|u| ["--docker-host".to_string(), u.clone()]),
+    );
     let s = Server::start_with("docker", &args).await;
     s.create(
         "/pools",
@@ -73,12 +79,20 @@ pub async fn allocation(nodes: usize, concurrency: usize) {
             )
         })
         .collect();
+    for docker in &engines {
+        let request = bollard::models::NetworkCreateRequest {
+            name: NETWORK.into(),
+            driver: Some("bridge".into()),
+            ..Default::default()
+        };
+        let _ = docker.create_network(request).await;
+    }
     let started = Instant::now();
     stream::iter(&names)
         .for_each_concurrent(concurrency, |(e, name)| {
             let docker = &engines[*e];
             async move {
-                create_plain(docker, name).await;
+                create_on(docker, name, Some(NETWORK)).await;
                 docker.start_container(name, None).await.unwrap();
             }
         })
@@ -87,6 +101,9 @@ pub async fn allocation(nodes: usize, concurrency: usize) {
     stream::iter(&names)
         .for_each_concurrent(concurrency, |(e, name)| remove(&engines[*e], name))
         .await;
+    for docker in &engines {
+        let _ = docker.remove_network(NETWORK).await;
+    }
     println!(
         "hosts: {nodes} nodes over {} Docker engines, resize -> all idle {up:.2} s; create + start \
          {nodes} containers directly over the same engines ({concurrency} at a time) {direct:.2} s; \

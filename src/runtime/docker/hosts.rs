@@ -77,7 +77,11 @@ impl DockerHosts {
 
     /// Which host a node is on, if this server knows.
     fn host_index(&self, node_id: &str) -> Option<usize> {
-        self.placed.lock().expect("lock").get(node_id).map(|p| p.host)
+        self.placed
+            .lock()
+            .expect("lock")
+            .get(node_id)
+            .map(|p| p.host)
     }
 
     /// The host of a node this server knows of.
