@@ -281,10 +281,11 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
 
 async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<Runtime> {
     let hosts = &config.docker_hosts;
+    let lost_after = std::time::Duration::from_secs(config.host_timeout);
     if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
         // Hosts named on purpose: one that does not answer is an error, not a reason to run
         // nodes elsewhere.
-        let runtime = DockerHosts::connect(hosts, layout).await?;
+        let runtime = DockerHosts::connect(hosts, layout, lost_after).await?;
         tracing::info!(
             hosts = hosts.len(),
             "nodes are containers on the given Docker hosts"
@@ -295,6 +296,7 @@ async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<
         DockerHosts::single(
             DockerRuntime::new(client, layout.clone()),
             "the local Docker engine",
+            lost_after,
         )
     };
     match config.runtime {

@@ -129,6 +129,11 @@ pub struct ServeConfig {
     #[arg(long = "docker-host", env = "DOCKER_HOST")]
     pub docker_hosts: Vec<crate::domain::host::HostSpec>,
 
+    /// Seconds a Docker host may go without answering before its nodes are lost: their tasks
+    /// are requeued and the nodes replaced on the other hosts (docs/nodes.md, "Docker hosts").
+    #[arg(long, env = "BATCHPOOL_HOST_TIMEOUT", default_value_t = 30)]
+    pub host_timeout: u64,
+
     /// The account pools belong to until Shared Key accounts arrive.
     #[arg(long, env = "BATCHPOOL_ACCOUNT", default_value = "batchpool")]
     pub account: String,

@@ -48,17 +48,7 @@ async fn server_on_three_hosts(suffix: &str) -> TestServer {
 fn nodes_per_host(server_id: &str, pool: &str) -> Vec<usize> {
     host_args("")
         .chunks(2)
-        .map(|pair| {
-            let listed = run_ok(
-                std::process::Command::new("docker")
-                    .env("DOCKER_HOST", &pair[1])
-                    .args(["ps", "-q", "--filter"])
-                    .arg(format!("label=batchpool.server={server_id}"))
-                    .arg("--filter")
-                    .arg(format!("label=batchpool.pool={pool}")),
-            );
-            listed.split_whitespace().count()
-        })
+        .map(|pair| nodes_per_host_of(server_id, pool, &pair[1]))
         .collect()
 }
 
@@ -121,4 +111,173 @@ async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
     );
     let server = s.server_id().await;
     assert_eq!(nodes_per_host(&server, "capped"), [1, 1, 1]);
+}
+
+/// A Docker engine of the test's own, to lose and bring back: stopped gracefully (it stops its
+/// containers, as a host going down does) and started again with the same state.
+struct OwnEngine {
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl OwnEngine {
+    fn url(&self) -> String {
+        format!("unix://{}/docker.sock", self.dir.display())
+    }
+
+    fn start(dir: &str) -> Self {
+        let mut engine = OwnEngine {
+            dir: dir.into(),
+            child: None,
+        };
+        std::fs::create_dir_all(&engine.dir).unwrap();
+        engine.launch();
+        engine
+    }
+
+    fn launch(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let log = std::fs::File::create(self.dir.join("dockerd.log")).unwrap();
+        let d = |name: &str| self.dir.join(name);
+        let child = std::process::Command::new("dockerd")
+            .arg("-H")
+            .arg(self.url())
+            .arg("--data-root")
+            .arg(d("data"))
+            .arg("--exec-root")
+            .arg(d("exec"))
+            .arg("--pidfile")
+            .arg(d("docker.pid"))
+            .args(["--bridge", "none", "--iptables=false", "--ip-masq=false"])
+            .args(["--default-address-pool", "base=10.209.0.0/16,size=24"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !std::process::Command::new("docker")
+            .env("DOCKER_HOST", self.url())
+            .arg("info")
+            .output()
+            .unwrap()
+            .status
+            .success()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the test's engine did not answer"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            child.wait().unwrap();
+        }
+    }
+
+    /// This server's containers on the engine.
+    fn containers(&self, server_id: &str) -> usize {
+        let listed = run_ok(
+            std::process::Command::new("docker")
+                .env("DOCKER_HOST", self.url())
+                .args(["ps", "-aq", "--filter"])
+                .arg(format!("label=batchpool.server={server_id}")),
+        );
+        listed.split_whitespace().count()
+    }
+}
+
+impl Drop for OwnEngine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[tokio::test]
+async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
+    let mut engine = OwnEngine::start(&format!(
+        "/tmp/batchpool-engines/lost-{}",
+        std::process::id()
+    ));
+    run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .args([
+                "build-node-image",
+                "--tag",
+                common::TEST_IMAGE,
+                "--docker-host",
+            ])
+            .arg(engine.url()),
+    );
+    let args = [
+        "--docker-host",
+        "unix:///var/run/docker.sock",
+        "--docker-host",
+        &engine.url(),
+        "--host-timeout",
+        "3",
+    ];
+    let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 4, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 4, "idle").await;
+    let server = s.server_id().await;
+    assert_eq!(
+        engine.containers(&server),
+        2,
+        "2 of the 4 nodes on the engine to lose"
+    );
+    s.job_on("j", "p").await;
+    let tasks = (0..40)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 2"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    wait_for("8 tasks running", || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["running"] == 8).then_some(())
+    })
+    .await;
+    engine.stop();
+    let mut requeued = 0;
+    for t in s.wait_all_completed("j", 40).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        requeued += t["executionInfo"]["requeueCount"].as_i64().unwrap();
+    }
+    assert!(
+        requeued >= 4,
+        "the lost host's running tasks were requeued ({requeued})"
+    );
+    let nodes = s.wait_nodes("p", 4, "idle").await;
+    assert_eq!(nodes.len(), 4, "the pool is back at its target");
+    assert_eq!(
+        nodes_per_host_of(&server, "p", "unix:///var/run/docker.sock"),
+        4
+    );
+    // The host comes back: its leftover nodes are removed, not run again.
+    engine.launch();
+    wait_for("the returning host to be cleared", || async {
+        (engine.containers(&server) == 0).then_some(())
+    })
+    .await;
+    engine.stop();
+    let _ = std::fs::remove_dir_all(&engine.dir);
+}
+
+/// The nodes of `pool` on one engine.
+fn nodes_per_host_of(server_id: &str, pool: &str, url: &str) -> usize {
+    let listed = run_ok(
+        std::process::Command::new("docker")
+            .env("DOCKER_HOST", url)
+            .args(["ps", "-q", "--filter"])
+            .arg(format!("label=batchpool.server={server_id}"))
+            .arg("--filter")
+            .arg(format!("label=batchpool.pool={pool}")),
+    );
+    listed.split_whitespace().count()
 }

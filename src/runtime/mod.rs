@@ -205,6 +205,11 @@ impl Runtime {
         self.node.restart_node(server_id, node_id).await
     }
 
+    /// The nodes lost with their host (see [`NodeRuntime::lost_nodes`]).
+    pub async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
+        self.node.lost_nodes(server_id).await
+    }
+
     /// The nodes of this installation that exist on the runtime.
     pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         self.node.list_nodes(server_id).await

@@ -116,6 +116,12 @@ pub trait NodeRuntime: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// The nodes this runtime has lost with their host (one that has not answered for longer
+    /// than its timeout); checking the hosts as it goes. Most runtimes lose none.
+    fn lost_nodes<'a>(&'a self, _server_id: &'a str) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(async { Vec::new() })
+    }
+
     /// Kills the process group `pid` (> 1) on the node.
     fn kill_group<'a>(
         &'a self,

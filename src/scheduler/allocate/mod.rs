@@ -136,6 +136,7 @@ impl Allocator {
     }
 
     async fn pass(self: &Arc<Self>) -> anyhow::Result<()> {
+        self.replace_lost_nodes().await?;
         let pools = store::pools::list_all(&self.db).await?;
         let mut nodes: HashMap<i64, Vec<NodeRow>> = HashMap::new();
         for node in store::nodes::list_all(&self.db).await? {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Allocator;
 use crate::domain::ids::new_node_id;
-use crate::domain::pool::{AllocationState, NodeState};
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState};
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 impl Allocator {
@@ -92,6 +92,41 @@ impl Allocator {
         store::nodes::mark_leaving(&self.db, &pks).await?;
         self.stop_tasks_on(&pks, pool.node_deallocation_option)
             .await?;
+        self.wake.allocate.notify_one();
+        Ok(())
+    }
+}
+
+impl Allocator {
+    /// Nodes lost with their host leave their pools: their tasks are requeued (requeueCount + 1,
+    /// as Azure does when a node fails), and their pools resize back to their targets on the
+    /// hosts that answer.
+    pub(super) async fn replace_lost_nodes(&self) -> anyhow::Result<()> {
+        let lost = self.runtime.lost_nodes(&self.server_id).await;
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<NodeRow> = store::nodes::list_all(&self.db)
+            .await?
+            .into_iter()
+            .filter(|n| n.state != NodeState::LeavingPool && lost.contains(&n.id))
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(
+            count = rows.len(),
+            "nodes lost with their Docker host; replacing them"
+        );
+        let pks: Vec<i64> = rows.iter().map(|n| n.pk).collect();
+        store::nodes::mark_leaving(&self.db, &pks).await?;
+        self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
+            .await?;
+        let mut pools: Vec<i64> = rows.iter().map(|n| n.pool_pk).collect();
+        pools.dedup();
+        for pool in pools {
+            store::pools::set_allocation_state(&self.db, pool, AllocationState::Resizing).await?;
+        }
         self.wake.allocate.notify_one();
         Ok(())
     }

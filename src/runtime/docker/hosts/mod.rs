@@ -11,6 +11,8 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 
+mod health;
+
 use super::{DockerRuntime, NODE_ROOT};
 pub use crate::domain::host::HostSpec;
 use crate::runtime::{
@@ -38,11 +40,17 @@ pub struct DockerHosts {
     layout: Layout,
     /// Every node this server knows of, by node id: made here, or found at adoption.
     placed: Mutex<HashMap<String, Placed>>,
+    /// Which hosts answer (see `health`).
+    health: health::Health,
 }
 
 impl DockerHosts {
     /// Connects to every host; fails when one does not answer.
-    pub async fn connect(specs: &[HostSpec], layout: Layout) -> anyhow::Result<Self> {
+    pub async fn connect(
+        specs: &[HostSpec],
+        layout: Layout,
+        lost_after: std::time::Duration,
+    ) -> anyhow::Result<Self> {
         let mut hosts = Vec::new();
         for spec in specs {
             let docker = super::connect(Some(&spec.url))
@@ -53,22 +61,23 @@ impl DockerHosts {
                 runtime: DockerRuntime::new(docker, layout.clone()),
             });
         }
-        Ok(Self::new(hosts, layout))
+        Ok(Self::new(hosts, layout, lost_after))
     }
 
     /// The local engine alone (DOCKER_HOST, or the default socket), with no cap.
-    pub fn single(runtime: DockerRuntime, url: &str) -> Self {
+    pub fn single(runtime: DockerRuntime, url: &str, lost_after: std::time::Duration) -> Self {
         let layout = runtime.layout.clone();
         let spec = HostSpec {
             url: url.to_string(),
             cpus: None,
             memory_mib: None,
         };
-        Self::new(vec![Host { spec, runtime }], layout)
+        Self::new(vec![Host { spec, runtime }], layout, lost_after)
     }
 
-    fn new(hosts: Vec<Host>, layout: Layout) -> Self {
+    fn new(hosts: Vec<Host>, layout: Layout, lost_after: std::time::Duration) -> Self {
         Self {
+            health: health::Health::new(hosts.len(), lost_after),
             hosts,
             layout,
             placed: Mutex::default(),
@@ -109,6 +118,7 @@ impl DockerHosts {
             (pool, on.len(), cpus, memory)
         };
         let chosen = (0..self.hosts.len())
+            .filter(|&h| self.health.answers(h))
             .filter(|&h| {
                 let (_, _, cpus, memory) = load(h);
                 let cap = &self.hosts[h].spec;
@@ -158,6 +168,8 @@ impl DockerHosts {
     async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         let placed = self.host_index(node_id);
         match placed {
+            // A lost host's node is forgotten: its container goes when the host answers again.
+            Some(i) if self.health.is_lost(i) => {}
             Some(i) => {
                 self.hosts[i]
                     .runtime
@@ -166,8 +178,10 @@ impl DockerHosts {
             }
             // Not known here: wherever it is, it goes (removing a missing node is no error).
             None => {
-                for host in &self.hosts {
-                    host.runtime.remove_node(server_id, node_id).await?;
+                for (i, host) in self.hosts.iter().enumerate() {
+                    if !self.health.is_lost(i) {
+                        host.runtime.remove_node(server_id, node_id).await?;
+                    }
                 }
             }
         }
@@ -327,6 +341,10 @@ impl NodeRuntime for DockerHosts {
             }
             Ok(())
         })
+    }
+
+    fn lost_nodes<'a>(&'a self, server_id: &'a str) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(DockerHosts::lost_nodes(self, server_id))
     }
 
     fn kill_group<'a>(
