@@ -231,8 +231,9 @@ pub struct BuildImageConfig {
     /// A statically linked busybox (Debian: busybox-static).
     #[arg(long, default_value = "/bin/busybox")]
     pub busybox: PathBuf,
+    /// The engine to build on, as `serve --docker-host` names one (`tls=DIR` included).
     #[arg(long, env = "DOCKER_HOST")]
-    pub docker_host: Option<String>,
+    pub docker_host: Option<crate::domain::host::HostSpec>,
 }
 
 /// A value that must not reach logs: Debug and Display print a placeholder.

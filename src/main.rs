@@ -17,7 +17,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(config) => batchpool::app::serve(*config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,
         Command::BuildNodeImage(c) => {
-            let docker = batchpool::runtime::docker::connect(c.docker_host.as_deref()).await?;
+            let docker = match &c.docker_host {
+                Some(host) => batchpool::runtime::docker::connect_host(host).await?,
+                None => batchpool::runtime::docker::connect(None).await?,
+            };
             batchpool::runtime::docker::build_busybox_image(&docker, &c.tag, &c.busybox).await?;
             println!("built {}", c.tag);
             Ok(())

@@ -114,20 +114,57 @@ async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
 }
 
 /// A Docker engine of the test's own, to lose and bring back: stopped gracefully (it stops its
-/// containers, as a host going down does) and started again with the same state.
+/// containers, as a host going down does) and started again with the same state. On a unix
+/// socket, or on a TCP port that requires TLS client certificates.
 struct OwnEngine {
     dir: std::path::PathBuf,
+    url: String,
+    /// How dockerd listens, and what the docker CLI needs to reach it.
+    listen: Vec<String>,
+    cli_env: Vec<(String, String)>,
     child: Option<std::process::Child>,
 }
 
 impl OwnEngine {
-    fn url(&self) -> String {
-        format!("unix://{}/docker.sock", self.dir.display())
+    fn start(dir: &str) -> Self {
+        let url = format!("unix://{dir}/docker.sock");
+        let listen = vec!["-H".to_string(), url.clone()];
+        let env = vec![("DOCKER_HOST".to_string(), url.clone())];
+        Self::start_with(dir, url, listen, env)
     }
 
-    fn start(dir: &str) -> Self {
+    /// On 127.0.0.1:`port` with TLS: a CA, the engine's certificate and a client certificate
+    /// made here; the client's are in `<dir>/client` as Docker's DOCKER_CERT_PATH holds them.
+    fn start_tls(dir: &str, port: u16) -> Self {
+        let certs = make_certificates(std::path::Path::new(dir));
+        let url = format!("tcp://127.0.0.1:{port}");
+        let listen = vec![
+            "-H".to_string(),
+            url.clone(),
+            "--tlsverify".into(),
+            format!("--tlscacert={}/ca.pem", certs.display()),
+            format!("--tlscert={}/server-cert.pem", certs.display()),
+            format!("--tlskey={}/server-key.pem", certs.display()),
+        ];
+        let env = vec![
+            ("DOCKER_HOST".to_string(), url.clone()),
+            ("DOCKER_TLS_VERIFY".into(), "1".into()),
+            ("DOCKER_CERT_PATH".into(), format!("{dir}/client")),
+        ];
+        Self::start_with(dir, url, listen, env)
+    }
+
+    fn start_with(
+        dir: &str,
+        url: String,
+        listen: Vec<String>,
+        cli_env: Vec<(String, String)>,
+    ) -> Self {
         let mut engine = OwnEngine {
             dir: dir.into(),
+            url,
+            listen,
+            cli_env,
             child: None,
         };
         std::fs::create_dir_all(&engine.dir).unwrap();
@@ -135,13 +172,22 @@ impl OwnEngine {
         engine
     }
 
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    fn cli(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new("docker");
+        cmd.envs(self.cli_env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
     fn launch(&mut self) {
         use std::os::unix::process::CommandExt;
         let log = std::fs::File::create(self.dir.join("dockerd.log")).unwrap();
         let d = |name: &str| self.dir.join(name);
         let child = std::process::Command::new("dockerd")
-            .arg("-H")
-            .arg(self.url())
+            .args(&self.listen)
             .arg("--data-root")
             .arg(d("data"))
             .arg("--exec-root")
@@ -157,14 +203,7 @@ impl OwnEngine {
             .unwrap();
         self.child = Some(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !std::process::Command::new("docker")
-            .env("DOCKER_HOST", self.url())
-            .arg("info")
-            .output()
-            .unwrap()
-            .status
-            .success()
-        {
+        while !self.cli().arg("info").output().unwrap().status.success() {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the test's engine did not answer"
@@ -184,19 +223,90 @@ impl OwnEngine {
     /// This server's containers on the engine.
     fn containers(&self, server_id: &str) -> usize {
         let listed = run_ok(
-            std::process::Command::new("docker")
-                .env("DOCKER_HOST", self.url())
+            self.cli()
                 .args(["ps", "-aq", "--filter"])
                 .arg(format!("label=batchpool.server={server_id}")),
         );
         listed.split_whitespace().count()
+    }
+
+    /// The test node image, built on this engine (`host` as `--docker-host` names it).
+    fn build_test_image(&self, host: &str) {
+        run_ok(
+            std::process::Command::new(env!("CARGO_BIN_EXE_batchpool")).args([
+                "build-node-image",
+                "--tag",
+                common::TEST_IMAGE,
+                "--docker-host",
+                host,
+            ]),
+        );
     }
 }
 
 impl Drop for OwnEngine {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A CA, a certificate for an engine on 127.0.0.1 and a client certificate, made with openssl
+/// in `<dir>/certs` and `<dir>/client`; returns the former.
+fn make_certificates(dir: &std::path::Path) -> std::path::PathBuf {
+    let (certs, client) = (dir.join("certs"), dir.join("client"));
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::create_dir_all(&client).unwrap();
+    let script = r#"set -e
+cd "$1"
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=batchpool-test-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile server.ext 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout "$2/key.pem" -out client.csr -subj /CN=batchpool 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' > client.ext
+openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out "$2/cert.pem" -days 2 -extfile client.ext 2>/dev/null
+cp ca.pem "$2/ca.pem"
+"#;
+    run_ok(
+        std::process::Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(&certs)
+            .arg(&client),
+    );
+    certs
+}
+
+#[tokio::test]
+async fn a_tcp_host_with_tls_client_certificates_runs_nodes() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = format!("/tmp/batchpool-engines/tls-{}", std::process::id());
+    let engine = OwnEngine::start_tls(&dir, port);
+    let host = format!("{},tls={dir}/client", engine.url());
+    engine.build_test_image(&host);
+    let args = ["--docker-host", host.as_str()];
+    let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    s.pool_of_one_idle_node("p").await;
+    let server = s.server_id().await;
+    assert_eq!(
+        engine.containers(&server),
+        1,
+        "the node is on the TLS engine"
+    );
+    s.job_on("j", "p").await;
+    s.add_tasks(
+        "j",
+        vec![json!({"id": "t", "commandLine": "echo over tls"})],
+    )
+    .await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    let out = s.file("/jobs/j/tasks/t/files/stdout.txt").await.unwrap();
+    assert_eq!(out, "over tls\n");
 }
 
 #[tokio::test]
@@ -205,16 +315,7 @@ async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
         "/tmp/batchpool-engines/lost-{}",
         std::process::id()
     ));
-    run_ok(
-        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
-            .args([
-                "build-node-image",
-                "--tag",
-                common::TEST_IMAGE,
-                "--docker-host",
-            ])
-            .arg(engine.url()),
-    );
+    engine.build_test_image(&engine.url());
     let args = [
         "--docker-host",
         "unix:///var/run/docker.sock",
@@ -265,8 +366,6 @@ async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
         (engine.containers(&server) == 0).then_some(())
     })
     .await;
-    engine.stop();
-    let _ = std::fs::remove_dir_all(&engine.dir);
 }
 
 /// The nodes of `pool` on one engine.

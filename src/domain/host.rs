@@ -1,10 +1,13 @@
 //! A Docker host as `serve --docker-host` names it: its address and the caps on what its nodes
 //! may take together.
 
-/// A host as `--docker-host` gives it: `URL[,cpus=N][,memory=MiB]`.
+/// A host as `--docker-host` gives it: `URL[,cpus=N][,memory=MiB][,tls=DIR]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostSpec {
     pub url: String,
+    /// For `tcp://` with TLS: a directory with the client's `cert.pem` and `key.pem` and the
+    /// engine's `ca.pem`, as Docker's own DOCKER_CERT_PATH holds them.
+    pub tls: Option<std::path::PathBuf>,
     /// The most CPUs (by their vmSizes) the host's nodes may have together; None: no cap.
     pub cpus: Option<f64>,
     /// The most memory (MiB) its nodes may have together; None: no cap.
@@ -25,6 +28,7 @@ impl std::str::FromStr for HostSpec {
         }
         let mut host = HostSpec {
             url,
+            tls: None,
             cpus: None,
             memory_mib: None,
         };
@@ -46,12 +50,16 @@ impl std::str::FromStr for HostSpec {
                             .ok_or_else(|| format!("memory={n}: give MiB above 0"))?,
                     )
                 }
+                Some(("tls", dir)) if !dir.is_empty() => host.tls = Some(dir.into()),
                 _ => {
                     return Err(format!(
-                        "{part:?}: after the URL, give cpus=N or memory=MiB"
+                        "{part:?}: after the URL, give cpus=N, memory=MiB or tls=DIR"
                     ))
                 }
             }
+        }
+        if host.tls.is_some() && !host.url.starts_with("tcp://") {
+            return Err(format!("{}: tls= is for tcp:// hosts", host.url));
         }
         Ok(host)
     }
@@ -68,12 +76,19 @@ mod tests {
             h,
             HostSpec {
                 url: "unix:///run/d.sock".into(),
+                tls: None,
                 cpus: Some(2.5),
                 memory_mib: Some(4096)
             }
         );
         let h: HostSpec = "tcp://10.0.0.2:2376".parse().unwrap();
-        assert_eq!((h.cpus, h.memory_mib), (None, None));
+        assert_eq!((h.cpus, h.memory_mib, h.tls), (None, None, None));
+        let h: HostSpec = "tcp://10.0.0.2:2376,tls=/etc/certs/h2".parse().unwrap();
+        assert_eq!(
+            h.tls.as_deref(),
+            Some(std::path::Path::new("/etc/certs/h2"))
+        );
+        assert!("unix:///d.sock,tls=/etc/certs".parse::<HostSpec>().is_err());
         assert!("docker.sock".parse::<HostSpec>().is_err());
         assert!("unix:///d.sock,cpus=0".parse::<HostSpec>().is_err());
         assert!("unix:///d.sock,gpus=1".parse::<HostSpec>().is_err());

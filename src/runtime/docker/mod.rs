@@ -55,6 +55,37 @@ pub async fn connect(host: Option<&str>) -> anyhow::Result<Docker> {
         _ => Docker::connect_with_local_defaults(),
     }
     .context("configuring the Docker client")?;
+    agree(docker).await
+}
+
+/// Connects to a host as `--docker-host` names it: with TLS client certificates when it says so.
+pub async fn connect_host(host: &crate::domain::host::HostSpec) -> anyhow::Result<Docker> {
+    match &host.tls {
+        Some(dir) => connect_tls(&host.url, dir).await,
+        None => connect(Some(&host.url)).await,
+    }
+}
+
+/// Connects to a `tcp://` engine that requires TLS client certificates: `dir` holds the
+/// client's `cert.pem` and `key.pem` and the engine's `ca.pem` (Docker's DOCKER_CERT_PATH).
+pub async fn connect_tls(host: &str, dir: &std::path::Path) -> anyhow::Result<Docker> {
+    for file in ["cert.pem", "key.pem", "ca.pem"] {
+        anyhow::ensure!(dir.join(file).is_file(), "{} has no {file}", dir.display());
+    }
+    let docker = Docker::connect_with_ssl(
+        host,
+        &dir.join("key.pem"),
+        &dir.join("cert.pem"),
+        &dir.join("ca.pem"),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .context("configuring the Docker client with TLS")?;
+    agree(docker).await
+}
+
+/// Agrees on an API version with the engine and checks that it answers.
+async fn agree(docker: Docker) -> anyhow::Result<Docker> {
     let docker = docker
         .negotiate_version()
         .await

@@ -53,7 +53,7 @@ impl DockerHosts {
     ) -> anyhow::Result<Self> {
         let mut hosts = Vec::new();
         for spec in specs {
-            let docker = super::connect(Some(&spec.url))
+            let docker = super::connect_host(spec)
                 .await
                 .with_context(|| format!("the Docker host {}", spec.url))?;
             hosts.push(Host {
@@ -69,6 +69,7 @@ impl DockerHosts {
         let layout = runtime.layout.clone();
         let spec = HostSpec {
             url: url.to_string(),
+            tls: None,
             cpus: None,
             memory_mib: None,
         };
