@@ -2,6 +2,7 @@
 //! the scheduler, and the HTTP listener. Runs until SIGINT/SIGTERM.
 
 mod account;
+mod host;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
 
 pub use account::account_command;
+pub use host::host_command;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)

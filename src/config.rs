@@ -25,12 +25,41 @@ pub enum Command {
     BuildNodeImage(BuildImageConfig),
     /// Batch accounts and their Shared Key keys.
     Account(AccountConfig),
+    /// Docker hosts nodes run on, added and removed while servers run.
+    Host(HostConfig),
 }
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AccountConfig {
     #[command(subcommand)]
     pub action: AccountAction,
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostConfig {
+    #[command(subcommand)]
+    pub action: HostAction,
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum HostAction {
+    /// The hosts added here (not those given with `serve --docker-host`).
+    List,
+    /// Adds a host, as `serve --docker-host` names one (`URL[,cpus=N][,memory=MiB][,tls=DIR]`),
+    /// or changes the caps of one added before. The leader takes it within seconds.
+    Add { host: crate::domain::host::HostSpec },
+    /// Removes an added host: it takes no new nodes; its nodes stay until their pools let them
+    /// go.
+    Remove { url: String },
+}
+
+/// Which database a command works on, as `serve` finds it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DatabaseArgs {
     /// PostgreSQL to use; without it, the server's own in the data directory.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<Secret>,

@@ -380,3 +380,64 @@ fn nodes_per_host_of(server_id: &str, pool: &str, url: &str) -> usize {
     );
     listed.split_whitespace().count()
 }
+
+/// Runs `batchpool host ...` against the server's database.
+fn host_cmd(s: &TestServer, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        .arg("host")
+        .args(args)
+        .arg("--database-url")
+        .arg(s.database_url.as_ref().unwrap())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hosts_are_added_and_removed_while_the_server_runs() {
+    images_on_every_host();
+    let hosts = host_args("");
+    let (own, extra) = (hosts[1].as_str(), hosts[3].as_str());
+    let args = ["--docker-host", own];
+    let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let added = host_cmd(&s, &["add", &format!("{extra},cpus=8")]);
+    assert!(added.status.success(), "{added:?}");
+    let listed = String::from_utf8(host_cmd(&s, &["list"]).stdout).unwrap();
+    assert_eq!(listed, format!("{extra}  cpus=8  memory=-  tls=-\n"));
+    wait_for("the leader to take the added host", || async {
+        s.log_contains("a Docker host was added").then_some(())
+    })
+    .await;
+    let body = json!({"id": "grow", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("grow", 2, "idle").await;
+    let server = s.server_id().await;
+    let on = |url: &str| nodes_per_host_of(&server, "grow", url);
+    assert_eq!(
+        (on(own), on(extra)),
+        (1, 1),
+        "the pool spreads onto the added host"
+    );
+
+    let removed = host_cmd(&s, &["remove", extra]);
+    assert!(removed.status.success(), "{removed:?}");
+    assert!(
+        !host_cmd(&s, &["remove", extra]).status.success(),
+        "removed already"
+    );
+    wait_for("the leader to retire the host", || async {
+        s.log_contains("takes no new nodes").then_some(())
+    })
+    .await;
+    let resize = json!({"targetDedicatedNodes": 4});
+    assert_eq!(s.post("/pools/grow/resize", &resize).await.0, 202);
+    s.wait_nodes("grow", 4, "idle").await;
+    assert_eq!(
+        (on(own), on(extra)),
+        (3, 1),
+        "no new node on the removed host"
+    );
+    assert_eq!(
+        String::from_utf8(host_cmd(&s, &["list"]).stdout).unwrap(),
+        ""
+    );
+}

@@ -6,19 +6,30 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 
-use crate::config::{AccountAction, AccountConfig};
+use crate::config::{AccountAction, AccountConfig, DatabaseArgs};
 use crate::{api, store};
 
 /// `batchpool account ...`.
 pub async fn account_command(config: AccountConfig) -> anyhow::Result<()> {
+    let config = &config;
+    with_database(&config.db, |db| async move { run(&db, config).await }).await
+}
+
+/// Runs `work` on the database `args` name, then closes it (and stops the embedded PostgreSQL if
+/// this command started it).
+pub(super) async fn with_database<F, Fut>(args: &DatabaseArgs, work: F) -> anyhow::Result<()>
+where
+    F: FnOnce(PgPool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let (db, embedded) = super::open_database(
-        config.database_url.as_ref(),
-        &config.data_dir,
+        args.database_url.as_ref(),
+        &args.data_dir,
         2,
         Duration::from_secs(30),
     )
     .await?;
-    let result = run(&db, &config).await;
+    let result = work(db.clone()).await;
     db.close().await;
     if let Some(pg) = embedded {
         pg.stop_if_started_here().await;
@@ -66,7 +77,7 @@ async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
                 display_name: display_name.as_deref(),
                 make_default: *default,
             };
-            add_package(db, &config.data_dir, &package, file).await
+            add_package(db, &config.db.data_dir, &package, file).await
         }
     }
 }
@@ -227,8 +238,8 @@ async fn rotate_key(
         "no account {name:?}"
     );
     // The key file a first start wrote follows the primary key.
-    let key_file = config.data_dir.join(format!("{name}.key"));
-    if key == "primary" && config.database_url.is_none() && key_file.exists() {
+    let key_file = config.db.data_dir.join(format!("{name}.key"));
+    if key == "primary" && config.db.database_url.is_none() && key_file.exists() {
         std::fs::write(&key_file, &new)?;
     }
     println!("new {key} key of {name}: {new}");

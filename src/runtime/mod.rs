@@ -205,6 +205,11 @@ impl Runtime {
         self.node.restart_node(server_id, node_id).await
     }
 
+    /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
+    pub async fn sync_hosts(&self, hosts: Vec<crate::domain::host::HostSpec>) {
+        self.node.sync_hosts(hosts).await
+    }
+
     /// The nodes lost with their host (see [`NodeRuntime::lost_nodes`]).
     pub async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
         self.node.lost_nodes(server_id).await

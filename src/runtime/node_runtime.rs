@@ -4,6 +4,8 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 
+use crate::domain::host::HostSpec;
+
 use super::{
     ContainerError, FoundNode, Layout, NodeError, NodeHandle, NodeSpec, Started, TaskContainer,
 };
@@ -120,6 +122,11 @@ pub trait NodeRuntime: Send + Sync {
     /// than its timeout); checking the hosts as it goes. Most runtimes lose none.
     fn lost_nodes<'a>(&'a self, _server_id: &'a str) -> BoxFuture<'a, Vec<String>> {
         Box::pin(async { Vec::new() })
+    }
+
+    /// The hosts added at run time (`batchpool host add`), for runtimes that have hosts.
+    fn sync_hosts<'a>(&'a self, _hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
     }
 
     /// Kills the process group `pid` (> 1) on the node.

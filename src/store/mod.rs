@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod applications;
+pub mod hosts;
 pub mod jobs;
 pub mod leader;
 pub mod nodes;

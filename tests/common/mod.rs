@@ -294,6 +294,11 @@ impl TestServer {
             .expect("wait")
     }
 
+    /// Whether the server's log says `text` anywhere.
+    pub fn log_contains(&self, text: &str) -> bool {
+        std::fs::read_to_string(self.log_path()).is_ok_and(|log| log.contains(text))
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();

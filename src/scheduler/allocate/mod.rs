@@ -27,6 +27,8 @@ pub struct Allocator {
     provisioning: Mutex<HashMap<String, CancellationToken>>,
     /// Nodes whose removal is under way.
     removing: Mutex<HashSet<String>>,
+    /// When the added Docker hosts were last read.
+    hosts_synced: Mutex<Option<std::time::Instant>>,
     /// Bounds how many containers are created or removed at once.
     limit: Arc<Semaphore>,
     /// Fetches start tasks' resource files.
@@ -53,6 +55,7 @@ impl Allocator {
             wake,
             provisioning: Mutex::default(),
             removing: Mutex::default(),
+            hosts_synced: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             packages: crate::scheduler::packages::Packages::new(
                 db.clone(),
@@ -136,6 +139,7 @@ impl Allocator {
     }
 
     async fn pass(self: &Arc<Self>) -> anyhow::Result<()> {
+        self.sync_hosts().await?;
         self.replace_lost_nodes().await?;
         let pools = store::pools::list_all(&self.db).await?;
         let mut nodes: HashMap<i64, Vec<NodeRow>> = HashMap::new();

@@ -98,6 +98,20 @@ impl Allocator {
 }
 
 impl Allocator {
+    /// Gives the runtime the hosts added with `batchpool host add`, at most every 2 s.
+    pub(super) async fn sync_hosts(&self) -> anyhow::Result<()> {
+        {
+            let mut last = self.hosts_synced.lock().expect("lock");
+            if last.is_some_and(|t| t.elapsed() < Duration::from_secs(2)) {
+                return Ok(());
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let hosts = store::hosts::list(&self.db).await?;
+        self.runtime.sync_hosts(hosts).await;
+        Ok(())
+    }
+
     /// Nodes lost with their host leave their pools: their tasks are requeued (requeueCount + 1,
     /// as Azure does when a node fails), and their pools resize back to their targets on the
     /// hosts that answer.

@@ -28,6 +28,14 @@ impl Health {
         }
     }
 
+    /// Makes room for the hosts up to `hosts` (one was added).
+    pub(super) fn grow(&self, hosts: usize) {
+        let mut down = self.down_since.lock().expect("lock");
+        if down.len() < hosts {
+            down.resize(hosts, None);
+        }
+    }
+
     /// Whether the host answered when last asked.
     pub(super) fn answers(&self, host: usize) -> bool {
         self.down_since.lock().expect("lock")[host].is_none()
@@ -65,7 +73,7 @@ impl DockerHosts {
     /// The nodes on lost hosts, after pinging the hosts if a check is due.
     pub(super) async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
         if self.health.due() {
-            for (i, host) in self.hosts.iter().enumerate() {
+            for (i, host) in self.all().iter().enumerate() {
                 let answered = tokio::time::timeout(PING_TIMEOUT, host.runtime.docker.ping())
                     .await
                     .is_ok_and(|r| r.is_ok());
@@ -89,7 +97,8 @@ impl DockerHosts {
     /// Removes the containers on a host that answers again of nodes this server no longer
     /// knows there (lost and replaced meanwhile).
     async fn remove_forgotten(&self, host: usize, server_id: &str) {
-        let runtime = &self.hosts[host].runtime;
+        let owner = self.host(host);
+        let runtime = &owner.runtime;
         let found = match runtime.list_nodes(server_id).await {
             Ok(found) => found,
             Err(e) => {
@@ -101,7 +110,7 @@ impl DockerHosts {
             if self.host_index(&node.node_id) == Some(host) {
                 continue;
             }
-            tracing::info!(node = %node.node_id, host = %self.hosts[host].spec.url, "removing a node lost with its host");
+            tracing::info!(node = %node.node_id, host = %owner.spec.url, "removing a node lost with its host");
             if let Err(e) = runtime.remove_node(server_id, &node.node_id).await {
                 tracing::warn!(node = %node.node_id, error = %format!("{e:#}"), "removing a lost node failed");
             }

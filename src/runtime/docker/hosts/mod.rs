@@ -7,23 +7,42 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context;
 
 mod health;
+mod routing;
 
-use super::{DockerRuntime, NODE_ROOT};
+use super::DockerRuntime;
 pub use crate::domain::host::HostSpec;
-use crate::runtime::{
-    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, Started,
-    TaskContainer,
-};
+use crate::runtime::{FoundNode, Layout, NodeError, NodeHandle, NodeSpec};
 
-/// One engine and its cap.
+/// One engine and its caps.
 struct Host {
+    /// As given; its caps are `caps`, which `batchpool host add` may change.
     spec: HostSpec,
+    /// CPUs and memory (MiB) its nodes may take together.
+    caps: RwLock<(Option<f64>, Option<i64>)>,
     runtime: DockerRuntime,
+    /// Added with `batchpool host add` (not `--docker-host`).
+    added: bool,
+    /// Removed with `batchpool host remove`: it takes no new nodes; its nodes stay until their
+    /// pools let them go.
+    retired: AtomicBool,
+}
+
+impl Host {
+    fn new(spec: HostSpec, runtime: DockerRuntime, added: bool) -> Arc<Self> {
+        Arc::new(Self {
+            caps: RwLock::new((spec.cpus, spec.memory_mib)),
+            spec,
+            runtime,
+            added,
+            retired: AtomicBool::new(false),
+        })
+    }
 }
 
 /// Where a node is, and what it takes there.
@@ -36,7 +55,8 @@ struct Placed {
 }
 
 pub struct DockerHosts {
-    hosts: Vec<Host>,
+    /// Only ever grows, so a host's index stays its own.
+    hosts: RwLock<Vec<Arc<Host>>>,
     layout: Layout,
     /// Every node this server knows of, by node id: made here, or found at adoption.
     placed: Mutex<HashMap<String, Placed>>,
@@ -56,10 +76,11 @@ impl DockerHosts {
             let docker = super::connect_host(spec)
                 .await
                 .with_context(|| format!("the Docker host {}", spec.url))?;
-            hosts.push(Host {
-                spec: spec.clone(),
-                runtime: DockerRuntime::new(docker, layout.clone()),
-            });
+            hosts.push(Host::new(
+                spec.clone(),
+                DockerRuntime::new(docker, layout.clone()),
+                false,
+            ));
         }
         Ok(Self::new(hosts, layout, lost_after))
     }
@@ -73,13 +94,13 @@ impl DockerHosts {
             cpus: None,
             memory_mib: None,
         };
-        Self::new(vec![Host { spec, runtime }], layout, lost_after)
+        Self::new(vec![Host::new(spec, runtime, false)], layout, lost_after)
     }
 
-    fn new(hosts: Vec<Host>, layout: Layout, lost_after: std::time::Duration) -> Self {
+    fn new(hosts: Vec<Arc<Host>>, layout: Layout, lost_after: std::time::Duration) -> Self {
         Self {
             health: health::Health::new(hosts.len(), lost_after),
-            hosts,
+            hosts: RwLock::new(hosts),
             layout,
             placed: Mutex::default(),
         }
@@ -94,12 +115,63 @@ impl DockerHosts {
             .map(|p| p.host)
     }
 
+    /// Makes the hosts added with `batchpool host add` (`wanted`) this server's: connects to
+    /// new ones (one that does not answer is tried again at the next sync), retires those
+    /// removed, and takes back those added again, with their caps as the table has them. Hosts
+    /// given with `--docker-host` stay as they are.
+    async fn sync_hosts(&self, wanted: Vec<HostSpec>) {
+        let hosts = self.all();
+        for spec in &wanted {
+            if let Some(known) = hosts.iter().find(|h| h.spec.url == spec.url) {
+                if known.added {
+                    *known.caps.write().expect("lock") = (spec.cpus, spec.memory_mib);
+                    if known.retired.swap(false, Ordering::Relaxed) {
+                        tracing::info!(host = %spec.url, "a Docker host takes new nodes again");
+                    }
+                }
+                continue;
+            }
+            match super::connect_host(spec).await {
+                Ok(docker) => {
+                    let host = Host::new(
+                        spec.clone(),
+                        DockerRuntime::new(docker, self.layout.clone()),
+                        true,
+                    );
+                    let mut hosts = self.hosts.write().expect("lock");
+                    hosts.push(host);
+                    self.health.grow(hosts.len());
+                    tracing::info!(host = %spec.url, "a Docker host was added");
+                }
+                Err(e) => {
+                    tracing::warn!(host = %spec.url, error = %format!("{e:#}"), "an added Docker host does not answer; trying again")
+                }
+            }
+        }
+        for host in hosts.iter().filter(|h| h.added) {
+            if !wanted.iter().any(|w| w.url == host.spec.url)
+                && !host.retired.swap(true, Ordering::Relaxed)
+            {
+                tracing::info!(host = %host.spec.url, "a Docker host was removed: it takes no new nodes");
+            }
+        }
+    }
+
+    /// Every host, as it is now.
+    fn all(&self) -> Vec<Arc<Host>> {
+        self.hosts.read().expect("lock").clone()
+    }
+
+    fn host(&self, i: usize) -> Arc<Host> {
+        Arc::clone(&self.hosts.read().expect("lock")[i])
+    }
+
     /// The host of a node this server knows of.
-    fn host_of(&self, node_id: &str) -> anyhow::Result<&DockerRuntime> {
-        let placed = self.host_index(node_id);
-        match placed {
-            Some(i) => Ok(&self.hosts[i].runtime),
-            None if self.hosts.len() == 1 => Ok(&self.hosts[0].runtime),
+    fn host_of(&self, node_id: &str) -> anyhow::Result<Arc<Host>> {
+        let hosts = self.all();
+        match self.host_index(node_id) {
+            Some(i) => Ok(Arc::clone(&hosts[i])),
+            None if hosts.len() == 1 => Ok(Arc::clone(&hosts[0])),
             None => anyhow::bail!("the node {node_id} is on none of this server's Docker hosts"),
         }
     }
@@ -118,13 +190,14 @@ impl DockerHosts {
             let memory: i64 = on.iter().map(|p| p.memory_mib).sum();
             (pool, on.len(), cpus, memory)
         };
-        let chosen = (0..self.hosts.len())
-            .filter(|&h| self.health.answers(h))
+        let hosts = self.all();
+        let chosen = (0..hosts.len())
+            .filter(|&h| self.health.answers(h) && !hosts[h].retired.load(Ordering::Relaxed))
             .filter(|&h| {
                 let (_, _, cpus, memory) = load(h);
-                let cap = &self.hosts[h].spec;
-                cap.cpus.is_none_or(|c| cpus + spec.vcpus <= c + 1e-9)
-                    && cap.memory_mib.is_none_or(|m| memory + spec.memory_mib <= m)
+                let (cap_cpus, cap_memory) = *hosts[h].caps.read().expect("lock");
+                cap_cpus.is_none_or(|c| cpus + spec.vcpus <= c + 1e-9)
+                    && cap_memory.is_none_or(|m| memory + spec.memory_mib <= m)
             })
             .min_by_key(|&h| {
                 let (pool, all, _, _) = load(h);
@@ -134,7 +207,7 @@ impl DockerHosts {
                 code: "AllocationFailed",
                 message: format!(
                     "no Docker host has room for node {} ({} CPUs, {} MiB): each of the {} hosts is at its cap (--docker-host URL,cpus=N,memory=MiB)",
-                    spec.node_id, spec.vcpus, spec.memory_mib, self.hosts.len()
+                    spec.node_id, spec.vcpus, spec.memory_mib, hosts.len()
                 ),
             })?;
         placed.insert(
@@ -156,7 +229,8 @@ impl DockerHosts {
         workitems: &Path,
     ) -> Result<NodeHandle, NodeError> {
         let host = self.place(spec)?;
-        let made = self.hosts[host]
+        let made = self
+            .host(host)
             .runtime
             .create_node(spec, root, workitems)
             .await;
@@ -171,15 +245,10 @@ impl DockerHosts {
         match placed {
             // A lost host's node is forgotten: its container goes when the host answers again.
             Some(i) if self.health.is_lost(i) => {}
-            Some(i) => {
-                self.hosts[i]
-                    .runtime
-                    .remove_node(server_id, node_id)
-                    .await?
-            }
+            Some(i) => self.host(i).runtime.remove_node(server_id, node_id).await?,
             // Not known here: wherever it is, it goes (removing a missing node is no error).
             None => {
-                for (i, host) in self.hosts.iter().enumerate() {
+                for (i, host) in self.all().iter().enumerate() {
                     if !self.health.is_lost(i) {
                         host.runtime.remove_node(server_id, node_id).await?;
                     }
@@ -193,7 +262,7 @@ impl DockerHosts {
     /// The nodes on every host, each remembered where it is with what it takes.
     async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let mut all = Vec::new();
-        for (i, host) in self.hosts.iter().enumerate() {
+        for (i, host) in self.all().iter().enumerate() {
             let found = host
                 .runtime
                 .list_nodes(server_id)
@@ -215,163 +284,5 @@ impl DockerHosts {
             all.extend(found);
         }
         Ok(all)
-    }
-}
-
-impl NodeRuntime for DockerHosts {
-    fn name(&self) -> &'static str {
-        "docker"
-    }
-
-    fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    /// Every node's root is bind-mounted at the same place in its container.
-    fn node_root(&self, _host_root: &Path) -> String {
-        NODE_ROOT.to_string()
-    }
-
-    fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            for host in &self.hosts {
-                super::image::ensure_default_image(&host.runtime.docker, image).await;
-            }
-        })
-    }
-
-    /// Ready while every host answers: a host that does not cannot make or run nodes.
-    fn reachable(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async {
-            for host in &self.hosts {
-                if let Err(e) = host.runtime.docker.ping().await {
-                    tracing::warn!(host = %host.spec.url, error = %e, "readiness: a Docker host does not answer");
-                    return false;
-                }
-            }
-            true
-        })
-    }
-
-    fn create_node<'a>(
-        &'a self,
-        spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
-    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(DockerHosts::create_node(self, spec, root, workitems))
-    }
-
-    fn remove_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(DockerHosts::remove_node(self, server_id, node_id))
-    }
-
-    fn restart_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            self.host_of(node_id)?
-                .restart_node(server_id, node_id)
-                .await
-        })
-    }
-
-    fn list_nodes<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
-        Box::pin(DockerHosts::list_nodes(self, server_id))
-    }
-
-    fn exec<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        env: Vec<(String, String)>,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move {
-            self.host_of(node_id)?
-                .exec(server_id, node_id, env, started)
-                .await
-        })
-    }
-
-    fn exec_in_container<'a>(
-        &'a self,
-        at: (&'a str, &'a str),
-        env: Vec<(String, String)>,
-        container: &'a TaskContainer,
-        started: Started,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move {
-            self.host_of(at.1)?
-                .exec_in_container(at, env, container, started)
-                .await
-        })
-    }
-
-    fn remove_finished_task_containers<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            for host in &self.hosts {
-                host.runtime
-                    .remove_finished_task_containers(server_id)
-                    .await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn remove_task_container<'a>(
-        &'a self,
-        server_id: &'a str,
-        label: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            for host in &self.hosts {
-                host.runtime.remove_task_container(server_id, label).await?;
-            }
-            Ok(())
-        })
-    }
-
-    fn lost_nodes<'a>(&'a self, server_id: &'a str) -> BoxFuture<'a, Vec<String>> {
-        Box::pin(DockerHosts::lost_nodes(self, server_id))
-    }
-
-    fn kill_group<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            self.host_of(node_id)?
-                .kill_group(server_id, node_id, pid)
-                .await
-        })
-    }
-
-    fn is_alive<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: i32,
-    ) -> BoxFuture<'a, bool> {
-        Box::pin(async move {
-            match self.host_of(node_id) {
-                Ok(host) => host.is_alive(server_id, node_id, pid).await,
-                Err(_) => false,
-            }
-        })
     }
 }

@@ -1,0 +1,177 @@
+//! The node runtime over several hosts: each node's operations go to its host, and what
+//! concerns every host goes to each.
+
+use std::path::Path;
+
+use super::super::NODE_ROOT;
+use super::{DockerHosts, HostSpec};
+use crate::runtime::{
+    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, Started,
+    TaskContainer,
+};
+
+impl NodeRuntime for DockerHosts {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Every node's root is bind-mounted at the same place in its container.
+    fn node_root(&self, _host_root: &Path) -> String {
+        NODE_ROOT.to_string()
+    }
+
+    fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for host in self.all() {
+                super::super::image::ensure_default_image(&host.runtime.docker, image).await;
+            }
+        })
+    }
+
+    /// Ready while every host answers: a host that does not cannot make or run nodes.
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async {
+            for host in self.all() {
+                if let Err(e) = host.runtime.docker.ping().await {
+                    tracing::warn!(host = %host.spec.url, error = %e, "readiness: a Docker host does not answer");
+                    return false;
+                }
+            }
+            true
+        })
+    }
+
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        root: &'a Path,
+        workitems: &'a Path,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
+        Box::pin(DockerHosts::create_node(self, spec, root, workitems))
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(DockerHosts::remove_node(self, server_id, node_id))
+    }
+
+    fn restart_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            self.host_of(node_id)?
+                .runtime
+                .restart_node(server_id, node_id)
+                .await
+        })
+    }
+
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
+        Box::pin(DockerHosts::list_nodes(self, server_id))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move {
+            self.host_of(node_id)?
+                .runtime
+                .exec(server_id, node_id, env, started)
+                .await
+        })
+    }
+
+    fn exec_in_container<'a>(
+        &'a self,
+        at: (&'a str, &'a str),
+        env: Vec<(String, String)>,
+        container: &'a TaskContainer,
+        started: Started,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move {
+            self.host_of(at.1)?
+                .runtime
+                .exec_in_container(at, env, container, started)
+                .await
+        })
+    }
+
+    fn remove_finished_task_containers<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            for host in self.all() {
+                host.runtime
+                    .remove_finished_task_containers(server_id)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove_task_container<'a>(
+        &'a self,
+        server_id: &'a str,
+        label: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            for host in self.all() {
+                host.runtime.remove_task_container(server_id, label).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn lost_nodes<'a>(&'a self, server_id: &'a str) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(DockerHosts::lost_nodes(self, server_id))
+    }
+
+    fn sync_hosts<'a>(&'a self, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
+        Box::pin(DockerHosts::sync_hosts(self, hosts))
+    }
+
+    fn kill_group<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            self.host_of(node_id)?
+                .runtime
+                .kill_group(server_id, node_id, pid)
+                .await
+        })
+    }
+
+    fn is_alive<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            match self.host_of(node_id) {
+                Ok(host) => host.runtime.is_alive(server_id, node_id, pid).await,
+                Err(_) => false,
+            }
+        })
+    }
+}
