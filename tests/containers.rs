@@ -293,3 +293,69 @@ async fn container_settings_are_checked_and_failures_reported() {
         "the password is never shown: {t}"
     );
 }
+
+#[tokio::test]
+async fn a_start_task_runs_in_a_container_of_its_own() {
+    let s = TestServer::start(Rt::Docker).await;
+    build_task_image();
+    let pool = |id: &str, image: &str| {
+        json!({
+            "id": id, "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+            "virtualMachineConfiguration": {
+                "nodeAgentSKUId": "batch.node.ubuntu 20.04",
+                "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": ["batchpool/node:latest", TASK_IMAGE]},
+            },
+            "startTask": {
+                "commandLine": "cat /app/marker > $AZ_BATCH_NODE_SHARED_DIR/from-start",
+                "waitForSuccess": true,
+                "containerSettings": {"imageName": image},
+            },
+        })
+    };
+    assert_eq!(s.post("/pools", &pool("boxed", TASK_IMAGE)).await.0, 201);
+    let node = s.wait_nodes("boxed", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.shared_file("boxed", &node, "from-start").await,
+        "from-the-task-image\n"
+    );
+    // An image the engine lacks fails the start task, as Azure reports it.
+    assert_eq!(
+        s.post("/pools", &pool("absent", "batchpool-test/absent:3"))
+            .await
+            .0,
+        201
+    );
+    let node = &s.wait_nodes("absent", 1, "starttaskfailed").await[0];
+    let info = &node["startTaskInfo"];
+    assert_eq!(
+        info["failureInfo"]["code"], "ContainerImageNotFound",
+        "{node}"
+    );
+    // A pool without a containerConfiguration runs no start task in a container.
+    let mut plain = pool("plain", TASK_IMAGE);
+    plain["virtualMachineConfiguration"]
+        .as_object_mut()
+        .unwrap()
+        .remove("containerConfiguration");
+    let (status, body) = s.post("/pools", &plain).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string().contains("startTask.containerSettings"),
+        "{body}"
+    );
+    // Nor when its start task is replaced later.
+    let start_task = plain.as_object_mut().unwrap().remove("startTask").unwrap();
+    assert_eq!(s.post("/pools", &plain).await.0, 201);
+    let patch = json!({"startTask": start_task});
+    let (status, body) = s
+        .request(reqwest::Method::PATCH, "/pools/plain", Some(&patch))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string().contains("startTask.containerSettings"),
+        "{body}"
+    );
+}

@@ -70,6 +70,9 @@ pub struct StartTask {
     /// Downloaded into the start task's working directory before each attempt.
     #[serde(default)]
     pub resource_files: Vec<crate::domain::files::ResourceFile>,
+    /// The container it runs in, if not in its node's (see docs/nodes.md).
+    #[serde(default)]
+    pub container_settings: Option<crate::domain::container::ContainerSettings>,
 }
 
 /// A name and value of `environmentSettings` (pools' start tasks, jobs, tasks).

@@ -157,6 +157,7 @@ impl Packages {
             linked_storage: None,
             max_retries: 0,
             limit: None,
+            container: None,
         };
         let outcome = run_command(&self.runtime, &self.fetcher, at, command, |_| async {}).await;
         if outcome.succeeded {

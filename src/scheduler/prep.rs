@@ -136,6 +136,7 @@ impl Preparations {
                 .max_wall_clock_time
                 .filter(|d| d.ticks() < NO_LIMIT_TICKS)
                 .map(|d| d.to_std()),
+            container: None,
         };
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);
@@ -227,6 +228,7 @@ impl Preparations {
             linked_storage: linked.as_deref(),
             max_retries: 0,
             limit: Some(release.limit()),
+            container: None,
         };
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);

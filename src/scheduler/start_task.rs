@@ -12,7 +12,9 @@ use crate::domain::files::{PoolPackage, ResourceFile};
 use crate::domain::pool::EnvironmentSetting;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
-use crate::runtime::{ExecSpec, Runtime, Started, TaskDirs};
+use crate::runtime::{
+    container_label, ContainerError, ExecSpec, Runtime, Started, TaskContainer, TaskDirs,
+};
 use crate::store::tasks::AttemptRow;
 
 /// Everything a start task needs to know about where it runs.
@@ -115,6 +117,8 @@ pub struct NodeCommand<'a> {
     pub max_retries: i32,
     /// Each attempt's maxWallClockTime.
     pub limit: Option<Duration>,
+    /// The command's own container, if it runs in one.
+    pub container: Option<TaskContainer>,
 }
 
 /// Runs the pool's start task until it succeeds or has used its retries; `on_attempt` is called
@@ -147,6 +151,15 @@ where
         linked_storage,
         max_retries: task.max_task_retry_count.unwrap_or(0),
         limit: None,
+        // The start task has the node to itself.
+        container: task
+            .container_settings
+            .clone()
+            .map(|settings| TaskContainer {
+                settings,
+                share: 1.0,
+                label: container_label(at.pool_id, "starttask", 0),
+            }),
     };
     run_command(runtime, fetcher, at, command, on_attempt).await
 }
@@ -169,7 +182,7 @@ where
         dirs: command.dirs,
         attempt: 0,
         env: command.env,
-        container: None,
+        container: command.container,
     };
     let start = chrono::Utc::now();
     let mut retry_count = 0;
@@ -220,7 +233,10 @@ async fn exec(
     spec: &ExecSpec,
     limit: Option<Duration>,
 ) -> Result<i64, Failure> {
-    let failed = |e: anyhow::Error| Failure::new("StartTaskFailedToRun", format!("{e:#}"));
+    let failed = |e: anyhow::Error| match e.downcast::<ContainerError>() {
+        Ok(c) => Failure::new(c.code, c.message),
+        Err(e) => Failure::new("StartTaskFailedToRun", format!("{e:#}")),
+    };
     let (started, mut pid) = tokio::sync::oneshot::channel();
     let run = runtime.exec(at.server_id, at.node_id, spec, Started::pid(started));
     tokio::pin!(run);

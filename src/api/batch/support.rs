@@ -92,7 +92,10 @@ pub const POOL_ADD: Table = &[
 
 pub const START_TASK: Table = &[
     ("commandLine", Works("pools.rs::start_task")),
-    ("containerSettings", Refused("a container per start task")),
+    (
+        "containerSettings",
+        Works("containers.rs::a_start_task_runs_in_a_container_of_its_own"),
+    ),
     ("environmentSettings", Works("pools.rs::start_task")),
     ("maxTaskRetryCount", Works("pools.rs::start_task")),
     (

@@ -115,6 +115,11 @@ pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
         "startTask.resourceFiles",
         &task.resource_files,
     )?;
+    if let Some(settings) = &task.container_settings {
+        settings
+            .check("startTask.containerSettings")
+            .map_err(|(property, value, why)| ApiError::invalid_property(&property, value, why))?;
+    }
     if let Some(bad) = task
         .environment_settings
         .iter()
@@ -134,4 +139,39 @@ pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
         ));
     }
     Ok(raw)
+}
+
+/// A start task runs in a container of its own only on a pool with a containerConfiguration,
+/// as on Azure.
+pub(super) fn refuse_start_task_container(
+    start_task: Option<&Value>,
+    vm_config: Option<&Value>,
+) -> ApiResult<()> {
+    let in_container = start_task
+        .and_then(|t| t.get("containerSettings"))
+        .is_some_and(|c| !c.is_null());
+    if in_container && crate::domain::container::PoolContainers::of(vm_config).is_none() {
+        return Err(ApiError::invalid_property(
+            "startTask.containerSettings",
+            "",
+            "the pool has no virtualMachineConfiguration.containerConfiguration; a start task runs in a container of its own only on a pool that has one, as on Azure",
+        ));
+    }
+    Ok(())
+}
+
+/// As `refuse_start_task_container`, for a start task that replaces an existing pool's.
+pub(super) async fn refuse_start_task_container_on(
+    app: &Ctx,
+    pool_id: &str,
+    start_task: Option<&Value>,
+) -> ApiResult<()> {
+    let in_container = start_task
+        .and_then(|t| t.get("containerSettings"))
+        .is_some_and(|c| !c.is_null());
+    if !in_container {
+        return Ok(());
+    }
+    let pool = store::pools::get(&app.db, &app.account, pool_id).await?;
+    refuse_start_task_container(start_task, pool.as_ref().and_then(|p| p.vm_config.as_ref()))
 }

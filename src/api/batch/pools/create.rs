@@ -5,7 +5,10 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::checks::{check_resize_timeout, check_start_task, check_target, refuse_low_priority};
+use super::checks::{
+    check_resize_timeout, check_start_task, check_target, refuse_low_priority,
+    refuse_start_task_container,
+};
 use super::MetadataItem;
 use crate::api::batch::support::{refuse_unsupported, POOL_ADD};
 use crate::api::error::{ApiError, ApiResult};
@@ -135,6 +138,10 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
     let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
     let start_task = body.start_task.map(check_start_task).transpose()?;
+    refuse_start_task_container(
+        start_task.as_ref(),
+        body.virtual_machine_configuration.as_ref(),
+    )?;
     Ok(NewPool {
         account: app.account.clone(),
         id,

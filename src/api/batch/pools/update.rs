@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::checks::{
     check_resize_timeout, check_start_task, check_target, deallocation_option, refuse_low_priority,
-    refuse_unlinked_storage,
+    refuse_start_task_container_on, refuse_unlinked_storage,
 };
 use super::{answer, check_write, find, refusal, MetadataItem};
 use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
@@ -101,6 +101,7 @@ pub async fn patch(
         .map(|m| serde_json::to_value(m).expect("metadata serializes"));
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage(&app, start_task.as_ref()).await?;
+    refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
     let outcome = store::pools::update_properties(
         &app.db,
         &app.account,
@@ -140,6 +141,7 @@ pub async fn update_properties(
     .expect("metadata serializes");
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage(&app, start_task.as_ref()).await?;
+    refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
     let outcome = store::pools::update_properties(
         &app.db,
         &app.account,
