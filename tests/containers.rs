@@ -359,3 +359,43 @@ async fn a_start_task_runs_in_a_container_of_its_own() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn preparation_and_release_tasks_run_in_containers_of_their_own() {
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    let boxed = |file: &str| json!({"commandLine": format!("cat /app/marker > $AZ_BATCH_NODE_SHARED_DIR/{file}"), "containerSettings": {"imageName": TASK_IMAGE}});
+    let job = json!({"id": "j", "poolInfo": {"poolId": "cp"},
+        "jobPreparationTask": boxed("from-prep"), "jobReleaseTask": boxed("from-release")});
+    let (status, body) = s.post("/jobs", &job).await;
+    assert_eq!(status, 201, "{body}");
+    s.add_tasks(
+        "j",
+        vec![json!({"id": "t", "commandLine": "cat $AZ_BATCH_NODE_SHARED_DIR/from-prep"})],
+    )
+    .await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    let node = t["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    assert_eq!(
+        s.file("/jobs/j/tasks/t/files/stdout.txt").await.unwrap(),
+        "from-the-task-image\n"
+    );
+    let (status, _) = s.post("/jobs/j/terminate", &json!({})).await;
+    assert_eq!(status, 202);
+    wait_for("the release task's file", || async {
+        (s.shared_file("cp", &node, "from-release").await == "from-the-task-image\n").then_some(())
+    })
+    .await;
+    // On a pool without a containerConfiguration, they are refused, as on Azure.
+    s.pool_of_one_idle_node("plain").await;
+    let job =
+        json!({"id": "jp", "poolInfo": {"poolId": "plain"}, "jobPreparationTask": boxed("x")});
+    let (status, body) = s.post("/jobs", &job).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("jobPreparationTask.containerSettings"),
+        "{body}"
+    );
+}

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::container::ContainerSettings;
 use super::files::ResourceFile;
 use super::pool::EnvironmentSetting;
 use super::IsoDuration;
@@ -28,6 +29,9 @@ pub struct JobPreparationTask {
     pub wait_for_success: bool,
     #[serde(default = "yes")]
     pub rerun_on_node_reboot_after_success: bool,
+    /// The container it runs in, if not in its node's (see docs/nodes.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_settings: Option<ContainerSettings>,
 }
 
 impl JobPreparationTask {
@@ -62,6 +66,8 @@ pub struct JobReleaseTask {
     pub resource_files: Vec<ResourceFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_wall_clock_time: Option<IsoDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_settings: Option<ContainerSettings>,
 }
 
 impl JobReleaseTask {

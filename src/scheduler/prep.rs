@@ -13,9 +13,10 @@ use sqlx::PgPool;
 use super::keyed_locks::KeyedLocks;
 use super::start_task::{job_command_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
+use crate::domain::container::ContainerSettings;
 use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
-use crate::runtime::Runtime;
+use crate::runtime::{container_label, Runtime, TaskContainer};
 use crate::store::{self, preparations::DueRelease, tasks::AttemptRow};
 
 /// Limits beyond a century are "no limit".
@@ -136,7 +137,7 @@ impl Preparations {
                 .max_wall_clock_time
                 .filter(|d| d.ticks() < NO_LIMIT_TICKS)
                 .map(|d| d.to_std()),
-            container: None,
+            container: node_container(&prep.container_settings, &a.job_id, &prep.id),
         };
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);
@@ -228,7 +229,7 @@ impl Preparations {
             linked_storage: linked.as_deref(),
             max_retries: 0,
             limit: Some(release.limit()),
-            container: None,
+            container: node_container(&release.container_settings, &due.job_id, &release.id),
         };
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);
@@ -247,4 +248,18 @@ impl Preparations {
         record(outcome.info).await;
         tracing::info!(job = %due.job_id, node = %due.node_id, succeeded = outcome.succeeded, "job release task ran");
     }
+}
+
+/// A job's preparation or release task's own container, if it has one: it has the node to
+/// itself (it runs before the job's tasks there, or after them).
+fn node_container(
+    settings: &Option<ContainerSettings>,
+    job_id: &str,
+    task_id: &str,
+) -> Option<TaskContainer> {
+    settings.clone().map(|settings| TaskContainer {
+        settings,
+        share: 1.0,
+        label: container_label(job_id, task_id, 0),
+    })
 }

@@ -370,7 +370,10 @@ pub const JOB_PREPARATION_TASK: Table = &[
             refuses: r#"{"retentionTime": "PT1H"}"#,
         },
     ),
-    ("containerSettings", Refused("a container per task")),
+    (
+        "containerSettings",
+        Works("containers.rs::preparation_and_release_tasks_run_in_containers_of_their_own"),
+    ),
     (
         "environmentSettings",
         Works("prep.rs::a_job_s_preparation_task_runs_once_per_node_before_its_tasks"),
@@ -467,7 +470,10 @@ pub const JOB_RELEASE_TASK: Table = &[
         "commandLine",
         Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),
     ),
-    ("containerSettings", Refused("a container per task")),
+    (
+        "containerSettings",
+        Works("containers.rs::preparation_and_release_tasks_run_in_containers_of_their_own"),
+    ),
     (
         "environmentSettings",
         Works("prep.rs::release_tasks_run_where_preparation_ran_once_the_job_ends"),

@@ -5,6 +5,7 @@ use serde_json::Value;
 use crate::api::batch::support::{refuse_unsupported, JOB_PREPARATION_TASK, JOB_RELEASE_TASK};
 use crate::api::batch::tasks::check_resource_files;
 use crate::api::error::{ApiError, ApiResult};
+use crate::domain::container::ContainerSettings;
 use crate::domain::ids::check_id;
 use crate::domain::job_prep::{JobPreparationTask, JobReleaseTask};
 use crate::domain::pool::EnvironmentSetting;
@@ -61,6 +62,7 @@ fn preparation_task(raw: Value) -> ApiResult<JobPreparationTask> {
         .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
     common(AT, &task.id, &task.command_line, &task.environment_settings)?;
     check_resource_files("jobPreparationTask.resourceFiles", &task.resource_files)?;
+    check_container(AT, task.container_settings.as_ref())?;
     if let Some(n) = task.constraints.max_task_retry_count.filter(|n| *n < -1) {
         return Err(ApiError::invalid_property(
             "jobPreparationTask.constraints.maxTaskRetryCount",
@@ -80,7 +82,40 @@ fn release_task(raw: Value) -> ApiResult<JobReleaseTask> {
         .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
     common(AT, &task.id, &task.command_line, &task.environment_settings)?;
     check_resource_files("jobReleaseTask.resourceFiles", &task.resource_files)?;
+    check_container(AT, task.container_settings.as_ref())?;
     Ok(task)
+}
+
+fn check_container(at: &str, settings: Option<&ContainerSettings>) -> ApiResult<()> {
+    match settings {
+        Some(s) => s
+            .check(&format!("{at}.containerSettings"))
+            .map_err(|(property, value, why)| ApiError::invalid_property(&property, value, why)),
+        None => Ok(()),
+    }
+}
+
+/// Preparation and release tasks run in containers of their own only on a pool that runs
+/// containers, as on Azure; a pool that does not exist yet is not checked.
+pub(super) async fn refuse_containers_off_container_pools(
+    app: &crate::api::Ctx,
+    pool_id: &str,
+    tasks: [(&str, Option<&ContainerSettings>); 2],
+) -> ApiResult<()> {
+    let Some((at, _)) = tasks.iter().find(|(_, s)| s.is_some()) else {
+        return Ok(());
+    };
+    let Some(pool) = crate::store::pools::get(&app.db, &app.account, pool_id).await? else {
+        return Ok(());
+    };
+    if crate::domain::container::PoolContainers::of(pool.vm_config.as_ref()).is_none() {
+        return Err(ApiError::invalid_property(
+            &format!("{at}.containerSettings"),
+            "",
+            format!("the pool {pool_id:?} has no virtualMachineConfiguration.containerConfiguration; a task runs in a container of its own only on a pool that has one, as on Azure"),
+        ));
+    }
+    Ok(())
 }
 
 /// What both share: an id as task ids are, a command line, environment names.

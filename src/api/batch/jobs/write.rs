@@ -72,6 +72,25 @@ pub async fn create(
     let manager = super::manager::parse(body.job_manager_task.take())?;
     let mut job = new_job(&app, body)?;
     job.manager_task = manager.as_ref().map(|m| m.shown.clone());
+    super::prep::refuse_containers_off_container_pools(
+        &app,
+        &job.props.pool_id,
+        [
+            (
+                "jobPreparationTask",
+                job.preparation_task
+                    .as_ref()
+                    .and_then(|p| p.container_settings.as_ref()),
+            ),
+            (
+                "jobReleaseTask",
+                job.release_task
+                    .as_ref()
+                    .and_then(|r| r.container_settings.as_ref()),
+            ),
+        ],
+    )
+    .await?;
     let mut tx = app.db.begin().await?;
     match store::jobs::insert(&mut *tx, &job).await {
         Err(e) if store::is_unique_violation(&e) => {
