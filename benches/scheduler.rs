@@ -1,8 +1,8 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,scale (comma-separated)
-//! picks sections.
+//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,slurm,scale
+//! (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x 16 slots, against
@@ -21,6 +21,9 @@
 //!   many containers directly over the same engines; the server's peak RSS;
 //! - data: resource files, BENCH_SMALL_BLOBS (1,000) small blobs and one BENCH_BIG_MIB (1,024)
 //!   MiB blob from Azurite, against curl of the same URLs (needs `eval "$(scripts/test-env.sh)"`);
+//! - slurm: BENCH_SLURM_TASKS (2,000) no-op tasks as one Slurm job array on a one-node Slurm
+//!   (scripts/slurm.sh, where Debian's slurm-wlm is installed) against the same tasks on the
+//!   throughput section's local pool;
 //! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job, after BENCH_SCALE_OTHER (100,000)
 //!   of another: time to add, BENCH_PAGES (200) list page reads, dispatch pass time while
 //!   BENCH_SCALE_RUN (5,000) of them run, peak RSS.
@@ -75,6 +78,9 @@ async fn main() {
     }
     if selected("data") {
         suite::data::run(env("BENCH_SMALL_BLOBS", 1_000), env("BENCH_BIG_MIB", 1_024)).await;
+    }
+    if selected("slurm") {
+        suite::slurm::run(env("BENCH_SLURM_TASKS", 2_000), clients).await;
     }
     if selected("scale") {
         suite::scale::run(

@@ -12,6 +12,7 @@ pub mod latency;
 pub mod scale;
 #[path = "../../tests/common/shared_key.rs"]
 mod shared_key;
+pub mod slurm;
 pub mod throughput;
 
 use std::process::Stdio;

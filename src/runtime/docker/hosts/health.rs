@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::DockerHosts;
 
-/// How long a ping may take before the host counts as not answering.
-const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a ping may take before the host counts as not answering: a busy engine can be slow.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) struct Health {
     /// Since when each host has not answered; None while it answers.
@@ -73,10 +73,15 @@ impl DockerHosts {
     /// The nodes on lost hosts, after pinging the hosts if a check is due.
     pub(super) async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
         if self.health.due() {
-            for (i, host) in self.all().iter().enumerate() {
-                let answered = tokio::time::timeout(PING_TIMEOUT, host.runtime.docker.ping())
+            let hosts = self.all();
+            // All at once: a host that hangs costs the pass one timeout, not one per host.
+            let answers = futures_util::future::join_all(hosts.iter().map(|host| async {
+                tokio::time::timeout(PING_TIMEOUT, host.runtime.docker.ping())
                     .await
-                    .is_ok_and(|r| r.is_ok());
+                    .is_ok_and(|r| r.is_ok())
+            }))
+            .await;
+            for (i, (host, answered)) in hosts.iter().zip(answers).enumerate() {
                 if !answered && self.health.answers(i) {
                     tracing::warn!(host = %host.spec.url, "a Docker host does not answer");
                 }

@@ -192,7 +192,8 @@ impl DockerHosts {
         };
         let hosts = self.all();
         let chosen = (0..hosts.len())
-            .filter(|&h| self.health.answers(h) && !hosts[h].retired.load(Ordering::Relaxed))
+            // A host that missed a ping or two may be busy: only a lost one is passed over.
+            .filter(|&h| !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed))
             .filter(|&h| {
                 let (_, _, cpus, memory) = load(h);
                 let (cap_cpus, cap_memory) = *hosts[h].caps.read().expect("lock");
