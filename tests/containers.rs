@@ -399,3 +399,42 @@ async fn preparation_and_release_tasks_run_in_containers_of_their_own() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn the_local_runtime_runs_no_task_containers_and_says_so() {
+    let s = TestServer::start(Rt::Local).await;
+    let body = json!({
+        "id": "lp", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "virtualMachineConfiguration": {"nodeAgentSKUId": "batch.node.ubuntu 20.04",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [TASK_IMAGE]}},
+    });
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("lp", 1, "idle").await;
+    s.job_on("j", "lp").await;
+    let task = json!({"id": "t", "commandLine": "true", "constraints": {"maxTaskRetryCount": 0},
+        "containerSettings": {"imageName": TASK_IMAGE}});
+    s.add_tasks("j", vec![task]).await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "failure", "{t}");
+    assert_eq!(
+        t["executionInfo"]["failureInfo"]["code"], "ContainerNotSupported",
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn cpus_and_memory_run_options_limit_the_task_container() {
+    if !engine_nests_cgroups() {
+        return; // the cgroup v1 files read below are not there
+    }
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    let task = json!({"id": "t",
+        "commandLine": "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        "containerSettings": {"imageName": TASK_IMAGE, "containerRunOptions": "--memory 64m --cpus 0.5"}});
+    s.add_tasks("j", vec![task]).await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(stdout(&s, "j", "t").await, format!("{}\n50000\n", 64 << 20));
+}
