@@ -6,6 +6,14 @@ mod common;
 use common::{fresh_database, run_ok, wait_for, Rt, TestServer};
 use serde_json::json;
 
+/// These tests start and stop engines and lose hosts on purpose: one at a time, so that no test's
+/// timing (a host declared lost after a few silent seconds) depends on what the others load the
+/// machine's engines with.
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
+}
+
 /// The three hosts as `--docker-host` values, each with `suffix` (caps) appended.
 fn host_args(suffix: &str) -> Vec<String> {
     let extra = std::env::var("BATCHPOOL_TEST_DOCKER_HOSTS")
@@ -54,6 +62,7 @@ fn nodes_per_host(server_id: &str, pool: &str) -> Vec<usize> {
 
 #[tokio::test]
 async fn a_pool_spreads_over_the_hosts_and_runs_on_all_of_them() {
+    let _alone = one_at_a_time().await;
     let s = server_on_three_hosts("").await;
     let body = json!({"id": "wide", "vmSize": "standard_a1", "targetDedicatedNodes": 6, "taskSlotsPerNode": 2});
     assert_eq!(s.post("/pools", &body).await.0, 201);
@@ -87,6 +96,7 @@ async fn a_pool_spreads_over_the_hosts_and_runs_on_all_of_them() {
 
 #[tokio::test]
 async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
+    let _alone = one_at_a_time().await;
     // Each host takes one standard_a1 node (1 CPU) at most: a fourth node has nowhere to go.
     let s = server_on_three_hosts(",cpus=1").await;
     let body = json!({"id": "capped", "vmSize": "standard_a1", "targetDedicatedNodes": 4});
@@ -122,6 +132,8 @@ struct OwnEngine {
     /// How dockerd listens, and what the docker CLI needs to reach it.
     listen: Vec<String>,
     cli_env: Vec<(String, String)>,
+    /// Its own, apart from every other engine's.
+    address_pool: String,
     child: Option<std::process::Child>,
 }
 
@@ -160,11 +172,13 @@ impl OwnEngine {
         listen: Vec<String>,
         cli_env: Vec<(String, String)>,
     ) -> Self {
+        let pool = if url.starts_with("tcp://") { 208 } else { 209 };
         let mut engine = OwnEngine {
             dir: dir.into(),
             url,
             listen,
             cli_env,
+            address_pool: format!("base=10.{pool}.0.0/16,size=24"),
             child: None,
         };
         std::fs::create_dir_all(&engine.dir).unwrap();
@@ -195,7 +209,7 @@ impl OwnEngine {
             .arg("--pidfile")
             .arg(d("docker.pid"))
             .args(["--bridge", "none", "--iptables=false", "--ip-masq=false"])
-            .args(["--default-address-pool", "base=10.209.0.0/16,size=24"])
+            .args(["--default-address-pool", &self.address_pool])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .process_group(0)
@@ -279,6 +293,7 @@ cp ca.pem "$2/ca.pem"
 
 #[tokio::test]
 async fn a_tcp_host_with_tls_client_certificates_runs_nodes() {
+    let _alone = one_at_a_time().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -311,6 +326,7 @@ async fn a_tcp_host_with_tls_client_certificates_runs_nodes() {
 
 #[tokio::test]
 async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
+    let _alone = one_at_a_time().await;
     let mut engine = OwnEngine::start(&format!(
         "/tmp/batchpool-engines/lost-{}",
         std::process::id()
@@ -395,6 +411,7 @@ fn host_cmd(s: &TestServer, args: &[&str]) -> std::process::Output {
 
 #[tokio::test]
 async fn hosts_are_added_and_removed_while_the_server_runs() {
+    let _alone = one_at_a_time().await;
     images_on_every_host();
     let hosts = host_args("");
     let (own, extra) = (hosts[1].as_str(), hosts[3].as_str());

@@ -301,7 +301,11 @@ impl TestServer {
 
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
+        // The request log would hide everything else.
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.contains("batchpool::api::request_id: served"))
+            .collect();
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
