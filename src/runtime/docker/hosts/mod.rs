@@ -166,10 +166,17 @@ impl DockerHosts {
         Arc::clone(&self.hosts.read().expect("lock")[i])
     }
 
-    /// The host of a node this server knows of.
+    /// The host of a node this server knows of, unless that host is lost.
     fn host_of(&self, node_id: &str) -> anyhow::Result<Arc<Host>> {
         let hosts = self.all();
         match self.host_index(node_id) {
+            // Nothing is asked of a lost host: a request could wait out the client's timeout.
+            Some(i) if self.health.is_lost(i) => {
+                anyhow::bail!(
+                    "the node {node_id}'s Docker host {} is lost",
+                    hosts[i].spec.url
+                )
+            }
             Some(i) => Ok(Arc::clone(&hosts[i])),
             None if hosts.len() == 1 => Ok(Arc::clone(&hosts[0])),
             None => anyhow::bail!("the node {node_id} is on none of this server's Docker hosts"),
