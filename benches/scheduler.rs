@@ -9,8 +9,9 @@
 //!   `xargs -P 32` running the same processes;
 //! - latency: BENCH_LATENCY_TRIES (200) single tasks on an idle local pool, submit -> running and
 //!   submit -> completed;
-//! - docker: BENCH_DOCKER_TASKS (2,000) no-op tasks on a one-node Docker pool with
-//!   BENCH_DOCKER_SLOTS (4) slots, against raw execs of the same command, as many at a time;
+//! - docker: BENCH_DOCKER_TASKS (20,000) no-op tasks on a Docker pool of 2 nodes x 16 slots
+//!   (each node's agent starts them), against the same tasks on a local pool of the same shape,
+//!   and raw `docker exec`s of the same command, 16 at a time;
 //! - containers: BENCH_CONTAINER_TASKS (200) no-op tasks with containerSettings, each in a
 //!   container of its own, on a one-node Docker pool with BENCH_DOCKER_SLOTS (4) slots, against
 //!   `docker run --rm` of the same image and command (engine API and CLI), as many at a time;
@@ -55,11 +56,8 @@ async fn main() {
     if selected("docker") || selected("containers") || selected("nodes") {
         if let Some(docker) = suite::docker::engine().await {
             if selected("docker") {
-                let (tasks, slots) = (
-                    env("BENCH_DOCKER_TASKS", 2_000),
-                    env("BENCH_DOCKER_SLOTS", 4),
-                );
-                suite::docker::dispatch(&docker, tasks, slots).await;
+                // The throughput section's shape: 2 nodes x 16 slots.
+                suite::docker::dispatch(&docker, env("BENCH_DOCKER_TASKS", 20_000), 2, 16).await;
             }
             if selected("containers") {
                 let (tasks, slots) = (

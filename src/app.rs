@@ -2,6 +2,7 @@
 //! the scheduler, and the HTTP listener. Runs until SIGINT/SIGTERM.
 
 mod account;
+mod agents;
 mod host;
 
 use std::collections::HashMap;
@@ -134,7 +135,8 @@ async fn run(
     ensure_account(&db, &settings.account, &data_dir).await?;
 
     let layout = Layout::new(&data_dir);
-    let runtime = Arc::new(choose_runtime(&config, layout.clone()).await?);
+    let (runtime, agent_listener) = choose_runtime(&config, layout.clone()).await?;
+    let runtime = Arc::new(runtime);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
     runtime.ensure_default_image(&config.default_image).await;
 
@@ -147,6 +149,18 @@ async fn run(
         runtime: runtime.clone(),
         leading: Arc::default(),
     };
+    let limits = api::serve::Limits {
+        header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
+        max_connections: config.max_connections,
+    };
+    let agents = agent_listener.map(|l| {
+        l.serve(
+            runtime.clone(),
+            server_id.clone(),
+            limits.clone(),
+            cancel.clone(),
+        )
+    });
     let scheduler = tokio::spawn(scheduler::run(
         Scheduler {
             db: db.clone(),
@@ -171,10 +185,6 @@ async fn run(
     tracing::info!(%addr, "listening");
 
     let shutdown = cancel.clone();
-    let limits = api::serve::Limits {
-        header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
-        max_connections: config.max_connections,
-    };
     api::serve::serve(listener, api::router(state), &limits, async move {
         shutdown_signal().await;
         tracing::info!("shutting down");
@@ -183,6 +193,9 @@ async fn run(
     .await;
     cancel.cancel();
     let _ = scheduler.await;
+    if let Some(agents) = agents {
+        let _ = agents.await;
+    }
     db.close().await;
     Ok(())
 }
@@ -281,40 +294,49 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
     })
 }
 
-async fn choose_runtime(config: &ServeConfig, layout: Layout) -> anyhow::Result<Runtime> {
+/// The runtime, and for Docker nodes the listener their agents connect to.
+async fn choose_runtime(
+    config: &ServeConfig,
+    layout: Layout,
+) -> anyhow::Result<(Runtime, Option<agents::AgentListener>)> {
     let hosts = &config.docker_hosts;
     let lost_after = std::time::Duration::from_secs(config.host_timeout);
     if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
         // Hosts named on purpose: one that does not answer is an error, not a reason to run
         // nodes elsewhere.
-        let runtime = DockerHosts::connect(hosts, layout, lost_after).await?;
+        let listener = agents::AgentListener::bind(config, &layout).await?;
+        let runtime =
+            DockerHosts::connect(hosts, layout, lost_after, listener.setup.clone()).await?;
         tracing::info!(
             hosts = hosts.len(),
             "nodes are containers on the given Docker hosts"
         );
-        return Ok(Runtime::new(runtime));
+        return Ok((Runtime::new(runtime), Some(listener)));
     }
-    let local = |client| {
-        DockerHosts::single(
-            DockerRuntime::new(client, layout.clone()),
-            "the local Docker engine",
-            lost_after,
-        )
-    };
-    match config.runtime {
-        RuntimeChoice::Local => Ok(Runtime::new(LocalRuntime::new(layout))),
-        RuntimeChoice::Docker => Ok(Runtime::new(local(docker::connect(None).await?))),
+    let docker = match config.runtime {
+        RuntimeChoice::Local => None,
+        RuntimeChoice::Docker => Some(docker::connect(None).await?),
         RuntimeChoice::Auto => match docker::connect(None).await {
             Ok(client) => {
                 tracing::info!("a Docker engine answers: nodes are containers");
-                Ok(Runtime::new(local(client)))
+                Some(client)
             }
             Err(e) => {
                 tracing::warn!(reason = %format!("{e:#}"), "no Docker engine answers: using the local runtime (nodes are directories and processes)");
-                Ok(Runtime::new(LocalRuntime::new(layout)))
+                None
             }
         },
-    }
+    };
+    let Some(client) = docker else {
+        return Ok((Runtime::new(LocalRuntime::new(layout)), None));
+    };
+    let listener = agents::AgentListener::bind(config, &layout).await?;
+    let runtime = DockerHosts::single(
+        DockerRuntime::new(client, layout, listener.setup.clone()),
+        "the local Docker engine",
+        lost_after,
+    );
+    Ok((Runtime::new(runtime), Some(listener)))
 }
 
 async fn shutdown_signal() {

@@ -27,6 +27,11 @@ pub enum Command {
     Account(AccountConfig),
     /// Docker hosts nodes run on, added and removed while servers run.
     Host(HostConfig),
+    /// The node agent, which runs inside each Docker node (the server starts it; see
+    /// docs/nodes.md, "The node agent"). It reads BATCHPOOL_AGENT_URL, BATCHPOOL_AGENT_NODE and
+    /// BATCHPOOL_AGENT_SECRET.
+    #[command(hide = true)]
+    Agent,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -162,6 +167,17 @@ pub struct ServeConfig {
     /// are requeued and the nodes replaced on the other hosts (docs/nodes.md, "Docker hosts").
     #[arg(long, env = "BATCHPOOL_HOST_TIMEOUT", default_value_t = 30)]
     pub host_timeout: u64,
+
+    /// Where Docker nodes' agents connect to this server (docs/nodes.md, "The node agent"):
+    /// agent routes only, each request authenticated as its node. Keep the port across
+    /// restarts: running agents come back to it.
+    #[arg(long, env = "BATCHPOOL_AGENT_LISTEN", default_value = "0.0.0.0:8081")]
+    pub agent_listen: SocketAddr,
+
+    /// The URL agents are given to reach this server. Without it: this host's address on each
+    /// node's network, at --agent-listen's port (right for engines on this host).
+    #[arg(long, env = "BATCHPOOL_AGENT_URL")]
+    pub agent_url: Option<String>,
 
     /// The account pools belong to until Shared Key accounts arrive.
     #[arg(long, env = "BATCHPOOL_ACCOUNT", default_value = "batchpool")]

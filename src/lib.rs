@@ -1,5 +1,6 @@
 //! batchpool: self-hosted batch pools with the Azure Batch API. See DESIGN.md for the picture.
 
+pub mod agent;
 pub mod api;
 pub mod app;
 pub mod config;

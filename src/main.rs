@@ -17,6 +17,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(config) => batchpool::app::serve(*config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,
         Command::Host(c) => batchpool::app::host_command(c).await,
+        Command::Agent => batchpool::agent::run().await,
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {
                 Some(host) => batchpool::runtime::docker::connect_host(host).await?,

@@ -26,6 +26,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("config", &["domain"]),
+    ("agent", &["domain"]),
     ("api", &["ops", "store", "storage", "runtime", "domain"]),
     (
         "scheduler",

@@ -1,8 +1,7 @@
-//! Docker: per-task dispatch overhead on a one-node Docker pool next to raw execs of the same
-//! command in a plain container of the same image, and node allocation (a pool resized 0 -> N
+//! Docker: dispatch on a Docker pool next to the same work on a local pool (and to raw execs of
+//! the same command in a plain container of the same image), and node allocation (a pool resized 0 -> N
 //! until every node is idle) next to creating and starting N containers directly. Both
-//! baselines talk to the same engine through the same API client the server uses (bollard);
-//! the dispatch one is also given through the `docker exec` CLI, as a user would type it.
+//! baselines talk to the same engine through the same API client the server uses (bollard).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use bollard::Docker;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
-use super::{add_tasks, timed_shell, Server};
+use super::{add_tasks, Server};
 
 const IMAGE: &str = "batchpool/node:latest";
 /// The label on the baseline's own containers, so only they are removed.
@@ -40,23 +39,12 @@ pub async fn engine() -> Option<Docker> {
     Some(docker)
 }
 
-/// `tasks` no-op tasks on a Docker pool of one node with `slots` slots, next to as many raw
-/// execs, `slots` at a time.
-pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
-    let s = Server::with_pool("docker", "dock", 1, slots, "dj").await;
-    let started = Instant::now();
-    add_tasks(&s, "dj", tasks, 1, "true").await;
-    s.wait_completed("dj", tasks).await;
-    let pool = started.elapsed().as_secs_f64();
-    // Nodes outlive a stopped server (a restart adopts them): remove this one first.
-    s.create(
-        "/pools/dock/resize",
-        json!({"targetDedicatedNodes": 0}),
-        202,
-    )
-    .await;
-    s.wait_idle_nodes("dock", 0).await;
-    s.stop().await;
+/// The same no-op tasks on a Docker pool and on a local pool of `nodes` x `slots` (the agent
+/// in each Docker node starts them, as the local runtime starts its own), and as many raw
+/// execs, `slots` at a time: what one `docker exec` per task would cost.
+pub async fn dispatch(docker: &Docker, tasks: usize, nodes: usize, slots: usize) {
+    let docker_secs = pool_run("docker", tasks, nodes, slots).await;
+    let local_secs = pool_run("local", tasks, nodes, slots).await;
 
     let name = format!("bpbench-exec-{}", std::process::id());
     create_plain(docker, &name).await;
@@ -66,20 +54,37 @@ pub async fn dispatch(docker: &Docker, tasks: usize, slots: usize) {
         .for_each_concurrent(slots, |_| raw_exec(docker, &name))
         .await;
     let api = started.elapsed().as_secs_f64();
-    let cli = timed_shell(&format!(
-        "seq {tasks} | xargs -P {slots} -I{{}} docker exec {name} sh -c true"
-    ));
     remove(docker, &name).await;
-    let per = |secs: f64| secs * 1000.0 / tasks as f64;
+    let rate = |secs: f64| tasks as f64 / secs;
     println!(
-        "docker dispatch: {tasks} tasks, {slots} at a time: pool {:.2} ms/task ({pool:.1} s); \
-         raw exec (API) {:.2} ms/task, ratio {:.2}; `docker exec` CLI {:.2} ms/task, ratio {:.2}",
-        per(pool),
-        per(api),
-        pool / api,
-        per(cli),
-        pool / cli
+        "docker dispatch: {tasks} tasks on {nodes} x {slots} slots: docker pool {:.0} tasks/s ({docker_secs:.1} s), \
+         local pool {:.0} tasks/s ({local_secs:.1} s), docker/local {:.2}; \
+         one `docker exec` each (API, {slots} at a time) {:.0} tasks/s",
+        rate(docker_secs),
+        rate(local_secs),
+        local_secs / docker_secs,
+        rate(api),
     );
+}
+
+/// Seconds from adding `tasks` no-op tasks to a pool of `nodes` x `slots` on `runtime` to the
+/// last one completed.
+async fn pool_run(runtime: &str, tasks: usize, nodes: usize, slots: usize) -> f64 {
+    let s = Server::with_pool(runtime, "dock", nodes, slots, "dj").await;
+    let started = Instant::now();
+    add_tasks(&s, "dj", tasks, 4, "true").await;
+    s.wait_completed("dj", tasks).await;
+    let secs = started.elapsed().as_secs_f64();
+    // Nodes outlive a stopped server (a restart adopts them): remove this one's first.
+    s.create(
+        "/pools/dock/resize",
+        json!({"targetDedicatedNodes": 0}),
+        202,
+    )
+    .await;
+    s.wait_idle_nodes("dock", 0).await;
+    s.stop().await;
+    secs
 }
 
 /// A pool resized from 0 to `nodes` Docker nodes until all are idle, next to creating and

@@ -87,6 +87,7 @@ impl Server {
             .unwrap();
         let mut child = tokio::process::Command::new(bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime])
+            .args(["--agent-listen", "0.0.0.0:0"])
             .arg("--data-dir")
             .arg(dir.path())
             .args(args)

@@ -33,6 +33,7 @@ macro_rules! wire_enum {
     };
 }
 
+pub mod agent;
 pub mod bes;
 pub mod container;
 pub mod duration;

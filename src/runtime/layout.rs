@@ -12,6 +12,8 @@ pub struct Layout {
     /// Application packages: `<account>/<application, lower case>/<version>.zip`. Only the
     /// server and `batchpool account package` write here.
     pub applications: PathBuf,
+    /// The node agent's program and libraries, mounted read-only into Docker nodes.
+    pub agent: PathBuf,
 }
 
 impl Layout {
@@ -20,6 +22,7 @@ impl Layout {
             nodes: data_dir.join("nodes"),
             workitems: data_dir.join("workitems"),
             applications: data_dir.join("applications"),
+            agent: data_dir.join("agent"),
         }
     }
 

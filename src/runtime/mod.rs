@@ -2,6 +2,7 @@
 //! processes. Both keep the same contract, including the Azure Batch directory layout under the
 //! node's root directory, which is always a directory on this host (bind-mounted into containers).
 
+pub mod agents;
 pub mod docker;
 mod layout;
 pub mod local;
@@ -110,6 +111,11 @@ impl Runtime {
     /// Makes sure the default node image is there (see [`NodeRuntime::ensure_default_image`]).
     pub async fn ensure_default_image(&self, image: &str) {
         self.node.ensure_default_image(image).await
+    }
+
+    /// The secret of the node's agent, if it runs one (see [`NodeRuntime::agent_secret`]).
+    pub async fn agent_secret(&self, server_id: &str, node_id: &str) -> Option<String> {
+        self.node.agent_secret(server_id, node_id).await
     }
 
     /// Whether the runtime answers, for `/health/ready`.

@@ -129,6 +129,16 @@ pub trait NodeRuntime: Send + Sync {
         Box::pin(async {})
     }
 
+    /// The secret the node's agent was given, for nodes that run one (after a restart, the
+    /// server learns them again from the nodes themselves).
+    fn agent_secret<'a>(
+        &'a self,
+        _server_id: &'a str,
+        _node_id: &'a str,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+
     /// Kills the process group `pid` (> 1) on the node.
     fn kill_group<'a>(
         &'a self,

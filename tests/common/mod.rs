@@ -108,6 +108,16 @@ pub struct TestServer {
     pub database_url: Option<String>,
     child: Option<Child>,
     extra_args: Vec<String>,
+    /// Where Docker nodes' agents reach the server.
+    agent_port: u16,
+}
+
+/// A TCP port no one listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 /// Stops the whole test binary with one line when it runs without scripts/test.sh (a bare `cargo
@@ -196,6 +206,7 @@ impl TestServer {
             database_url,
             child: None,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            agent_port: free_port(),
         };
         server.launch().await;
         server
@@ -225,6 +236,9 @@ impl TestServer {
         ])
         .arg("--data-dir")
         .arg(self.data_dir.path())
+        // The same port each launch: running agents come back to it after a restart.
+        .arg("--agent-listen")
+        .arg(format!("0.0.0.0:{}", self.agent_port))
         .args(&self.extra_args)
         .env_remove("DATABASE_URL")
         .env("RUST_LOG", "info,sqlx=warn")

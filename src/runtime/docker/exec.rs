@@ -24,8 +24,12 @@ impl DockerRuntime {
         env: Vec<(String, String)>,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
+        if self.has_agent(server_id, node_id).await {
+            return self.agent.agents.run(node_id, cmd, env, started).await;
+        }
+        // A node made before nodes had agents.
+        let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let exec = self
             .create_exec(server_id, node_id, cmd, Some(env))
             .await
@@ -36,6 +40,31 @@ impl DockerRuntime {
             read_pid_to_end(output, started).await?;
         }
         self.exit_code(&exec.id).await
+    }
+
+    /// Whether the node runs an agent: one this server knows, or (after a restart) one its
+    /// container was made with.
+    async fn has_agent(&self, server_id: &str, node_id: &str) -> bool {
+        if self.agent.agents.knows(node_id) {
+            return true;
+        }
+        match self.agent_secret(server_id, node_id).await {
+            Some(secret) => {
+                self.agent.agents.register(node_id, &secret);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The secret of the node's agent, from its container.
+    pub(super) async fn agent_secret(&self, server_id: &str, node_id: &str) -> Option<String> {
+        let info = self
+            .docker
+            .inspect_container(&container_name(server_id, node_id), None)
+            .await
+            .ok()?;
+        super::node::agent_secret(info.config.as_ref())
     }
 
     /// Makes an exec whose stream ends when its command does (attached); what it prints is read

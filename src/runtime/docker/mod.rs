@@ -6,6 +6,7 @@
 //! every other account's (and from the default bridge); no process in a node can gain privileges
 //! (`no-new-privileges`), and a node holds a bounded number of processes.
 
+mod agent_files;
 mod exec;
 mod hosts;
 mod image;
@@ -15,10 +16,32 @@ mod task_container;
 use anyhow::Context;
 use bollard::Docker;
 
+pub use agent_files::AGENT_DIR;
 pub use hosts::{DockerHosts, HostSpec};
 pub use image::build_busybox_image;
 
+use super::agents::Agents;
 use super::Layout;
+
+/// How nodes run their agent: this server's side of the agents, and the command that starts
+/// one in a node.
+pub struct AgentSetup {
+    pub agents: std::sync::Arc<Agents>,
+    pub command: Vec<String>,
+    /// The agent's directory on this host.
+    pub command_dir: std::path::PathBuf,
+}
+
+impl AgentSetup {
+    /// Puts the agent's files in the layout's agent directory, for nodes to mount.
+    pub fn prepare(agents: std::sync::Arc<Agents>, layout: &Layout) -> anyhow::Result<Self> {
+        Ok(Self {
+            agents,
+            command: agent_files::prepare(&layout.agent)?,
+            command_dir: layout.agent.clone(),
+        })
+    }
+}
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
 pub const NODE_ROOT: &str = "/mnt/batch/tasks";
@@ -32,9 +55,6 @@ fn network_name(server_id: &str, account: &str) -> String {
     format!("batchpool-{server_id}-{account}")
 }
 
-/// The container's main process: it only keeps the node alive, and exits at once on SIGTERM.
-const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
-
 pub struct DockerRuntime {
     docker: Docker,
     layout: Layout,
@@ -45,6 +65,7 @@ pub struct DockerRuntime {
     nodes: std::sync::Mutex<std::collections::HashMap<String, task_container::NodeContainer>>,
     /// Whether the engine nests cgroups, once asked.
     nesting: tokio::sync::OnceCell<bool>,
+    agent: std::sync::Arc<AgentSetup>,
 }
 
 /// Connects to the engine at `host` (a `unix://` or `tcp://` address) or the local default, and
@@ -109,13 +130,14 @@ fn status_of(err: &bollard::errors::Error) -> Option<u16> {
 }
 
 impl DockerRuntime {
-    pub fn new(docker: Docker, layout: Layout) -> Self {
+    pub fn new(docker: Docker, layout: Layout, agent: std::sync::Arc<AgentSetup>) -> Self {
         Self {
             docker,
             layout,
             networks: tokio::sync::Mutex::default(),
             nodes: std::sync::Mutex::default(),
             nesting: tokio::sync::OnceCell::new(),
+            agent,
         }
     }
 

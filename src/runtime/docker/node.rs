@@ -11,8 +11,11 @@ use bollard::query_parameters::{
 };
 
 use super::{
-    container_name, network_name, status_of, DockerRuntime, KEEP_ALIVE, NODE_PIDS_LIMIT, NODE_ROOT,
+    container_name, network_name, status_of, AgentSetup, DockerRuntime, AGENT_DIR, NODE_PIDS_LIMIT,
+    NODE_ROOT,
 };
+use crate::domain::agent::{ENV_NODE, ENV_SECRET, ENV_URL};
+use crate::runtime::agents::new_secret;
 use crate::runtime::{
     FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
     LABEL_SERVER, LABEL_TASK,
@@ -38,7 +41,12 @@ impl DockerRuntime {
         self.check_image(spec).await?;
         let name = container_name(&spec.server_id, &spec.node_id);
         let network = self.account_network(spec).await?;
-        let body = container_body(spec, root, workitems, network);
+        let agent_env = vec![
+            format!("{ENV_URL}={}", self.agent_url(spec, &network).await?),
+            format!("{ENV_NODE}={}", spec.node_id),
+            format!("{ENV_SECRET}={}", new_secret()),
+        ];
+        let body = container_body(spec, (root, workitems), network, &self.agent, agent_env);
         self.create_container(spec, &name, body).await?;
         if let Err(e) = self.docker.start_container(&name, None).await {
             // 304: already running.
@@ -46,7 +54,54 @@ impl DockerRuntime {
                 return Err(failed(spec, "starting the container", e));
             }
         }
-        self.handle(spec, name).await
+        let handle = self.handle(spec, name).await?;
+        self.await_agent(spec).await?;
+        Ok(handle)
+    }
+
+    /// Where the node's agent reaches this server: `--agent-url`, else this host's address on
+    /// the node's network (its gateway), at the agents' port.
+    async fn agent_url(&self, spec: &NodeSpec, network: &str) -> Result<String, NodeError> {
+        let agents = &self.agent.agents;
+        if let Some(url) = &agents.url {
+            return Ok(url.clone());
+        }
+        let info = self
+            .docker
+            .inspect_network(network, None)
+            .await
+            .map_err(|e| failed(spec, "inspecting the account's network", e))?;
+        let gateway = info
+            .ipam
+            .and_then(|i| i.config)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.gateway.filter(|g| !g.is_empty() && !g.contains(':')))
+            .ok_or_else(|| NodeError {
+                code: "NodeCreationFailed",
+                message: format!(
+                    "the network {network} has no IPv4 gateway for node {}'s agent to reach this server by; start the server with --agent-url",
+                    spec.node_id
+                ),
+            })?;
+        Ok(format!("http://{gateway}:{}", agents.port))
+    }
+
+    /// Waits for the node's agent to say hello: a node whose agent cannot reach this server
+    /// can run nothing.
+    async fn await_agent(&self, spec: &NodeSpec) -> Result<(), NodeError> {
+        let timeout = crate::runtime::agents::AGENT_SILENCE;
+        if self.agent.agents.wait_heard(&spec.node_id, timeout).await {
+            return Ok(());
+        }
+        Err(NodeError {
+            code: "NodeAgentUnreachable",
+            message: format!(
+                "node {}'s agent did not reach this server within {} s; nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")",
+                spec.node_id,
+                timeout.as_secs()
+            ),
+        })
     }
 
     /// Nodes never pull their image: it must be on the engine already.
@@ -134,6 +189,10 @@ impl DockerRuntime {
                     .find_map(|n| n.ip_address.filter(|ip| !ip.is_empty()))
             })
             .unwrap_or_default();
+        // Its agent's secret is the one it was made with (by this call, or an earlier one).
+        if let Some(secret) = agent_secret(info.config.as_ref()) {
+            self.agent.agents.register(&spec.node_id, &secret);
+        }
         Ok(NodeHandle {
             container_id: info.id.unwrap_or(name),
             ip_address,
@@ -170,6 +229,7 @@ impl DockerRuntime {
 
     pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         self.forget_node(server_id, node_id);
+        self.agent.agents.forget(node_id);
         let container = container_name(server_id, node_id);
         let account = match self.docker.inspect_container(&container, None).await {
             Ok(info) => info
@@ -269,9 +329,10 @@ impl DockerRuntime {
 /// its root and the account's workitems bind-mounted where Azure Batch puts them.
 fn container_body(
     spec: &NodeSpec,
-    root: &Path,
-    workitems: &Path,
+    (root, workitems): (&Path, &Path),
     network: String,
+    agent: &AgentSetup,
+    agent_env: Vec<String>,
 ) -> ContainerCreateBody {
     let labels = HashMap::from([
         (LABEL_SERVER.to_string(), spec.server_id.clone()),
@@ -282,8 +343,10 @@ fn container_body(
     let memory = spec.memory_mib * 1024 * 1024;
     ContainerCreateBody {
         image: Some(spec.image.clone()),
-        entrypoint: Some(vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()]),
+        // The agent is the node's main process: the node lives as long as it does.
+        entrypoint: Some(agent.command.clone()),
         cmd: Some(vec![]),
+        env: Some(agent_env),
         hostname: Some(spec.node_id.replace('_', "-").chars().take(63).collect()),
         working_dir: Some(NODE_ROOT.into()),
         labels: Some(labels),
@@ -299,9 +362,20 @@ fn container_body(
             binds: Some(vec![
                 format!("{}:{NODE_ROOT}", root.display()),
                 format!("{}:{NODE_ROOT}/workitems", workitems.display()),
+                format!("{}:{AGENT_DIR}:ro", agent.command_dir.display()),
             ]),
             ..Default::default()
         }),
         ..Default::default()
     }
+}
+
+/// The agent's secret a node's container was made with.
+pub(super) fn agent_secret(config: Option<&bollard::models::ContainerConfig>) -> Option<String> {
+    let prefix = format!("{ENV_SECRET}=");
+    config?
+        .env
+        .as_ref()?
+        .iter()
+        .find_map(|e| e.strip_prefix(&prefix).map(str::to_string))
 }

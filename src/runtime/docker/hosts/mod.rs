@@ -62,6 +62,8 @@ pub struct DockerHosts {
     placed: Mutex<HashMap<String, Placed>>,
     /// Which hosts answer (see `health`).
     health: health::Health,
+    /// What every host's nodes need to run their agent.
+    agent: Arc<super::AgentSetup>,
 }
 
 impl DockerHosts {
@@ -70,6 +72,7 @@ impl DockerHosts {
         specs: &[HostSpec],
         layout: Layout,
         lost_after: std::time::Duration,
+        agent: Arc<super::AgentSetup>,
     ) -> anyhow::Result<Self> {
         let mut hosts = Vec::new();
         for spec in specs {
@@ -78,27 +81,38 @@ impl DockerHosts {
                 .with_context(|| format!("the Docker host {}", spec.url))?;
             hosts.push(Host::new(
                 spec.clone(),
-                DockerRuntime::new(docker, layout.clone()),
+                DockerRuntime::new(docker, layout.clone(), agent.clone()),
                 false,
             ));
         }
-        Ok(Self::new(hosts, layout, lost_after))
+        Ok(Self::new(hosts, layout, lost_after, agent))
     }
 
     /// The local engine alone (DOCKER_HOST, or the default socket), with no cap.
     pub fn single(runtime: DockerRuntime, url: &str, lost_after: std::time::Duration) -> Self {
-        let layout = runtime.layout.clone();
+        let (layout, agent) = (runtime.layout.clone(), runtime.agent.clone());
         let spec = HostSpec {
             url: url.to_string(),
             tls: None,
             cpus: None,
             memory_mib: None,
         };
-        Self::new(vec![Host::new(spec, runtime, false)], layout, lost_after)
+        Self::new(
+            vec![Host::new(spec, runtime, false)],
+            layout,
+            lost_after,
+            agent,
+        )
     }
 
-    fn new(hosts: Vec<Arc<Host>>, layout: Layout, lost_after: std::time::Duration) -> Self {
+    fn new(
+        hosts: Vec<Arc<Host>>,
+        layout: Layout,
+        lost_after: std::time::Duration,
+        agent: Arc<super::AgentSetup>,
+    ) -> Self {
         Self {
+            agent,
             health: health::Health::new(hosts.len(), lost_after),
             hosts: RwLock::new(hosts),
             layout,
@@ -135,7 +149,7 @@ impl DockerHosts {
                 Ok(docker) => {
                     let host = Host::new(
                         spec.clone(),
-                        DockerRuntime::new(docker, self.layout.clone()),
+                        DockerRuntime::new(docker, self.layout.clone(), self.agent.clone()),
                         true,
                     );
                     let mut hosts = self.hosts.write().expect("lock");

@@ -161,6 +161,17 @@ impl NodeRuntime for DockerHosts {
         })
     }
 
+    fn agent_secret<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let host = self.host_of(node_id).ok()?;
+            host.runtime.agent_secret(server_id, node_id).await
+        })
+    }
+
     fn is_alive<'a>(
         &'a self,
         server_id: &'a str,

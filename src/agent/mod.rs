@@ -1,0 +1,170 @@
+//! `batchpool agent`: the node agent. It runs inside each node (a Docker node's main process),
+//! connects out to the server that made the node, and starts the node's commands directly: no
+//! `docker exec` per task. The protocol is `domain::agent`'s. It keeps running while the server
+//! is away: commands go on, and their events wait until the server answers again.
+
+mod procs;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::mpsc;
+
+use crate::domain::agent::{
+    self, Event, Events, Hello, Work, WorkBatch, ENV_NODE, ENV_SECRET, ENV_URL, EVENTS_PATH,
+    MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
+};
+
+/// Where the server is and who this node is, from the environment the server gave the node.
+struct Link {
+    url: String,
+    authorization: String,
+    boot: String,
+    http: reqwest::Client,
+}
+
+pub async fn run() -> anyhow::Result<()> {
+    let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+    let (url, node, secret) = (var(ENV_URL)?, var(ENV_NODE)?, var(ENV_SECRET)?);
+    let mut http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(POLL_HOLD_SECS + 15));
+    if url.starts_with("http://") {
+        // No TLS, so no certificates to load: node images need not have any.
+        http = http.tls_certs_only([]);
+    }
+    let link = Link {
+        url: url.trim_end_matches('/').to_string(),
+        authorization: agent::authorization(&node, &secret),
+        boot: uuid::Uuid::new_v4().simple().to_string(),
+        http: http.build().context("making the HTTP client")?,
+    };
+    let procs = procs::Procs::start();
+    tracing::info!(node, server = %link.url, "the node agent runs");
+    let link = std::sync::Arc::new(link);
+    let (events, outbox) = mpsc::unbounded_channel();
+    tokio::spawn(send_events(link.clone(), outbox));
+    let work = take_work(link, procs, events);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        () = work => Ok(()),
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// Asks the server for work for ever, and starts what comes.
+async fn take_work(
+    link: std::sync::Arc<Link>,
+    procs: procs::Procs,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let mut backoff = Backoff::default();
+    let hello = Hello {
+        boot: link.boot.clone(),
+    };
+    loop {
+        let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                backoff.wait("asking for work", &e).await;
+                continue;
+            }
+        };
+        backoff.reset();
+        for work in batch.work {
+            start(&procs, work, &events);
+        }
+    }
+}
+
+fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>) {
+    let Work::Run { id, argv, env } = work;
+    match procs.spawn(&argv, &env) {
+        Ok((pid, ended)) => {
+            let _ = events.send(Event::Started { id, pid });
+            let events = events.clone();
+            tokio::spawn(async move {
+                let code = ended.await.unwrap_or(-1);
+                let _ = events.send(Event::Exited { id, code });
+            });
+        }
+        Err(e) => {
+            let _ = events.send(Event::Failed {
+                id,
+                message: format!("starting {:?}: {e}", argv.first()),
+            });
+        }
+    }
+}
+
+/// Sends events in batches, as they come: what came while a batch was on its way goes in the
+/// next. A batch the server did not take is sent again.
+async fn send_events(link: std::sync::Arc<Link>, mut outbox: mpsc::UnboundedReceiver<Event>) {
+    let mut backoff = Backoff::default();
+    while let Some(first) = outbox.recv().await {
+        let mut batch = Events {
+            boot: link.boot.clone(),
+            events: vec![first],
+        };
+        while batch.events.len() < MAX_BATCH {
+            match outbox.try_recv() {
+                Ok(event) => batch.events.push(event),
+                Err(_) => break,
+            }
+        }
+        while let Err(e) = link
+            .post::<_, serde::de::IgnoredAny>(EVENTS_PATH, &batch)
+            .await
+        {
+            backoff.wait("sending events", &e).await;
+        }
+        backoff.reset();
+    }
+}
+
+impl Link {
+    async fn post<T: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &T,
+    ) -> anyhow::Result<R> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .header("authorization", &self.authorization)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body)?)
+            .send()
+            .await?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "the server answered {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+        );
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+}
+
+/// Waits longer after each failure in a row, up to 2 s, and says so in the log now and then.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    async fn wait(&mut self, what: &str, e: &anyhow::Error) {
+        if self.failures % 30 == 0 {
+            tracing::warn!(error = %format!("{e:#}"), "{what} failed; trying again");
+        }
+        self.failures += 1;
+        let ms = 50u64.saturating_mul(1 << self.failures.min(6)).min(2000);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}

@@ -1,0 +1,108 @@
+//! The agent's processes: each command starts in a process group of its own, and one thread
+//! reaps every child, including orphans a task left behind (the agent is their subreaper, or the
+//! node's init), and hands each command's exit code to whoever waits for it.
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+#[derive(Clone, Default)]
+pub struct Procs {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Exit codes wanted, by pid. Held while a command starts, so the reaper never sees a child
+    /// of ours before its pid is here.
+    waiting: Mutex<HashMap<i32, oneshot::Sender<i64>>>,
+    /// Wakes the reaper when a child starts while it has none.
+    started: Condvar,
+}
+
+impl Procs {
+    /// Starts the reaper; orphans of the node's processes are reparented to this process.
+    pub fn start() -> Self {
+        // SAFETY: prctl with an integer argument; it only marks this process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        let procs = Self::default();
+        let inner = procs.inner.clone();
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || reap(&inner))
+            .expect("starting the reaper thread");
+        procs
+    }
+
+    /// Starts `argv` with this process's environment and `env`, its output dropped (the
+    /// command's own redirects say where it goes). Returns its pid and its exit code to come.
+    pub fn spawn(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> std::io::Result<(i32, oneshot::Receiver<i64>)> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| std::io::Error::other("an empty command"))?;
+        if !std::path::Path::new(program).exists() {
+            return Err(std::io::Error::other(format!(
+                "{program} is not on the node"
+            )));
+        }
+        let mut waiting = self.inner.waiting.lock().expect("lock");
+        let child = Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env_remove(crate::domain::agent::ENV_SECRET)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pid = child.id() as i32;
+        // The reaper, not `child`, waits for it.
+        drop(child);
+        let (tx, rx) = oneshot::channel();
+        waiting.insert(pid, tx);
+        drop(waiting);
+        self.inner.started.notify_one();
+        Ok((pid, rx))
+    }
+}
+
+/// Reaps children for ever: hands ours their exit codes, and lets orphans go.
+fn reap(inner: &Inner) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid pointer to an int.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid > 0 {
+            if let Some(tx) = inner.waiting.lock().expect("lock").remove(&pid) {
+                let _ = tx.send(exit_code(status));
+            }
+            continue;
+        }
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+            // No children: sleep until one starts (or a while, for orphans adopted meanwhile).
+            let waiting = inner.waiting.lock().expect("lock");
+            if waiting.is_empty() {
+                let _ = inner.started.wait_timeout(waiting, Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// The exit code as a shell reports it: 128 + the signal, if a signal ended the process.
+fn exit_code(status: i32) -> i64 {
+    if libc::WIFEXITED(status) {
+        i64::from(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        128 + i64::from(libc::WTERMSIG(status))
+    } else {
+        -1
+    }
+}

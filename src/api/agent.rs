@@ -1,0 +1,68 @@
+//! The handlers of the routes node agents use (`domain::agent`), served on a listener of their
+//! own (`--agent-listen`, app::agents), not with the API: an agent asks for its node's work and
+//! sends what became of it. Each request names its node and that node's secret.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+
+use super::error::ApiError;
+use super::json::AzureJson;
+use crate::domain::agent::{parse_authorization, Events, Hello, WorkBatch};
+use crate::runtime::agents::{Agents, Link};
+use crate::runtime::Runtime;
+
+pub struct AgentState {
+    pub agents: Arc<Agents>,
+    pub runtime: Arc<Runtime>,
+    pub server_id: String,
+}
+
+pub async fn work(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    AzureJson(hello): AzureJson<Hello>,
+) -> Result<Json<WorkBatch>, ApiError> {
+    let link = authenticate(&state, &headers).await?;
+    Ok(Json(WorkBatch {
+        work: link.take_work(&hello).await,
+    }))
+}
+
+pub async fn events(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    AzureJson(events): AzureJson<Events>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let link = authenticate(&state, &headers).await?;
+    link.deliver(&events.boot, events.events);
+    Ok(Json(serde_json::json!({})))
+}
+
+/// The link of the node the request names, if it carries that node's secret. A node this
+/// server does not know yet (after a restart) is looked up on the runtime.
+async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
+    let refused = || {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "AuthenticationFailed",
+            "The request names no node of this server with its secret (Authorization: BatchpoolNode {node}:{secret}).",
+        )
+    };
+    let (node, secret) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_authorization)
+        .ok_or_else(refused)?;
+    if let Some(link) = state.agents.authenticate(node, secret) {
+        return Ok(link);
+    }
+    if !state.agents.knows(node) {
+        if let Some(known) = state.runtime.agent_secret(&state.server_id, node).await {
+            state.agents.register(node, &known);
+        }
+    }
+    state.agents.authenticate(node, secret).ok_or_else(refused)
+}

@@ -1,0 +1,118 @@
+//! What a node's agent and the server say to each other (`batchpool agent`, docs/nodes.md "The
+//! node agent"). The agent connects out to the server over HTTP and authenticates as its node
+//! with a secret of that node alone: `Authorization: BatchpoolNode {node}:{secret}`. Two loops,
+//! each on a keep-alive connection of its own:
+//!
+//! - `POST /agent/v1/work`, body [`Hello`]: the server answers with every piece of [`Work`] it
+//!   holds for the node, or holds the request until it has some (at most [`POLL_HOLD_SECS`]), so
+//!   work reaches the node as soon as there is any, in batches.
+//! - `POST /agent/v1/events`, body [`Events`]: what happened since the last batch (a command
+//!   started, ended, or could not start). Events that fail to arrive are sent again.
+
+use serde::{Deserialize, Serialize};
+
+pub const WORK_PATH: &str = "/agent/v1/work";
+pub const EVENTS_PATH: &str = "/agent/v1/events";
+/// The scheme of the agent's `Authorization` header.
+pub const AUTH_SCHEME: &str = "BatchpoolNode";
+/// How long the server holds a work request that finds nothing to do.
+pub const POLL_HOLD_SECS: u64 = 20;
+/// The most events or pieces of work in one message.
+pub const MAX_BATCH: usize = 1024;
+
+/// The agent's environment: where the server is, which node it is, and its secret.
+pub const ENV_URL: &str = "BATCHPOOL_AGENT_URL";
+pub const ENV_NODE: &str = "BATCHPOOL_AGENT_NODE";
+pub const ENV_SECRET: &str = "BATCHPOOL_AGENT_SECRET";
+
+/// Who asks for work: `boot` is new each time the agent starts, so the server knows when an
+/// agent restarted (with its node) and what it ran is gone.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Hello {
+    pub boot: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WorkBatch {
+    pub work: Vec<Work>,
+}
+
+/// Something for the agent to do; `id` names it in the events that answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Work {
+    /// Start `argv` (in a process group of its own, with the agent's environment and `env`),
+    /// and say when it started and how it ended.
+    Run {
+        id: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Events {
+    pub boot: String,
+    pub events: Vec<Event>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Event {
+    /// The command runs, as process (group) `pid` on the node.
+    Started { id: u64, pid: i32 },
+    /// The command ended with `code` (128 + the signal, if a signal ended it).
+    Exited { id: u64, code: i64 },
+    /// The command could not start.
+    Failed { id: u64, message: String },
+}
+
+impl Event {
+    pub fn id(&self) -> u64 {
+        match self {
+            Event::Started { id, .. } | Event::Exited { id, .. } | Event::Failed { id, .. } => *id,
+        }
+    }
+}
+
+/// The `Authorization` header's value for `node`.
+pub fn authorization(node: &str, secret: &str) -> String {
+    format!("{AUTH_SCHEME} {node}:{secret}")
+}
+
+/// The node and secret an `Authorization` header names, if it is the agent's scheme.
+pub fn parse_authorization(value: &str) -> Option<(&str, &str)> {
+    let rest = value.strip_prefix(AUTH_SCHEME)?.strip_prefix(' ')?;
+    let (node, secret) = rest.split_once(':')?;
+    (!node.is_empty() && !secret.is_empty()).then_some((node, secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authorization_header_names_node_and_secret() {
+        let value = authorization("tvmps_1", "s3cret");
+        assert_eq!(parse_authorization(&value), Some(("tvmps_1", "s3cret")));
+        assert_eq!(parse_authorization("SharedKey a:b"), None);
+        assert_eq!(parse_authorization("BatchpoolNode :b"), None);
+        assert_eq!(parse_authorization("BatchpoolNode a:"), None);
+        assert_eq!(parse_authorization("BatchpoolNode ab"), None);
+    }
+
+    #[test]
+    fn work_and_events_read_as_they_are_written() {
+        let work = Work::Run {
+            id: 7,
+            argv: vec!["/bin/sh".into(), "-c".into(), "true".into()],
+            env: vec![("A".into(), "b".into())],
+        };
+        let text = serde_json::to_string(&work).unwrap();
+        assert!(text.contains(r#""kind":"run""#), "{text}");
+        assert_eq!(serde_json::from_str::<Work>(&text).unwrap(), work);
+        let event: Event = serde_json::from_str(r#"{"kind":"exited","id":7,"code":137}"#).unwrap();
+        assert_eq!(event, Event::Exited { id: 7, code: 137 });
+        assert_eq!(event.id(), 7);
+    }
+}

@@ -1,0 +1,265 @@
+//! The server's side of the node agents (`domain::agent`): each node's link, with the work
+//! waiting for its agent and the commands it runs for this server. Commands are started by
+//! [`Agents::run`], which waits for their end as `docker exec` did; the API's agent routes hand
+//! work out and events in.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{oneshot, Notify};
+
+use crate::domain::agent::{Event, Hello, Work, MAX_BATCH, POLL_HOLD_SECS};
+
+/// How long a node's agent may stay silent while commands wait on it: after this, they fail
+/// (its node is gone, or cannot reach the server).
+pub const AGENT_SILENCE: Duration = Duration::from_secs(60);
+
+/// The agents of this server's nodes, and how they reach it.
+pub struct Agents {
+    links: Mutex<HashMap<String, Arc<Link>>>,
+    next_id: AtomicU64,
+    /// What agents connect to; None: the address of the node's network's gateway on this host.
+    pub url: Option<String>,
+    /// The port this server takes agents on (the URL's, unless `url` says otherwise).
+    pub port: u16,
+}
+
+/// One node's agent, as this server knows it.
+pub struct Link {
+    /// SHA-256 of the node's secret.
+    secret: [u8; 32],
+    state: Mutex<LinkState>,
+    /// Wakes the agent's waiting work request.
+    work: Notify,
+    /// Wakes those waiting for the agent's first word.
+    heard: Notify,
+}
+
+struct LinkState {
+    queue: Vec<Work>,
+    runs: HashMap<u64, Run>,
+    /// The agent's boot, once heard from: a new one means the node restarted.
+    boot: Option<String>,
+    last_seen: Instant,
+}
+
+/// A command the agent runs for a caller of [`Agents::run`].
+struct Run {
+    started: Option<oneshot::Sender<i32>>,
+    ended: oneshot::Sender<Result<i64, String>>,
+}
+
+fn digest(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// A new node secret: 256 random bits, hex.
+pub fn new_secret() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+impl Agents {
+    pub fn new(url: Option<String>, port: u16) -> Self {
+        Self {
+            links: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            url,
+            port,
+        }
+    }
+
+    /// Knows `node`'s agent by its secret (from now, or again after a restart). A node known
+    /// already keeps its link, unless the secret changed.
+    pub fn register(&self, node: &str, secret: &str) {
+        let digest = digest(secret);
+        let mut links = self.links.lock().expect("lock");
+        if links.get(node).is_some_and(|l| l.secret == digest) {
+            return;
+        }
+        let link = Link {
+            secret: digest,
+            state: Mutex::new(LinkState {
+                queue: Vec::new(),
+                runs: HashMap::new(),
+                boot: None,
+                last_seen: Instant::now(),
+            }),
+            work: Notify::new(),
+            heard: Notify::new(),
+        };
+        if let Some(old) = links.insert(node.to_string(), Arc::new(link)) {
+            old.fail_all("the node was made again");
+        }
+    }
+
+    pub fn knows(&self, node: &str) -> bool {
+        self.links.lock().expect("lock").contains_key(node)
+    }
+
+    /// Forgets the node: what waits on its agent fails.
+    pub fn forget(&self, node: &str) {
+        if let Some(link) = self.links.lock().expect("lock").remove(node) {
+            link.fail_all("the node was removed");
+        }
+    }
+
+    fn link(&self, node: &str) -> Option<Arc<Link>> {
+        self.links.lock().expect("lock").get(node).cloned()
+    }
+
+    /// The node's link, if `secret` is its agent's.
+    pub fn authenticate(&self, node: &str, secret: &str) -> Option<Arc<Link>> {
+        let link = self.link(node)?;
+        // Digests compared: how long it takes says nothing of the secret.
+        (link.secret == digest(secret)).then_some(link)
+    }
+
+    /// Waits until the node's agent has asked for work once, up to `timeout`.
+    pub async fn wait_heard(&self, node: &str, timeout: Duration) -> bool {
+        let Some(link) = self.link(node) else {
+            return false;
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let heard = link.heard.notified();
+            if link.state.lock().expect("lock").boot.is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, heard).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Runs `argv` on the node through its agent and waits for its exit code; `started`
+    /// learns its pid as soon as it runs.
+    pub async fn run(
+        &self,
+        node: &str,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        started: Option<oneshot::Sender<i32>>,
+    ) -> anyhow::Result<i64> {
+        let link = self
+            .link(node)
+            .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut ended) = oneshot::channel();
+        {
+            let mut state = link.state.lock().expect("lock");
+            state.runs.insert(id, Run { started, ended: tx });
+            state.queue.push(Work::Run { id, argv, env });
+        }
+        link.work.notify_one();
+        loop {
+            tokio::select! {
+                result = &mut ended => {
+                    let result = result.map_err(|_| "the node was forgotten".to_string());
+                    return result.and_then(|r| r).map_err(|e| anyhow::anyhow!("node {node}: {e}"));
+                }
+                () = tokio::time::sleep(Duration::from_secs(5)) => {
+                    let mut state = link.state.lock().expect("lock");
+                    if state.last_seen.elapsed() > AGENT_SILENCE {
+                        state.runs.remove(&id);
+                        anyhow::bail!(
+                            "node {node}: its agent has not been heard from for {} s",
+                            AGENT_SILENCE.as_secs()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Link {
+    /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
+    pub async fn take_work(&self, hello: &Hello) -> Vec<Work> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(POLL_HOLD_SECS);
+        loop {
+            {
+                let mut state = self.state.lock().expect("lock");
+                self.seen(&mut state, &hello.boot);
+                if !state.queue.is_empty() {
+                    let n = state.queue.len().min(MAX_BATCH);
+                    return state.queue.drain(..n).collect();
+                }
+            }
+            if tokio::time::timeout_at(deadline, self.work.notified())
+                .await
+                .is_err()
+            {
+                return Vec::new();
+            }
+        }
+    }
+
+    /// Takes the agent's events: tells the callers of `run` what became of their commands.
+    /// Events of commands no one here waits for (a previous server's) are let go.
+    pub fn deliver(&self, boot: &str, events: Vec<Event>) {
+        let mut state = self.state.lock().expect("lock");
+        self.seen(&mut state, boot);
+        for event in events {
+            let id = event.id();
+            match event {
+                Event::Started { pid, .. } => {
+                    if let Some(tx) = state.runs.get_mut(&id).and_then(|r| r.started.take()) {
+                        let _ = tx.send(pid);
+                    }
+                }
+                Event::Exited { code, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        let _ = run.ended.send(Ok(code));
+                    }
+                }
+                Event::Failed { message, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        let _ = run.ended.send(Err(message));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notes that the agent spoke; an agent with a new boot is a node that restarted, and what
+    /// it ran before is gone.
+    fn seen(&self, state: &mut LinkState, boot: &str) {
+        state.last_seen = Instant::now();
+        if state.boot.as_deref() == Some(boot) {
+            return;
+        }
+        if state.boot.is_some() {
+            // What was sent to the old boot is gone; what is still queued, the new boot runs.
+            let queued: std::collections::HashSet<u64> =
+                state.queue.iter().map(|Work::Run { id, .. }| *id).collect();
+            let gone: Vec<u64> = state
+                .runs
+                .keys()
+                .filter(|id| !queued.contains(id))
+                .copied()
+                .collect();
+            for id in gone {
+                if let Some(run) = state.runs.remove(&id) {
+                    let _ = run.ended.send(Err("the node restarted".into()));
+                }
+            }
+        }
+        state.boot = Some(boot.to_string());
+        self.heard.notify_waiters();
+    }
+
+    fn fail_all(&self, why: &str) {
+        let mut state = self.state.lock().expect("lock");
+        state.queue.clear();
+        for (_, run) in state.runs.drain() {
+            let _ = run.ended.send(Err(why.to_string()));
+        }
+    }
+}
