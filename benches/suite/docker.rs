@@ -47,7 +47,8 @@ pub async fn dispatch(docker: &Docker, tasks: usize, nodes: usize, slots: usize)
     let local_secs = pool_run("local", tasks, nodes, slots).await;
 
     let name = format!("bpbench-exec-{}", std::process::id());
-    create_plain(docker, &name).await;
+    // No network: the commands need none.
+    create_on(docker, &name, Some("none")).await;
     docker.start_container(&name, None).await.unwrap();
     let started = Instant::now();
     stream::iter(0..tasks)

@@ -79,7 +79,23 @@ async fn take_work(
 }
 
 fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>) {
-    let Work::Run { id, argv, env } = work;
+    let (id, argv, env) = match work {
+        Work::Run { id, argv, env } => (id, argv, env),
+        Work::Kill { id, pid } => {
+            let _ = events.send(Event::Answered {
+                id,
+                yes: procs::signal(-pid, libc::SIGKILL),
+            });
+            return;
+        }
+        Work::Alive { id, pid } => {
+            let _ = events.send(Event::Answered {
+                id,
+                yes: procs::signal(pid, 0),
+            });
+            return;
+        }
+    };
     match procs.spawn(&argv, &env) {
         Ok((pid, ended)) => {
             let _ = events.send(Event::Started { id, pid });

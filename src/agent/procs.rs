@@ -74,6 +74,16 @@ impl Procs {
     }
 }
 
+/// Sends `signal` to `pid` (a process group, if negative; 0 only asks whether it exists);
+/// whether there was one. The node's init and this agent are never signalled.
+pub fn signal(pid: i32, signal: i32) -> bool {
+    if pid.unsigned_abs() <= 1 || pid.unsigned_abs() == std::process::id() {
+        return false;
+    }
+    // SAFETY: kill(2) with plain integers.
+    unsafe { libc::kill(pid, signal) == 0 }
+}
+
 /// Reaps children for ever: hands ours their exit codes, and lets orphans go.
 fn reap(inner: &Inner) {
     loop {

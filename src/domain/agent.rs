@@ -48,6 +48,18 @@ pub enum Work {
         argv: Vec<String>,
         env: Vec<(String, String)>,
     },
+    /// Kill the process group `pid` (SIGKILL); answered with whether there was one.
+    Kill { id: u64, pid: i32 },
+    /// Answer whether the process `pid` is alive.
+    Alive { id: u64, pid: i32 },
+}
+
+impl Work {
+    pub fn id(&self) -> u64 {
+        match self {
+            Work::Run { id, .. } | Work::Kill { id, .. } | Work::Alive { id, .. } => *id,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -65,12 +77,17 @@ pub enum Event {
     Exited { id: u64, code: i64 },
     /// The command could not start.
     Failed { id: u64, message: String },
+    /// The answer to a `kill` or `alive`.
+    Answered { id: u64, yes: bool },
 }
 
 impl Event {
     pub fn id(&self) -> u64 {
         match self {
-            Event::Started { id, .. } | Event::Exited { id, .. } | Event::Failed { id, .. } => *id,
+            Event::Started { id, .. }
+            | Event::Exited { id, .. }
+            | Event::Failed { id, .. }
+            | Event::Answered { id, .. } => *id,
         }
     }
 }

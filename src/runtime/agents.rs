@@ -179,6 +179,43 @@ impl Agents {
     }
 }
 
+impl Agents {
+    /// Asks the node's agent a question (`make` it from the question's id) and waits for the
+    /// answer, up to `timeout`.
+    pub async fn ask(
+        &self,
+        node: &str,
+        make: impl FnOnce(u64) -> Work,
+        timeout: Duration,
+    ) -> anyhow::Result<bool> {
+        let link = self
+            .link(node)
+            .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, ended) = oneshot::channel();
+        {
+            let mut state = link.state.lock().expect("lock");
+            state.runs.insert(
+                id,
+                Run {
+                    started: None,
+                    ended: tx,
+                },
+            );
+            state.queue.push(make(id));
+        }
+        link.work.notify_one();
+        let answer = tokio::time::timeout(timeout, ended).await;
+        link.state.lock().expect("lock").runs.remove(&id);
+        match answer {
+            Ok(Ok(Ok(yes))) => Ok(yes != 0),
+            Ok(Ok(Err(e))) => anyhow::bail!("node {node}: {e}"),
+            Ok(Err(_)) => anyhow::bail!("node {node}: the node was forgotten"),
+            Err(_) => anyhow::bail!("node {node}: its agent did not answer in {timeout:?}"),
+        }
+    }
+}
+
 impl Link {
     /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
     pub async fn take_work(&self, hello: &Hello) -> Vec<Work> {
@@ -219,6 +256,11 @@ impl Link {
                         let _ = run.ended.send(Ok(code));
                     }
                 }
+                Event::Answered { yes, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        let _ = run.ended.send(Ok(i64::from(yes)));
+                    }
+                }
                 Event::Failed { message, .. } => {
                     if let Some(run) = state.runs.remove(&id) {
                         let _ = run.ended.send(Err(message));
@@ -237,8 +279,7 @@ impl Link {
         }
         if state.boot.is_some() {
             // What was sent to the old boot is gone; what is still queued, the new boot runs.
-            let queued: std::collections::HashSet<u64> =
-                state.queue.iter().map(|Work::Run { id, .. }| *id).collect();
+            let queued: std::collections::HashSet<u64> = state.queue.iter().map(Work::id).collect();
             let gone: Vec<u64> = state
                 .runs
                 .keys()

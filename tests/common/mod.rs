@@ -284,6 +284,11 @@ impl TestServer {
         *self.http.credentials.lock().unwrap() = Some(("batchpool".into(), key));
     }
 
+    /// Where this server takes its Docker nodes' agents, as this host reaches it.
+    pub fn agent_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.agent_port)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child
             .as_ref()

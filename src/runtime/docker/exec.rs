@@ -10,7 +10,12 @@ use bollard::exec::{CreateExecOptions, CreateExecResults, StartExecResults};
 use futures_util::{Stream, StreamExt};
 
 use super::{container_name, status_of, DockerRuntime};
+use crate::domain::agent::Work;
 use crate::runtime::task::WRAPPER;
+
+/// How long a node's agent may take to answer a kill or a liveness question before the engine
+/// is asked instead (an agent reconnecting after a server restart takes up to 2 s).
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an attached exec streams back.
 pub(super) type Output =
@@ -141,6 +146,14 @@ impl DockerRuntime {
         node_id: &str,
         pid: i32,
     ) -> anyhow::Result<()> {
+        if self.has_agent(server_id, node_id).await {
+            let kill = |id| Work::Kill { id, pid };
+            match self.agent.agents.ask(node_id, kill, ASK_TIMEOUT).await {
+                Ok(_) => return Ok(()),
+                // Through the engine, while the node's container runs.
+                Err(e) => tracing::debug!(error = %e, "killing through the agent failed"),
+            }
+        }
         match self
             .run_quick(
                 server_id,
@@ -157,6 +170,13 @@ impl DockerRuntime {
     }
 
     pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
+        if self.has_agent(server_id, node_id).await {
+            let alive = |id| Work::Alive { id, pid };
+            match self.agent.agents.ask(node_id, alive, ASK_TIMEOUT).await {
+                Ok(yes) => return yes,
+                Err(e) => tracing::debug!(error = %e, "asking the agent failed"),
+            }
+        }
         matches!(
             self.run_quick(
                 server_id,

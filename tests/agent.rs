@@ -1,0 +1,114 @@
+//! The node agent (docs/nodes.md, "The node agent"): each Docker node's main process is
+//! `batchpool agent`, which connects out to the server as its node alone and starts the node's
+//! tasks. The restart tests (tests/restart.rs) show that its tasks run on while the server is
+//! down and are adopted, once, when it is back.
+
+#[macro_use]
+mod common;
+
+use common::{Rt, TestServer};
+use serde_json::json;
+
+/// The node's container, by the node id the API gives (the name ends with it).
+fn container_of(node: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "--format", "{{.Names}}"])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|name| name.ends_with(&format!("-{node}")))
+        .unwrap_or_else(|| panic!("no container for node {node}"))
+        .to_string()
+}
+
+/// The secret the node's agent was started with, as the engine (root on the host) knows it.
+fn secret_of(container: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{range .Config.Env}}{{println .}}{{end}}",
+            container,
+        ])
+        .output()
+        .expect("docker inspect");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("BATCHPOOL_AGENT_SECRET="))
+        .expect("the node's agent has a secret")
+        .to_string()
+}
+
+async fn post_events(s: &TestServer, authorization: Option<String>) -> (u16, serde_json::Value) {
+    let client = reqwest::Client::new();
+    let mut request = client
+        .post(format!("{}/agent/v1/events", s.agent_url()))
+        .header("content-type", "application/json")
+        .body(r#"{"boot":"someone-else","events":[{"kind":"exited","id":1,"code":0}]}"#);
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_speaks_only_for_its_own_node_with_its_own_secret() {
+    let s = TestServer::start(Rt::Docker).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let nodes = s.wait_nodes("p", 2, "idle").await;
+    let (a, b) = (
+        nodes[0]["id"].as_str().unwrap(),
+        nodes[1]["id"].as_str().unwrap(),
+    );
+    let secret_a = secret_of(&container_of(a));
+    assert_ne!(
+        secret_a,
+        secret_of(&container_of(b)),
+        "each node has its own secret"
+    );
+
+    let (status, error) = post_events(&s, None).await;
+    assert_eq!(status, 401, "{error}");
+    assert_eq!(error["code"], "AuthenticationFailed", "{error}");
+    let wrong = format!("BatchpoolNode {a}:{}", "0".repeat(64));
+    assert_eq!(post_events(&s, Some(wrong)).await.0, 401);
+    // Node a's secret is not node b's.
+    let borrowed = format!("BatchpoolNode {b}:{secret_a}");
+    assert_eq!(post_events(&s, Some(borrowed)).await.0, 401);
+    let unknown = format!("BatchpoolNode tvmps_nosuchnode:{secret_a}");
+    assert_eq!(post_events(&s, Some(unknown)).await.0, 401);
+    // The agent's listener serves the agents' routes only, not the API.
+    let api = reqwest::get(format!("{}/pools", s.agent_url()))
+        .await
+        .unwrap();
+    assert_eq!(api.status().as_u16(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_is_the_nodes_main_process_and_its_secret_stays_out_of_tasks() {
+    let s = TestServer::start(Rt::Docker).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let command = "tr '\\0' ' ' < /proc/1/cmdline > $AZ_BATCH_NODE_SHARED_DIR/init; \
+                   env > $AZ_BATCH_NODE_SHARED_DIR/env";
+    s.add_tasks("j", vec![json!({"id": "look", "commandLine": command})])
+        .await;
+    let task = s.wait_task("j", "look", "completed").await;
+    assert_eq!(task["executionInfo"]["exitCode"], 0, "{task}");
+    let node = task["nodeInfo"]["nodeId"].as_str().unwrap();
+    let init = s.shared_file("p", node, "init").await;
+    assert!(
+        init.contains("/opt/batchpool/batchpool agent"),
+        "the node's pid 1 is the agent: {init}"
+    );
+    let env = s.shared_file("p", node, "env").await;
+    assert!(env.contains("AZ_BATCH_TASK_ID=look"), "{env}");
+    assert!(
+        !env.contains("BATCHPOOL_AGENT_SECRET"),
+        "a task's environment has no agent secret: {env}"
+    );
+}
