@@ -3,8 +3,20 @@ use tracing_subscriber::EnvFilter;
 
 use batchpool::config::{Cli, Command};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The node agent shares its node's CPUs and process limit with the node's tasks: one thread
+    // is plenty for it, where the server takes one per core of the host.
+    let runtime = match cli.command {
+        Command::Agent => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        _ => tokio::runtime::Runtime::new()?,
+    };
+    runtime.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
@@ -13,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     batchpool::install_tls();
-    match Cli::parse().command {
+    match cli.command {
         Command::Serve(config) => batchpool::app::serve(*config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,
         Command::Host(c) => batchpool::app::host_command(c).await,
