@@ -304,9 +304,8 @@ async fn choose_runtime(
     if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
         // Hosts named on purpose: one that does not answer is an error, not a reason to run
         // nodes elsewhere.
-        let listener = agents::AgentListener::bind(config, &layout).await?;
-        let runtime =
-            DockerHosts::connect(hosts, layout, lost_after, listener.setup.clone()).await?;
+        let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
+        let runtime = DockerHosts::connect(hosts, layout, lost_after, setup).await?;
         tracing::info!(
             hosts = hosts.len(),
             "nodes are containers on the given Docker hosts"
@@ -328,11 +327,13 @@ async fn choose_runtime(
         },
     };
     let Some(client) = docker else {
-        return Ok((Runtime::new(LocalRuntime::new(layout)), None));
+        let (listener, url) = agents::AgentListener::for_local(config).await?;
+        let runtime = LocalRuntime::new(layout, listener.agents.clone(), url);
+        return Ok((Runtime::new(runtime), Some(listener)));
     };
-    let listener = agents::AgentListener::bind(config, &layout).await?;
+    let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
     let runtime = DockerHosts::single(
-        DockerRuntime::new(client, layout, listener.setup.clone()),
+        DockerRuntime::new(client, layout, setup),
         "the local Docker engine",
         lost_after,
     );

@@ -168,14 +168,16 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_HOST_TIMEOUT", default_value_t = 30)]
     pub host_timeout: u64,
 
-    /// Where Docker nodes' agents connect to this server (docs/nodes.md, "The node agent"):
-    /// agent routes only, each request authenticated as its node. Keep the port across
-    /// restarts: running agents come back to it.
-    #[arg(long, env = "BATCHPOOL_AGENT_LISTEN", default_value = "0.0.0.0:8081")]
-    pub agent_listen: SocketAddr,
+    /// Where nodes' agents connect to this server (docs/nodes.md, "The node agent"): agent
+    /// routes only, each request authenticated as its node. Keep the port across restarts:
+    /// running agents come back to it. Default: 0.0.0.0:8081 for Docker nodes, 127.0.0.1:8081
+    /// for local ones.
+    #[arg(long, env = "BATCHPOOL_AGENT_LISTEN")]
+    pub agent_listen: Option<SocketAddr>,
 
-    /// The URL agents are given to reach this server. Without it: this host's address on each
-    /// node's network, at --agent-listen's port (right for engines on this host).
+    /// The URL Docker nodes' agents are given to reach this server. Without it: this host's
+    /// address on each node's network, at --agent-listen's port (right for engines on this
+    /// host). Local nodes' agents always use this host's own address.
     #[arg(long, env = "BATCHPOOL_AGENT_URL")]
     pub agent_url: Option<String>,
 

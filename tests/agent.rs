@@ -112,3 +112,58 @@ async fn the_agent_is_the_nodes_main_process_and_its_secret_stays_out_of_tasks()
         "a task's environment has no agent secret: {env}"
     );
 }
+
+/// A local node's agent process, as its labels name it.
+fn local_agent_pid(s: &TestServer, node: &str) -> i32 {
+    let labels: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            s.data_dir
+                .path()
+                .join("nodes")
+                .join(node)
+                .join(".batchpool-node.json"),
+        )
+        .expect("the node's labels"),
+    )
+    .unwrap();
+    labels["agent"]["pid"].as_i64().expect("the node's agent") as i32
+}
+
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat[stat.rfind(')').unwrap() + 1..]
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_nodes_agent_outlives_the_server_and_ends_with_its_node() {
+    let mut s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    let (_, nodes) = s.get("/pools/p/nodes").await;
+    let node = nodes["value"][0]["id"].as_str().unwrap().to_string();
+    let agent = local_agent_pid(&s, &node);
+    assert!(running(agent), "the node's agent runs");
+
+    s.kill().await;
+    assert!(running(agent), "the agent outlives the server");
+    s.launch().await;
+    s.job_on("j", "p").await;
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "echo $PPID"})])
+        .await;
+    let task = s.wait_task("j", "t", "completed").await;
+    assert_eq!(task["executionInfo"]["exitCode"], 0, "{task}");
+    assert_eq!(
+        local_agent_pid(&s, &node),
+        agent,
+        "the same agent was adopted"
+    );
+
+    let (status, body) = s.delete("/pools/p").await;
+    assert_eq!(status, 202, "{body}");
+    common::wait_for("the node's agent to end with its pool", || async {
+        (!running(agent)).then_some(())
+    })
+    .await;
+}

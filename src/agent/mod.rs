@@ -11,8 +11,8 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::domain::agent::{
-    self, Event, Events, Hello, Work, WorkBatch, ENV_NODE, ENV_SECRET, ENV_URL, EVENTS_PATH,
-    MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
+    self, Event, Events, Hello, Work, WorkBatch, ENV_NODE, ENV_ROOT, ENV_SECRET, ENV_URL,
+    EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
 };
 
 /// Where the server is and who this node is, from the environment the server gave the node.
@@ -44,12 +44,27 @@ pub async fn run() -> anyhow::Result<()> {
     let link = std::sync::Arc::new(link);
     let (events, outbox) = mpsc::unbounded_channel();
     tokio::spawn(send_events(link.clone(), outbox));
-    let work = take_work(link, procs, events);
+    let work = take_work(link, procs.clone(), events);
+    let root = std::env::var_os(ENV_ROOT).map(std::path::PathBuf::from);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        () = work => Ok(()),
-        _ = term.recv() => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        () = work => {}
+        () = node_removed(root) => tracing::info!("the node's directory is gone: the node agent stops"),
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    // The node is going away: what runs on it goes too.
+    procs.kill_all();
+    Ok(())
+}
+
+/// Ends once the node's directory is gone (local nodes only; never, for a container).
+async fn node_removed(root: Option<std::path::PathBuf>) {
+    let Some(root) = root else {
+        return std::future::pending().await;
+    };
+    while root.is_dir() {
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 

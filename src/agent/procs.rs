@@ -84,6 +84,16 @@ pub fn signal(pid: i32, signal: i32) -> bool {
     unsafe { libc::kill(pid, signal) == 0 }
 }
 
+impl Procs {
+    /// Kills every command this agent started that still runs (their process groups): the
+    /// node is going away.
+    pub fn kill_all(&self) {
+        for pid in self.inner.waiting.lock().expect("lock").keys() {
+            signal(-pid, libc::SIGKILL);
+        }
+    }
+}
+
 /// Reaps children for ever: hands ours their exit codes, and lets orphans go.
 fn reap(inner: &Inner) {
     loop {

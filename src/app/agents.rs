@@ -1,6 +1,7 @@
 //! The node agents' side of the server: their listener, bound before any node is made (nodes'
 //! agents connect to it as they start), and what Docker nodes need to run one.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -15,26 +16,50 @@ use crate::runtime::agents::Agents;
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
 
-/// The agents' listener and what nodes need to run their agent.
+/// The agents' port when --agent-listen does not say.
+const PORT: u16 = 8081;
+
+/// The agents' listener, and this server's side of the agents.
 pub struct AgentListener {
     listener: TcpListener,
-    pub setup: Arc<AgentSetup>,
+    pub agents: Arc<Agents>,
 }
 
 impl AgentListener {
-    /// Binds `--agent-listen` and puts the agent's files where nodes mount them.
-    pub async fn bind(config: &ServeConfig, layout: &Layout) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(config.agent_listen)
+    /// Binds `--agent-listen`, or `default` where it is not given.
+    pub async fn bind(config: &ServeConfig, default: SocketAddr) -> anyhow::Result<Self> {
+        let addr = config.agent_listen.unwrap_or(default);
+        let listener = TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding --agent-listen {}", config.agent_listen))?;
+            .with_context(|| format!("binding --agent-listen {addr}"))?;
         let port = listener.local_addr()?.port();
         let agents = Arc::new(Agents::new(config.agent_url.clone(), port));
-        let setup = AgentSetup::prepare(agents, layout).context("preparing the node agent")?;
         tracing::info!(addr = %listener.local_addr()?, url = ?config.agent_url, "node agents connect here");
-        Ok(Self {
-            listener,
-            setup: Arc::new(setup),
-        })
+        Ok(Self { listener, agents })
+    }
+
+    /// For Docker nodes: binds, and puts the agent's files where nodes mount them.
+    pub async fn for_docker(
+        config: &ServeConfig,
+        layout: &Layout,
+    ) -> anyhow::Result<(Self, Arc<AgentSetup>)> {
+        let listener = Self::bind(config, SocketAddr::from(([0, 0, 0, 0], PORT))).await?;
+        let setup = AgentSetup::prepare(listener.agents.clone(), layout)
+            .context("preparing the node agent")?;
+        Ok((listener, Arc::new(setup)))
+    }
+
+    /// For local nodes: binds (on this host's loopback, unless told otherwise); returns the
+    /// URL their agents use.
+    pub async fn for_local(config: &ServeConfig) -> anyhow::Result<(Self, String)> {
+        let listener = Self::bind(config, SocketAddr::from(([127, 0, 0, 1], PORT))).await?;
+        let addr = listener.listener.local_addr()?;
+        let ip = match addr.ip() {
+            ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+            ip => ip,
+        };
+        let url = format!("http://{}", SocketAddr::new(ip, addr.port()));
+        Ok((listener, url))
     }
 
     /// Serves the agents' routes until `cancel`.
@@ -46,7 +71,7 @@ impl AgentListener {
         cancel: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let state = Arc::new(api::agent::AgentState {
-            agents: self.setup.agents.clone(),
+            agents: self.agents.clone(),
             runtime,
             server_id,
         });

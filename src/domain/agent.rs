@@ -24,6 +24,9 @@ pub const MAX_BATCH: usize = 1024;
 pub const ENV_URL: &str = "BATCHPOOL_AGENT_URL";
 pub const ENV_NODE: &str = "BATCHPOOL_AGENT_NODE";
 pub const ENV_SECRET: &str = "BATCHPOOL_AGENT_SECRET";
+/// Set for agents outside a container (local nodes): the node's directory, whose removal ends
+/// the agent and what it runs, as removing a container would.
+pub const ENV_ROOT: &str = "BATCHPOOL_AGENT_ROOT";
 
 /// Who asks for work: `boot` is new each time the agent starts, so the server knows when an
 /// agent restarted (with its node) and what it ran is gone.

@@ -1,0 +1,92 @@
+//! A local node's agent: `batchpool agent` (this program), started by the server as a process of
+//! its own session, so it outlives the server as a container would. It is known by its pid and
+//! the time it started, which a pid reused by another process does not share.
+
+use std::path::Path;
+
+use crate::domain::agent::{ENV_NODE, ENV_ROOT, ENV_SECRET, ENV_URL};
+
+/// The agent a local node's labels name.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(super) struct AgentProc {
+    pub pid: i32,
+    /// Its start time, in clock ticks since boot (/proc/{pid}/stat).
+    pub start: u64,
+    pub secret: String,
+}
+
+/// What a local node's commands find on their PATH, as the local runtime always gave them.
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl AgentProc {
+    /// Starts the agent of the node whose directory is `root`. Only what a node would have goes
+    /// into its environment: the server's own (its secrets) stays out.
+    pub fn spawn(root: &Path, node: &str, url: &str, secret: &str) -> std::io::Result<Self> {
+        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        command
+            .arg("agent")
+            .env_clear()
+            .env("PATH", PATH)
+            .env("LANG", "C.UTF-8")
+            .env(ENV_URL, url)
+            .env(ENV_NODE, node)
+            .env(ENV_SECRET, secret)
+            .env(ENV_ROOT, root)
+            .current_dir(root)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            })
+        };
+        let mut child = command.spawn()?;
+        let pid = child.id().map(|p| p as i32).unwrap_or_default();
+        // Reaped if it ends while this server runs; it outlives the server otherwise.
+        tokio::spawn(async move { child.wait().await });
+        let start =
+            start_time(pid).ok_or_else(|| std::io::Error::other("the agent ended at once"))?;
+        Ok(Self {
+            pid,
+            start,
+            secret: secret.to_string(),
+        })
+    }
+
+    /// Whether it still runs (and its pid is not another process's by now).
+    pub fn alive(&self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+
+    /// Stops it; it kills what it runs on its way out.
+    pub fn stop(&self) {
+        if self.pid > 1 && self.alive() {
+            // SAFETY: kill(2) with plain integers.
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        }
+    }
+}
+
+/// A process's start time (field 22 of /proc/{pid}/stat, after the name in parentheses, which
+/// may hold anything).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // A zombie has ended: it only waits to be reaped.
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_has_a_start_time() {
+        let me = std::process::id() as i32;
+        assert!(super::start_time(me).is_some());
+        assert_eq!(super::start_time(-1), None);
+    }
+}

@@ -1,0 +1,281 @@
+//! The `local` runtime: a node is a directory under the data directory and an agent process
+//! (`batchpool agent`, see agent.rs) that runs its commands as plain processes. It keeps the
+//! docker runtime's contract (layout, environment, output files) on a machine without Docker; it
+//! does not enforce CPU or memory limits.
+
+mod agent;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::agents::{new_secret, Agents, AGENT_SILENCE};
+use super::safe_fs::Dir;
+use super::task::WRAPPER;
+use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec};
+use crate::domain::agent::Work;
+use agent::AgentProc;
+
+pub struct LocalRuntime {
+    layout: Layout,
+    agents: Arc<Agents>,
+    /// Where a local node's agent reaches this server.
+    agent_url: String,
+}
+
+/// The labels of a local node, kept beside its directories, with its agent.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NodeLabels {
+    server: String,
+    account: String,
+    pool: String,
+    node: String,
+    /// Absent for nodes made before local nodes had agents.
+    #[serde(default)]
+    agent: Option<AgentProc>,
+}
+
+const LABELS_FILE: &str = ".batchpool-node.json";
+
+/// How long an agent may take to answer a kill or a liveness question before this server
+/// answers it itself (the processes are on this host).
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl LocalRuntime {
+    pub fn new(layout: Layout, agents: Arc<Agents>, agent_url: String) -> Self {
+        Self {
+            layout,
+            agents,
+            agent_url,
+        }
+    }
+
+    /// The node's labels. They sit in the node's root, where its tasks write: read without
+    /// following links, and no more than a labels file holds.
+    fn labels(&self, node_id: &str) -> Option<NodeLabels> {
+        let nodes = Dir::open_root(&self.layout.nodes).ok()?;
+        let file = nodes
+            .open_file(&Path::new(node_id).join(LABELS_FILE))
+            .ok()?;
+        serde_json::from_reader(std::io::Read::take(file, 4096)).ok()
+    }
+
+    async fn create_node(
+        &self,
+        spec: &NodeSpec,
+        root: &Path,
+        workitems: &Path,
+    ) -> Result<NodeHandle, NodeError> {
+        let failed = |e: std::io::Error| NodeError {
+            code: "NodeDirectoryFailed",
+            message: format!("cannot create the node directory {}: {e}", root.display()),
+        };
+        // A node half made before a restart keeps its agent, if it runs.
+        let agent = match self.labels(&spec.node_id).and_then(|l| l.agent) {
+            Some(agent) if agent.alive() => agent,
+            _ => AgentProc::spawn(root, &spec.node_id, &self.agent_url, &new_secret()).map_err(
+                |e| NodeError {
+                    code: "NodeAgentFailed",
+                    message: format!("cannot start node {}'s agent: {e}", spec.node_id),
+                },
+            )?,
+        };
+        self.agents.register(&spec.node_id, &agent.secret);
+        let labels = NodeLabels {
+            server: spec.server_id.clone(),
+            account: spec.account.clone(),
+            pool: spec.pool_id.clone(),
+            node: spec.node_id.clone(),
+            agent: Some(agent),
+        };
+        let json = serde_json::to_vec(&labels).expect("labels serialize");
+        let (r, w) = (root.to_path_buf(), workitems.to_path_buf());
+        // One trip to the blocking pool; the root is read without following a task's links.
+        tokio::task::spawn_blocking(move || {
+            let dir = Dir::open_root(&r)?;
+            // Commands find the account's workitems below the node's root, as in a container.
+            if dir.metadata(Path::new("workitems")).is_err() {
+                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
+            }
+            dir.create_file(LABELS_FILE.as_ref())?.write_all(&json)
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r)
+        .map_err(failed)?;
+        if !self.agents.wait_heard(&spec.node_id, AGENT_SILENCE).await {
+            return Err(NodeError {
+                code: "NodeAgentUnreachable",
+                message: format!(
+                    "node {}'s agent did not reach this server at {} within {} s",
+                    spec.node_id,
+                    self.agent_url,
+                    AGENT_SILENCE.as_secs()
+                ),
+            });
+        }
+        Ok(NodeHandle {
+            container_id: root.display().to_string(),
+            ip_address: "127.0.0.1".into(),
+        })
+    }
+
+    async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+        // The directory is the node, which the caller removes; its agent ends here, and ends
+        // what it runs.
+        if let Some(agent) = self.labels(node_id).and_then(|l| l.agent) {
+            agent.stop();
+        }
+        self.agents.forget(node_id);
+        Ok(())
+    }
+
+    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+        let mut found = Vec::new();
+        let nodes = match Dir::open_root(&self.layout.nodes) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(e.into()),
+        };
+        for (name, _) in nodes.entries()? {
+            let Some(labels) = name.to_str().and_then(|n| self.labels(n)) else {
+                continue;
+            };
+            if labels.server == server_id {
+                // A node whose agent is gone (the machine restarted) is made again.
+                let running = labels.agent.as_ref().is_some_and(AgentProc::alive);
+                if let (true, Some(agent)) = (running, &labels.agent) {
+                    self.agents.register(&labels.node, &agent.secret);
+                }
+                found.push(FoundNode {
+                    node_id: labels.node,
+                    running,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Asks the node's agent; `None` if it does not answer.
+    async fn ask(&self, node_id: &str, make: impl FnOnce(u64) -> Work) -> Option<bool> {
+        if !self.agents.knows(node_id) {
+            let agent = self.labels(node_id)?.agent?;
+            self.agents.register(node_id, &agent.secret);
+        }
+        self.agents.ask(node_id, make, ASK_TIMEOUT).await.ok()
+    }
+}
+
+impl NodeRuntime for LocalRuntime {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn node_root(&self, host_root: &Path) -> String {
+        host_root.display().to_string()
+    }
+
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+        root: &'a Path,
+        workitems: &'a Path,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
+        Box::pin(LocalRuntime::create_node(self, spec, root, workitems))
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(LocalRuntime::remove_node(self, node_id))
+    }
+
+    /// A local node has nothing to restart.
+    fn restart_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        _node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
+        Box::pin(LocalRuntime::list_nodes(self, server_id))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        env: Vec<(String, String)>,
+        started: Option<tokio::sync::oneshot::Sender<i32>>,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move {
+            if !self.agents.knows(node_id) {
+                let agent = self
+                    .labels(node_id)
+                    .and_then(|l| l.agent)
+                    .ok_or_else(|| anyhow::anyhow!("node {node_id} has no agent"))?;
+                self.agents.register(node_id, &agent.secret);
+            }
+            let argv = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
+            self.agents.run(node_id, argv, env, started).await
+        })
+    }
+
+    fn agent_secret<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move { Some(self.labels(node_id)?.agent?.secret) })
+    }
+
+    fn kill_group<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            if self
+                .ask(node_id, |id| Work::Kill { id, pid })
+                .await
+                .is_none()
+                && pid > 1
+            {
+                // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            Ok(())
+        })
+    }
+
+    fn is_alive<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        pid: i32,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            match self.ask(node_id, |id| Work::Alive { id, pid }).await {
+                Some(alive) => alive,
+                // SAFETY: signal 0 only checks that the process exists.
+                None => unsafe { libc::kill(pid, 0) == 0 },
+            }
+        })
+    }
+}
