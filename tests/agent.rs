@@ -167,3 +167,39 @@ async fn a_local_nodes_agent_outlives_the_server_and_ends_with_its_node() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
+    let mut s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "sleep 30"})])
+        .await;
+    s.wait_task("j", "t", "running").await;
+    let record = s
+        .data_dir
+        .path()
+        .join("workitems/batchpool/j/job-1/t/.batchpool/1");
+    let pid: i32 = common::wait_for("the attempt's pid", || async {
+        std::fs::read_to_string(&record)
+            .ok()?
+            .strip_suffix('\n')?
+            .parse()
+            .ok()
+    })
+    .await;
+    s.kill().await;
+    // SAFETY: killing the test's own task's process group.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    // With no server to tell, the agent records how the command ended.
+    common::wait_for("the agent to record the end", || async {
+        let text = std::fs::read_to_string(&record).ok()?;
+        (text == format!("{pid}\n137\n")).then_some(())
+    })
+    .await;
+    s.launch().await;
+    let task = s.wait_task("j", "t", "completed").await;
+    assert_eq!(task["executionInfo"]["exitCode"], 137, "{task}");
+    assert_eq!(task["executionInfo"]["requeueCount"], 0, "{task}");
+    assert_eq!(task["executionInfo"]["result"], "failure", "{task}");
+}

@@ -273,8 +273,9 @@ on_both_runtimes!(
     sigkill_with_tasks_running
 );
 
-/// When an attempt's process died with the server and left no exit code, its outcome cannot be
-/// known: the task is requeued (requeueCount + 1) and runs again.
+/// When an attempt's process died while no server watched and left no exit code (its node's
+/// agent died with it), its outcome cannot be known: the task is requeued (requeueCount + 1) and
+/// runs again, on the node made again.
 async fn lost_attempt_is_requeued(rt: Rt) {
     let mut s = TestServer::start(rt).await;
     assert_eq!(
@@ -308,21 +309,31 @@ async fn lost_attempt_is_requeued(rt: Rt) {
         text.strip_suffix('\n')?.parse().ok()
     })
     .await;
+    let container = format!("batchpool-{}-{node}", s.server_id().await);
     s.kill().await;
+    // The node's agent dies with the task (a node that crashed), so no one records its end.
     match rt {
-        // SAFETY: killing the test's own task process group.
-        Rt::Local => unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        },
+        Rt::Local => {
+            let labels: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(
+                    s.data_dir
+                        .path()
+                        .join("nodes")
+                        .join(&node)
+                        .join(".batchpool-node.json"),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            let agent = labels["agent"]["pid"].as_i64().unwrap() as i32;
+            // SAFETY: killing the test's own node agent and task process group.
+            unsafe {
+                libc::kill(agent, libc::SIGKILL);
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
         Rt::Docker => {
-            let container = format!("batchpool-{}-{node}", s.server_id().await);
-            common::run_ok(std::process::Command::new("docker").args([
-                "exec",
-                &container,
-                "kill",
-                "-9",
-                &format!("-{pid}"),
-            ]));
+            common::run_ok(std::process::Command::new("docker").args(["kill", &container]));
         }
     }
     s.launch().await;

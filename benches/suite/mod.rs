@@ -94,7 +94,11 @@ impl Server {
             .env_remove("DATABASE_URL")
             // The data section's storage (Azurite) listens on this host.
             .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")
-            .env("RUST_LOG", "warn,batchpool::scheduler::dispatch=debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_RUST_LOG")
+                    .unwrap_or("warn,batchpool::scheduler::dispatch=debug".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

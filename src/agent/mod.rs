@@ -15,6 +15,10 @@ use crate::domain::agent::{
     EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
 };
 
+/// How long a command's start may wait to be told with other events. Only a kill waits on it
+/// (the server needs the pid), for at most this long.
+const START_HOLD: Duration = Duration::from_millis(20);
+
 /// Where the server is and who this node is, from the environment the server gave the node.
 struct Link {
     url: String,
@@ -94,8 +98,13 @@ async fn take_work(
 }
 
 fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>) {
-    let (id, argv, env) = match work {
-        Work::Run { id, argv, env } => (id, argv, env),
+    let (id, argv, env, task) = match work {
+        Work::Run {
+            id,
+            argv,
+            env,
+            task,
+        } => (id, argv, env, task),
         Work::Kill { id, pid } => {
             let _ = events.send(Event::Answered {
                 id,
@@ -111,12 +120,34 @@ fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>
             return;
         }
     };
-    match procs.spawn(&argv, &env) {
+    if let Some(task) = task
+        .as_ref()
+        .filter(|t| !std::path::Path::new(&t.dir).is_dir())
+    {
+        // As the shell's `cd` would: the command cannot run where it must.
+        tracing::warn!(dir = %task.dir, "a task's working directory is missing");
+        let _ = events.send(Event::Exited { id, code: 127 });
+        return;
+    }
+    match procs.spawn(&argv, &env, task.as_ref()) {
         Ok((pid, ended)) => {
+            let record = task.map(|t| t.record);
+            // Its record first, so a server that restarts meanwhile finds the attempt running.
+            if let Some(record) = &record {
+                if let Err(e) = procs::record(record, pid) {
+                    tracing::warn!(error = %e, "writing a task's record failed");
+                }
+            }
             let _ = events.send(Event::Started { id, pid });
             let events = events.clone();
             tokio::spawn(async move {
                 let code = ended.await.unwrap_or(-1);
+                // Recorded before it is told: a server that missed the event reads it.
+                if let Some(record) = &record {
+                    if let Err(e) = procs::record(record, code) {
+                        tracing::warn!(error = %e, "writing a task's record failed");
+                    }
+                }
                 let _ = events.send(Event::Exited { id, code });
             });
         }
@@ -130,14 +161,38 @@ fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>
 }
 
 /// Sends events in batches, as they come: what came while a batch was on its way goes in the
-/// next. A batch the server did not take is sent again.
+/// next. A command's start waits up to [`START_HOLD`] for company (most often its own end), so a
+/// short command costs one request, not two. A batch the server did not take is sent again.
 async fn send_events(link: std::sync::Arc<Link>, mut outbox: mpsc::UnboundedReceiver<Event>) {
     let mut backoff = Backoff::default();
-    while let Some(first) = outbox.recv().await {
+    let mut held: Vec<Event> = Vec::new();
+    let mut due = tokio::time::Instant::now();
+    loop {
+        let next = if held.is_empty() {
+            match outbox.recv().await {
+                Some(event) => Some(event),
+                None => return,
+            }
+        } else {
+            tokio::select! {
+                event = outbox.recv() => event,
+                () = tokio::time::sleep_until(due) => None,
+            }
+        };
+        if let Some(event @ Event::Started { .. }) = next {
+            if held.is_empty() {
+                due = tokio::time::Instant::now() + START_HOLD;
+            }
+            held.push(event);
+            continue;
+        }
+        // Events that are ready with it (commands started together) go in the same request.
+        tokio::task::yield_now().await;
         let mut batch = Events {
             boot: link.boot.clone(),
-            events: vec![first],
+            events: std::mem::take(&mut held),
         };
+        batch.events.extend(next);
         while batch.events.len() < MAX_BATCH {
             match outbox.try_recv() {
                 Ok(event) => batch.events.push(event),

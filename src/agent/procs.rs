@@ -3,12 +3,15 @@
 //! node's init), and hands each command's exit code to whoever waits for it.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+
+use crate::domain::agent::{self, TaskLaunch};
 
 #[derive(Clone, Default)]
 pub struct Procs {
@@ -38,12 +41,14 @@ impl Procs {
         procs
     }
 
-    /// Starts `argv` with this process's environment and `env`, its output dropped (the
-    /// command's own redirects say where it goes). Returns its pid and its exit code to come.
+    /// Starts `argv` with this process's environment and `env`: a task's as `task` says (its
+    /// directory and output files), anything else with its output dropped. Returns its pid and
+    /// its exit code to come.
     pub fn spawn(
         &self,
         argv: &[String],
         env: &[(String, String)],
+        task: Option<&TaskLaunch>,
     ) -> std::io::Result<(i32, oneshot::Receiver<i64>)> {
         let (program, args) = argv
             .split_first()
@@ -53,16 +58,27 @@ impl Procs {
                 "{program} is not on the node"
             )));
         }
-        let mut waiting = self.inner.waiting.lock().expect("lock");
-        let child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .env_remove(crate::domain::agent::ENV_SECRET)
+            // The agent's own settings are not the node's.
+            .env_remove(agent::ENV_SECRET)
+            .env_remove(agent::ENV_URL)
+            .env_remove(agent::ENV_NODE)
+            .env_remove(agent::ENV_ROOT)
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+            .stderr(Stdio::null());
+        if let Some(task) = task {
+            command
+                .current_dir(&task.dir)
+                .stdout(output(&task.stdout)?)
+                .stderr(output(&task.stderr)?);
+        }
+        let mut waiting = self.inner.waiting.lock().expect("lock");
+        let child = command.spawn()?;
         let pid = child.id() as i32;
         // The reaper, not `child`, waits for it.
         drop(child);
@@ -72,6 +88,27 @@ impl Procs {
         self.inner.started.notify_one();
         Ok((pid, rx))
     }
+}
+
+/// A task's output file, made anew; never through a link.
+fn output(path: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Adds a line to an attempt's record (made if need be); never through a link.
+pub fn record(path: &str, line: impl std::fmt::Display) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(format!("{line}\n").as_bytes())
 }
 
 /// Sends `signal` to `pid` (a process group, if negative; 0 only asks whether it exists);

@@ -50,6 +50,9 @@ pub enum Work {
         id: u64,
         argv: Vec<String>,
         env: Vec<(String, String)>,
+        /// A task's launch: where it runs, where its output goes, where its record is kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<TaskLaunch>,
     },
     /// Kill the process group `pid` (SIGKILL); answered with whether there was one.
     Kill { id: u64, pid: i32 },
@@ -63,6 +66,19 @@ impl Work {
             Work::Run { id, .. } | Work::Kill { id, .. } | Work::Alive { id, .. } => *id,
         }
     }
+}
+
+/// How the agent launches a task's command, as Azure Batch does: `/bin/sh -c` in the task's
+/// working directory, stdout and stderr into `stdout.txt` and `stderr.txt`, stdin empty. The
+/// agent keeps the attempt's record (its pid on the first line, once it runs; its exit code on
+/// the second, once it ended), which a restarted server reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskLaunch {
+    pub dir: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub record: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -127,6 +143,7 @@ mod tests {
             id: 7,
             argv: vec!["/bin/sh".into(), "-c".into(), "true".into()],
             env: vec![("A".into(), "b".into())],
+            task: None,
         };
         let text = serde_json::to_string(&work).unwrap();
         assert!(text.contains(r#""kind":"run""#), "{text}");

@@ -138,13 +138,12 @@ impl Agents {
         }
     }
 
-    /// Runs `argv` on the node through its agent and waits for its exit code; `started`
-    /// learns its pid as soon as it runs.
+    /// Runs a command on the node through its agent (`make` it from its id) and waits for its
+    /// exit code; `started` learns its pid as soon as it runs.
     pub async fn run(
         &self,
         node: &str,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
+        make: impl FnOnce(u64) -> Work,
         started: Option<oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
         let link = self
@@ -155,7 +154,7 @@ impl Agents {
         {
             let mut state = link.state.lock().expect("lock");
             state.runs.insert(id, Run { started, ended: tx });
-            state.queue.push(Work::Run { id, argv, env });
+            state.queue.push(make(id));
         }
         link.work.notify_one();
         loop {
@@ -235,6 +234,8 @@ impl Link {
             {
                 return Vec::new();
             }
+            // Work comes in passes: what the pass queues meanwhile goes in the same answer.
+            tokio::task::yield_now().await;
         }
     }
 

@@ -18,7 +18,9 @@ pub use docker::DockerRuntime;
 pub use layout::Layout;
 pub use local::LocalRuntime;
 pub use node_runtime::{BoxFuture, NodeRuntime};
-pub use task::{container_label, ExecSpec, Started, TaskContainer, TaskDirs, STATE_DIR};
+pub use task::{
+    container_label, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
+};
 
 use crate::domain::container::PoolContainers;
 
@@ -244,7 +246,7 @@ impl Runtime {
             }
             None => {
                 self.node
-                    .exec(server_id, node_id, spec.wrapper_env(), started.pid)
+                    .exec(server_id, node_id, &spec.node_command(), started.pid)
                     .await
             }
         }

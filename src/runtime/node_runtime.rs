@@ -7,7 +7,8 @@ use std::pin::Pin;
 use crate::domain::host::HostSpec;
 
 use super::{
-    ContainerError, FoundNode, Layout, NodeError, NodeHandle, NodeSpec, Started, TaskContainer,
+    ContainerError, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeSpec, Started,
+    TaskContainer,
 };
 
 /// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
@@ -65,13 +66,14 @@ pub trait NodeRuntime: Send + Sync {
         server_id: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>>;
 
-    /// Runs the [`task::WRAPPER`] on the node with `env` and waits for its exit code; `started`
+    /// Runs the command on the node, as Azure does and keeping the attempt's record (through
+    /// the node's agent, or the [`task::WRAPPER`]), and waits for its exit code; `started`
     /// learns the pid of its process group as soon as it runs.
     fn exec<'a>(
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        env: Vec<(String, String)>,
+        command: &'a NodeCommand,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>>;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::safe_fs::Below;
+use crate::domain::agent::{TaskLaunch, Work};
 use crate::domain::container::ContainerSettings;
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
@@ -107,22 +108,69 @@ impl TaskDirs {
     }
 }
 
+/// A task's command as a node runs it (not in a container of its own): everything the
+/// [`WRAPPER`] reads from its environment, given apart.
+#[derive(Clone, Debug)]
+pub struct NodeCommand {
+    pub command_line: String,
+    /// The task's directory, as the node sees it.
+    pub task_dir: String,
+    pub attempt: i32,
+    /// The task's own environment and where its directories are.
+    pub env: Vec<(String, String)>,
+}
+
+impl NodeCommand {
+    /// The attempt's record, as the node sees it.
+    pub fn record(&self) -> String {
+        format!("{}/{STATE_DIR}/{}", self.task_dir, self.attempt)
+    }
+
+    /// The work that has a node's agent run it (`id` names it), doing what the wrapper does.
+    pub fn work(&self, id: u64) -> Work {
+        Work::Run {
+            id,
+            argv: vec!["/bin/sh".into(), "-c".into(), self.command_line.clone()],
+            env: self.env.clone(),
+            task: Some(TaskLaunch {
+                dir: format!("{}/wd", self.task_dir),
+                stdout: format!("{}/stdout.txt", self.task_dir),
+                stderr: format!("{}/stderr.txt", self.task_dir),
+                record: self.record(),
+            }),
+        }
+    }
+
+    /// The wrapper's environment, where the command runs through [`WRAPPER`] instead.
+    pub fn wrapper_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.push(("BATCHPOOL_STATE".into(), self.record()));
+        env.push(("BATCHPOOL_COMMAND_LINE".into(), self.command_line.clone()));
+        env
+    }
+}
+
 impl ExecSpec {
-    /// The wrapper's environment: the task's own, where the task's directories are on the node,
-    /// where to record the attempt, and the command line.
-    pub(super) fn wrapper_env(&self) -> Vec<(String, String)> {
+    /// The command, as a node runs it.
+    pub(super) fn node_command(&self) -> NodeCommand {
         let mut env = self.env.clone();
         env.push(("AZ_BATCH_TASK_DIR".into(), self.dirs.node.clone()));
         env.push((
             "AZ_BATCH_TASK_WORKING_DIR".into(),
             format!("{}/wd", self.dirs.node),
         ));
-        env.push((
-            "BATCHPOOL_STATE".into(),
-            format!("{}/{STATE_DIR}/{}", self.dirs.node, self.attempt),
-        ));
-        env.push(("BATCHPOOL_COMMAND_LINE".into(), self.command_line.clone()));
-        env
+        NodeCommand {
+            command_line: self.command_line.clone(),
+            task_dir: self.dirs.node.clone(),
+            attempt: self.attempt,
+            env,
+        }
+    }
+
+    /// The wrapper's environment: the task's own, where the task's directories are on the node,
+    /// where to record the attempt, and the command line.
+    pub(super) fn wrapper_env(&self) -> Vec<(String, String)> {
+        self.node_command().wrapper_env()
     }
 }
 
@@ -138,15 +186,16 @@ fn parse_record(text: &str) -> (Option<i32>, Option<i64>) {
 /// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
 pub const STATE_DIR: &str = ".batchpool";
 
-/// The wrapper every command runs in. It records its pid (the process group to kill) and, when
-/// the command ends, its exit code (both in the attempt's state file): a restarted server reads the outcome of an attempt it did
-/// not see finish. It also prints its pid first on its own output, which is the server's: so
-/// the server knows whom to kill without reading a file in a directory that may be gone. The command line travels in an environment variable, so no quoting breaks it.
-/// It starts in BATCHPOOL_WORKDIR where a container task starts in its image's directory.
-/// It starts no program but itself (the directories are made beforehand, and a half-written exit
-/// file reads as "not yet"), since every process costs on the hot path: the command runs in a
-/// subshell (a fork, no exec of a second shell), where its `exit`, `exec`, options and syntax
-/// errors end the subshell only, as they would end a `/bin/sh -c` of their own.
+/// The wrapper a command runs in where no node agent starts it (a task in a container of its
+/// own; a Docker node made before nodes had agents). It does what the agent does: it records its
+/// pid (the process group to kill) and, when the command ends, its exit code, both in the
+/// attempt's record, so a restarted server reads the outcome of an attempt it did not see
+/// finish. It also prints its pid first on its own output, which is the server's, so the server
+/// knows whom to kill without reading a file in a directory that may be gone. The command line
+/// travels in an environment variable, so no quoting breaks it. It starts in BATCHPOOL_WORKDIR
+/// where a container task starts in its image's directory. It starts no program but itself: the
+/// command runs in a subshell (a fork, no exec of a second shell), where its `exit`, `exec`,
+/// options and syntax errors end the subshell only, as they would end a `/bin/sh -c` of their own.
 pub(super) const WRAPPER: &str = r#"cd "${BATCHPOOL_WORKDIR:-$AZ_BATCH_TASK_WORKING_DIR}" || exit 127
 echo $$ > "$BATCHPOOL_STATE"
 echo $$

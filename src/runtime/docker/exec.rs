@@ -12,6 +12,7 @@ use futures_util::{Stream, StreamExt};
 use super::{container_name, status_of, DockerRuntime};
 use crate::domain::agent::Work;
 use crate::runtime::task::WRAPPER;
+use crate::runtime::NodeCommand;
 
 /// How long a node's agent may take to answer a kill or a liveness question before the engine
 /// is asked instead (an agent reconnecting after a server restart takes up to 2 s).
@@ -26,15 +27,20 @@ impl DockerRuntime {
         &self,
         server_id: &str,
         node_id: &str,
-        env: Vec<(String, String)>,
+        command: &NodeCommand,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
         if self.has_agent(server_id, node_id).await {
-            return self.agent.agents.run(node_id, cmd, env, started).await;
+            let run = |id| command.work(id);
+            return self.agent.agents.run(node_id, run, started).await;
         }
-        // A node made before nodes had agents.
-        let env: Vec<String> = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        // A node made before nodes had agents: the wrapper, through the engine.
+        let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
+        let env: Vec<String> = command
+            .wrapper_env()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let exec = self
             .create_exec(server_id, node_id, cmd, Some(env))
             .await

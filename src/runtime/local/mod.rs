@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use super::agents::{new_secret, Agents, AGENT_SILENCE};
 use super::safe_fs::Dir;
-use super::task::WRAPPER;
-use super::{BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec};
+use super::{
+    BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime, NodeSpec,
+};
 use crate::domain::agent::Work;
 use agent::AgentProc;
 
@@ -220,7 +221,7 @@ impl NodeRuntime for LocalRuntime {
         &'a self,
         _server_id: &'a str,
         node_id: &'a str,
-        env: Vec<(String, String)>,
+        command: &'a NodeCommand,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
@@ -231,8 +232,9 @@ impl NodeRuntime for LocalRuntime {
                     .ok_or_else(|| anyhow::anyhow!("node {node_id} has no agent"))?;
                 self.agents.register(node_id, &agent.secret);
             }
-            let argv = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
-            self.agents.run(node_id, argv, env, started).await
+            self.agents
+                .run(node_id, |id| command.work(id), started)
+                .await
         })
     }
 

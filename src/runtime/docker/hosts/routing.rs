@@ -6,8 +6,8 @@ use std::path::Path;
 use super::super::NODE_ROOT;
 use super::{DockerHosts, HostSpec};
 use crate::runtime::{
-    BoxFuture, FoundNode, Layout, NodeError, NodeHandle, NodeRuntime, NodeSpec, Started,
-    TaskContainer,
+    BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime, NodeSpec,
+    Started, TaskContainer,
 };
 
 impl NodeRuntime for DockerHosts {
@@ -86,13 +86,13 @@ impl NodeRuntime for DockerHosts {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        env: Vec<(String, String)>,
+        command: &'a NodeCommand,
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
             self.host_of(node_id)?
                 .runtime
-                .exec(server_id, node_id, env, started)
+                .exec(server_id, node_id, command, started)
                 .await
         })
     }
