@@ -3,6 +3,7 @@
 //! idle, next to creating and starting as many containers directly, spread over the same
 //! engines and as many at a time; and the server's peak RSS with the N nodes.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use futures_util::{stream, StreamExt};
@@ -80,6 +81,21 @@ pub async fn allocation(nodes: usize, concurrency: usize) {
         })
         .collect();
     for docker in &engines {
+        // An aborted run's network goes first: engines before API 1.44 make a second one of the
+        // same name, and a name two networks share cannot be used.
+        let filters = HashMap::from([("name".to_string(), vec![NETWORK.to_string()])]);
+        let options = bollard::query_parameters::ListNetworksOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        for old in docker
+            .list_networks(Some(options))
+            .await
+            .unwrap_or_default()
+        {
+            if let (Some(NETWORK), Some(id)) = (old.name.as_deref(), old.id.as_deref()) {
+                let _ = docker.remove_network(id).await;
+            }
+        }
         let request = bollard::models::NetworkCreateRequest {
             name: NETWORK.into(),
             driver: Some("bridge".into()),

@@ -22,7 +22,13 @@ impl AgentProc {
     /// Starts the agent of the node whose directory is `root`. Only what a node would have goes
     /// into its environment: the server's own (its secrets) stays out.
     pub fn spawn(root: &Path, node: &str, url: &str, secret: &str) -> std::io::Result<Self> {
-        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        // This program; where its file was replaced since it started (an upgrade, a rebuild),
+        // the one still running, through /proc.
+        let exe = std::env::current_exe()
+            .ok()
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| "/proc/self/exe".into());
+        let mut command = tokio::process::Command::new(exe);
         command
             .arg("agent")
             .env_clear()
