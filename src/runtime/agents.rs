@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+use super::NodeError;
 use crate::domain::agent::{Event, Hello, Work, MAX_BATCH, POLL_HOLD_SECS};
 
 /// How long a node's agent may stay silent while commands wait on it: after this, they fail
@@ -46,10 +47,13 @@ struct LinkState {
     last_seen: Instant,
 }
 
-/// A command the agent runs for a caller of [`Agents::run`].
+/// What became of a piece of work: an exit code (or an answer), or why there is none.
+type Outcome = Result<i64, String>;
+
+/// A command the agent runs for a caller of [`Agents::run`] (or a question for [`Agents::ask`]).
 struct Run {
     started: Option<oneshot::Sender<i32>>,
-    ended: oneshot::Sender<Result<i64, String>>,
+    ended: oneshot::Sender<Outcome>,
 }
 
 fn digest(secret: &str) -> [u8; 32] {
@@ -121,8 +125,23 @@ impl Agents {
         (link.secret == digest(secret)).then_some(link)
     }
 
+    /// Waits for a new node's agent to say hello, up to [`AGENT_SILENCE`]: a node whose agent
+    /// cannot reach this server can run nothing. `advice` ends the error.
+    pub async fn await_hello(&self, node: &str, advice: &str) -> Result<(), NodeError> {
+        if self.wait_heard(node, AGENT_SILENCE).await {
+            return Ok(());
+        }
+        Err(NodeError {
+            code: "NodeAgentUnreachable",
+            message: format!(
+                "node {node}'s agent did not reach this server within {} s; {advice}",
+                AGENT_SILENCE.as_secs()
+            ),
+        })
+    }
+
     /// Waits until the node's agent has asked for work once, up to `timeout`.
-    pub async fn wait_heard(&self, node: &str, timeout: Duration) -> bool {
+    async fn wait_heard(&self, node: &str, timeout: Duration) -> bool {
         let Some(link) = self.link(node) else {
             return false;
         };
@@ -146,17 +165,7 @@ impl Agents {
         make: impl FnOnce(u64) -> Work,
         started: Option<oneshot::Sender<i32>>,
     ) -> anyhow::Result<i64> {
-        let link = self
-            .link(node)
-            .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut ended) = oneshot::channel();
-        {
-            let mut state = link.state.lock().expect("lock");
-            state.runs.insert(id, Run { started, ended: tx });
-            state.queue.push(make(id));
-        }
-        link.work.notify_one();
+        let (link, id, mut ended) = self.submit(node, make, started)?;
         loop {
             tokio::select! {
                 result = &mut ended => {
@@ -176,9 +185,29 @@ impl Agents {
             }
         }
     }
-}
 
-impl Agents {
+    /// Queues work for the node's agent (`make` it from its id) and wakes the agent's request;
+    /// the receiver learns how it ended.
+    fn submit(
+        &self,
+        node: &str,
+        make: impl FnOnce(u64) -> Work,
+        started: Option<oneshot::Sender<i32>>,
+    ) -> anyhow::Result<(Arc<Link>, u64, oneshot::Receiver<Outcome>)> {
+        let link = self
+            .link(node)
+            .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, ended) = oneshot::channel();
+        {
+            let mut state = link.state.lock().expect("lock");
+            state.runs.insert(id, Run { started, ended: tx });
+            state.queue.push(make(id));
+        }
+        link.work.notify_one();
+        Ok((link, id, ended))
+    }
+
     /// Asks the node's agent a question (`make` it from the question's id) and waits for the
     /// answer, up to `timeout`.
     pub async fn ask(
@@ -187,23 +216,7 @@ impl Agents {
         make: impl FnOnce(u64) -> Work,
         timeout: Duration,
     ) -> anyhow::Result<bool> {
-        let link = self
-            .link(node)
-            .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, ended) = oneshot::channel();
-        {
-            let mut state = link.state.lock().expect("lock");
-            state.runs.insert(
-                id,
-                Run {
-                    started: None,
-                    ended: tx,
-                },
-            );
-            state.queue.push(make(id));
-        }
-        link.work.notify_one();
+        let (link, id, ended) = self.submit(node, make, None)?;
         let answer = tokio::time::timeout(timeout, ended).await;
         link.state.lock().expect("lock").runs.remove(&id);
         match answer {

@@ -55,7 +55,8 @@ impl DockerRuntime {
             }
         }
         let handle = self.handle(spec, name).await?;
-        self.await_agent(spec).await?;
+        let advice = "nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")";
+        self.agent.agents.await_hello(&spec.node_id, advice).await?;
         Ok(handle)
     }
 
@@ -85,23 +86,6 @@ impl DockerRuntime {
                 ),
             })?;
         Ok(format!("http://{gateway}:{}", agents.port))
-    }
-
-    /// Waits for the node's agent to say hello: a node whose agent cannot reach this server
-    /// can run nothing.
-    async fn await_agent(&self, spec: &NodeSpec) -> Result<(), NodeError> {
-        let timeout = crate::runtime::agents::AGENT_SILENCE;
-        if self.agent.agents.wait_heard(&spec.node_id, timeout).await {
-            return Ok(());
-        }
-        Err(NodeError {
-            code: "NodeAgentUnreachable",
-            message: format!(
-                "node {}'s agent did not reach this server within {} s; nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")",
-                spec.node_id,
-                timeout.as_secs()
-            ),
-        })
     }
 
     /// Nodes never pull their image: it must be on the engine already.

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::agents::{new_secret, Agents, AGENT_SILENCE};
+use super::agents::{new_secret, Agents};
 use super::safe_fs::Dir;
 use super::{
     BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime, NodeSpec,
@@ -104,17 +104,8 @@ impl LocalRuntime {
         .map_err(std::io::Error::other)
         .and_then(|r| r)
         .map_err(failed)?;
-        if !self.agents.wait_heard(&spec.node_id, AGENT_SILENCE).await {
-            return Err(NodeError {
-                code: "NodeAgentUnreachable",
-                message: format!(
-                    "node {}'s agent did not reach this server at {} within {} s",
-                    spec.node_id,
-                    self.agent_url,
-                    AGENT_SILENCE.as_secs()
-                ),
-            });
-        }
+        let advice = format!("it was to reach it at {}", self.agent_url);
+        self.agents.await_hello(&spec.node_id, &advice).await?;
         Ok(NodeHandle {
             container_id: root.display().to_string(),
             ip_address: "127.0.0.1".into(),
@@ -157,11 +148,25 @@ impl LocalRuntime {
         Ok(found)
     }
 
+    /// Whether this server knows the node's agent: from now, or (after a restart) by the
+    /// secret in its labels.
+    fn knows_agent(&self, node_id: &str) -> bool {
+        if self.agents.knows(node_id) {
+            return true;
+        }
+        match self.labels(node_id).and_then(|l| l.agent) {
+            Some(agent) => {
+                self.agents.register(node_id, &agent.secret);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Asks the node's agent; `None` if it does not answer.
     async fn ask(&self, node_id: &str, make: impl FnOnce(u64) -> Work) -> Option<bool> {
-        if !self.agents.knows(node_id) {
-            let agent = self.labels(node_id)?.agent?;
-            self.agents.register(node_id, &agent.secret);
+        if !self.knows_agent(node_id) {
+            return None;
         }
         self.agents.ask(node_id, make, ASK_TIMEOUT).await.ok()
     }
@@ -225,13 +230,7 @@ impl NodeRuntime for LocalRuntime {
         started: Option<tokio::sync::oneshot::Sender<i32>>,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
-            if !self.agents.knows(node_id) {
-                let agent = self
-                    .labels(node_id)
-                    .and_then(|l| l.agent)
-                    .ok_or_else(|| anyhow::anyhow!("node {node_id} has no agent"))?;
-                self.agents.register(node_id, &agent.secret);
-            }
+            anyhow::ensure!(self.knows_agent(node_id), "node {node_id} has no agent");
             self.agents
                 .run(node_id, |id| command.work(id), started)
                 .await
