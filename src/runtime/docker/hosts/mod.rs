@@ -266,7 +266,8 @@ impl DockerHosts {
         let placed = self.host_index(node_id);
         match placed {
             // A lost host's node is forgotten: its container goes when the host answers again.
-            Some(i) if self.health.is_lost(i) => {}
+            // What waits on its agent fails now, as anything asked of a lost host does.
+            Some(i) if self.health.is_lost(i) => self.agent.agents.forget(node_id),
             Some(i) => self.host(i).runtime.remove_node(server_id, node_id).await?,
             // Not known here: wherever it is, it goes (removing a missing node is no error).
             None => {
