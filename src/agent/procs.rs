@@ -117,6 +117,11 @@ pub fn signal(pid: i32, signal: i32) -> bool {
     if pid.unsigned_abs() <= 1 || pid.unsigned_abs() == std::process::id() {
         return false;
     }
+    // kill(2) takes a thread's id too, and this agent's threads share the node's pid numbers:
+    // a task's pid from before a node restart can be one of them now. Only a process counts.
+    if pid > 0 && !is_process(pid) {
+        return false;
+    }
     // SAFETY: kill(2) with plain integers.
     unsafe { libc::kill(pid, signal) == 0 }
 }
@@ -129,6 +134,16 @@ impl Procs {
             signal(-pid, libc::SIGKILL);
         }
     }
+}
+
+/// Whether `pid` is a process (its thread group's leader), not one of a process's threads.
+fn is_process(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .is_some_and(|tgid| tgid.trim() == pid.to_string())
+    })
 }
 
 /// Reaps children for ever: hands ours their exit codes, and lets orphans go.
