@@ -310,7 +310,8 @@ async fn choose_runtime(
             hosts = hosts.len(),
             "nodes are containers on the given Docker hosts"
         );
-        return Ok((Runtime::new(runtime), Some(listener)));
+        let agents = listener.agents.clone();
+        return Ok((Runtime::new(runtime, agents), Some(listener)));
     }
     let docker = match config.runtime {
         RuntimeChoice::Local => None,
@@ -328,8 +329,9 @@ async fn choose_runtime(
     };
     let Some(client) = docker else {
         let (listener, url) = agents::AgentListener::for_local(config).await?;
-        let runtime = LocalRuntime::new(layout, listener.agents.clone(), url);
-        return Ok((Runtime::new(runtime), Some(listener)));
+        let agents = listener.agents.clone();
+        let runtime = LocalRuntime::new(layout, agents.clone(), url);
+        return Ok((Runtime::new(runtime, agents), Some(listener)));
     };
     let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
     let runtime = DockerHosts::single(
@@ -337,7 +339,8 @@ async fn choose_runtime(
         "the local Docker engine",
         lost_after,
     );
-    Ok((Runtime::new(runtime), Some(listener)))
+    let agents = listener.agents.clone();
+    Ok((Runtime::new(runtime, agents), Some(listener)))
 }
 
 async fn shutdown_signal() {

@@ -11,6 +11,7 @@ pub mod runtime;
 pub mod scheduler;
 pub mod storage;
 pub mod store;
+pub mod sys;
 
 /// TLS for outgoing HTTPS (blob storage) uses rustls with ring; install it once per process
 /// before any HTTP client is built.

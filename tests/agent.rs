@@ -203,3 +203,67 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
     assert_eq!(task["executionInfo"]["requeueCount"], 0, "{task}");
     assert_eq!(task["executionInfo"]["result"], "failure", "{task}");
 }
+
+/// Stops a node's agent where it is (its container paused, its process stopped), or lets it go on.
+fn freeze(rt: Rt, s: &TestServer, node: &str, frozen: bool) {
+    let status = match rt {
+        Rt::Docker => {
+            let verb = if frozen { "pause" } else { "unpause" };
+            std::process::Command::new("docker")
+                .args([verb, &container_of(node)])
+                .status()
+        }
+        Rt::Local => {
+            let signal = if frozen { "-STOP" } else { "-CONT" };
+            std::process::Command::new("kill")
+                .args([signal, &local_agent_pid(s, node).to_string()])
+                .status()
+        }
+    };
+    assert!(status.expect("freezing the agent").success());
+}
+
+async fn files_are_read_by_the_nodes_agent(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let task =
+        json!({"id": "t", "commandLine": "printf hello > out; mkdir -p d/e; printf x > d/e/f"});
+    s.add_tasks("j", vec![task]).await;
+    let done = s.wait_task("j", "t", "completed").await;
+    assert_eq!(done["executionInfo"]["exitCode"], 0, "{done}");
+    let node = done["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    let file = "/jobs/j/tasks/t/files/wd/out";
+    let via_node = format!("/pools/p/nodes/{node}/files/workitems/j/job-1/t/wd/d/e/f");
+    assert_eq!(s.file(file).await.as_deref(), Some("hello"));
+    assert_eq!(s.file(&via_node).await.as_deref(), Some("x"));
+    let (status, listing) = s.get("/jobs/j/tasks/t/files?recursive=true").await;
+    assert_eq!(status, 200, "{listing}");
+    let names = common::names(&listing);
+    for name in ["wd/out", "wd/d/e/f", "stdout.txt", "stderr.txt"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.contains(".batchpool")), "{names:?}");
+    let node_files = format!("/pools/p/nodes/{node}/files");
+    let (status, listing) = s.get(&format!("{node_files}?recursive=true")).await;
+    assert_eq!(status, 200, "{listing}");
+    let names = listing["value"].to_string();
+    assert!(names.contains(r#""name":"shared""#), "{names}");
+    assert!(
+        !names.contains("workitems"),
+        "task directories are listed per task: {names}"
+    );
+
+    // With its agent stopped, the node answers nothing: the files are not read behind its back.
+    freeze(rt, &s, &node, true);
+    let ((status, body), (listed, _)) = tokio::join!(s.get(file), s.get(&node_files));
+    freeze(rt, &s, &node, false);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("NodeAgentUnreachable"), "{body}");
+    assert_eq!(listed, 409);
+    assert_eq!(s.file(file).await.as_deref(), Some("hello"));
+}
+on_both_runtimes!(
+    a_nodes_files_are_read_by_its_agent,
+    files_are_read_by_the_nodes_agent
+);

@@ -263,13 +263,7 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
         "first\nsecond\n"
     );
     let (_, listing) = s.get("/jobs/r/tasks/chatty/files?recursive=true").await;
-    let names: Vec<&str> = listing["value"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, vec!["stderr.txt", "stdout.txt", "wd"]);
+    assert_eq!(common::names(&listing), ["stderr.txt", "stdout.txt", "wd"]);
 
     // Files outlive the node that ran the task.
     assert_eq!(

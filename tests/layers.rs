@@ -1,6 +1,7 @@
 //! The layers of src/ import one way only (../shared/DESIGN.md, "Layout and layers"): `main` ->
 //! `app` -> `api`, `scheduler` (never each other) -> `ops` -> `store`, `storage`, `runtime`,
-//! `embedded_pg` (never each other) -> `domain`. `config` is read by `app` alone. A `use` that
+//! `embedded_pg` (never each other) -> `domain`; `runtime`, `api` and `agent` may use `sys` (OS
+//! helpers, which use `domain` alone). `config` is read by `app` alone. A `use` that
 //! runs the wrong way fails here with its file and line. Crate-root items (`crate::install_tls`)
 //! belong to no layer.
 
@@ -23,11 +24,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "runtime",
             "embedded_pg",
             "domain",
+            "sys",
         ],
     ),
     ("config", &["domain"]),
-    ("agent", &["domain"]),
-    ("api", &["ops", "store", "storage", "runtime", "domain"]),
+    ("agent", &["domain", "sys"]),
+    (
+        "api",
+        &["ops", "store", "storage", "runtime", "domain", "sys"],
+    ),
     (
         "scheduler",
         &["ops", "store", "storage", "runtime", "domain"],
@@ -35,9 +40,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("ops", &["store", "storage", "runtime", "domain"]),
     ("store", &["domain"]),
     ("storage", &["domain"]),
-    ("runtime", &["domain"]),
+    ("runtime", &["domain", "sys"]),
     ("embedded_pg", &["domain"]),
     ("domain", &[]),
+    ("sys", &["domain"]),
 ];
 
 fn layer_names() -> Vec<&'static str> {

@@ -3,6 +3,7 @@
 //! `docker exec` per task. The protocol is `domain::agent`'s. It keeps running while the server
 //! is away: commands go on, and their events wait until the server answers again.
 
+mod files;
 mod procs;
 
 use std::time::Duration;
@@ -25,23 +26,30 @@ struct Link {
     authorization: String,
     boot: String,
     http: reqwest::Client,
+    /// For answers that stream (a file's bytes): no limit on how long one may take.
+    streams: reqwest::Client,
 }
 
 pub async fn run() -> anyhow::Result<()> {
     let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
     let (url, node, secret) = (var(ENV_URL)?, var(ENV_NODE)?, var(ENV_SECRET)?);
-    let mut http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(POLL_HOLD_SECS + 15));
-    if url.starts_with("http://") {
-        // No TLS, so no certificates to load: node images need not have any.
-        http = http.tls_certs_only([]);
-    }
+    let client = || {
+        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if url.starts_with("http://") {
+            // No TLS, so no certificates to load: node images need not have any.
+            return http.tls_certs_only([]);
+        }
+        http
+    };
     let link = Link {
         url: url.trim_end_matches('/').to_string(),
         authorization: agent::authorization(&node, &secret),
         boot: uuid::Uuid::new_v4().simple().to_string(),
-        http: http.build().context("making the HTTP client")?,
+        http: client()
+            .timeout(Duration::from_secs(POLL_HOLD_SECS + 15))
+            .build()
+            .context("making the HTTP client")?,
+        streams: client().build().context("making the HTTP client")?,
     };
     let procs = procs::Procs::start();
     tracing::info!(node, server = %link.url, "the node agent runs");
@@ -92,12 +100,17 @@ async fn take_work(
         };
         backoff.reset();
         for work in batch.work {
-            start(&procs, work, &events);
+            start(&link, &procs, work, &events);
         }
     }
 }
 
-fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>) {
+fn start(
+    link: &std::sync::Arc<Link>,
+    procs: &procs::Procs,
+    work: Work,
+    events: &mpsc::UnboundedSender<Event>,
+) {
     let (id, argv, env, task) = match work {
         Work::Run {
             id,
@@ -117,6 +130,10 @@ fn start(procs: &procs::Procs, work: Work, events: &mpsc::UnboundedSender<Event>
                 id,
                 yes: procs::signal(pid, 0),
             });
+            return;
+        }
+        Work::File { id, root, rel, op } => {
+            files::answer(link.clone(), id, root, rel, op);
             return;
         }
     };

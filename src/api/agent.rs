@@ -4,14 +4,17 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Json;
+use futures_util::{StreamExt, TryStreamExt};
+use tokio::sync::oneshot;
 
 use super::error::ApiError;
 use super::json::AzureJson;
 use crate::domain::agent::{parse_authorization, Events, Hello, WorkBatch};
-use crate::runtime::agents::{Agents, Link};
+use crate::runtime::agents::{Agents, Link, ReplyBody};
 use crate::runtime::Runtime;
 
 pub struct AgentState {
@@ -39,6 +42,34 @@ pub async fn events(
     let link = authenticate(&state, &headers).await?;
     link.deliver(&events.boot, events.events);
     Ok(Json(serde_json::json!({})))
+}
+
+/// The answer to a question about the node's files: handed, as it streams in, to whoever asked;
+/// the request lasts until they have read it or let it go.
+pub async fn reply(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let link = authenticate(&state, &headers).await?;
+    let waiting = link.take_reply(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ReplyNotAwaited",
+            format!("No question {id} of this node waits for an answer."),
+        )
+    })?;
+    let (done, read) = oneshot::channel();
+    let stream = body
+        .into_data_stream()
+        .map_err(std::io::Error::other)
+        .boxed();
+    if waiting.send(ReplyBody { stream, done }).is_ok() {
+        // Ends when the asker lets the body go: read to its end, or given up.
+        let _ = read.await;
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The link of the node the request names, if it carries that node's secret. A node this

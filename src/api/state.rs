@@ -2,12 +2,13 @@
 //! the readiness probes, and the wake-ups of the scheduler's loops.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::PgPool;
 
 use crate::domain::vm_size::VmSizeTable;
 use crate::ops::wake::{notify_leader, Wakeups};
-use crate::runtime::Layout;
+use crate::runtime::{Layout, Runtime};
 
 /// What handlers need to know about this server's setup.
 pub struct Settings {
@@ -31,8 +32,10 @@ pub struct Settings {
 pub struct AppState {
     pub db: PgPool,
     pub settings: Settings,
-    /// Where node and task directories live on this host (the files API reads them).
+    /// Where node and task directories live on this host.
     pub layout: Layout,
+    /// The nodes, whose agents the files API asks for their files.
+    pub runtime: Arc<Runtime>,
     /// What /health/ready checks besides the database.
     pub probes: super::health::Probes,
     wake: Wakeups,
@@ -50,6 +53,7 @@ impl AppState {
             db,
             settings,
             layout,
+            runtime: probes.runtime.clone(),
             probes,
             wake,
         }

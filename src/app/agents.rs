@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::config::ServeConfig;
-use crate::domain::agent::{EVENTS_PATH, WORK_PATH};
+use crate::domain::agent::{EVENTS_PATH, REPLIES_PATH, WORK_PATH};
 use crate::runtime::agents::Agents;
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
@@ -80,6 +80,7 @@ impl AgentListener {
             let router = axum::Router::new()
                 .route(WORK_PATH, post(api::agent::work))
                 .route(EVENTS_PATH, post(api::agent::events))
+                .route(&format!("{REPLIES_PATH}/{{id}}"), post(api::agent::reply))
                 .with_state(state);
             api::serve::serve(self.listener, router, &limits, async move {
                 cancel.cancelled().await

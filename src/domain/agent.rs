@@ -8,17 +8,33 @@
 //!   work reaches the node as soon as there is any, in batches.
 //! - `POST /agent/v1/events`, body [`Events`]: what happened since the last batch (a command
 //!   started, ended, or could not start). Events that fail to arrive are sent again.
+//! - `POST /agent/v1/replies/{id}`: the answer to a [`Work::File`], streamed: one line of
+//!   [`ReplyHead`] (JSON), then what it announces (a listing's lines, a file's bytes).
 
 use serde::{Deserialize, Serialize};
 
 pub const WORK_PATH: &str = "/agent/v1/work";
 pub const EVENTS_PATH: &str = "/agent/v1/events";
+/// Followed by `/{id}` of the [`Work::File`] answered.
+pub const REPLIES_PATH: &str = "/agent/v1/replies";
 /// The scheme of the agent's `Authorization` header.
 pub const AUTH_SCHEME: &str = "BatchpoolNode";
 /// How long the server holds a work request that finds nothing to do.
 pub const POLL_HOLD_SECS: u64 = 20;
 /// The most events or pieces of work in one message.
 pub const MAX_BATCH: usize = 1024;
+/// The most entries one listing holds; a longer one is refused, not cut short.
+pub const MAX_LISTING: usize = 100_000;
+/// The most bytes of a reply's head line.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Names beside a node's or task's files that are the server's own (an attempt's records):
+/// never listed or served.
+pub const PRIVATE_PREFIX: &str = ".batchpool";
+
+pub fn is_private(name: &str) -> bool {
+    name.starts_with(PRIVATE_PREFIX)
+}
 
 /// The agent's environment: where the server is, which node it is, and its secret.
 pub const ENV_URL: &str = "BATCHPOOL_AGENT_URL";
@@ -58,12 +74,124 @@ pub enum Work {
     Kill { id: u64, pid: i32 },
     /// Answer whether the process `pid` is alive.
     Alive { id: u64, pid: i32 },
+    /// Answer `op` about `rel` below the directory `root` (a node's root, its workitems), on
+    /// the replies route. No link is followed on the way or at the end: what a task linked can
+    /// only ever be its node's.
+    File {
+        id: u64,
+        root: String,
+        rel: String,
+        op: FileOp,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum FileOp {
+    /// What it is.
+    Stat,
+    /// What is in the directory (and below it, if `recursive`), names relative to it; the
+    /// names in it that `skip` holds are neither listed nor entered.
+    List {
+        recursive: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skip: Vec<String>,
+    },
+    /// The file's bytes, all of them or `range` (first and last byte; no last: to the end).
+    Read { range: Option<(u64, Option<u64>)> },
+}
+
+/// A file or directory (never a link) as a node sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileInfo {
+    pub name: String,
+    pub is_dir: bool,
+    pub len: u64,
+    /// Milliseconds since 1970.
+    pub created_ms: i64,
+    pub modified_ms: i64,
+    /// The mode bits, as `stat` gives them.
+    pub mode: u32,
+}
+
+impl FileInfo {
+    pub fn of(name: String, meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let ms = |t: std::io::Result<std::time::SystemTime>| {
+            t.ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
+        let modified_ms = ms(meta.modified()).unwrap_or(0);
+        Self {
+            name,
+            is_dir: meta.is_dir(),
+            len: meta.len(),
+            created_ms: ms(meta.created()).unwrap_or(modified_ms),
+            modified_ms,
+            mode: meta.mode(),
+        }
+    }
+}
+
+/// The first line of a reply to a [`Work::File`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ReplyHead {
+    /// To `Stat`.
+    Info { info: FileInfo },
+    /// To `List`: `count` lines follow, a [`FileInfo`] (JSON) each.
+    Listing { count: usize },
+    /// To `Read`: `count` bytes of the file follow, from `start`.
+    Data {
+        info: FileInfo,
+        start: u64,
+        count: u64,
+    },
+    /// No answer, and why.
+    Error { error: FileError, message: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "error", rename_all = "camelCase")]
+pub enum FileError {
+    NotFound,
+    IsDirectory,
+    /// The range asked for lies outside the file of `len` bytes.
+    BadRange {
+        len: u64,
+    },
+    /// A listing of more than [`MAX_LISTING`] entries.
+    TooMany,
+    Failed,
+}
+
+/// The first byte and the count of a read of `range` (see [`FileOp::Read`]) from a file of
+/// `len` bytes; None if the range lies outside it. An empty file reads as empty, whatever the
+/// range.
+pub fn resolve_range(range: Option<(u64, Option<u64>)>, len: u64) -> Option<(u64, u64)> {
+    let Some((start, end)) = range else {
+        return Some((0, len));
+    };
+    let end = end.unwrap_or(len.saturating_sub(1));
+    if start > end || (len > 0 && start >= len) {
+        return None;
+    }
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let end = end.min(len - 1);
+    Some((start, end - start + 1))
 }
 
 impl Work {
     pub fn id(&self) -> u64 {
         match self {
-            Work::Run { id, .. } | Work::Kill { id, .. } | Work::Alive { id, .. } => *id,
+            Work::Run { id, .. }
+            | Work::Kill { id, .. }
+            | Work::Alive { id, .. }
+            | Work::File { id, .. } => *id,
         }
     }
 }
@@ -151,5 +279,38 @@ mod tests {
         let event: Event = serde_json::from_str(r#"{"kind":"exited","id":7,"code":137}"#).unwrap();
         assert_eq!(event, Event::Exited { id: 7, code: 137 });
         assert_eq!(event.id(), 7);
+    }
+
+    #[test]
+    fn ranges_resolve_within_the_file() {
+        assert_eq!(resolve_range(None, 10), Some((0, 10)));
+        assert_eq!(resolve_range(Some((2, Some(4))), 10), Some((2, 3)));
+        assert_eq!(resolve_range(Some((2, None)), 10), Some((2, 8)));
+        assert_eq!(resolve_range(Some((8, Some(100))), 10), Some((8, 2)));
+        assert_eq!(resolve_range(Some((10, None)), 10), None);
+        assert_eq!(resolve_range(Some((5, Some(4))), 10), None);
+        assert_eq!(resolve_range(Some((0, None)), 0), Some((0, 0)));
+        assert_eq!(resolve_range(Some((5, None)), 0), None);
+    }
+
+    #[test]
+    fn a_file_question_and_its_answer_read_as_written() {
+        let work = Work::File {
+            id: 3,
+            root: "/mnt/batch/tasks".into(),
+            rel: "shared/x".into(),
+            op: FileOp::Read {
+                range: Some((1, None)),
+            },
+        };
+        let text = serde_json::to_string(&work).unwrap();
+        assert_eq!(serde_json::from_str::<Work>(&text).unwrap(), work);
+        let head = ReplyHead::Error {
+            error: FileError::BadRange { len: 4 },
+            message: "no".into(),
+        };
+        let text = serde_json::to_string(&head).unwrap();
+        assert!(!text.contains('\n'));
+        assert_eq!(serde_json::from_str::<ReplyHead>(&text).unwrap(), head);
     }
 }

@@ -6,9 +6,11 @@ pub mod agents;
 pub mod docker;
 mod layout;
 pub mod local;
+mod node_files;
 mod node_runtime;
-pub mod safe_fs;
 mod task;
+
+pub use crate::sys::safe_fs;
 
 use std::path::{Path, PathBuf};
 
@@ -82,12 +84,15 @@ pub struct NodeError {
 /// The node runtime this server uses, with what every runtime shares.
 pub struct Runtime {
     node: Box<dyn NodeRuntime>,
+    /// The agents of the nodes, as this server knows them.
+    agents: std::sync::Arc<agents::Agents>,
 }
 
 impl Runtime {
-    pub fn new(node: impl NodeRuntime + 'static) -> Self {
+    pub fn new(node: impl NodeRuntime + 'static, agents: std::sync::Arc<agents::Agents>) -> Self {
         Self {
             node: Box::new(node),
+            agents,
         }
     }
 

@@ -29,6 +29,10 @@ pub trait NodeRuntime: Send + Sync {
     /// where it is on this host.
     fn node_root(&self, host_root: &Path) -> String;
 
+    /// The account's `workitems` directory as commands on the node see it, given the node's
+    /// root as they see it and where the directory is on this host.
+    fn node_workitems(&self, node_root: &str, host_workitems: &Path) -> String;
+
     /// Makes sure the default node image is there, once at start; most runtimes have none.
     fn ensure_default_image<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async {})

@@ -587,6 +587,16 @@ where
     }
 }
 
+/// The names in a list answer's `value` (files, in the files API).
+pub fn names(list: &Value) -> Vec<String> {
+    list["value"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"))
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Declares one async test per runtime: `name::docker` and `name::local`.
 #[macro_export]
 macro_rules! on_both_runtimes {

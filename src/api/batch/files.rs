@@ -1,12 +1,12 @@
 //! Files of tasks and nodes: list (recursive or not), download (with `ocp-range`, answered with
 //! 200 as the SDK requires) and properties (HEAD). A task's files are readable while it runs and
 //! after it ends, also after its node is gone, until its retentionTime or its job's deletion.
-//! No path leaves the directory it names: everything below a node's root or an account's
-//! workitems is the tasks' to write, so it is read through `safe_fs`, which follows no link.
-//! Downloads stream from the file, so a large file or range costs no memory.
+//! They are asked of the agent of the node they are on, which reads them from inside the node
+//! (`Runtime::file`): everything below a node's root or an account's workitems is the tasks' to
+//! write, so nothing is followed through a link. Downloads stream, so a large file or range costs
+//! no memory.
 
 use std::collections::HashMap;
-use std::io::SeekFrom;
 use std::path::{Component, Path as FsPath, PathBuf};
 
 use axum::body::Body;
@@ -16,13 +16,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
 use crate::api::{header_value, odata, rfc1123, rfc3339, BaseUrl, ListQuery};
+use crate::domain::agent::{is_private as private_name, FileError, FileInfo, FileOp};
+use crate::runtime::agents::FileAnswer;
 use crate::runtime::safe_fs::Below;
-use crate::runtime::STATE_DIR;
 
 /// A request path made safe: relative, no `..`, no root.
 fn relative(path: &str) -> ApiResult<PathBuf> {
@@ -42,7 +42,7 @@ fn relative(path: &str) -> ApiResult<PathBuf> {
 
 /// The server's own bookkeeping beside a task's or node's files: never listed, never served.
 fn is_private(name: &std::ffi::OsStr) -> bool {
-    name.to_string_lossy().starts_with(".batchpool") || name == STATE_DIR
+    private_name(&name.to_string_lossy())
 }
 
 fn file_not_found(path: &str) -> ApiError {
@@ -53,30 +53,93 @@ fn file_not_found(path: &str) -> ApiError {
     )
 }
 
-/// The directory of a task's files, if it ran and it is there.
+/// Where files are: a path on this host below a node's root or an account's workitems, and the
+/// node whose agent serves them (None: no node holds them any more).
+struct Place {
+    at: Below,
+    node: Option<String>,
+    account: String,
+}
+
+impl Place {
+    fn join(&self, rel: &FsPath) -> Place {
+        Place {
+            at: self.at.join(rel),
+            node: self.node.clone(),
+            account: self.account.clone(),
+        }
+    }
+}
+
+/// Asks `op` of the files at `place`.
+async fn ask(app: &Ctx, place: &Place, op: FileOp) -> ApiResult<FileAnswer> {
+    let node = place.node.as_deref();
+    app.runtime
+        .file(node, &place.account, &place.at, op)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::CONFLICT, e.code, e.message))
+}
+
+/// A refusal the user should see: what was asked, and why it was not answered.
+fn refusal(path: &str, error: FileError, message: String) -> ApiError {
+    match error {
+        FileError::NotFound => file_not_found(path),
+        FileError::IsDirectory => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "FileIsDirectory",
+            format!("{path:?} is a directory; list it instead."),
+        ),
+        FileError::BadRange { len } => ApiError::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "InvalidRange",
+            format!("The range asked for is not satisfiable for a file of {len} bytes."),
+        ),
+        FileError::TooMany => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "TooManyFiles",
+            format!("{path:?} holds {message}: list it with recursive=false."),
+        ),
+        FileError::Failed => ApiError::new(
+            StatusCode::CONFLICT,
+            "FileUnreadable",
+            format!("{path:?} could not be read on its node: {message}"),
+        ),
+    }
+}
+
+/// An answer that is not one to the question asked: only an agent gone wrong gives one.
+fn odd_answer(place: &Place) -> ApiError {
+    let node = place.node.as_deref().unwrap_or("-");
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "NodeAgentUnreachable",
+        format!("node {node}'s agent answered another question than the one asked"),
+    )
+}
+
+/// The directory of a task's files, if it ran.
 async fn task_root(
     app: &Ctx,
     job_id: &str,
     task_id: &str,
-) -> ApiResult<(String, String, Option<Below>)> {
+) -> ApiResult<(String, String, Option<Place>)> {
     let job = super::jobs::find(app, job_id).await?;
     let task = super::tasks::find(app, &job, task_id).await?;
-    let dir = app.layout.task_dir(&job.account, &job.id, &task.id);
-    let exists = task.node_id.is_some()
-        && dir
-            .with(|root, rel| root.open_dir(rel).map(|_| ()))
-            .await
-            .is_ok();
-    Ok((job.id, task.id, exists.then_some(dir)))
+    let place = task.node_id.clone().map(|node| Place {
+        at: app.layout.task_dir(&job.account, &job.id, &task.id),
+        node: Some(node),
+        account: job.account.clone(),
+    });
+    Ok((job.id, task.id, place))
 }
 
 /// Where a node file lives: `workitems/...` in the account's task directories, the rest under
 /// the node's root.
-async fn node_path(app: &Ctx, pool_id: &str, node_id: &str, path: &FsPath) -> ApiResult<Below> {
+async fn node_path(app: &Ctx, pool_id: &str, node_id: &str, path: &FsPath) -> ApiResult<Place> {
     let pool = super::pools::find(app, pool_id).await?;
     super::nodes::find_node(app, &pool, node_id).await?;
     let mut parts = path.components();
-    Ok(match parts.next() {
+    let at = match parts.next() {
         Some(first) if first.as_os_str() == "workitems" => Below {
             root: app.layout.account_workitems(&pool.account),
             rel: parts.as_path().to_path_buf(),
@@ -85,6 +148,11 @@ async fn node_path(app: &Ctx, pool_id: &str, node_id: &str, path: &FsPath) -> Ap
             root: app.layout.nodes.join(node_id),
             rel: path.to_path_buf(),
         },
+    };
+    Ok(Place {
+        at,
+        node: Some(node_id.to_string()),
+        account: pool.account,
     })
 }
 
@@ -94,10 +162,16 @@ pub async fn list_task_files(
     Path((job_id, task_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let (job_id, task_id, root) = task_root(&app, &job_id, &task_id).await?;
+    let (job_id, task_id, place) = task_root(&app, &job_id, &task_id).await?;
     let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files");
-    let entries = match root {
-        Some(root) => list_dir(root, recursive(&query), &url).await?,
+    let entries = match place {
+        Some(place) => {
+            let op = FileOp::List {
+                recursive: recursive(&query),
+                skip: Vec::new(),
+            };
+            list_dir(&app, &place, op, &url).await?
+        }
         None => Vec::new(),
     };
     let list = ListQuery::from_query(&query, odata::FILE_PROPERTIES)?;
@@ -119,10 +193,15 @@ pub async fn list_node_files(
     Path((pool_id, node_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
-    let root = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
+    let place = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files");
+    // The task directories (mounted there in a Docker node) are listed per task.
+    let op = FileOp::List {
+        recursive: recursive(&query),
+        skip: vec!["workitems".into()],
+    };
     Ok(Json(
-        json!({"value": list_dir(root, recursive(&query), &url).await?}),
+        json!({"value": list_dir(&app, &place, op, &url).await?}),
     ))
 }
 
@@ -132,66 +211,41 @@ fn recursive(query: &HashMap<String, String>) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// Azure's BatchNodeFile entries under `dir`, names relative to it with `/`.
-async fn list_dir(dir: Below, recursive: bool, url: &str) -> ApiResult<Vec<Value>> {
-    let url = url.to_string();
-    let listed = dir.with(move |root, top| {
-        let mut out = Vec::new();
-        let mut pending = vec![PathBuf::new()];
-        while let Some(rel) = pending.pop() {
-            // A directory that went (or became a link) meanwhile has nothing to list.
-            let Ok(entries) = root.open_dir(&top.join(&rel)).and_then(|d| d.entries()) else {
-                continue;
-            };
-            for (name, meta) in entries {
-                // Links are neither listed nor followed: a task could point one anywhere.
-                if is_private(&name) || meta.file_type().is_symlink() {
-                    continue;
-                }
-                let rel_path = rel.join(&name);
-                let name = rel_path.to_string_lossy().replace('\\', "/");
-                out.push(file_entry(&name, &meta, &url));
-                if meta.is_dir() && recursive {
-                    pending.push(rel_path);
-                }
-            }
+/// Azure's BatchNodeFile entries below `place`, names relative to it with `/`; none if it is
+/// not there.
+async fn list_dir(app: &Ctx, place: &Place, op: FileOp, url: &str) -> ApiResult<Vec<Value>> {
+    let mut out: Vec<Value> = match ask(app, place, op).await? {
+        FileAnswer::Listing(infos) => infos.iter().map(|info| file_entry(info, url)).collect(),
+        FileAnswer::Refused {
+            error: FileError::NotFound,
+            ..
+        } => Vec::new(),
+        FileAnswer::Refused { error, message } => {
+            return Err(refusal(&place.at.rel.display().to_string(), error, message))
         }
-        Ok(out)
-    });
-    let mut out = listed.await.map_err(ApiError::internal)?;
+        _ => return Err(odd_answer(place)),
+    };
     out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Ok(out)
 }
 
-fn times(meta: &std::fs::Metadata) -> (DateTime<Utc>, DateTime<Utc>) {
-    let modified = meta
-        .modified()
-        .map(DateTime::<Utc>::from)
-        .unwrap_or_else(|_| Utc::now());
-    let created = meta
-        .created()
-        .map(DateTime::<Utc>::from)
-        .unwrap_or(modified);
-    (created, modified)
+fn times(info: &FileInfo) -> (DateTime<Utc>, DateTime<Utc>) {
+    let at = |ms| DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default();
+    (at(info.created_ms), at(info.modified_ms))
 }
 
-fn mode(meta: &std::fs::Metadata) -> String {
-    use std::os::unix::fs::MetadataExt;
-    format!("{:o}", meta.mode())
-}
-
-fn file_entry(name: &str, meta: &std::fs::Metadata, url: &str) -> Value {
-    let (created, modified) = times(meta);
+fn file_entry(info: &FileInfo, url: &str) -> Value {
+    let (created, modified) = times(info);
     json!({
-        "name": name,
-        "url": format!("{url}/{}", name),
-        "isDirectory": meta.is_dir(),
+        "name": info.name,
+        "url": format!("{url}/{}", info.name),
+        "isDirectory": info.is_dir,
         "properties": {
             "creationTime": rfc3339(created),
             "lastModified": rfc3339(modified),
-            "contentLength": meta.len().to_string(),
+            "contentLength": info.len.to_string(),
             "contentType": "application/octet-stream",
-            "fileMode": mode(meta),
+            "fileMode": format!("{:o}", info.mode),
         },
     })
 }
@@ -204,10 +258,10 @@ pub async fn task_file(
     Path((job_id, task_id, path)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
-    let (job_id, task_id, root) = task_root(&app, &job_id, &task_id).await?;
-    let root = root.ok_or_else(|| file_not_found(&path))?;
+    let (job_id, task_id, place) = task_root(&app, &job_id, &task_id).await?;
+    let place = place.ok_or_else(|| file_not_found(&path))?;
     let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files/{path}");
-    serve(root.join(&rel), &path, &url, &method, &headers).await
+    serve(&app, &place.join(&rel), &path, &url, (&method, &headers)).await
 }
 
 pub async fn node_file(
@@ -218,13 +272,13 @@ pub async fn node_file(
     Path((pool_id, node_id, path)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
-    let file = node_path(&app, &pool_id, &node_id, &rel).await?;
+    let place = node_path(&app, &pool_id, &node_id, &rel).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files/{path}");
-    serve(file, &path, &url, &method, &headers).await
+    serve(&app, &place, &path, &url, (&method, &headers)).await
 }
 
-/// `ocp-range: bytes=a-b` (inclusive; `a-` to the end).
-fn range(headers: &HeaderMap, len: u64) -> ApiResult<Option<(u64, u64)>> {
+/// `ocp-range: bytes=a-b` (inclusive; `a-` to the end): its first and last byte.
+fn range(headers: &HeaderMap) -> ApiResult<Option<(u64, Option<u64>)>> {
     let Some(value) = headers
         .get("ocp-range")
         .or_else(|| headers.get(header::RANGE))
@@ -236,79 +290,65 @@ fn range(headers: &HeaderMap, len: u64) -> ApiResult<Option<(u64, u64)>> {
         ApiError::new(
             StatusCode::RANGE_NOT_SATISFIABLE,
             "InvalidRange",
-            format!("The range {text:?} is not satisfiable for a file of {len} bytes."),
+            format!("The range {text:?} is not of the form bytes=first-last or bytes=first-."),
         )
     };
     let spec = text.strip_prefix("bytes=").ok_or_else(bad)?;
     let (start, end) = spec.split_once('-').ok_or_else(bad)?;
     let start: u64 = start.trim().parse().map_err(|_| bad())?;
-    let end: u64 = if end.trim().is_empty() {
-        len.saturating_sub(1)
-    } else {
-        end.trim().parse().map_err(|_| bad())?
+    let end = match end.trim() {
+        "" => None,
+        end => Some(end.parse().map_err(|_| bad())?),
     };
-    if start > end || (len > 0 && start >= len) {
-        return Err(bad());
-    }
-    Ok(Some((start, end.min(len.saturating_sub(1)))))
+    Ok(Some((start, end)))
 }
 
-async fn serve(
-    file: Below,
-    path: &str,
-    url: &str,
-    method: &Method,
-    headers: &HeaderMap,
-) -> ApiResult<Response> {
-    // A link is not a file of the task's, wherever it points.
-    let meta = file
-        .with(|root, rel| root.metadata(rel))
-        .await
-        .ok()
-        .filter(|m| !m.file_type().is_symlink())
-        .ok_or_else(|| file_not_found(path))?;
-    let (created, modified) = times(&meta);
+/// The file's properties as Azure's headers.
+fn file_headers(info: &FileInfo, url: &str) -> HeaderMap {
+    let (created, modified) = times(info);
     let mut out = HeaderMap::new();
     let h = header_value;
     out.insert("ocp-creation-time", h(&rfc1123(created)));
     out.insert(
         "ocp-batch-file-isdirectory",
-        h(if meta.is_dir() { "true" } else { "false" }),
+        h(if info.is_dir { "true" } else { "false" }),
     );
     out.insert("ocp-batch-file-url", h(url));
-    out.insert("ocp-batch-file-mode", h(&mode(&meta)));
+    out.insert("ocp-batch-file-mode", h(&format!("{:o}", info.mode)));
     out.insert(header::LAST_MODIFIED, h(&rfc1123(modified)));
     out.insert(header::CONTENT_TYPE, h("application/octet-stream"));
-    if meta.is_dir() {
-        if *method == Method::HEAD {
-            out.insert(header::CONTENT_LENGTH, h("0"));
-            return Ok((StatusCode::OK, out).into_response());
+    out
+}
+
+async fn serve(
+    app: &Ctx,
+    place: &Place,
+    path: &str,
+    url: &str,
+    (method, headers): (&Method, &HeaderMap),
+) -> ApiResult<Response> {
+    let op = if *method == Method::HEAD {
+        FileOp::Stat
+    } else {
+        FileOp::Read {
+            range: range(headers)?,
         }
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "FileIsDirectory",
-            format!("{path:?} is a directory; list it instead."),
-        ));
-    }
-    if *method == Method::HEAD {
-        out.insert(header::CONTENT_LENGTH, h(&meta.len().to_string()));
-        return Ok((StatusCode::OK, out).into_response());
-    }
-    // The file as opened, not as looked at: it may have grown or been replaced since.
-    let std_file = file
-        .with(|root, rel| root.open_file(rel))
-        .await
-        .map_err(|_| file_not_found(path))?;
-    let len = std_file.metadata().map_err(ApiError::internal)?.len();
-    let (start, count) = match range(headers, len)? {
-        Some((start, end)) if len > 0 => (start, end - start + 1),
-        _ => (0, len),
     };
-    let mut f = tokio::fs::File::from_std(std_file);
-    f.seek(SeekFrom::Start(start))
-        .await
-        .map_err(ApiError::internal)?;
-    out.insert(header::CONTENT_LENGTH, h(&count.to_string()));
-    let body = Body::from_stream(tokio_util::io::ReaderStream::new(f.take(count)));
-    Ok((StatusCode::OK, out, body).into_response())
+    match ask(app, place, op).await? {
+        FileAnswer::Info(info) => {
+            let mut out = file_headers(&info, url);
+            let len = if info.is_dir { 0 } else { info.len };
+            out.insert(header::CONTENT_LENGTH, header_value(&len.to_string()));
+            Ok((StatusCode::OK, out).into_response())
+        }
+        FileAnswer::Data {
+            info, count, bytes, ..
+        } => {
+            let mut out = file_headers(&info, url);
+            out.insert(header::CONTENT_LENGTH, header_value(&count.to_string()));
+            Ok((StatusCode::OK, out, Body::from_stream(bytes)).into_response())
+        }
+        FileAnswer::Refused { error, message } => Err(refusal(path, error, message)),
+        FileAnswer::Listing(_) => Err(odd_answer(place)),
+    }
 }

@@ -185,6 +185,11 @@ impl NodeRuntime for LocalRuntime {
         host_root.display().to_string()
     }
 
+    /// Where it is on this host: the node's `workitems` is a link to it, which no walk follows.
+    fn node_workitems(&self, _node_root: &str, host_workitems: &Path) -> String {
+        host_workitems.display().to_string()
+    }
+
     fn reachable(&self) -> BoxFuture<'_, bool> {
         Box::pin(async { true })
     }

@@ -24,6 +24,11 @@ impl NodeRuntime for DockerHosts {
         NODE_ROOT.to_string()
     }
 
+    /// Mounted at `workitems` below the node's root.
+    fn node_workitems(&self, node_root: &str, _host_workitems: &Path) -> String {
+        format!("{node_root}/workitems")
+    }
+
     fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             for host in self.all() {

@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+mod replies;
+
 use super::NodeError;
 use crate::domain::agent::{Event, Hello, Work, MAX_BATCH, POLL_HOLD_SECS};
+
+pub use replies::{ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 
 /// How long a node's agent may stay silent while commands wait on it: after this, they fail
 /// (its node is gone, or cannot reach the server).
@@ -42,6 +46,8 @@ pub struct Link {
 struct LinkState {
     queue: Vec<Work>,
     runs: HashMap<u64, Run>,
+    /// Those waiting for answers to file questions.
+    replies: HashMap<u64, oneshot::Sender<ReplyBody>>,
     /// The agent's boot, once heard from: a new one means the node restarted.
     boot: Option<String>,
     last_seen: Instant,
@@ -92,6 +98,7 @@ impl Agents {
             state: Mutex::new(LinkState {
                 queue: Vec::new(),
                 runs: HashMap::new(),
+                replies: HashMap::new(),
                 boot: None,
                 last_seen: Instant::now(),
             }),
@@ -305,6 +312,8 @@ impl Link {
                     let _ = run.ended.send(Err("the node restarted".into()));
                 }
             }
+            // Their askers learn it as their senders go.
+            state.replies.retain(|id, _| queued.contains(id));
         }
         state.boot = Some(boot.to_string());
         self.heard.notify_waiters();
@@ -313,6 +322,7 @@ impl Link {
     fn fail_all(&self, why: &str) {
         let mut state = self.state.lock().expect("lock");
         state.queue.clear();
+        state.replies.clear();
         for (_, run) in state.runs.drain() {
             let _ = run.ended.send(Err(why.to_string()));
         }

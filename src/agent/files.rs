@@ -1,0 +1,61 @@
+//! The agent's answers to the server's questions about files (`Work::File`): what a file is, what
+//! a directory holds, a file's bytes. They are read from inside the node, below the directory the
+//! server names, following no link (`sys::file_answer`): whatever a task linked, the answer is its
+//! own node's. Each answer is streamed to the replies route, so a large file costs no memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use tokio::io::AsyncReadExt;
+
+use super::Link;
+use crate::domain::agent::{FileError, FileOp, ReplyHead, REPLIES_PATH};
+use crate::sys::file_answer::{self, Payload};
+
+/// Answers `op` about `rel` below `root` on the replies route, in a task of its own.
+pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
+    tokio::spawn(async move {
+        let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
+        let answered =
+            tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
+        let (head, payload) = answered.unwrap_or_else(|e| {
+            let error = FileError::Failed;
+            let message = e.to_string();
+            (ReplyHead::Error { error, message }, Payload::None)
+        });
+        let count = match &head {
+            ReplyHead::Data { count, .. } => *count,
+            _ => 0,
+        };
+        let mut line = serde_json::to_vec(&head).unwrap_or_default();
+        line.push(b'\n');
+        let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
+        let rest: BoxStream<'static, std::io::Result<Bytes>> = match payload {
+            Payload::None => stream::empty().boxed(),
+            Payload::Listing(infos) => {
+                let mut lines = Vec::new();
+                for info in &infos {
+                    serde_json::to_writer(&mut lines, info).unwrap_or_default();
+                    lines.push(b'\n');
+                }
+                stream::once(async move { Ok(Bytes::from(lines)) }).boxed()
+            }
+            Payload::File(file) => {
+                let file = tokio::fs::File::from_std(file).take(count);
+                tokio_util::io::ReaderStream::new(file).boxed()
+            }
+        };
+        let sent = link
+            .streams
+            .post(format!("{}{REPLIES_PATH}/{id}", link.url))
+            .header("authorization", &link.authorization)
+            .body(reqwest::Body::wrap_stream(head.chain(rest)))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, id, "a file answer did not reach the server");
+        }
+    });
+}

@@ -1,0 +1,180 @@
+//! Questions about a node's files (`Work::File`), asked through the agent's work like any work
+//! and answered on the replies route: a head line, then a listing or a file's bytes, streamed
+//! from the agent's request to whoever asked, so a large file costs no memory here.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use tokio::sync::oneshot;
+
+use super::{Agents, Link};
+use crate::domain::agent::{FileError, FileInfo, FileOp, ReplyHead, Work, MAX_HEAD, MAX_LISTING};
+use crate::runtime::NodeError;
+
+/// Bytes as they arrive.
+pub type ByteStream = BoxStream<'static, std::io::Result<Bytes>>;
+
+/// How long a node's agent may take to start answering a question about its files.
+pub const FILE_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The most bytes of one listing line (a FileInfo whose name is at most a path's 4096 bytes).
+const MAX_LINE: usize = 8 * 1024;
+/// The most bytes of one listing.
+const MAX_LISTING_BYTES: usize = 64 << 20;
+
+/// An answer to a question about a node's files.
+pub enum FileAnswer {
+    Info(FileInfo),
+    Listing(Vec<FileInfo>),
+    /// `count` bytes from `start` follow in `bytes`.
+    Data {
+        info: FileInfo,
+        start: u64,
+        count: u64,
+        bytes: ByteStream,
+    },
+    Refused {
+        error: FileError,
+        message: String,
+    },
+}
+
+/// A reply's body, from the replies route to whoever asked. The route's request lasts until
+/// `done` goes (the body read, or let go).
+pub struct ReplyBody {
+    pub stream: ByteStream,
+    pub done: oneshot::Sender<()>,
+}
+
+/// Forgets a question nobody waits for any more (answered, timed out, or its asker gone).
+struct Waiting<'a> {
+    link: &'a Link,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.link
+            .state
+            .lock()
+            .expect("lock")
+            .replies
+            .remove(&self.id);
+    }
+}
+
+fn unreachable(node: &str, why: impl std::fmt::Display) -> NodeError {
+    NodeError {
+        code: "NodeAgentUnreachable",
+        message: format!("node {node}'s agent {why}"),
+    }
+}
+
+impl Agents {
+    /// Asks the node's agent `op` about `rel` below `root` (as the node sees them).
+    pub async fn file(
+        &self,
+        node: &str,
+        root: String,
+        rel: String,
+        op: FileOp,
+    ) -> Result<FileAnswer, NodeError> {
+        let link = self
+            .link(node)
+            .ok_or_else(|| unreachable(node, "is not connected to this server"))?;
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = link.state.lock().expect("lock");
+            state.replies.insert(id, tx);
+            state.queue.push(Work::File { id, root, rel, op });
+        }
+        link.work.notify_one();
+        let waiting = Waiting { link: &link, id };
+        let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT;
+        let late = || {
+            let secs = FILE_ANSWER_TIMEOUT.as_secs();
+            unreachable(node, format!("did not answer within {secs} s"))
+        };
+        let body = tokio::time::timeout_at(deadline, rx)
+            .await
+            .map_err(|_| late())?
+            .map_err(|_| unreachable(node, "went away (the node restarted or was removed)"))?;
+        drop(waiting);
+        let ReplyBody { mut stream, done } = body;
+        let (head, first) = tokio::time::timeout_at(deadline, read_head(&mut stream))
+            .await
+            .map_err(|_| late())?
+            .map_err(|e| unreachable(node, format!("answered badly: {e}")))?;
+        // The route's request ends as the rest is let go.
+        let rest = stream::iter((!first.is_empty()).then_some(Ok(first)))
+            .chain(stream)
+            .map(move |chunk| {
+                let _ = &done;
+                chunk
+            })
+            .boxed();
+        Ok(match head {
+            ReplyHead::Info { info } => FileAnswer::Info(info),
+            ReplyHead::Error { error, message } => FileAnswer::Refused { error, message },
+            ReplyHead::Data { info, start, count } => FileAnswer::Data {
+                info,
+                start,
+                count,
+                bytes: rest,
+            },
+            ReplyHead::Listing { count } => {
+                let read = tokio::time::timeout(FILE_ANSWER_TIMEOUT, read_listing(rest, count));
+                let listing = read.await.map_err(|_| late())?;
+                FileAnswer::Listing(
+                    listing.map_err(|e| unreachable(node, format!("answered badly: {e}")))?,
+                )
+            }
+        })
+    }
+}
+
+impl Link {
+    /// Who waits for the answer `id`, if anyone still does.
+    pub fn take_reply(&self, id: u64) -> Option<oneshot::Sender<ReplyBody>> {
+        self.state.lock().expect("lock").replies.remove(&id)
+    }
+}
+
+/// The head line, and what came after it in the same chunk.
+async fn read_head(stream: &mut ByteStream) -> anyhow::Result<(ReplyHead, Bytes)> {
+    let mut buf = BytesMut::new();
+    loop {
+        if let Some(at) = buf.iter().position(|b| *b == b'\n') {
+            let line = buf.split_to(at + 1);
+            let head = serde_json::from_slice(&line[..at])?;
+            return Ok((head, buf.freeze()));
+        }
+        anyhow::ensure!(buf.len() <= MAX_HEAD, "a head line over {MAX_HEAD} bytes");
+        match stream.next().await {
+            Some(chunk) => buf.extend_from_slice(&chunk?),
+            None => anyhow::bail!("the answer ended before its head did"),
+        }
+    }
+}
+
+/// `count` lines of a listing, each a FileInfo; no more bytes than that many lines may take.
+async fn read_listing(mut stream: ByteStream, count: usize) -> anyhow::Result<Vec<FileInfo>> {
+    anyhow::ensure!(count <= MAX_LISTING, "a listing of {count} entries");
+    let most = count.saturating_mul(MAX_LINE).min(MAX_LISTING_BYTES);
+    let mut buf = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        buf.extend_from_slice(&chunk?);
+        anyhow::ensure!(buf.len() <= most, "a listing longer than its {count} lines");
+    }
+    let infos = buf
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(serde_json::from_slice)
+        .collect::<Result<Vec<FileInfo>, _>>()?;
+    anyhow::ensure!(infos.len() == count, "{} lines, not {count}", infos.len());
+    Ok(infos)
+}

@@ -1,0 +1,77 @@
+//! A node's and its tasks' files, for the files API: asked of the node's agent, which reads them
+//! from inside the node (so a link a task made can only ever lead inside it). Only files whose
+//! node is gone (a task's files outlive it, until its retentionTime) or has no agent connected
+//! to this server are read from this host's disk, through the same rules.
+
+use futures_util::stream::StreamExt;
+
+use super::agents::{ByteStream, FileAnswer};
+use super::safe_fs::Below;
+use super::{NodeError, Runtime};
+use crate::domain::agent::{FileOp, ReplyHead};
+use crate::sys::file_answer::{self, Payload};
+
+impl Runtime {
+    /// Answers `op` about `at` (a path on this host below a node's root or its account's
+    /// workitems) from the agent of `node`, the node the files are on; from this host's disk if
+    /// the node is gone (None) or its agent is not connected to this server.
+    pub async fn file(
+        &self,
+        node: Option<&str>,
+        account: &str,
+        at: &Below,
+        op: FileOp,
+    ) -> Result<FileAnswer, NodeError> {
+        if let Some(node) = node.filter(|n| self.agents.knows(n)) {
+            if let Some(root) = self.in_node(node, account, at) {
+                let rel = at.rel.to_string_lossy().into_owned();
+                return self.agents.file(node, root, rel, op).await;
+            }
+        }
+        Ok(from_disk(at, op).await)
+    }
+
+    /// The directory `at` lies below, as `node` sees it; None if it is not the node's root or
+    /// its account's workitems.
+    fn in_node(&self, node: &str, account: &str, at: &Below) -> Option<String> {
+        if at.root == self.host_root(node) {
+            return Some(self.node_root(node));
+        }
+        let workitems = self.layout().account_workitems(account);
+        (at.root == workitems).then(|| self.node.node_workitems(&self.node_root(node), &workitems))
+    }
+}
+
+async fn from_disk(at: &Below, op: FileOp) -> FileAnswer {
+    let (root, rel) = (at.root.clone(), at.rel.clone());
+    let answered = tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
+    let (head, payload) = match answered {
+        Ok(answer) => answer,
+        Err(e) => {
+            return FileAnswer::Refused {
+                error: crate::domain::agent::FileError::Failed,
+                message: e.to_string(),
+            }
+        }
+    };
+    match (head, payload) {
+        (ReplyHead::Listing { .. }, Payload::Listing(infos)) => FileAnswer::Listing(infos),
+        (ReplyHead::Data { info, start, count }, Payload::File(file)) => {
+            use tokio::io::AsyncReadExt;
+            let file = tokio::fs::File::from_std(file).take(count);
+            let bytes: ByteStream = tokio_util::io::ReaderStream::new(file).boxed();
+            FileAnswer::Data {
+                info,
+                start,
+                count,
+                bytes,
+            }
+        }
+        (ReplyHead::Info { info }, _) => FileAnswer::Info(info),
+        (ReplyHead::Error { error, message }, _) => FileAnswer::Refused { error, message },
+        (head, _) => FileAnswer::Refused {
+            error: crate::domain::agent::FileError::Failed,
+            message: format!("an answer without its payload: {head:?}"),
+        },
+    }
+}

@@ -1,0 +1,171 @@
+//! The answer to a question about a file below a trusted directory (`domain::agent::FileOp`):
+//! what it is, what a directory holds, a file opened at the range asked for. Nothing is followed
+//! through a link (`safe_fs`). The node agent answers the server's questions with it, from
+//! inside its node; the server, for a task whose node is gone, from its own disk.
+
+use std::io::{Seek, SeekFrom};
+use std::path::Path;
+
+use super::listing;
+use super::safe_fs::Dir;
+use crate::domain::agent::{
+    is_private, resolve_range, FileError, FileInfo, FileOp, ReplyHead, MAX_LISTING,
+};
+
+/// What follows an answer's head.
+#[derive(Debug)]
+pub enum Payload {
+    None,
+    /// A directory's entries, names relative to it.
+    Listing(Vec<FileInfo>),
+    /// The file, at the start of the range; the head says how many bytes to read.
+    File(std::fs::File),
+}
+
+type Refusal = (FileError, String);
+
+/// Answers `op` about `rel` below the directory `root`; a refusal is an answer too.
+pub fn answer(root: &Path, rel: &Path, op: FileOp) -> (ReplyHead, Payload) {
+    match prepare(root, rel, op) {
+        Ok(answer) => answer,
+        Err((error, message)) => (ReplyHead::Error { error, message }, Payload::None),
+    }
+}
+
+fn refused(e: std::io::Error) -> Refusal {
+    let gone = matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput
+    ) || matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+    if gone {
+        (FileError::NotFound, "no such file".into())
+    } else {
+        (FileError::Failed, e.to_string())
+    }
+}
+
+fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), Refusal> {
+    let root = Dir::open_root(root).map_err(refused)?;
+    let name = rel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let meta = root.metadata(rel).map_err(refused)?;
+    // A link is not a file of the node's, wherever it points.
+    if meta.file_type().is_symlink() {
+        return Err((FileError::NotFound, "a link".into()));
+    }
+    match op {
+        FileOp::Stat => Ok((
+            ReplyHead::Info {
+                info: FileInfo::of(name, &meta),
+            },
+            Payload::None,
+        )),
+        FileOp::List { recursive, skip } => list(&root, rel, recursive, &skip),
+        FileOp::Read { range } => {
+            if meta.is_dir() {
+                return Err((FileError::IsDirectory, "a directory".into()));
+            }
+            // The file as opened, not as looked at: it may have grown or been replaced since.
+            let mut file = root.open_file(rel).map_err(refused)?;
+            let meta = file.metadata().map_err(refused)?;
+            let len = meta.len();
+            let (start, count) = resolve_range(range, len)
+                .ok_or((FileError::BadRange { len }, "outside the file".into()))?;
+            file.seek(SeekFrom::Start(start)).map_err(refused)?;
+            let info = FileInfo::of(name, &meta);
+            Ok((ReplyHead::Data { info, start, count }, Payload::File(file)))
+        }
+    }
+}
+
+fn list(
+    root: &Dir,
+    rel: &Path,
+    recursive: bool,
+    skip: &[String],
+) -> Result<(ReplyHead, Payload), Refusal> {
+    let keep = |path: &Path| {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let top = path.parent() == Some(Path::new(""));
+        let skipped = top && skip.iter().any(|s| *s == name);
+        !(is_private(&name) || skipped)
+    };
+    let entries = listing::walk(root, rel, recursive, keep, MAX_LISTING).map_err(refused)?;
+    if entries.len() > MAX_LISTING {
+        return Err((
+            FileError::TooMany,
+            format!("more than {MAX_LISTING} entries"),
+        ));
+    }
+    let head = ReplyHead::Listing {
+        count: entries.len(),
+    };
+    let infos = entries
+        .iter()
+        .map(|(path, meta)| FileInfo::of(path.to_string_lossy().into_owned(), meta))
+        .collect();
+    Ok((head, Payload::Listing(infos)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn files_are_answered_without_following_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d")).unwrap();
+        std::fs::write(tmp.path().join("d/f"), "hello").unwrap();
+        std::fs::write(tmp.path().join("d/.batchpool-x"), "mine").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("d/l")).unwrap();
+        let root = tmp.path();
+        let read = |rel: &str, range| answer(root, Path::new(rel), FileOp::Read { range });
+
+        let (head, payload) = read("d/f", Some((1, Some(3))));
+        let ReplyHead::Data { start, count, info } = head else {
+            panic!("{head:?}")
+        };
+        assert_eq!((start, count, info.len, info.name.as_str()), (1, 3, 5, "f"));
+        let Payload::File(file) = payload else {
+            panic!()
+        };
+        let mut text = String::new();
+        file.take(count).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "ell");
+
+        for (rel, error) in [
+            ("d/l", FileError::NotFound),
+            ("d/none", FileError::NotFound),
+            ("d", FileError::IsDirectory),
+        ] {
+            let (head, _) = read(rel, None);
+            assert!(
+                matches!(head, ReplyHead::Error { error: ref e, .. } if *e == error),
+                "{rel}: {head:?}"
+            );
+        }
+        let (head, _) = read("d/f", Some((5, None)));
+        assert!(matches!(
+            head,
+            ReplyHead::Error {
+                error: FileError::BadRange { len: 5 },
+                ..
+            }
+        ));
+
+        std::fs::create_dir_all(tmp.path().join("d/skipped/x")).unwrap();
+        let op = FileOp::List {
+            recursive: true,
+            skip: vec!["skipped".into()],
+        };
+        let (head, payload) = answer(root, Path::new("d"), op);
+        assert_eq!(head, ReplyHead::Listing { count: 1 });
+        let Payload::Listing(infos) = payload else {
+            panic!()
+        };
+        assert_eq!(infos[0].name, "f");
+    }
+}
