@@ -1,7 +1,7 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,slurm,scale
+//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,files,slurm,scale
 //! (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
@@ -22,6 +22,9 @@
 //!   many containers directly over the same engines; the server's peak RSS;
 //! - data: resource files, BENCH_SMALL_BLOBS (1,000) small blobs and one BENCH_BIG_MIB (1,024)
 //!   MiB blob from Azurite, against curl of the same URLs (needs `eval "$(scripts/test-env.sh)"`);
+//! - files: a BENCH_FILE_MIB (256) MiB file, BENCH_FILE_READS (500) small reads and recursive
+//!   listings of BENCH_FILE_COUNT (1,000) files, through a node's agent and then, once the node is
+//!   gone, from the server's disk (local, and Docker where an engine answers);
 //! - slurm: BENCH_SLURM_TASKS (2,000) no-op tasks as one Slurm job array on a one-node Slurm
 //!   (scripts/slurm.sh, where Debian's slurm-wlm is installed) against the same tasks on the
 //!   throughput section's local pool;
@@ -76,6 +79,17 @@ async fn main() {
     }
     if selected("data") {
         suite::data::run(env("BENCH_SMALL_BLOBS", 1_000), env("BENCH_BIG_MIB", 1_024)).await;
+    }
+    if selected("files") {
+        let (mib, count, reads) = (
+            env("BENCH_FILE_MIB", 256),
+            env("BENCH_FILE_COUNT", 1_000),
+            env("BENCH_FILE_READS", 500),
+        );
+        suite::files::run("local", mib, count, reads).await;
+        if suite::docker::engine().await.is_some() {
+            suite::files::run("docker", mib, count, reads).await;
+        }
     }
     if selected("slurm") {
         suite::slurm::run(env("BENCH_SLURM_TASKS", 2_000), clients).await;

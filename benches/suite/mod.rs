@@ -7,6 +7,7 @@ mod blobs;
 pub mod containers;
 pub mod data;
 pub mod docker;
+pub mod files;
 pub mod hosts;
 pub mod latency;
 pub mod scale;

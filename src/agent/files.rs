@@ -44,7 +44,7 @@ pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
             }
             Payload::File(file) => {
                 let file = tokio::fs::File::from_std(file).take(count);
-                tokio_util::io::ReaderStream::new(file).boxed()
+                tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed()
             }
         };
         let sent = link

@@ -59,7 +59,8 @@ async fn from_disk(at: &Below, op: FileOp) -> FileAnswer {
         (ReplyHead::Data { info, start, count }, Payload::File(file)) => {
             use tokio::io::AsyncReadExt;
             let file = tokio::fs::File::from_std(file).take(count);
-            let bytes: ByteStream = tokio_util::io::ReaderStream::new(file).boxed();
+            let bytes: ByteStream =
+                tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed();
             FileAnswer::Data {
                 info,
                 start,

@@ -12,6 +12,10 @@ use crate::domain::agent::{
     is_private, resolve_range, FileError, FileInfo, FileOp, ReplyHead, MAX_LISTING,
 };
 
+/// How much of a file each read takes as it streams: a read goes to the blocking pool, so small
+/// ones would cost more in hops than in bytes.
+pub const CHUNK: usize = 256 << 10;
+
 /// What follows an answer's head.
 #[derive(Debug)]
 pub enum Payload {
