@@ -180,21 +180,23 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
         .data_dir
         .path()
         .join("workitems/batchpool/j/job-1/t/.batchpool/1");
-    let pid: i32 = common::wait_for("the attempt's pid", || async {
-        std::fs::read_to_string(&record)
-            .ok()?
-            .strip_suffix('\n')?
-            .parse()
-            .ok()
+    // The first line: the pid, and the boot of the agent that started it.
+    let first = common::wait_for("the attempt's pid", || async {
+        let text = std::fs::read_to_string(&record).ok()?;
+        let line = text.strip_suffix('\n')?.to_string();
+        (!line.contains('\n')).then_some(line)
     })
     .await;
+    let (pid, boot) = first.split_once(' ').expect("a pid and a boot");
+    let pid: i32 = pid.parse().unwrap();
+    assert_eq!(boot.len(), 32, "{first}");
     s.kill().await;
     // SAFETY: killing the test's own task's process group.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
     // With no server to tell, the agent records how the command ended.
     common::wait_for("the agent to record the end", || async {
         let text = std::fs::read_to_string(&record).ok()?;
-        (text == format!("{pid}\n137\n")).then_some(())
+        (text == format!("{first}\n137\n")).then_some(())
     })
     .await;
     s.launch().await;

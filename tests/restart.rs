@@ -303,10 +303,11 @@ async fn lost_attempt_is_requeued(rt: Rt) {
         .data_dir
         .path()
         .join("workitems/batchpool/j/job-1/victim/.batchpool/1");
-    // The attempt's record: its pid on the first line.
+    // The attempt's record: its pid on the first line, and the boot of the agent that started it.
     let pid: i32 = common::wait_for("the attempt's pid", || async {
         let text = std::fs::read_to_string(&pid_file).ok()?;
-        text.strip_suffix('\n')?.parse().ok()
+        let (pid, _boot) = text.strip_suffix('\n')?.split_once(' ')?;
+        pid.parse().ok()
     })
     .await;
     let container = format!("batchpool-{}-{node}", s.server_id().await);

@@ -118,17 +118,19 @@ fn start(
             env,
             task,
         } => (id, argv, env, task),
-        Work::Kill { id, pid } => {
+        Work::Kill { id, pid, boot } => {
+            let ours = boot.is_none_or(|b| b == link.boot);
             let _ = events.send(Event::Answered {
                 id,
-                yes: procs::signal(-pid, libc::SIGKILL),
+                yes: ours && procs::signal(-pid, libc::SIGKILL),
             });
             return;
         }
-        Work::Alive { id, pid } => {
+        Work::Alive { id, pid, boot } => {
+            let ours = boot.is_none_or(|b| b == link.boot);
             let _ = events.send(Event::Answered {
                 id,
-                yes: procs::signal(pid, 0),
+                yes: ours && procs::signal(pid, 0),
             });
             return;
         }
@@ -151,7 +153,8 @@ fn start(
             let record = task.map(|t| t.record);
             // Its record first, so a server that restarts meanwhile finds the attempt running.
             if let Some(record) = &record {
-                if let Err(e) = procs::record(record, pid) {
+                // With this agent's boot: after a restart of the node, the pid is another's.
+                if let Err(e) = procs::record(record, format!("{pid} {}", link.boot)) {
                     tracing::warn!(error = %e, "writing a task's record failed");
                 }
             }

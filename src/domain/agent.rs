@@ -70,10 +70,22 @@ pub enum Work {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<TaskLaunch>,
     },
-    /// Kill the process group `pid` (SIGKILL); answered with whether there was one.
-    Kill { id: u64, pid: i32 },
-    /// Answer whether the process `pid` is alive.
-    Alive { id: u64, pid: i32 },
+    /// Kill the process group `pid` (SIGKILL); answered with whether there was one. With a
+    /// `boot`, only if the agent's is that one: a pid from before its node restarted names
+    /// another process now, if any.
+    Kill {
+        id: u64,
+        pid: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot: Option<String>,
+    },
+    /// Answer whether the process `pid` is alive (with a `boot`, as for `Kill`).
+    Alive {
+        id: u64,
+        pid: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot: Option<String>,
+    },
     /// Answer `op` about `rel` below the directory `root` (a node's root, its workitems), on
     /// the replies route. No link is followed on the way or at the end: what a task linked can
     /// only ever be its node's.
@@ -198,8 +210,8 @@ impl Work {
 
 /// How the agent launches a task's command, as Azure Batch does: `/bin/sh -c` in the task's
 /// working directory, stdout and stderr into `stdout.txt` and `stderr.txt`, stdin empty. The
-/// agent keeps the attempt's record (its pid on the first line, once it runs; its exit code on
-/// the second, once it ended), which a restarted server reads.
+/// agent keeps the attempt's record (its pid and the agent's boot on the first line, once it
+/// runs; its exit code on the second, once it ended), which a restarted server reads.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskLaunch {
@@ -276,6 +288,17 @@ mod tests {
         let text = serde_json::to_string(&work).unwrap();
         assert!(text.contains(r#""kind":"run""#), "{text}");
         assert_eq!(serde_json::from_str::<Work>(&text).unwrap(), work);
+        // From a server that knew no boots: the question is about any process `pid`.
+        let alive: Work = serde_json::from_str(r#"{"kind":"alive","id":1,"pid":5}"#).unwrap();
+        let boot = None;
+        assert_eq!(
+            alive,
+            Work::Alive {
+                id: 1,
+                pid: 5,
+                boot
+            }
+        );
         let event: Event = serde_json::from_str(r#"{"kind":"exited","id":7,"code":137}"#).unwrap();
         assert_eq!(event, Event::Exited { id: 7, code: 137 });
         assert_eq!(event.id(), 7);

@@ -21,7 +21,7 @@ pub use layout::Layout;
 pub use local::LocalRuntime;
 pub use node_runtime::{BoxFuture, NodeRuntime};
 pub use task::{
-    container_label, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
+    container_label, AttemptPid, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
 };
 
 use crate::domain::container::PoolContainers;
@@ -280,20 +280,25 @@ impl Runtime {
 
     /// The pid an attempt recorded: only for attempts a previous server started, whose pid
     /// this one never saw.
-    pub async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<i32> {
-        dirs.recorded(attempt).await?.0.filter(|pid| *pid > 1)
+    pub async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<AttemptPid> {
+        dirs.recorded(attempt).await?.0.filter(|p| p.pid > 1)
     }
 
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
-    pub async fn kill(&self, server_id: &str, node_id: &str, pid: i32) -> anyhow::Result<()> {
-        if pid <= 1 {
+    pub async fn kill(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        pid: &AttemptPid,
+    ) -> anyhow::Result<()> {
+        if pid.pid <= 1 {
             return Ok(());
         }
         self.node.kill_group(server_id, node_id, pid).await
     }
 
     /// Whether an attempt's process is still alive (after a restart, to wait for it).
-    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
+    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> bool {
         self.node.is_alive(server_id, node_id, pid).await
     }
 }

@@ -7,8 +7,8 @@ use std::pin::Pin;
 use crate::domain::host::HostSpec;
 
 use super::{
-    ContainerError, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeSpec, Started,
-    TaskContainer,
+    AttemptPid, ContainerError, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeSpec,
+    Started, TaskContainer,
 };
 
 /// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
@@ -150,7 +150,7 @@ pub trait NodeRuntime: Send + Sync {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
 
     /// Whether the process `pid` is alive on the node.
@@ -158,6 +158,6 @@ pub trait NodeRuntime: Send + Sync {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, bool>;
 }

@@ -80,15 +80,16 @@ impl TaskDirs {
                 let file = root.open_file(&rel.join(Self::state_file(attempt)))?;
                 // A record is two short lines; a task cannot make the server read more.
                 let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text)?;
+                std::io::Read::read_to_string(&mut std::io::Read::take(file, 128), &mut text)?;
                 Ok(text)
             })
             .await
             .ok()
     }
 
-    /// The attempt's record, if the wrapper has left one: (pid, exit code once written).
-    pub(super) async fn recorded(&self, attempt: i32) -> Option<(Option<i32>, Option<i64>)> {
+    /// The attempt's record, if the agent or the wrapper has left one: (its process, its exit
+    /// code once written).
+    pub(super) async fn recorded(&self, attempt: i32) -> Option<(Option<AttemptPid>, Option<i64>)> {
         Some(parse_record(&self.record(attempt).await?))
     }
 
@@ -174,11 +175,45 @@ impl ExecSpec {
     }
 }
 
-/// An attempt's record: (pid, exit code once written). A line counts once its newline is there,
-/// so a half-written record reads as "not yet".
-fn parse_record(text: &str) -> (Option<i32>, Option<i64>) {
+/// An attempt's process group on its node: its pid, and the boot of the agent that started it
+/// (None where the wrapper did), so that after the node restarted the pid, now another
+/// process's or none, is not taken for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttemptPid {
+    pub pid: i32,
+    pub boot: Option<String>,
+}
+
+impl AttemptPid {
+    /// A pid as this server learnt it from the start it asked for.
+    pub fn started(pid: i32) -> Self {
+        Self { pid, boot: None }
+    }
+
+    /// The work that kills its group.
+    pub fn kill(&self, id: u64) -> Work {
+        let (pid, boot) = (self.pid, self.boot.clone());
+        Work::Kill { id, pid, boot }
+    }
+
+    /// The work that asks whether it is alive.
+    pub fn alive(&self, id: u64) -> Work {
+        let (pid, boot) = (self.pid, self.boot.clone());
+        Work::Alive { id, pid, boot }
+    }
+}
+
+/// An attempt's record: (its process, exit code once written). The first line is the pid, with
+/// the agent's boot after a space where an agent started it. A line counts once its newline is
+/// there, so a half-written record reads as "not yet".
+fn parse_record(text: &str) -> (Option<AttemptPid>, Option<i64>) {
     let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
-    let pid = lines.next().and_then(|l| l.trim().parse().ok());
+    let pid = lines.next().and_then(|l| {
+        let mut words = l.split_whitespace();
+        let pid = words.next()?.parse().ok()?;
+        let boot = words.next().map(str::to_string);
+        Some(AttemptPid { pid, boot })
+    });
     let exit = lines.next().and_then(|l| l.trim().parse().ok());
     (pid, exit)
 }
@@ -206,14 +241,25 @@ exit $code"#;
 
 #[cfg(test)]
 mod tests {
-    use super::parse_record;
+    use super::{parse_record, AttemptPid};
 
     #[test]
     fn a_record_counts_its_lines_once_they_end() {
+        let pid = |pid, boot: Option<&str>| {
+            Some(AttemptPid {
+                pid,
+                boot: boot.map(str::to_string),
+            })
+        };
         assert_eq!(parse_record(""), (None, None));
         assert_eq!(parse_record("12"), (None, None));
-        assert_eq!(parse_record("12\n"), (Some(12), None));
-        assert_eq!(parse_record("12\n13"), (Some(12), None));
-        assert_eq!(parse_record("12\n137\n"), (Some(12), Some(137)));
+        assert_eq!(parse_record("12\n"), (pid(12, None), None));
+        assert_eq!(parse_record("12\n13"), (pid(12, None), None));
+        assert_eq!(parse_record("12\n137\n"), (pid(12, None), Some(137)));
+        assert_eq!(
+            parse_record("12 b00t\n0\n"),
+            (pid(12, Some("b00t")), Some(0))
+        );
+        assert_eq!(parse_record("x\n0\n"), (None, Some(0)));
     }
 }

@@ -13,7 +13,8 @@ use crate::domain::pool::EnvironmentSetting;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{
-    container_label, ContainerError, ExecSpec, Runtime, Started, TaskContainer, TaskDirs,
+    container_label, AttemptPid, ContainerError, ExecSpec, Runtime, Started, TaskContainer,
+    TaskDirs,
 };
 use crate::store::tasks::AttemptRow;
 
@@ -247,7 +248,8 @@ async fn exec(
         result = &mut run => result.map_err(failed),
         _ = tokio::time::sleep(limit) => {
             if let Ok(pid) = (&mut pid).await {
-                if let Err(e) = runtime.kill(at.server_id, at.node_id, pid).await {
+                let pid = AttemptPid::started(pid);
+                if let Err(e) = runtime.kill(at.server_id, at.node_id, &pid).await {
                     tracing::warn!(error = %format!("{e:#}"), "killing a node command failed");
                 }
             }

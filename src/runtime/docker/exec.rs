@@ -10,8 +10,8 @@ use bollard::exec::{CreateExecOptions, CreateExecResults, StartExecResults};
 use futures_util::{Stream, StreamExt};
 
 use super::{container_name, status_of, DockerRuntime};
-use crate::domain::agent::Work;
 use crate::runtime::task::WRAPPER;
+use crate::runtime::AttemptPid;
 use crate::runtime::NodeCommand;
 
 /// How long a node's agent may take to answer a kill or a liveness question before the engine
@@ -150,10 +150,10 @@ impl DockerRuntime {
         &self,
         server_id: &str,
         node_id: &str,
-        pid: i32,
+        pid: &AttemptPid,
     ) -> anyhow::Result<()> {
         if self.has_agent(server_id, node_id).await {
-            let kill = |id| Work::Kill { id, pid };
+            let kill = |id| pid.kill(id);
             match self.agent.agents.ask(node_id, kill, ASK_TIMEOUT).await {
                 Ok(_) => return Ok(()),
                 // Through the engine, while the node's container runs.
@@ -164,7 +164,7 @@ impl DockerRuntime {
             .run_quick(
                 server_id,
                 node_id,
-                vec!["kill".into(), "-9".into(), format!("-{pid}")],
+                vec!["kill".into(), "-9".into(), format!("-{}", pid.pid)],
             )
             .await
         {
@@ -175,9 +175,9 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: i32) -> bool {
+    pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> bool {
         if self.has_agent(server_id, node_id).await {
-            let alive = |id| Work::Alive { id, pid };
+            let alive = |id| pid.alive(id);
             match self.agent.agents.ask(node_id, alive, ASK_TIMEOUT).await {
                 Ok(yes) => return yes,
                 Err(e) => tracing::debug!(error = %e, "asking the agent failed"),
@@ -187,7 +187,7 @@ impl DockerRuntime {
             self.run_quick(
                 server_id,
                 node_id,
-                vec!["kill".into(), "-0".into(), pid.to_string()]
+                vec!["kill".into(), "-0".into(), pid.pid.to_string()]
             )
             .await,
             Ok(0)

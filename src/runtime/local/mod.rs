@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::agents::{new_secret, Agents};
 use super::safe_fs::Dir;
 use super::{
-    BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime, NodeSpec,
+    AttemptPid, BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime,
+    NodeSpec,
 };
 use crate::domain::agent::Work;
 use agent::AgentProc;
@@ -254,17 +255,12 @@ impl NodeRuntime for LocalRuntime {
         &'a self,
         _server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            if self
-                .ask(node_id, |id| Work::Kill { id, pid })
-                .await
-                .is_none()
-                && pid > 1
-            {
+            if self.ask(node_id, |id| pid.kill(id)).await.is_none() && pid.pid > 1 {
                 // SAFETY: kill has no memory preconditions; a negative pid names a process group.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                unsafe { libc::kill(-pid.pid, libc::SIGKILL) };
             }
             Ok(())
         })
@@ -274,13 +270,13 @@ impl NodeRuntime for LocalRuntime {
         &'a self,
         _server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            match self.ask(node_id, |id| Work::Alive { id, pid }).await {
+            match self.ask(node_id, |id| pid.alive(id)).await {
                 Some(alive) => alive,
                 // SAFETY: signal 0 only checks that the process exists.
-                None => unsafe { libc::kill(pid, 0) == 0 },
+                None => unsafe { libc::kill(pid.pid, 0) == 0 },
             }
         })
     }

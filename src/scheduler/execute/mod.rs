@@ -20,7 +20,7 @@ use super::packages::Packages;
 use super::prep::Preparations;
 use super::task_files;
 use super::Wakeups;
-use crate::runtime::{Runtime, TaskDirs};
+use crate::runtime::{AttemptPid, Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
 
 pub struct Executor {
@@ -174,7 +174,7 @@ impl Executor {
     }
 
     /// Watches an attempt: starts it, or with the pid a previous server recorded, adopts it.
-    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: Option<i32>) {
+    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: Option<AttemptPid>) {
         let (kill, over) = (CancellationToken::new(), CancellationToken::new());
         {
             let mut running = self.running.lock().expect("lock");
@@ -231,7 +231,7 @@ impl Executor {
     async fn watch(
         &self,
         a: &AttemptRow,
-        adopted: Option<i32>,
+        adopted: Option<AttemptPid>,
         kill: &CancellationToken,
     ) -> Option<Outcome> {
         let node_id = a.node_id.clone()?;
@@ -249,7 +249,7 @@ impl Executor {
         // Stops a download under way, so a killed or timed-out task never starts its command.
         let stop = kill.child_token();
         let run = async {
-            let code = if let Some(pid) = adopted {
+            let code = if let Some(pid) = &adopted {
                 let code = self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await;
                 self.remove_own_container(a).await;
                 code
@@ -265,10 +265,10 @@ impl Executor {
             }
         };
         tokio::pin!(run);
-        let pid = async move {
-            match adopted {
-                Some(pid) => Some(pid),
-                None => pid.await.ok(),
+        let pid = async {
+            match &adopted {
+                Some(pid) => Some(pid.clone()),
+                None => pid.await.ok().map(AttemptPid::started),
             }
         };
         let timeout = async {
@@ -296,7 +296,7 @@ impl Executor {
         &self,
         node_id: &str,
         mut run: Pin<&mut R>,
-        pid: impl Future<Output = Option<i32>>,
+        pid: impl Future<Output = Option<AttemptPid>>,
     ) {
         let pid = tokio::select! {
             pid = pid => pid,
@@ -305,13 +305,13 @@ impl Executor {
         let Some(pid) = pid else {
             return;
         };
-        if let Err(e) = self.runtime.kill(&self.server_id, node_id, pid).await {
+        if let Err(e) = self.runtime.kill(&self.server_id, node_id, &pid).await {
             tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
         }
         if tokio::time::timeout(KILL_WAIT, run).await.is_err() {
             tracing::warn!(
                 node = node_id,
-                pid,
+                pid = pid.pid,
                 "a killed task's process did not end in time"
             );
         }
@@ -322,7 +322,7 @@ impl Executor {
         node_id: &str,
         dirs: &TaskDirs,
         attempt: i32,
-        pid: i32,
+        pid: &AttemptPid,
     ) -> Result<i64, String> {
         let mut polls: u32 = 0;
         loop {

@@ -31,7 +31,7 @@ impl Executor {
                 .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
             // The pid of an attempt a previous server started is known only from its record.
             let alive = match Runtime::recorded_pid(&dirs, a.attempt).await {
-                Some(pid) if self.runtime.is_alive(&self.server_id, &node_id, pid).await => {
+                Some(pid) if self.runtime.is_alive(&self.server_id, &node_id, &pid).await => {
                     Some(pid)
                 }
                 _ => None,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::super::NODE_ROOT;
 use super::{DockerHosts, HostSpec};
+use crate::runtime::AttemptPid;
 use crate::runtime::{
     BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime, NodeSpec,
     Started, TaskContainer,
@@ -156,7 +157,7 @@ impl NodeRuntime for DockerHosts {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             self.host_of(node_id)?
@@ -181,7 +182,7 @@ impl NodeRuntime for DockerHosts {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        pid: i32,
+        pid: &'a AttemptPid,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
             match self.host_of(node_id) {
