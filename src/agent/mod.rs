@@ -87,8 +87,9 @@ async fn take_work(
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut backoff = Backoff::default();
-    let hello = Hello {
+    let mut hello = Hello {
         boot: link.boot.clone(),
+        got: None,
     };
     loop {
         let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
@@ -99,6 +100,9 @@ async fn take_work(
             }
         };
         backoff.reset();
+        if batch.batch.is_some() {
+            hello.got = batch.batch;
+        }
         for work in batch.work {
             start(&link, &procs, work, &events);
         }

@@ -29,9 +29,7 @@ pub async fn work(
     AzureJson(hello): AzureJson<Hello>,
 ) -> Result<Json<WorkBatch>, ApiError> {
     let link = authenticate(&state, &headers).await?;
-    Ok(Json(WorkBatch {
-        work: link.take_work(&hello).await,
-    }))
+    Ok(Json(link.take_work(&hello).await))
 }
 
 pub async fn events(

@@ -5,7 +5,8 @@
 //!
 //! - `POST /agent/v1/work`, body [`Hello`]: the server answers with every piece of [`Work`] it
 //!   holds for the node, or holds the request until it has some (at most [`POLL_HOLD_SECS`]), so
-//!   work reaches the node as soon as there is any, in batches.
+//!   work reaches the node as soon as there is any, in batches. Each request says which batch
+//!   came last, so a batch lost on the way is sent again; a newer request supersedes a held one.
 //! - `POST /agent/v1/events`, body [`Events`]: what happened since the last batch (a command
 //!   started, ended, or could not start). Events that fail to arrive are sent again.
 //! - `POST /agent/v1/replies/{id}`: the answer to a [`Work::File`], streamed: one line of
@@ -45,14 +46,20 @@ pub const ENV_SECRET: &str = "BATCHPOOL_AGENT_SECRET";
 pub const ENV_ROOT: &str = "BATCHPOOL_AGENT_ROOT";
 
 /// Who asks for work: `boot` is new each time the agent starts, so the server knows when an
-/// agent restarted (with its node) and what it ran is gone.
+/// agent restarted (with its node) and what it ran is gone. `got` is the last batch it received:
+/// a batch the server sent that is not `got` never arrived, and its work is sent again.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Hello {
     pub boot: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<u64>,
 }
 
+/// Work for the agent; `batch` names it (none when there is no work), for the next `Hello`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WorkBatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
     pub work: Vec<Work>,
 }
 

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+mod polls;
 mod replies;
 
 use super::NodeError;
-use crate::domain::agent::{Event, Hello, Work, MAX_BATCH, POLL_HOLD_SECS};
+use crate::domain::agent::{Event, Work};
 
 pub use replies::{ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 
@@ -45,6 +46,13 @@ pub struct Link {
 
 struct LinkState {
     queue: Vec<Work>,
+    /// The last batch of work handed out, until the agent says it got it.
+    inflight: Option<(u64, Vec<Work>)>,
+    /// The next batch's number: from a random start, so an agent's `got` from another server
+    /// (or an earlier run of this one) never matches by chance.
+    next_batch: u64,
+    /// Work requests so far: only the latest may take work.
+    polls: u64,
     runs: HashMap<u64, Run>,
     /// Those waiting for answers to file questions.
     replies: HashMap<u64, oneshot::Sender<ReplyBody>>,
@@ -97,6 +105,9 @@ impl Agents {
             secret: digest,
             state: Mutex::new(LinkState {
                 queue: Vec::new(),
+                inflight: None,
+                next_batch: uuid::Uuid::new_v4().as_u64_pair().0 | 1,
+                polls: 0,
                 runs: HashMap::new(),
                 replies: HashMap::new(),
                 boot: None,
@@ -236,29 +247,6 @@ impl Agents {
 }
 
 impl Link {
-    /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
-    pub async fn take_work(&self, hello: &Hello) -> Vec<Work> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(POLL_HOLD_SECS);
-        loop {
-            {
-                let mut state = self.state.lock().expect("lock");
-                self.seen(&mut state, &hello.boot);
-                if !state.queue.is_empty() {
-                    let n = state.queue.len().min(MAX_BATCH);
-                    return state.queue.drain(..n).collect();
-                }
-            }
-            if tokio::time::timeout_at(deadline, self.work.notified())
-                .await
-                .is_err()
-            {
-                return Vec::new();
-            }
-            // Work comes in passes: what the pass queues meanwhile goes in the same answer.
-            tokio::task::yield_now().await;
-        }
-    }
-
     /// Takes the agent's events: tells the callers of `run` what became of their commands.
     /// Events of commands no one here waits for (a previous server's) are let go.
     pub fn deliver(&self, boot: &str, events: Vec<Event>) {
@@ -314,6 +302,7 @@ impl Link {
             }
             // Their askers learn it as their senders go.
             state.replies.retain(|id, _| queued.contains(id));
+            state.inflight = None;
         }
         state.boot = Some(boot.to_string());
         self.heard.notify_waiters();
@@ -322,6 +311,7 @@ impl Link {
     fn fail_all(&self, why: &str) {
         let mut state = self.state.lock().expect("lock");
         state.queue.clear();
+        state.inflight = None;
         state.replies.clear();
         for (_, run) in state.runs.drain() {
             let _ = run.ended.send(Err(why.to_string()));

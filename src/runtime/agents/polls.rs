@@ -1,0 +1,151 @@
+//! The agent's requests for work (`POST /agent/v1/work`): each is held until there is work for
+//! the node, and answers with a numbered batch. The agent's next request says which batch it got
+//! last; a batch it does not name never arrived (the connection broke on the way), so its work
+//! goes out again, ahead of the rest. Only the latest request may take work: an older one still
+//! held (the agent gave up on it) would hand work to a connection no one reads.
+
+use std::time::Duration;
+
+use super::{Link, LinkState};
+use crate::domain::agent::{Hello, Work, WorkBatch, MAX_BATCH, POLL_HOLD_SECS};
+
+impl Link {
+    /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
+    pub async fn take_work(&self, hello: &Hello) -> WorkBatch {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(POLL_HOLD_SECS);
+        let poll = {
+            let mut state = self.state.lock().expect("lock");
+            self.seen(&mut state, &hello.boot);
+            state.polls += 1;
+            resend_lost(&mut state, hello.got);
+            state.polls
+        };
+        // An older request still held learns it is superseded.
+        self.work.notify_waiters();
+        loop {
+            {
+                let mut state = self.state.lock().expect("lock");
+                if state.polls != poll {
+                    drop(state);
+                    // Whatever woke this request is the newer one's to see.
+                    self.work.notify_one();
+                    return WorkBatch::default();
+                }
+                self.seen(&mut state, &hello.boot);
+                if !state.queue.is_empty() {
+                    return hand_out(&mut state);
+                }
+            }
+            if tokio::time::timeout_at(deadline, self.work.notified())
+                .await
+                .is_err()
+            {
+                return WorkBatch::default();
+            }
+            // Work comes in passes: what the pass queues meanwhile goes in the same answer.
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Numbers the next batch of queued work and keeps it until the agent says it got it.
+fn hand_out(state: &mut LinkState) -> WorkBatch {
+    let n = state.queue.len().min(MAX_BATCH);
+    let work: Vec<Work> = state.queue.drain(..n).collect();
+    let batch = state.next_batch;
+    state.next_batch = state.next_batch.wrapping_add(1);
+    state.inflight = Some((batch, work.clone()));
+    WorkBatch {
+        batch: Some(batch),
+        work,
+    }
+}
+
+/// Queues again, first, the work of the batch handed out last if the agent did not get it
+/// (what no one waits for any more stays out).
+fn resend_lost(state: &mut LinkState, got: Option<u64>) {
+    let Some((batch, work)) = state.inflight.take() else {
+        return;
+    };
+    if got == Some(batch) {
+        return;
+    }
+    let wanted: Vec<Work> = work
+        .into_iter()
+        .filter(|w| state.runs.contains_key(&w.id()) || state.replies.contains_key(&w.id()))
+        .collect();
+    if !wanted.is_empty() {
+        tracing::info!(
+            work = wanted.len(),
+            "a batch of work never reached its node's agent: sending it again"
+        );
+    }
+    state.queue.splice(0..0, wanted);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Agents;
+    use crate::domain::agent::{Hello, Work};
+
+    fn hello(got: Option<u64>) -> Hello {
+        Hello {
+            boot: "b".into(),
+            got,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_never_arrived_is_sent_again_and_one_that_did_is_not() {
+        let agents = std::sync::Arc::new(Agents::new(None, 0));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let asking = agents.clone();
+        let run = tokio::spawn(async move {
+            let alive = |id| Work::Alive {
+                id,
+                pid: 7,
+                boot: None,
+            };
+            asking
+                .ask("n", alive, std::time::Duration::from_secs(600))
+                .await
+        });
+        let first = link.take_work(&hello(None)).await;
+        assert_eq!(first.work.len(), 1);
+        // The answer was lost: the next request names no batch, and gets the same work.
+        let again = link.take_work(&hello(None)).await;
+        assert_eq!(again.work, first.work);
+        assert_ne!(again.batch, first.batch);
+        // This one arrived: nothing more to send, and the request is held.
+        let short = std::time::Duration::from_millis(200);
+        let after = tokio::time::timeout(short, link.take_work(&hello(again.batch))).await;
+        assert!(after.is_err(), "{after:?}");
+        run.abort();
+    }
+
+    #[tokio::test]
+    async fn only_the_latest_request_takes_work() {
+        let agents = std::sync::Arc::new(Agents::new(None, 0));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let (old, new) = (link.clone(), link.clone());
+        let stale = tokio::spawn(async move { old.take_work(&hello(None)).await });
+        tokio::task::yield_now().await;
+        let live = tokio::spawn(async move { new.take_work(&hello(None)).await });
+        tokio::task::yield_now().await;
+        let asking = agents.clone();
+        let _run = tokio::spawn(async move {
+            let alive = |id| Work::Alive {
+                id,
+                pid: 7,
+                boot: None,
+            };
+            asking
+                .ask("n", alive, std::time::Duration::from_secs(600))
+                .await
+        });
+        assert!(stale.await.unwrap().work.is_empty());
+        assert_eq!(live.await.unwrap().work.len(), 1);
+    }
+}
