@@ -437,44 +437,42 @@ impl Drop for TestServer {
             let _ = child.start_kill();
         }
         if self.runtime == Rt::Docker && self.database_url.is_some() {
-            // Containers outlive the server by design; a finished test removes its own.
-            let out = std::process::Command::new("docker")
-                .args([
-                    "ps",
-                    "-aq",
-                    "--filter",
-                    &format!("label=batchpool.server={}", self.server_id_blocking()),
-                ])
-                .output();
-            if let Ok(out) = out {
-                let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect();
-                if !ids.is_empty() {
-                    let _ = std::process::Command::new("docker")
-                        .arg("rm")
-                        .arg("-f")
-                        .args(&ids)
-                        .output();
-                }
-            }
-            // And the accounts' node networks, which the engine's address pool runs out of.
-            let out = std::process::Command::new("docker")
-                .args(["network", "ls", "-q", "--filter"])
-                .arg(format!(
-                    "label=batchpool.server={}",
-                    self.server_id_blocking()
-                ))
-                .output();
-            if let Ok(out) = out {
-                for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = std::process::Command::new("docker")
-                        .args(["network", "rm", id])
-                        .output();
-                }
+            // Containers outlive the server by design; a finished test removes its own, on
+            // this machine's engine and on the extra engines some tests use as more hosts (a
+            // node left there would keep its agent calling a server that is gone).
+            let server_id = self.server_id_blocking();
+            let extra = std::env::var("BATCHPOOL_TEST_DOCKER_HOSTS").unwrap_or_default();
+            let engines = std::iter::once(None).chain(extra.split_whitespace().map(Some));
+            for engine in engines {
+                remove_labelled(engine, &server_id);
             }
         }
+    }
+}
+
+/// Removes the containers and networks labelled with `server_id` on an engine (None: the default).
+fn remove_labelled(engine: Option<&str>, server_id: &str) {
+    let docker = |args: &[&str]| {
+        let mut command = std::process::Command::new("docker");
+        if let Some(host) = engine {
+            command.args(["-H", host]);
+        }
+        command.args(args).output().ok().map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+    };
+    let label = format!("label=batchpool.server={server_id}");
+    if let Some(ids) = docker(&["ps", "-aq", "--filter", &label]).filter(|ids| !ids.is_empty()) {
+        let mut args = vec!["rm", "-f"];
+        args.extend(ids.iter().map(String::as_str));
+        docker(&args);
+    }
+    // And the accounts' node networks, which the engine's address pool runs out of.
+    for id in docker(&["network", "ls", "-q", "--filter", &label]).unwrap_or_default() {
+        docker(&["network", "rm", &id]);
     }
 }
 
