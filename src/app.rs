@@ -18,6 +18,7 @@ use crate::api::state::{AppState, Settings};
 use crate::config::{RuntimeChoice, ServeConfig};
 use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
+use crate::runtime::agents::Peers;
 use crate::runtime::docker::DockerHosts;
 use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
 use crate::scheduler::{Scheduler, Wakeups};
@@ -153,19 +154,20 @@ async fn run(
         header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
         max_connections: config.max_connections,
     };
-    let agents = agent_listener.map(|l| {
-        l.serve(
-            runtime.clone(),
-            server_id.clone(),
-            limits.clone(),
-            cancel.clone(),
-        )
-    });
+    let secret = store::peer_secret(&db).await?;
+    let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
+    let agents = agent_listener.serve(
+        (runtime.clone(), peers.clone()),
+        server_id.clone(),
+        limits.clone(),
+        cancel.clone(),
+    );
     let scheduler = tokio::spawn(scheduler::run(
         Scheduler {
             db: db.clone(),
             runtime,
             leading: probes.leading.clone(),
+            peer_url: peers.url.clone(),
             server_id,
             wake: wake.clone(),
             node_concurrency: config.node_concurrency,
@@ -175,7 +177,13 @@ async fn run(
         cancel.clone(),
     ));
 
-    let state = Arc::new(AppState::new(db.clone(), settings, layout, probes, wake));
+    let state = Arc::new(AppState::new(
+        db.clone(),
+        settings,
+        (layout, peers),
+        probes,
+        wake,
+    ));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -193,9 +201,7 @@ async fn run(
     .await;
     cancel.cancel();
     let _ = scheduler.await;
-    if let Some(agents) = agents {
-        let _ = agents.await;
-    }
+    let _ = agents.await;
     db.close().await;
     Ok(())
 }
@@ -298,7 +304,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
 async fn choose_runtime(
     config: &ServeConfig,
     layout: Layout,
-) -> anyhow::Result<(Runtime, Option<agents::AgentListener>)> {
+) -> anyhow::Result<(Runtime, agents::AgentListener)> {
     let hosts = &config.docker_hosts;
     let lost_after = std::time::Duration::from_secs(config.host_timeout);
     if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
@@ -311,7 +317,7 @@ async fn choose_runtime(
             "nodes are containers on the given Docker hosts"
         );
         let agents = listener.agents.clone();
-        return Ok((Runtime::new(runtime, agents), Some(listener)));
+        return Ok((Runtime::new(runtime, agents), listener));
     }
     let docker = match config.runtime {
         RuntimeChoice::Local => None,
@@ -331,7 +337,7 @@ async fn choose_runtime(
         let (listener, url) = agents::AgentListener::for_local(config).await?;
         let agents = listener.agents.clone();
         let runtime = LocalRuntime::new(layout, agents.clone(), url);
-        return Ok((Runtime::new(runtime, agents), Some(listener)));
+        return Ok((Runtime::new(runtime, agents), listener));
     };
     let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
     let runtime = DockerHosts::single(
@@ -340,7 +346,7 @@ async fn choose_runtime(
         lost_after,
     );
     let agents = listener.agents.clone();
-    Ok((Runtime::new(runtime, agents), Some(listener)))
+    Ok((Runtime::new(runtime, agents), listener))
 }
 
 async fn shutdown_signal() {

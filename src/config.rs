@@ -181,6 +181,12 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_AGENT_URL")]
     pub agent_url: Option<String>,
 
+    /// The URL other servers on the same database use to ask this one for its nodes' files (its
+    /// --agent-listen port). Default: --agent-url if given, else http://127.0.0.1 at
+    /// --agent-listen's port (servers on one machine).
+    #[arg(long, env = "BATCHPOOL_PEER_URL")]
+    pub peer_url: Option<String>,
+
     /// The account pools belong to until Shared Key accounts arrive.
     #[arg(long, env = "BATCHPOOL_ACCOUNT", default_value = "batchpool")]
     pub account: String,

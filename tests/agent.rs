@@ -269,3 +269,66 @@ on_both_runtimes!(
     a_nodes_files_are_read_by_its_agent,
     files_are_read_by_the_nodes_agent
 );
+
+/// What a server reads of a task's and its node's files: the task's output, a node file, and
+/// the names in the task's listing.
+async fn files_seen_by(
+    s: &TestServer,
+    node: &str,
+) -> (Option<String>, Option<String>, Vec<String>) {
+    let out = s.file("/jobs/j/tasks/t/files/wd/out").await;
+    let shared = s.shared_file("p", node, "mark").await;
+    let (_, listing) = s.get("/jobs/j/tasks/t/files?recursive=true").await;
+    (out, Some(shared), common::names(&listing))
+}
+
+async fn files_are_read_through_any_server(rt: Rt) {
+    let first = TestServer::start_with(rt, Some(common::fresh_database().await), &[]).await;
+    let second = TestServer::start_with(rt, first.database_url.clone(), &[]).await;
+    let pool = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(second.post("/pools", &pool).await.0, 201);
+    second.wait_nodes("p", 1, "idle").await;
+    second.job_on("j", "p").await;
+    let task = json!({"id": "t", "commandLine": "printf hello > out; printf m > $AZ_BATCH_NODE_SHARED_DIR/mark"});
+    second.add_tasks("j", vec![task]).await;
+    let done = second.wait_task("j", "t", "completed").await;
+    assert_eq!(done["executionInfo"]["exitCode"], 0, "{done}");
+    let node = done["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+
+    // The nodes are the leader's (the first server's): the second, with a data directory of
+    // its own, reads their files through it.
+    let seen = files_seen_by(&first, &node).await;
+    assert_eq!(seen.0.as_deref(), Some("hello"), "{seen:?}");
+    assert_eq!(seen.1.as_deref(), Some("m"), "{seen:?}");
+    assert!(seen.2.iter().any(|n| n == "wd/out"), "{seen:?}");
+    assert_eq!(files_seen_by(&second, &node).await, seen);
+    assert!(
+        !second.data_dir.path().join("nodes").join(&node).exists(),
+        "the second server has no copy of the node"
+    );
+    // Only the installation's servers may ask.
+    let question = json!({"node": node, "account": "batchpool", "root": "node", "rel": "shared/mark", "op": {"op": "read", "range": null}});
+    let asked = reqwest::Client::new()
+        .post(format!("{}/agent/v1/peer/files", first.agent_url()))
+        .header("authorization", "BatchpoolPeer guess")
+        .json(&question)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 401);
+
+    // Once the node is gone, its task's files are still the leader's to serve.
+    let resize = json!({"targetDedicatedNodes": 0});
+    assert_eq!(second.post("/pools/p/resize", &resize).await.0, 202);
+    common::wait_for("the node to go", || async {
+        second.nodes("p").await.is_empty().then_some(())
+    })
+    .await;
+    let file = "/jobs/j/tasks/t/files/wd/out";
+    assert_eq!(second.file(file).await.as_deref(), Some("hello"));
+    assert_eq!(first.file(file).await.as_deref(), Some("hello"));
+}
+on_both_runtimes!(
+    a_nodes_files_are_read_through_any_server,
+    files_are_read_through_any_server
+);

@@ -7,20 +7,23 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::oneshot;
 
 use super::error::ApiError;
 use super::json::AzureJson;
-use crate::domain::agent::{parse_authorization, Events, Hello, WorkBatch};
-use crate::runtime::agents::{Agents, Link, ReplyBody};
+use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, PeerRoot, WorkBatch};
+use crate::runtime::agents::{encode, Agents, Link, Peers, ReplyBody};
+use crate::runtime::safe_fs::Below;
 use crate::runtime::Runtime;
 
 pub struct AgentState {
     pub agents: Arc<Agents>,
     pub runtime: Arc<Runtime>,
     pub server_id: String,
+    pub peers: Arc<Peers>,
 }
 
 pub async fn work(
@@ -68,6 +71,61 @@ pub async fn reply(
         let _ = read.await;
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Another server's question about this server's nodes' files (it does not lead, and their
+/// agents connect here): answered from the node's agent, or for a node gone, from this host's
+/// disk, as an agent answers.
+pub async fn peer_file(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    AzureJson(question): AzureJson<PeerFile>,
+) -> Result<Response, ApiError> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !state.peers.admits(authorization) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "AuthenticationFailed",
+            "The request does not carry the installation's peer secret (Authorization: BatchpoolPeer {secret}).",
+        ));
+    }
+    let plain = |name: &str| {
+        let mut parts = std::path::Path::new(name).components();
+        matches!(
+            (parts.next(), parts.next()),
+            (Some(std::path::Component::Normal(_)), None)
+        )
+    };
+    let layout = state.runtime.layout();
+    let root = match (question.root, question.node.as_deref()) {
+        (PeerRoot::Node, Some(node)) if plain(node) => layout.nodes.join(node),
+        (PeerRoot::Workitems, _) if plain(&question.account) => {
+            layout.account_workitems(&question.account)
+        }
+        _ => {
+            return Err(ApiError::invalid_property(
+                "root",
+                format!("{:?}", question.root),
+                "names no node or account",
+            ))
+        }
+    };
+    let at = Below {
+        root,
+        rel: question.rel.into(),
+    };
+    let node = question.node.as_deref();
+    match state
+        .runtime
+        .file(node, &question.account, &at, question.op)
+        .await
+    {
+        Ok(answer) => Ok(Body::from_stream(encode(answer)).into_response()),
+        Err(e) => Err(ApiError::new(StatusCode::CONFLICT, e.code, e.message)),
+    }
 }
 
 /// The link of the node the request names, if it carries that node's secret. A node this

@@ -25,6 +25,13 @@ pub struct Probes {
     pub leading: Arc<AtomicBool>,
 }
 
+impl Probes {
+    /// Whether this server leads the scheduler now.
+    pub fn leads(&self) -> bool {
+        self.leading.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 pub async fn live() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }

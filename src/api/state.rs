@@ -8,6 +8,7 @@ use sqlx::PgPool;
 
 use crate::domain::vm_size::VmSizeTable;
 use crate::ops::wake::{notify_leader, Wakeups};
+use crate::runtime::agents::Peers;
 use crate::runtime::{Layout, Runtime};
 
 /// What handlers need to know about this server's setup.
@@ -36,6 +37,8 @@ pub struct AppState {
     pub layout: Layout,
     /// The nodes, whose agents the files API asks for their files.
     pub runtime: Arc<Runtime>,
+    /// The other servers on the database: the leader answers for its nodes' files.
+    pub peers: Arc<Peers>,
     /// What /health/ready checks besides the database.
     pub probes: super::health::Probes,
     wake: Wakeups,
@@ -45,7 +48,7 @@ impl AppState {
     pub fn new(
         db: PgPool,
         settings: Settings,
-        layout: Layout,
+        (layout, peers): (Layout, Arc<Peers>),
         probes: super::health::Probes,
         wake: Wakeups,
     ) -> Self {
@@ -53,6 +56,7 @@ impl AppState {
             db,
             settings,
             layout,
+            peers,
             runtime: probes.runtime.clone(),
             probes,
             wake,

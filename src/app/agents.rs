@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::config::ServeConfig;
-use crate::domain::agent::{EVENTS_PATH, REPLIES_PATH, WORK_PATH};
-use crate::runtime::agents::Agents;
+use crate::domain::agent::{EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
+use crate::runtime::agents::{Agents, Peers};
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
 
@@ -62,10 +62,21 @@ impl AgentListener {
         Ok((listener, url))
     }
 
-    /// Serves the agents' routes until `cancel`.
+    /// Where other servers on the database reach this one: --peer-url, else --agent-url, else
+    /// this machine's loopback at the agents' port.
+    pub fn peer_url(&self, config: &ServeConfig) -> String {
+        let port = self.agents.port;
+        config
+            .peer_url
+            .clone()
+            .or_else(|| config.agent_url.clone())
+            .unwrap_or_else(|| format!("http://127.0.0.1:{port}"))
+    }
+
+    /// Serves the agents' routes (and the other servers') until `cancel`.
     pub fn serve(
         self,
-        runtime: Arc<Runtime>,
+        (runtime, peers): (Arc<Runtime>, Arc<Peers>),
         server_id: String,
         limits: api::serve::Limits,
         cancel: CancellationToken,
@@ -74,6 +85,7 @@ impl AgentListener {
             agents: self.agents.clone(),
             runtime,
             server_id,
+            peers,
         });
         tokio::spawn(async move {
             // Only the agents' routes: the API is not served here.
@@ -81,6 +93,7 @@ impl AgentListener {
                 .route(WORK_PATH, post(api::agent::work))
                 .route(EVENTS_PATH, post(api::agent::events))
                 .route(&format!("{REPLIES_PATH}/{{id}}"), post(api::agent::reply))
+                .route(PEER_FILES_PATH, post(api::agent::peer_file))
                 .with_state(state);
             api::serve::serve(self.listener, router, &limits, async move {
                 cancel.cancelled().await

@@ -258,6 +258,32 @@ impl Event {
     }
 }
 
+/// Where servers that do not lead ask the leader about its nodes' files, with
+/// `Authorization: BatchpoolPeer {the installation's peer secret}`; answered as an agent answers
+/// a [`Work::File`] (a [`ReplyHead`] line, then what it announces).
+pub const PEER_FILES_PATH: &str = "/agent/v1/peer/files";
+pub const PEER_AUTH_SCHEME: &str = "BatchpoolPeer";
+
+/// A question about files, from one server to another.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerFile {
+    /// The node the files are on (None: no node holds them any more).
+    pub node: Option<String>,
+    pub account: String,
+    /// Below which directory: the node's root, or the account's workitems.
+    pub root: PeerRoot,
+    pub rel: String,
+    pub op: FileOp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PeerRoot {
+    Node,
+    Workitems,
+}
+
 /// The `Authorization` header's value for `node`.
 pub fn authorization(node: &str, secret: &str) -> String {
     format!("{AUTH_SCHEME} {node}:{secret}")

@@ -31,6 +31,11 @@ impl Runtime {
         Ok(from_disk(at, op).await)
     }
 
+    /// Whether `node`'s agent is connected to this server, which then serves its files.
+    pub fn serves(&self, node: &str) -> bool {
+        self.agents.knows(node)
+    }
+
     /// The directory `at` lies below, as `node` sees it; None if it is not the node's root or
     /// its account's workitems.
     fn in_node(&self, node: &str, account: &str, at: &Below) -> Option<String> {

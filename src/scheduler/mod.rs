@@ -69,6 +69,8 @@ pub struct Scheduler {
     pub fetcher: task_files::Fetcher,
     /// True while this server leads (for /health/ready).
     pub leading: Arc<AtomicBool>,
+    /// Where other servers ask this one about its nodes' files, told to them while it leads.
+    pub peer_url: String,
 }
 
 /// How often a leader makes sure that its lock connection still answers, and how long it waits
@@ -103,7 +105,7 @@ async fn contend(
 ) -> Option<(sqlx::PgConnection, i64)> {
     let mut said = false;
     loop {
-        match try_lead(&s.db, holder).await {
+        match try_lead(&s.db, holder, &s.peer_url).await {
             Ok(Some(lead)) => return Some(lead),
             Ok(None) if !said => {
                 tracing::info!("another server leads the scheduler; waiting");
@@ -119,13 +121,17 @@ async fn contend(
     }
 }
 
-async fn try_lead(db: &PgPool, holder: &str) -> sqlx::Result<Option<(sqlx::PgConnection, i64)>> {
+async fn try_lead(
+    db: &PgPool,
+    holder: &str,
+    peer_url: &str,
+) -> sqlx::Result<Option<(sqlx::PgConnection, i64)>> {
     let mut conn = db.acquire().await?.detach();
     let locked = store::leader::try_lock(&mut conn).await?;
     if !locked {
         return Ok(None);
     }
-    let epoch = store::leader::take(&mut conn, holder).await?;
+    let epoch = store::leader::take(&mut conn, holder, peer_url).await?;
     Ok(Some((conn, epoch)))
 }
 

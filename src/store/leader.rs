@@ -10,14 +10,24 @@ pub const EPOCH_SETTING: &str = "batchpool.leader_epoch";
 const STALE: &str = "BP001";
 
 /// Starts a new term: bumps the epoch (after every transaction of the previous leader still in
-/// flight has ended) and returns it. Call it holding the advisory lock.
-pub async fn take(db: impl PgExecutor<'_>, holder: &str) -> sqlx::Result<i64> {
+/// flight has ended) and returns it, and says where other servers reach this one (`peer_url`).
+/// Call it holding the advisory lock.
+pub async fn take(db: impl PgExecutor<'_>, holder: &str, peer_url: &str) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        "UPDATE leader SET epoch = epoch + 1, holder = $1, since = now() RETURNING epoch",
+        "UPDATE leader SET epoch = epoch + 1, holder = $1, since = now(), peer_url = $2
+         RETURNING epoch",
         holder,
+        peer_url,
     )
     .fetch_one(db)
     .await
+}
+
+/// Where the leading server takes other servers' questions about its nodes' files, once one led.
+pub async fn peer_url(db: impl PgExecutor<'_>) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!("SELECT peer_url FROM leader")
+        .fetch_one(db)
+        .await
 }
 
 /// The current epoch.

@@ -24,6 +24,13 @@ pub async fn server_id(db: &PgPool) -> sqlx::Result<String> {
         .await
 }
 
+/// The secret the installation's servers prove themselves to each other with.
+pub async fn peer_secret(db: &PgPool) -> sqlx::Result<String> {
+    sqlx::query_scalar!("SELECT peer_secret FROM installation")
+        .fetch_one(db)
+        .await
+}
+
 /// Whether an error is a unique-constraint violation (an id taken twice).
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.is_unique_violation())

@@ -20,9 +20,13 @@ use serde_json::{json, Value};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
 use crate::api::{header_value, odata, rfc1123, rfc3339, BaseUrl, ListQuery};
-use crate::domain::agent::{is_private as private_name, FileError, FileInfo, FileOp};
+use crate::domain::agent::{
+    is_private as private_name, FileError, FileInfo, FileOp, PeerFile, PeerRoot,
+};
 use crate::runtime::agents::FileAnswer;
 use crate::runtime::safe_fs::Below;
+use crate::runtime::NodeError;
+use crate::store;
 
 /// A request path made safe: relative, no `..`, no root.
 fn relative(path: &str) -> ApiResult<PathBuf> {
@@ -71,13 +75,35 @@ impl Place {
     }
 }
 
-/// Asks `op` of the files at `place`.
+/// Asks `op` of the files at `place`: of this server's runtime if the node's agent connects
+/// here or this server leads, else of the leader, whose nodes they are.
 async fn ask(app: &Ctx, place: &Place, op: FileOp) -> ApiResult<FileAnswer> {
     let node = place.node.as_deref();
+    let conflict = |e: NodeError| ApiError::new(StatusCode::CONFLICT, e.code, e.message);
+    let ours = node.is_some_and(|n| app.runtime.serves(n)) || app.probes.leads();
+    if !ours {
+        let leader = store::leader::peer_url(&app.db)
+            .await
+            .map_err(ApiError::internal)?;
+        if let Some(url) = leader.filter(|url| *url != app.peers.url) {
+            let question = PeerFile {
+                node: place.node.clone(),
+                account: place.account.clone(),
+                root: if place.at.root == app.layout.account_workitems(&place.account) {
+                    PeerRoot::Workitems
+                } else {
+                    PeerRoot::Node
+                },
+                rel: place.at.rel.to_string_lossy().into_owned(),
+                op,
+            };
+            return app.peers.file(&url, &question).await.map_err(conflict);
+        }
+    }
     app.runtime
         .file(node, &place.account, &place.at, op)
         .await
-        .map_err(|e| ApiError::new(StatusCode::CONFLICT, e.code, e.message))
+        .map_err(conflict)
 }
 
 /// A refusal the user should see: what was asked, and why it was not answered.

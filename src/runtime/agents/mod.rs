@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+mod peers;
 mod polls;
 mod replies;
 
 use super::NodeError;
 use crate::domain::agent::{Event, Work};
 
-pub use replies::{ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
+pub use peers::Peers;
+pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 
 /// How long a node's agent may stay silent while commands wait on it: after this, they fail
 /// (its node is gone, or cannot reach the server).

@@ -95,46 +95,93 @@ impl Agents {
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };
         let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT;
-        let late = || {
-            let secs = FILE_ANSWER_TIMEOUT.as_secs();
-            unreachable(node, format!("did not answer within {secs} s"))
-        };
         let body = tokio::time::timeout_at(deadline, rx)
             .await
-            .map_err(|_| late())?
+            .map_err(|_| {
+                let secs = FILE_ANSWER_TIMEOUT.as_secs();
+                unreachable(node, format!("did not answer within {secs} s"))
+            })?
             .map_err(|_| unreachable(node, "went away (the node restarted or was removed)"))?;
         drop(waiting);
-        let ReplyBody { mut stream, done } = body;
-        let (head, first) = tokio::time::timeout_at(deadline, read_head(&mut stream))
-            .await
-            .map_err(|_| late())?
-            .map_err(|e| unreachable(node, format!("answered badly: {e}")))?;
+        let ReplyBody { stream, done } = body;
         // The route's request ends as the rest is let go.
-        let rest = stream::iter((!first.is_empty()).then_some(Ok(first)))
-            .chain(stream)
+        let stream = stream
             .map(move |chunk| {
                 let _ = &done;
                 chunk
             })
             .boxed();
-        Ok(match head {
-            ReplyHead::Info { info } => FileAnswer::Info(info),
-            ReplyHead::Error { error, message } => FileAnswer::Refused { error, message },
-            ReplyHead::Data { info, start, count } => FileAnswer::Data {
-                info,
-                start,
-                count,
-                bytes: rest,
-            },
-            ReplyHead::Listing { count } => {
-                let read = tokio::time::timeout(FILE_ANSWER_TIMEOUT, read_listing(rest, count));
-                let listing = read.await.map_err(|_| late())?;
-                FileAnswer::Listing(
-                    listing.map_err(|e| unreachable(node, format!("answered badly: {e}")))?,
-                )
-            }
-        })
+        decode(stream, deadline, node).await
     }
+}
+
+/// An answer as it streams in (from an agent, or from another server): its head line, then what
+/// the head announces; the head must come by `deadline`.
+pub async fn decode(
+    mut stream: ByteStream,
+    deadline: tokio::time::Instant,
+    node: &str,
+) -> Result<FileAnswer, NodeError> {
+    let late = || {
+        let secs = FILE_ANSWER_TIMEOUT.as_secs();
+        unreachable(node, format!("did not answer within {secs} s"))
+    };
+    let (head, first) = tokio::time::timeout_at(deadline, read_head(&mut stream))
+        .await
+        .map_err(|_| late())?
+        .map_err(|e| unreachable(node, format!("answered badly: {e}")))?;
+    let rest = stream::iter((!first.is_empty()).then_some(Ok(first)))
+        .chain(stream)
+        .boxed();
+    Ok(match head {
+        ReplyHead::Info { info } => FileAnswer::Info(info),
+        ReplyHead::Error { error, message } => FileAnswer::Refused { error, message },
+        ReplyHead::Data { info, start, count } => FileAnswer::Data {
+            info,
+            start,
+            count,
+            bytes: rest,
+        },
+        ReplyHead::Listing { count } => {
+            let read = tokio::time::timeout(FILE_ANSWER_TIMEOUT, read_listing(rest, count));
+            let listing = read.await.map_err(|_| late())?;
+            FileAnswer::Listing(
+                listing.map_err(|e| unreachable(node, format!("answered badly: {e}")))?,
+            )
+        }
+    })
+}
+
+/// An answer as a stream, as an agent sends it: its head line, then a listing's lines or a
+/// file's bytes.
+pub fn encode(answer: FileAnswer) -> ByteStream {
+    let (head, rest): (ReplyHead, ByteStream) = match answer {
+        FileAnswer::Info(info) => (ReplyHead::Info { info }, stream::empty().boxed()),
+        FileAnswer::Refused { error, message } => {
+            (ReplyHead::Error { error, message }, stream::empty().boxed())
+        }
+        FileAnswer::Listing(infos) => {
+            let mut lines = Vec::new();
+            for info in &infos {
+                serde_json::to_writer(&mut lines, info).unwrap_or_default();
+                lines.push(b'\n');
+            }
+            let count = infos.len();
+            let lines = stream::once(async move { Ok(Bytes::from(lines)) }).boxed();
+            (ReplyHead::Listing { count }, lines)
+        }
+        FileAnswer::Data {
+            info,
+            start,
+            count,
+            bytes,
+        } => (ReplyHead::Data { info, start, count }, bytes),
+    };
+    let mut line = serde_json::to_vec(&head).unwrap_or_default();
+    line.push(b'\n');
+    stream::once(async move { Ok(Bytes::from(line)) })
+        .chain(rest)
+        .boxed()
 }
 
 impl Link {
