@@ -418,16 +418,6 @@ async fn operations_this_server_lacks_are_refused_by_name() {
             "scheduling on nodes",
         ),
         (Method::POST, "/pools/p/enableautoscale", "autoscale"),
-        (
-            Method::DELETE,
-            "/jobs/j/tasks/t/files/stdout.txt",
-            "deleting task files",
-        ),
-        (
-            Method::DELETE,
-            "/pools/p/nodes/n/files/startup%2Fstdout.txt",
-            "deleting node files",
-        ),
     ];
     for (method, path, operation) in cases {
         let (status, body) = s.request(method.clone(), path, Some(&json!({}))).await;

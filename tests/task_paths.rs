@@ -186,6 +186,58 @@ on_both_runtimes!(
     links_in_node_dirs_are_not_followed
 );
 
+async fn deleting_files_follows_no_link(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let host = host_dir();
+    let before = tree(host.path());
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let command = format!(
+        "mkdir -p d/e empty; printf x > d/e/f; printf y > keep; ln -s {h}/secret link; ln -s {h} linkdir",
+        h = host.path().display()
+    );
+    let t = run_task(&s, "j", "t", &command).await;
+    let node = t["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    let file = |path: &str| format!("/jobs/j/tasks/t/files/{path}");
+
+    // A link is not the task's file: deleting it or through it finds nothing, and what it points
+    // at stays.
+    for link in [
+        "wd/link",
+        "wd/linkdir",
+        "wd/linkdir/secret",
+        "wd/linkdir?recursive=true",
+    ] {
+        let (status, body) = s.delete(&file(link)).await;
+        assert_eq!(status, 404, "{link}: {body}");
+    }
+    assert_eq!(tree(host.path()), before, "nothing deleted on the host");
+
+    // A directory with files in it goes only with recursive=true.
+    let (status, body) = s.delete(&file("wd/d")).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "DirectoryNotEmpty", "{body}");
+    assert_eq!(s.delete(&file("wd/d?recursive=true")).await.0, 200);
+    assert_eq!(s.delete(&file("wd/empty")).await.0, 200);
+    let via_node = format!("/pools/p/nodes/{node}/files/workitems/j/job-1/t/wd/keep");
+    assert_eq!(s.delete(&via_node).await.0, 200);
+    assert_eq!(s.delete(&via_node).await.0, 404, "deleted already");
+    let (_, listing) = s.get("/jobs/j/tasks/t/files?recursive=true").await;
+    let names = common::names(&listing);
+    for gone in ["wd/d", "wd/d/e/f", "wd/empty", "wd/keep"] {
+        assert!(!names.iter().any(|n| n == gone), "{gone} in {names:?}");
+    }
+    assert!(names.iter().any(|n| n == "stdout.txt"), "{names:?}");
+    // The attempts' records and paths out of the directory are not the user's to delete.
+    assert_eq!(s.delete(&file(".batchpool?recursive=true")).await.0, 404);
+    assert_eq!(s.delete(&file("wd/..%2F..%2Fx")).await.0, 400);
+    assert_eq!(tree(host.path()), before, "nothing deleted on the host");
+}
+on_both_runtimes!(
+    files_are_deleted_on_their_node_following_no_link,
+    deleting_files_follows_no_link
+);
+
 /// The server's resident memory (`VmRSS`) or its peak (`VmHWM`), in bytes.
 fn memory(s: &TestServer, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();

@@ -8,9 +8,8 @@ use axum::http::{Method, StatusCode, Uri};
 use crate::api::error::ApiError;
 
 /// The operation a request asks for, if it is one Azure has and this server lacks.
-pub fn operation(method: &Method, path: &str) -> Option<&'static str> {
+pub fn operation(path: &str) -> Option<&'static str> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let last = segments.last().copied().unwrap_or_default();
     match segments.as_slice() {
         ["jobschedules", ..] => Some("job schedules"),
         ["certificates", ..] => Some("certificates"),
@@ -18,16 +17,13 @@ pub fn operation(method: &Method, path: &str) -> Option<&'static str> {
         ["pools", _, "evaluateautoscale" | "enableautoscale" | "disableautoscale"] => {
             Some("autoscale formulas")
         }
-        ["pools", _, "nodes", _, rest @ ..] => node_operation(method, rest, last),
+        ["pools", _, "nodes", _, rest @ ..] => node_operation(rest),
         ["jobs", _, "tasks", _, "subtasksinfo"] => Some("multi-instance tasks"),
-        ["jobs", _, "tasks", _, "files", _, ..] if method == Method::DELETE => {
-            Some("deleting task files")
-        }
         _ => None,
     }
 }
 
-fn node_operation(method: &Method, rest: &[&str], last: &str) -> Option<&'static str> {
+fn node_operation(rest: &[&str]) -> Option<&'static str> {
     match rest {
         ["reimage"] => Some("reimaging nodes"),
         ["disablescheduling"] | ["enablescheduling"] => {
@@ -38,15 +34,13 @@ fn node_operation(method: &Method, rest: &[&str], last: &str) -> Option<&'static
         ["remoteloginsettings"] | ["rdp"] => Some("remote login to nodes"),
         ["extensions", ..] => Some("VM extensions"),
         ["start"] | ["deallocate"] => Some("starting and deallocating nodes"),
-        ["files", ..] if method == Method::DELETE && last != "files" => Some("deleting node files"),
         _ => None,
     }
 }
 
-/// The router's fallback, and the answer of routes to operations this server does not offer
-/// (DELETE of a file): 400 for an operation this server lacks, else 404.
+/// The router's fallback: 400 for an operation this server lacks, else 404.
 pub async fn fallback(method: Method, uri: Uri) -> ApiError {
-    match operation(&method, uri.path()) {
+    match operation(uri.path()) {
         Some(what) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "OperationNotSupported",
@@ -88,16 +82,6 @@ mod tests {
                 Some("disabling and enabling scheduling on nodes"),
             ),
             (
-                Method::DELETE,
-                "/pools/p/nodes/n/files/a%2Fb",
-                Some("deleting node files"),
-            ),
-            (
-                Method::DELETE,
-                "/jobs/j/tasks/t/files/stdout.txt",
-                Some("deleting task files"),
-            ),
-            (
                 Method::POST,
                 "/pools/p/evaluateautoscale",
                 Some("autoscale formulas"),
@@ -108,7 +92,7 @@ mod tests {
             (Method::GET, "/pools/p/nodes/n/other", None),
         ];
         for (method, path, want) in cases {
-            assert_eq!(operation(&method, path), want, "{method} {path}");
+            assert_eq!(operation(path), want, "{method} {path}");
         }
     }
 }

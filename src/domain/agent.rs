@@ -118,6 +118,9 @@ pub enum FileOp {
     },
     /// The file's bytes, all of them or `range` (first and last byte; no last: to the end).
     Read { range: Option<(u64, Option<u64>)> },
+    /// Delete it: a file, an empty directory, or with `recursive` a directory and all in it
+    /// (links in it go as links). Answered with what it was.
+    Remove { recursive: bool },
 }
 
 /// A file or directory (never a link) as a node sees it.
@@ -183,6 +186,8 @@ pub enum FileError {
     },
     /// A listing of more than [`MAX_LISTING`] entries.
     TooMany,
+    /// A directory to delete that is not empty (and `recursive` was not asked for).
+    NotEmpty,
     Failed,
 }
 

@@ -67,6 +67,24 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
             Payload::None,
         )),
         FileOp::List { recursive, skip } => list(&root, rel, recursive, &skip),
+        FileOp::Remove { recursive } => {
+            let removed = match (meta.is_dir(), recursive) {
+                (true, true) => root.remove_all(rel),
+                (dir, _) => root.remove(rel, dir),
+            };
+            match removed {
+                Ok(()) => Ok((
+                    ReplyHead::Info {
+                        info: FileInfo::of(name, &meta),
+                    },
+                    Payload::None,
+                )),
+                Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                    Err((FileError::NotEmpty, "a directory with files in it".into()))
+                }
+                Err(e) => Err(refused(e)),
+            }
+        }
         FileOp::Read { range } => {
             if meta.is_dir() {
                 return Err((FileError::IsDirectory, "a directory".into()));

@@ -274,6 +274,20 @@ impl Dir {
         }
     }
 
+    /// Removes the file (or, with `dir`, the empty directory) `rel` below this directory; a link
+    /// there goes as the link it is.
+    pub fn remove(&self, rel: &Path, dir: bool) -> io::Result<()> {
+        let parts = names(rel)?;
+        let Some((last, dirs)) = parts.split_last() else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nothing to remove",
+            ));
+        };
+        let parent = self.open_dir(&dirs.iter().collect::<std::path::PathBuf>())?;
+        parent.unlink(last, if dir { libc::AT_REMOVEDIR } else { 0 })
+    }
+
     fn unlink(&self, name: &OsStr, flags: libc::c_int) -> io::Result<()> {
         let c = cstr(name)?;
         // SAFETY: a valid directory fd and a NUL-terminated name.

@@ -86,6 +86,9 @@ def run_15():
     assert props.content_length == len(out) and props.is_directory is False, props
     files = {f.name for f in c.list_task_files(JOB, "hello", recursive=True)}
     assert {"stdout.txt", "stderr.txt", "wd"} <= files, files
+    c.delete_task_file(JOB, "hello", "stderr.txt")
+    files = {f.name for f in c.list_task_files(JOB, "hello", recursive=True)}
+    assert "stderr.txt" not in files and "stdout.txt" in files, files
 
     page = list(c.list_tasks(JOB, filter="state eq 'completed'", select=["id", "state"], max_results=100))
     assert len(page) == BULK + 2, len(page)
@@ -153,6 +156,9 @@ def run_14():
     assert int(props.headers["Content-Length"]) == len(out)
     files = {f.name for f in c.file.list_from_task(JOB, "hello", recursive=True)}
     assert {"stdout.txt", "stderr.txt"} <= files, files
+    c.file.delete_from_task(JOB, "hello", "stderr.txt")
+    files = {f.name for f in c.file.list_from_task(JOB, "hello", recursive=True)}
+    assert "stderr.txt" not in files and "stdout.txt" in files, files
     options = m.TaskListOptions(filter="state eq 'completed'", select="id,state", max_results=100)
     page = list(c.task.list(JOB, task_list_options=options))
     assert len(page) == BULK + 1, len(page)

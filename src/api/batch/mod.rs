@@ -15,7 +15,6 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::api::state::AppState;
-use crate::api::unsupported;
 
 pub fn router() -> Router<Arc<AppState>> {
     pool_routes()
@@ -55,7 +54,7 @@ fn pool_routes() -> Router<Arc<AppState>> {
             "/pools/{pool_id}/nodes/{node_id}/files/{*path}",
             get(files::node_file)
                 .head(files::node_file)
-                .delete(unsupported::fallback),
+                .delete(files::delete_node_file),
         )
         .route("/pools/{pool_id}/removenodes", post(pools::remove_nodes))
         .route(
@@ -107,6 +106,6 @@ fn job_routes() -> Router<Arc<AppState>> {
             "/jobs/{job_id}/tasks/{task_id}/files/{*path}",
             get(files::task_file)
                 .head(files::task_file)
-                .delete(unsupported::fallback),
+                .delete(files::delete_task_file),
         )
 }
