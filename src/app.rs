@@ -206,6 +206,19 @@ async fn run(
     Ok(())
 }
 
+/// `--public-url`, checked: an http(s) URL, kept without its trailing `/`.
+fn public_url(given: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(url) = given else {
+        return Ok(None);
+    };
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("--public-url {url:?}"))?;
+    anyhow::ensure!(
+        matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some(),
+        "--public-url {url:?} must be an http:// or https:// URL with a host"
+    );
+    Ok(Some(url.trim_end_matches('/').to_string()))
+}
+
 fn bes_config(config: &ServeConfig, settings: &Settings) -> anyhow::Result<scheduler::bes::Config> {
     let (vm_size, size) = settings
         .vm_sizes
@@ -297,6 +310,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
         image_map,
         max_nodes_per_pool: config.max_nodes_per_pool,
         body_read_timeout: std::time::Duration::from_secs(config.body_read_timeout),
+        public_url: public_url(config.public_url.as_deref())?,
     })
 }
 

@@ -220,6 +220,12 @@ pub struct ServeConfig {
     )]
     pub backup_tick_ms: u64,
 
+    /// The URL clients reach the API at (a TLS proxy in front, say), for the links in answers
+    /// (`odata.nextLink`, `url`, file URLs). Without it: the request's `X-Forwarded-Proto` and
+    /// `X-Forwarded-Host` where a proxy sets them, else `http://` and its `Host`.
+    #[arg(long, env = "BATCHPOOL_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
     /// Let tasks' resource-file and output-file URLs, and BES jobs' inputs and outputs, lead to
     /// this host's own addresses (loopback, and link-local ones such as a cloud metadata
     /// service). Off by default: the server, not the node, makes those requests. Turn it on to

@@ -328,3 +328,53 @@ async fn web_service_names_are_per_account() {
         assert_eq!(doc["info"]["title"], title, "{doc}");
     }
 }
+
+/// The `odata.nextLink` of a one-pool page of pools, asked with `headers`.
+async fn next_link(s: &TestServer, headers: &[(&str, &str)]) -> String {
+    let mut request = s.http.get(format!("{}/pools?maxresults=1", s.base));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let page: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
+    page["odata.nextLink"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn two_pools(s: &TestServer) {
+    for id in ["a", "b"] {
+        let body = json!({"id": id, "vmSize": "standard_a1"});
+        assert_eq!(s.post("/pools", &body).await.0, 201);
+    }
+}
+
+/// Links in answers (here `odata.nextLink`) lead where clients reach the server: `--public-url`
+/// when given, else what a proxy in front says it was reached at, so SDK paging works behind TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_follow_the_public_url_or_the_proxy() {
+    let s = TestServer::start(Rt::Local).await;
+    two_pools(&s).await;
+    let plain = next_link(&s, &[]).await;
+    assert!(plain.starts_with(&format!("{}/pools?", s.base)), "{plain}");
+    let proxied = [
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "batch.example.com:8443"),
+    ];
+    let link = next_link(&s, &proxied).await;
+    assert!(
+        link.starts_with("https://batch.example.com:8443/pools?"),
+        "{link}"
+    );
+    let link = next_link(&s, &[("x-forwarded-host", "evil.example/x?")]).await;
+    assert!(link.starts_with(&format!("{}/pools?", s.base)), "{link}");
+
+    let args = ["--public-url", "https://batch.example.com/"];
+    let public = TestServer::start_with(Rt::Local, None, &args).await;
+    two_pools(&public).await;
+    let link = next_link(&public, &[("x-forwarded-host", "other.example")]).await;
+    assert!(
+        link.starts_with("https://batch.example.com/pools?"),
+        "{link}"
+    );
+}

@@ -136,20 +136,50 @@ impl FromRequestParts<Arc<AppState>> for Ctx {
     }
 }
 
-/// The URL clients reached us at, from the Host header: resource URLs and links are built on it.
+/// The URL clients reached us at: resource URLs and links are built on it. `--public-url` if
+/// given; else what a proxy in front says (`X-Forwarded-Proto`, `X-Forwarded-Host`), else
+/// `http://` and the `Host` header.
 pub struct BaseUrl(pub String);
 
-impl<S: Send + Sync> FromRequestParts<S> for BaseUrl {
+impl FromRequestParts<Arc<AppState>> for BaseUrl {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let host = parts
-            .headers
-            .get(axum::http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("localhost");
-        Ok(BaseUrl(format!("http://{host}")))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        if let Some(url) = &state.settings.public_url {
+            return Ok(BaseUrl(url.clone()));
+        }
+        Ok(BaseUrl(base_url(&parts.headers)))
     }
+}
+
+/// The base URL the request's headers say it came to.
+fn base_url(headers: &axum::http::HeaderMap) -> String {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|h| h.to_str().ok())
+            // A proxy chain lists its hops; the first is the client's.
+            .and_then(|v| v.split(',').next())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let scheme = match header("x-forwarded-proto") {
+        Some(p) if p.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    };
+    // Only what a host (and port) can be: a header cannot smuggle a path or another URL in.
+    let host_like = |h: &&str| {
+        h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
+    };
+    let host = header("x-forwarded-host")
+        .filter(host_like)
+        .or_else(|| header("host").filter(host_like))
+        .unwrap_or("localhost");
+    format!("{scheme}://{host}")
 }
 
 pub use crate::domain::rfc3339;

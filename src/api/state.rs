@@ -28,6 +28,8 @@ pub struct Settings {
     pub classic_concurrency: i32,
     /// How long a client may take to send a request's body (api::guard).
     pub body_read_timeout: std::time::Duration,
+    /// `--public-url`: the base of the links in answers, whatever the request says.
+    pub public_url: Option<String>,
 }
 
 pub struct AppState {
