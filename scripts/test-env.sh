@@ -199,7 +199,8 @@ _batchpool_test_env() (
     # 1. Debian packages
     # ------------------------------------------------------------------
     # unzip: local nodes unzip application packages with the host's (Docker nodes with busybox's).
-    local pkgs=(docker.io busybox-static unzip)
+    # docker-compose: the deployment test validates docker-compose.yml with it.
+    local pkgs=(docker.io busybox-static unzip docker-compose)
     local -a missing
     mapfile -t missing < <(missing_pkgs "${pkgs[@]}")
     if ((${#missing[@]})); then

@@ -27,11 +27,28 @@ pub enum Command {
     Account(AccountConfig),
     /// Docker hosts nodes run on, added and removed while servers run.
     Host(HostConfig),
+    /// Whether a server is ready (`/health/ready` answers 200): exit status 0 if so, 1 if not.
+    /// For container healthchecks, where the image has no curl.
+    Health(HealthConfig),
     /// The node agent, which runs inside each Docker node (the server starts it; see
     /// docs/nodes.md, "The node agent"). It reads BATCHPOOL_AGENT_URL, BATCHPOOL_AGENT_NODE and
     /// BATCHPOOL_AGENT_SECRET.
     #[command(hide = true)]
     Agent,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct HealthConfig {
+    /// The server's API.
+    #[arg(
+        long,
+        env = "BATCHPOOL_HEALTH_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// Ask only whether the process answers (`/health`), not whether it is ready.
+    #[arg(long)]
+    pub live: bool,
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -29,6 +29,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(config) => batchpool::app::serve(*config).await,
         Command::Account(c) => batchpool::app::account_command(c).await,
         Command::Host(c) => batchpool::app::host_command(c).await,
+        Command::Health(c) => {
+            let path = if c.live { "/health" } else { "/health/ready" };
+            let url = format!("{}{path}", c.url.trim_end_matches('/'));
+            let answer = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(5))
+                .build()?
+                .get(&url)
+                .send()
+                .await;
+            match answer {
+                Ok(r) if r.status().is_success() => Ok(()),
+                Ok(r) => anyhow::bail!("{url} answered {}", r.status()),
+                Err(e) => anyhow::bail!("{url}: {e}"),
+            }
+        }
         Command::Agent => batchpool::agent::run().await,
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {

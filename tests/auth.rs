@@ -333,7 +333,7 @@ async fn web_service_names_are_per_account() {
 async fn next_link(s: &TestServer, headers: &[(&str, &str)]) -> String {
     let mut request = s.http.get(format!("{}/pools?maxresults=1", s.base));
     for (name, value) in headers {
-        request = request.header(*name, *value);
+        request = request.header(name, value);
     }
     let page: serde_json::Value = request.send().await.unwrap().json().await.unwrap();
     page["odata.nextLink"]

@@ -266,7 +266,7 @@ struct Backoff {
 
 impl Backoff {
     async fn wait(&mut self, what: &str, e: &anyhow::Error) {
-        if self.failures % 30 == 0 {
+        if self.failures.is_multiple_of(30) {
             tracing::warn!(error = %format!("{e:#}"), "{what} failed; trying again");
         }
         self.failures += 1;

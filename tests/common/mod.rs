@@ -113,7 +113,7 @@ pub struct TestServer {
 }
 
 /// A TCP port no one listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("0.0.0.0:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
