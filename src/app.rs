@@ -311,6 +311,10 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
         max_nodes_per_pool: config.max_nodes_per_pool,
         body_read_timeout: std::time::Duration::from_secs(config.body_read_timeout),
         public_url: public_url(config.public_url.as_deref())?,
+        metrics_token: config
+            .metrics_token
+            .as_ref()
+            .map(|t| t.expose().to_string()),
     })
 }
 

@@ -243,6 +243,12 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_PUBLIC_URL")]
     pub public_url: Option<String>,
 
+    /// Turns `/metrics` (Prometheus' text format) on, for scrapers that send
+    /// `Authorization: Bearer <this token>`. It names every account's pools and jobs: it is the
+    /// operator's, not an account's.
+    #[arg(long, env = "BATCHPOOL_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<Secret>,
+
     /// Let tasks' resource-file and output-file URLs, and BES jobs' inputs and outputs, lead to
     /// this host's own addresses (loopback, and link-local ones such as a cloud metadata
     /// service). Off by default: the server, not the node, makes those requests. Turn it on to

@@ -6,6 +6,7 @@ pub mod app;
 pub mod config;
 pub mod domain;
 pub mod embedded_pg;
+pub mod metrics;
 pub mod ops;
 pub mod runtime;
 pub mod scheduler;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod guard;
 pub mod health;
 pub mod json;
+pub mod metrics;
 pub mod odata;
 mod query;
 pub mod request_id;
@@ -50,6 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(bes::bearer_router())
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))
+        .route("/metrics", get(metrics::scrape))
         .fallback(unsupported::fallback)
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -65,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             guard::read_body_in_time,
         ))
         .layer(axum::middleware::from_fn(guard::catch_panic))
+        .layer(axum::middleware::from_fn(metrics::count))
         .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
 }

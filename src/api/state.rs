@@ -30,6 +30,8 @@ pub struct Settings {
     pub body_read_timeout: std::time::Duration,
     /// `--public-url`: the base of the links in answers, whatever the request says.
     pub public_url: Option<String>,
+    /// `--metrics-token`: what `/metrics` takes (as a bearer token); None: metrics are off.
+    pub metrics_token: Option<String>,
 }
 
 pub struct AppState {

@@ -31,6 +31,11 @@ impl Runtime {
         Ok(from_disk(at, op).await)
     }
 
+    /// How many nodes' agents this server knows.
+    pub fn agents_known(&self) -> usize {
+        self.agents.count()
+    }
+
     /// Whether `node`'s agent is connected to this server, which then serves its files.
     pub fn serves(&self, node: &str) -> bool {
         self.agents.knows(node)

@@ -16,6 +16,7 @@ use crate::store::{self, tasks::AttemptRow};
 pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
     let started = std::time::Instant::now();
     let placed = claim(db).await?;
+    crate::metrics::DISPATCH_PASS.observe(started.elapsed());
     tracing::debug!(
         placed = placed.len(),
         micros = started.elapsed().as_micros() as u64,

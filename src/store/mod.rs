@@ -5,6 +5,7 @@ pub mod applications;
 pub mod hosts;
 pub mod jobs;
 pub mod leader;
+pub mod metrics;
 pub mod nodes;
 pub mod pools;
 pub mod preparations;

@@ -123,6 +123,11 @@ impl Agents {
         }
     }
 
+    /// How many nodes' agents are known.
+    pub fn count(&self) -> usize {
+        self.links.lock().expect("lock").len()
+    }
+
     pub fn knows(&self, node: &str) -> bool {
         self.links.lock().expect("lock").contains_key(node)
     }

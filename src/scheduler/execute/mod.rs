@@ -330,7 +330,9 @@ impl Executor {
                 return Ok(code);
             }
             polls += 1;
-            if polls.is_multiple_of(25) && !self.runtime.is_alive(&self.server_id, node_id, pid).await {
+            if polls.is_multiple_of(25)
+                && !self.runtime.is_alive(&self.server_id, node_id, pid).await
+            {
                 // It may have written its exit code just before dying.
                 return Runtime::recorded_exit(dirs, attempt)
                     .await

@@ -1,0 +1,121 @@
+//! `GET /metrics`: Prometheus' text format, for the operator (it names every account's pools and
+//! jobs, so it takes `Authorization: Bearer <--metrics-token>`, and without that token set it
+//! is off). What the database holds is read at each scrape (tasks by state, nodes by state,
+//! targets, compute hours); what the process counted comes from `crate::metrics` (HTTP
+//! requests and their durations, dispatch passes); and the leader and agent gauges.
+
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::metrics::{escape, write_process};
+use crate::store;
+
+/// Counts each request by its route's pattern (never its path: ids stay out of the labels).
+pub async fn count(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(unmatched)", |p| p.as_str())
+        .to_string();
+    let method = request.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    crate::metrics::http_request(&route, &method, status, started.elapsed());
+    response
+}
+
+pub async fn scrape(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(token) = &state.settings.metrics_token else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "MetricsOff",
+            "Metrics are off: start the server with --metrics-token (BATCHPOOL_METRICS_TOKEN) and scrape with Authorization: Bearer <token>.",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|g| super::auth::constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "AuthenticationFailed",
+            "/metrics takes Authorization: Bearer <the server's --metrics-token>.",
+        ));
+    }
+    let mut out = String::new();
+    write_database(&state, &mut out)
+        .await
+        .map_err(ApiError::internal)?;
+    let leads = u8::from(state.probes.leads());
+    out.push_str("# HELP batchpool_leader Whether this server leads the scheduler.\n");
+    out.push_str("# TYPE batchpool_leader gauge\n");
+    let _ = writeln!(out, "batchpool_leader {leads}");
+    out.push_str("# HELP batchpool_agents_connected Node agents this server knows.\n");
+    out.push_str("# TYPE batchpool_agents_connected gauge\n");
+    let _ = writeln!(
+        out,
+        "batchpool_agents_connected {}",
+        state.runtime.agents_known()
+    );
+    write_process(&mut out);
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    Ok(([(header::CONTENT_TYPE, content_type)], out).into_response())
+}
+
+async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> {
+    let db = &state.db;
+    out.push_str("# HELP batchpool_tasks Tasks of the jobs not completed yet, by state.\n");
+    out.push_str("# TYPE batchpool_tasks gauge\n");
+    for t in store::metrics::task_counts(db).await? {
+        let (account, job) = (escape(&t.account), escape(&t.job));
+        let _ = writeln!(
+            out,
+            "batchpool_tasks{{account=\"{account}\",job=\"{job}\",state=\"{}\"}} {}",
+            t.state, t.count
+        );
+    }
+    out.push_str("# HELP batchpool_nodes Nodes by pool and state.\n");
+    out.push_str("# TYPE batchpool_nodes gauge\n");
+    for n in store::metrics::node_counts(db).await? {
+        let (account, pool) = (escape(&n.account), escape(&n.pool));
+        let _ = writeln!(
+            out,
+            "batchpool_nodes{{account=\"{account}\",pool=\"{pool}\",state=\"{}\"}} {}",
+            n.state, n.count
+        );
+    }
+    out.push_str("# HELP batchpool_pool_target_nodes The dedicated nodes each pool is sized to.\n");
+    out.push_str("# TYPE batchpool_pool_target_nodes gauge\n");
+    for p in store::metrics::pool_targets(db).await? {
+        let (account, pool) = (escape(&p.account), escape(&p.pool));
+        let _ = writeln!(
+            out,
+            "batchpool_pool_target_nodes{{account=\"{account}\",pool=\"{pool}\"}} {}",
+            p.target
+        );
+    }
+    out.push_str("# HELP batchpool_compute_hours_total Node-hours metered so far, by pool and billing plan.\n");
+    out.push_str("# TYPE batchpool_compute_hours_total counter\n");
+    for h in store::metrics::compute_hours(db).await? {
+        let (account, pool, plan) = (escape(&h.account), escape(&h.pool), escape(&h.billing_plan));
+        let _ = writeln!(
+            out,
+            "batchpool_compute_hours_total{{account=\"{account}\",pool=\"{pool}\",billing_plan=\"{plan}\"}} {}",
+            h.hours
+        );
+    }
+    Ok(())
+}

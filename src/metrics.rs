@@ -1,0 +1,135 @@
+//! What the server counts as it runs, for `/metrics` (Prometheus' text format, written by
+//! `api::metrics` together with what it reads from the database at each scrape): HTTP requests
+//! by route, method and status, with their durations, and the dispatcher's pass times. Plain
+//! atomics and a mutex-guarded map; imports nothing of the crate.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+/// Upper bounds of the duration histograms, in seconds.
+const BOUNDS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// A histogram of durations over [`BOUNDS`].
+#[derive(Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BOUNDS.len()],
+    count: AtomicU64,
+    micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        for (bucket, bound) in self.buckets.iter().zip(BOUNDS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// Its lines, `name` with `labels` (`a="b",...`, or empty).
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bucket, bound) in self.buckets.iter().zip(BOUNDS) {
+            let n = bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum = self.micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let braces = |s: &str| {
+            if s.is_empty() {
+                String::new()
+            } else {
+                format!("{{{s}}}")
+            }
+        };
+        let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
+        let _ = writeln!(out, "{name}_count{} {count}", braces(labels));
+    }
+}
+
+/// HTTP requests: a count per (route, method, status), a histogram per route.
+#[derive(Default)]
+struct Http {
+    requests: BTreeMap<(String, String, u16), u64>,
+    seconds: BTreeMap<String, Histogram>,
+}
+
+static HTTP: LazyLock<Mutex<Http>> = LazyLock::new(Mutex::default);
+
+/// The dispatcher's passes.
+pub static DISPATCH_PASS: LazyLock<Histogram> = LazyLock::new(Histogram::default);
+
+/// Counts a request to `route` (the route's pattern, never the path: ids stay out of labels).
+pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
+    let mut http = HTTP.lock().unwrap_or_else(|e| e.into_inner());
+    *http
+        .requests
+        .entry((route.to_string(), method.to_string(), status))
+        .or_default() += 1;
+    http.seconds
+        .entry(route.to_string())
+        .or_default()
+        .observe(took);
+}
+
+/// A label value as the text format writes it.
+pub fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The families counted in process, in the text format.
+pub fn write_process(out: &mut String) {
+    let http = HTTP.lock().unwrap_or_else(|e| e.into_inner());
+    out.push_str("# HELP batchpool_http_requests_total HTTP requests served, by route pattern, method and status.\n");
+    out.push_str("# TYPE batchpool_http_requests_total counter\n");
+    for ((route, method, status), n) in &http.requests {
+        let route = escape(route);
+        let _ = writeln!(
+            out,
+            "batchpool_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
+        );
+    }
+    out.push_str("# HELP batchpool_http_request_duration_seconds Time to answer HTTP requests (to the response's head), by route pattern.\n");
+    out.push_str("# TYPE batchpool_http_request_duration_seconds histogram\n");
+    for (route, histogram) in &http.seconds {
+        let labels = format!("route=\"{}\"", escape(route));
+        histogram.write(out, "batchpool_http_request_duration_seconds", &labels);
+    }
+    drop(http);
+    out.push_str("# HELP batchpool_dispatch_pass_seconds Time of each pass of the dispatcher (claiming and placing tasks), on the leading server.\n");
+    out.push_str("# TYPE batchpool_dispatch_pass_seconds histogram\n");
+    DISPATCH_PASS.write(out, "batchpool_dispatch_pass_seconds", "");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_counts_into_every_bucket_its_value_fits() {
+        let h = Histogram::default();
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(10));
+        let mut out = String::new();
+        h.write(&mut out, "x", "a=\"b\"");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.001\"} 0\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.005\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"5\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 2\n"), "{out}");
+        assert!(out.contains("x_count{a=\"b\"} 2\n"), "{out}");
+        assert_eq!(escape("a\"b\\"), "a\\\"b\\\\");
+    }
+}

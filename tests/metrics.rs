@@ -1,0 +1,80 @@
+//! `/metrics`: the operator's view in Prometheus' text format, behind its own token. The
+//! families move as the server works: tasks and nodes by state, targets, compute hours, HTTP
+//! requests by route, dispatch passes, the leader and the agents.
+
+mod common;
+
+use common::{Rt, TestServer};
+use serde_json::json;
+
+const TOKEN: &str = "scrape-me";
+
+async fn scrape(s: &TestServer, token: Option<&str>) -> (u16, String) {
+    let mut request = reqwest::Client::new().get(format!("{}/metrics", s.base));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// The value of the line that starts with `series` (labels included).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_as_the_server_works_and_only_for_the_token() {
+    batchpool::install_tls();
+    let s = TestServer::start_with(Rt::Local, None, &["--metrics-token", TOKEN]).await;
+    assert_eq!(scrape(&s, None).await.0, 401);
+    assert_eq!(scrape(&s, Some("guess")).await.0, 401);
+
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let tasks = |from: usize| {
+        (from..from + 5)
+            .map(|i| json!({"id": format!("t{i}"), "commandLine": "true"}))
+            .collect::<Vec<_>>()
+    };
+    s.add_tasks("j", tasks(0)).await;
+    s.wait_all_completed("j", 5).await;
+    let (status, first) = scrape(&s, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{first}");
+    let node = r#"batchpool_nodes{account="batchpool",pool="p",state="idle"}"#;
+    assert_eq!(value(&first, node), Some(1.0), "{first}");
+    let target = r#"batchpool_pool_target_nodes{account="batchpool",pool="p"}"#;
+    assert_eq!(value(&first, target), Some(1.0), "{first}");
+    let done = r#"batchpool_tasks{account="batchpool",job="j",state="completed"}"#;
+    assert_eq!(value(&first, done), Some(5.0), "{first}");
+    let hours = r#"batchpool_compute_hours_total{account="batchpool",pool="p",billing_plan=""}"#;
+    assert!(value(&first, hours).is_some_and(|h| h > 0.0), "{first}");
+    let added = r#"batchpool_http_requests_total{route="/jobs/{job_id}/addtaskcollection",method="POST",status="200"}"#;
+    assert_eq!(value(&first, added), Some(1.0), "{first}");
+    let passes = value(&first, "batchpool_dispatch_pass_seconds_count").unwrap_or_default();
+    assert!(passes > 0.0, "{first}");
+    assert_eq!(value(&first, "batchpool_leader"), Some(1.0), "{first}");
+    assert_eq!(
+        value(&first, "batchpool_agents_connected"),
+        Some(1.0),
+        "{first}"
+    );
+    assert!(!first.contains("t3"), "no task ids in labels");
+
+    // More work, and the families move.
+    s.add_tasks("j", tasks(5)).await;
+    s.wait_all_completed("j", 10).await;
+    let (_, second) = scrape(&s, Some(TOKEN)).await;
+    assert_eq!(value(&second, done), Some(10.0), "{second}");
+    assert_eq!(value(&second, added), Some(2.0), "{second}");
+    assert!(value(&second, "batchpool_dispatch_pass_seconds_count").unwrap_or_default() > passes);
+    assert!(value(&second, hours) > value(&first, hours), "{second}");
+
+    // Without a token, metrics are off.
+    let off = TestServer::start(Rt::Local).await;
+    let (status, body) = scrape(&off, Some(TOKEN)).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--metrics-token"), "{body}");
+}
