@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod api;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod embedded_pg;

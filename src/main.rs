@@ -5,6 +5,14 @@ use batchpool::config::{Cli, Command};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some((args, command)) = cli.command.client() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        batchpool::install_tls();
+        let status = runtime.block_on(batchpool::cli::run(&args, command));
+        std::process::exit(i32::from(status));
+    }
     // The node agent shares its node's CPUs and process limit with the node's tasks: one thread
     // is plenty for it, where the server takes one per core of the host.
     let runtime = match cli.command {
@@ -45,6 +53,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Agent => batchpool::agent::run().await,
+        Command::Pool { .. }
+        | Command::Job { .. }
+        | Command::Task { .. }
+        | Command::Queue { .. }
+        | Command::Status { .. } => unreachable!("client commands run in main"),
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {
                 Some(host) => batchpool::runtime::docker::connect_host(host).await?,

@@ -68,7 +68,7 @@ async fn requests_must_be_signed_by_a_known_account_with_a_current_date() {
         .unwrap();
     req.headers_mut().insert("ocp-date", stale.parse().unwrap());
     let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
-    let uri: axum_http::Uri = "/pools?api-version=2025-06-01".parse().unwrap();
+    let uri: http::Uri = "/pools?api-version=2025-06-01".parse().unwrap();
     let sig = batchpool::api::auth::signature(
         &key,
         &batchpool::api::auth::string_to_sign(req.method(), &uri, req.headers(), &account),

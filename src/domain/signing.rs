@@ -1,7 +1,9 @@
 //! Shared Key signatures: what Azure Batch requests and Azure Storage SAS tokens are signed with.
+//! The server checks requests with these, and the CLI signs its own (`cli::client`).
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use http::{HeaderMap, Method, Uri};
 use sha2::Sha256;
 
 /// base64(HMAC-SHA256(base64-decoded key, string)).
@@ -12,4 +14,65 @@ pub fn signature(key_base64: &str, string_to_sign: &str) -> Option<String> {
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
     mac.update(string_to_sign.as_bytes());
     Some(base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+const SIGNED_HEADERS: [&str; 11] = [
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-md5",
+    "content-type",
+    "date",
+    "if-modified-since",
+    "if-match",
+    "if-none-match",
+    "if-unmodified-since",
+    "range",
+];
+
+/// The canonical string the SDK signs.
+pub fn string_to_sign(method: &Method, uri: &Uri, headers: &HeaderMap, account: &str) -> String {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let mut s = format!("{}\n", method.as_str());
+    for name in SIGNED_HEADERS {
+        let mut v = value(name);
+        if name == "content-length"
+            && v.is_empty()
+            && method != Method::GET
+            && method != Method::HEAD
+        {
+            v = "0";
+        }
+        s.push_str(v);
+        s.push('\n');
+    }
+    let mut ocp: Vec<(String, &str)> = headers
+        .iter()
+        .filter_map(|(n, v)| {
+            let name = n.as_str().to_ascii_lowercase();
+            let v = v.to_str().ok()?;
+            (name.contains("ocp-") && !v.is_empty()).then_some((name, v))
+        })
+        .collect();
+    ocp.sort();
+    for (name, v) in ocp {
+        s.push_str(&format!("{name}:{v}\n"));
+    }
+    s.push_str(&format!("/{account}{}", uri.path()));
+    let mut query: Vec<(String, String)> = Vec::new();
+    for (name, v) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        if !v.is_empty() && !query.iter().any(|(n, _)| *n == name) {
+            query.push((name.into_owned(), v.into_owned()));
+        }
+    }
+    query.sort();
+    for (name, v) in query {
+        s.push_str(&format!("\n{name}:{v}"));
+    }
+    s
 }

@@ -1,0 +1,85 @@
+//! The command line client in the server's binary: `batchpool pool|job|task|queue|status`. It
+//! speaks the same Azure Batch API as the SDKs, signed with Shared Key by the server's own code
+//! (`domain::signing`), with the account settings `az batch` users know (docs/cli.md).
+//!
+//! Each command prints a table or a line for people, or JSON with `--output json`; an error is
+//! one line on stderr with the server's code and message, and exit status 1.
+
+pub mod client;
+mod jobs;
+mod logs;
+mod pools;
+mod table;
+mod watch;
+
+use std::time::Duration;
+
+pub use client::ClientArgs;
+use client::{CliResult, Client};
+pub use jobs::Submit;
+pub use logs::Logs;
+pub use pools::PoolCommand;
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum JobCommand {
+    /// Submits a job of tasks: one command, `--array 1-1000` of it, or `--file` of commands.
+    Submit(Submit),
+    /// Shows a job's progress until its tasks are done. Exit status 0 when every task
+    /// succeeded, 1 when one failed (they are named), 124 when `--timeout` passed first.
+    Watch {
+        job: String,
+        /// Seconds to wait at most.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum TaskCommand {
+    /// A task's stdout, or stderr; `-f` follows it until the task completes.
+    Logs(Logs),
+}
+
+/// What the client commands are, for `config::Command`.
+#[derive(Debug, Clone)]
+pub enum ClientCommand {
+    Pool(PoolCommand),
+    Job(JobCommand),
+    Task(TaskCommand),
+    Queue { all: bool },
+    Status,
+}
+
+/// Runs a client command; its exit status. Errors are printed here, as one line.
+pub async fn run(args: &ClientArgs, command: ClientCommand) -> u8 {
+    let outcome = match Client::new(args) {
+        Ok(client) => dispatch(&client, command).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("batchpool: {e}");
+            1
+        }
+    }
+}
+
+async fn dispatch(client: &Client, command: ClientCommand) -> CliResult<u8> {
+    match command {
+        ClientCommand::Pool(c) => pools::run(client, c).await.map(|()| 0),
+        ClientCommand::Job(JobCommand::Submit(s)) => {
+            let job = jobs::submit(client, &s).await?;
+            if s.watch {
+                return watch::watch(client, &job, None).await;
+            }
+            Ok(0)
+        }
+        ClientCommand::Job(JobCommand::Watch { job, timeout }) => {
+            watch::watch(client, &job, timeout.map(Duration::from_secs)).await
+        }
+        ClientCommand::Task(TaskCommand::Logs(l)) => logs::logs(client, &l).await.map(|()| 0),
+        ClientCommand::Queue { all } => jobs::queue(client, all).await.map(|()| 0),
+        ClientCommand::Status => pools::status(client).await.map(|()| 0),
+    }
+}
