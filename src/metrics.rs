@@ -1,6 +1,7 @@
 //! What the server counts as it runs, for `/metrics` (Prometheus' text format, written by
 //! `api::metrics` together with what it reads from the database at each scrape): HTTP requests
-//! by route, method and status, with their durations, and the dispatcher's pass times. Plain
+//! by route, method and status, with their durations, the dispatcher's pass times, and how long
+//! tasks waited to start. Plain
 //! atomics and a mutex-guarded map; imports nothing of the crate.
 
 use std::collections::BTreeMap;
@@ -69,6 +70,10 @@ static HTTP: LazyLock<Mutex<Http>> = LazyLock::new(Mutex::default);
 /// The dispatcher's passes.
 pub static DISPATCH_PASS: LazyLock<Histogram> = LazyLock::new(Histogram::default);
 
+/// From a task's creation to the start of its first attempt (placed on a node, `running` or
+/// `preparing`), as the dispatcher of this server placed it.
+pub static SUBMIT_TO_RUNNING: LazyLock<Histogram> = LazyLock::new(Histogram::default);
+
 /// Counts a request to `route` (the route's pattern, never the path: ids stay out of labels).
 pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
     let mut http = HTTP.lock().unwrap_or_else(|e| e.into_inner());
@@ -112,6 +117,9 @@ pub fn write_process(out: &mut String) {
     out.push_str("# HELP batchpool_dispatch_pass_seconds Time of each pass of the dispatcher (claiming and placing tasks), on the leading server.\n");
     out.push_str("# TYPE batchpool_dispatch_pass_seconds histogram\n");
     DISPATCH_PASS.write(out, "batchpool_dispatch_pass_seconds", "");
+    out.push_str("# HELP batchpool_task_submit_to_running_seconds From a task's creation to its first attempt's start, as this server placed it.\n");
+    out.push_str("# TYPE batchpool_task_submit_to_running_seconds histogram\n");
+    SUBMIT_TO_RUNNING.write(out, "batchpool_task_submit_to_running_seconds", "");
 }
 
 #[cfg(test)]

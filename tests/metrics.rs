@@ -61,6 +61,10 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
         Some(1.0),
         "{first}"
     );
+    let waited = "batchpool_task_submit_to_running_seconds_count";
+    assert_eq!(value(&first, waited), Some(5.0), "{first}");
+    let most = r#"batchpool_db_connections{state="max"}"#;
+    assert!(value(&first, most).is_some_and(|m| m >= 1.0), "{first}");
     assert!(!first.contains("t3"), "no task ids in labels");
 
     // More work, and the families move.
@@ -69,6 +73,7 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     let (_, second) = scrape(&s, Some(TOKEN)).await;
     assert_eq!(value(&second, done), Some(10.0), "{second}");
     assert_eq!(value(&second, added), Some(2.0), "{second}");
+    assert_eq!(value(&second, waited), Some(10.0), "{second}");
     assert!(value(&second, "batchpool_dispatch_pass_seconds_count").unwrap_or_default() > passes);
     assert!(value(&second, hours) > value(&first, hours), "{second}");
 

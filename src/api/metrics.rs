@@ -70,6 +70,14 @@ pub async fn scrape(
         "batchpool_agents_connected {}",
         state.runtime.agents_known()
     );
+    let (open, idle) = (state.db.size(), state.db.num_idle());
+    let most = state.db.options().get_max_connections();
+    out.push_str("# HELP batchpool_db_connections This server's database connections: busy, idle, and the most it opens.\n");
+    out.push_str("# TYPE batchpool_db_connections gauge\n");
+    let busy = u64::from(open).saturating_sub(idle as u64);
+    let _ = writeln!(out, "batchpool_db_connections{{state=\"busy\"}} {busy}");
+    let _ = writeln!(out, "batchpool_db_connections{{state=\"idle\"}} {idle}");
+    let _ = writeln!(out, "batchpool_db_connections{{state=\"max\"}} {most}");
     write_process(&mut out);
     let content_type = "text/plain; version=0.0.4; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], out).into_response())

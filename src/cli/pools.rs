@@ -62,11 +62,12 @@ pub async fn run(client: &Client, command: PoolCommand) -> CliResult<()> {
             let body = json!({"targetDedicatedNodes": nodes});
             let path = format!("/pools/{}/resize", segment(&id));
             client.call(Method::POST, &path, Some(&body)).await?;
+            let said = if wait { "resized" } else { "resizing" };
             done(
                 client,
                 &id,
                 wait,
-                &format!("pool {id} resizing to {nodes} nodes"),
+                &format!("pool {id} {said} to {nodes} nodes"),
             )
             .await
         }

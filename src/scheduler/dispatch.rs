@@ -17,6 +17,12 @@ pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
     let started = std::time::Instant::now();
     let placed = claim(db).await?;
     crate::metrics::DISPATCH_PASS.observe(started.elapsed());
+    for attempt in placed.iter().filter(|a| a.attempt == 1) {
+        if let Some(start) = attempt.start_time {
+            let waited = (start - attempt.creation_time).to_std().unwrap_or_default();
+            crate::metrics::SUBMIT_TO_RUNNING.observe(waited);
+        }
+    }
     tracing::debug!(
         placed = placed.len(),
         micros = started.elapsed().as_micros() as u64,

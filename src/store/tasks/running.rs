@@ -30,6 +30,8 @@ pub struct AttemptRow {
     pub common_environment: Json<Vec<EnvironmentSetting>>,
     pub max_wall_clock_ticks: Option<i64>,
     pub start_time: Option<DateTime<Utc>>,
+    /// When the task was added.
+    pub creation_time: DateTime<Utc>,
     pub retry_count: i32,
     pub max_task_retry_count: i32,
     pub exit_conditions: Option<Value>,
@@ -51,7 +53,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.creation_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, "# + $tail
             $(, $arg)*
         )
     };
