@@ -77,9 +77,20 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     assert!(value(&second, "batchpool_dispatch_pass_seconds_count").unwrap_or_default() > passes);
     assert!(value(&second, hours) > value(&first, hours), "{second}");
 
-    // Without a token, metrics are off.
-    let off = TestServer::start(Rt::Local).await;
+    // Without a token, metrics are off. (This server logs JSON lines, for a log collector.)
+    let off = TestServer::start_with(Rt::Local, None, &["--log-format", "json"]).await;
     let (status, body) = scrape(&off, Some(TOKEN)).await;
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("--metrics-token"), "{body}");
+    let log = std::fs::read_to_string(off.log_path()).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.starts_with("batchpool listening on")) // stdout, for scripts
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let listening = lines.iter().find(|l| l["fields"]["message"] == "listening");
+    assert!(
+        listening.is_some_and(|l| l["level"] == "INFO" && l["target"] == "batchpool::app"),
+        "{log}"
+    );
 }

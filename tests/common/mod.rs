@@ -212,7 +212,7 @@ impl TestServer {
         server
     }
 
-    fn log_path(&self) -> PathBuf {
+    pub fn log_path(&self) -> PathBuf {
         self.data_dir.path().join("server.log")
     }
 
