@@ -40,62 +40,14 @@ pub enum Command {
     /// Whether a server is ready (`/health/ready` answers 200): exit status 0 if so, 1 if not.
     /// For container healthchecks, where the image has no curl.
     Health(HealthConfig),
-    /// Pools: create, list, show, resize (to 0 when the work is done), delete. A client of a
-    /// server, as the commands below (docs/cli.md).
-    Pool {
-        #[command(subcommand)]
-        command: crate::cli::PoolCommand,
-        #[command(flatten)]
-        client: crate::cli::ClientArgs,
-    },
-    /// Jobs: submit tasks (an array of them, a file of commands), watch their progress.
-    Job {
-        #[command(subcommand)]
-        command: crate::cli::JobCommand,
-        #[command(flatten)]
-        client: crate::cli::ClientArgs,
-    },
-    /// Tasks: their logs.
-    Task {
-        #[command(subcommand)]
-        command: crate::cli::TaskCommand,
-        #[command(flatten)]
-        client: crate::cli::ClientArgs,
-    },
-    /// The jobs still going and their tasks by state (as squeue shows).
-    Queue {
-        /// Completed jobs too.
-        #[arg(long)]
-        all: bool,
-        #[command(flatten)]
-        client: crate::cli::ClientArgs,
-    },
-    /// The pools and their nodes by state (as sinfo shows).
-    Status {
-        #[command(flatten)]
-        client: crate::cli::ClientArgs,
-    },
+    /// The client commands: pool, job, task, queue, status (docs/cli.md).
+    #[command(flatten)]
+    Client(crate::cli::ClientCommand),
     /// The node agent, which runs inside each Docker node (the server starts it; see
     /// docs/nodes.md, "The node agent"). It reads BATCHPOOL_AGENT_URL, BATCHPOOL_AGENT_NODE and
     /// BATCHPOOL_AGENT_SECRET.
     #[command(hide = true)]
     Agent,
-}
-
-impl Command {
-    /// A command of the client (`pool`, `job`, ...), apart from the server's own.
-    pub fn client(&self) -> Option<(crate::cli::ClientArgs, crate::cli::ClientCommand)> {
-        use crate::cli::ClientCommand as C;
-        let (args, command) = match self {
-            Command::Pool { command, client } => (client, C::Pool(command.clone())),
-            Command::Job { command, client } => (client, C::Job(command.clone())),
-            Command::Task { command, client } => (client, C::Task(command.clone())),
-            Command::Queue { all, client } => (client, C::Queue { all: *all }),
-            Command::Status { client } => (client, C::Status),
-            _ => return None,
-        };
-        Some((args.clone(), command))
-    }
 }
 
 #[derive(clap::Args, Debug, Clone)]

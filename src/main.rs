@@ -5,12 +5,12 @@ use batchpool::config::{Cli, Command, LogFormat};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Some((args, command)) = cli.command.client() {
+    if let Command::Client(command) = cli.command {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         batchpool::install_tls();
-        let status = runtime.block_on(batchpool::cli::run(&args, command));
+        let status = runtime.block_on(batchpool::cli::run(command));
         std::process::exit(i32::from(status));
     }
     // The node agent shares its node's CPUs and process limit with the node's tasks: one thread
@@ -57,11 +57,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Agent => batchpool::agent::run().await,
-        Command::Pool { .. }
-        | Command::Job { .. }
-        | Command::Task { .. }
-        | Command::Queue { .. }
-        | Command::Status { .. } => unreachable!("client commands run in main"),
+        Command::Client(_) => unreachable!("client commands run in main"),
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {
                 Some(host) => batchpool::runtime::docker::connect_host(host).await?,

@@ -40,19 +40,62 @@ pub enum TaskCommand {
     Logs(Logs),
 }
 
-/// What the client commands are, for `config::Command`.
-#[derive(Debug, Clone)]
+/// The client commands, each with where the server is and who signs (`config::Command`
+/// flattens them in among the server's own).
+#[derive(clap::Subcommand, Debug, Clone)]
 pub enum ClientCommand {
-    Pool(PoolCommand),
-    Job(JobCommand),
-    Task(TaskCommand),
-    Queue { all: bool },
-    Status,
+    /// Pools: create, list, show, resize (to 0 when the work is done), delete. A client of a
+    /// server, as the commands below (docs/cli.md).
+    Pool {
+        #[command(subcommand)]
+        command: PoolCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Jobs: submit tasks (an array of them, a file of commands), watch their progress.
+    Job {
+        #[command(subcommand)]
+        command: JobCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Tasks: their logs.
+    Task {
+        #[command(subcommand)]
+        command: TaskCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The jobs still going and their tasks by state (as squeue shows).
+    Queue {
+        /// Completed jobs too.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The pools and their nodes by state (as sinfo shows).
+    Status {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+impl ClientCommand {
+    fn args(&self) -> &ClientArgs {
+        match self {
+            ClientCommand::Pool { client, .. }
+            | ClientCommand::Job { client, .. }
+            | ClientCommand::Task { client, .. }
+            | ClientCommand::Queue { client, .. }
+            | ClientCommand::Status { client } => client,
+        }
+    }
 }
 
 /// Runs a client command; its exit status. Errors are printed here, as one line.
-pub async fn run(args: &ClientArgs, command: ClientCommand) -> u8 {
-    let outcome = match Client::new(args) {
+pub async fn run(command: ClientCommand) -> u8 {
+    let outcome = match Client::new(command.args()) {
         Ok(client) => dispatch(&client, command).await,
         Err(e) => Err(e),
     };
@@ -67,19 +110,26 @@ pub async fn run(args: &ClientArgs, command: ClientCommand) -> u8 {
 
 async fn dispatch(client: &Client, command: ClientCommand) -> CliResult<u8> {
     match command {
-        ClientCommand::Pool(c) => pools::run(client, c).await.map(|()| 0),
-        ClientCommand::Job(JobCommand::Submit(s)) => {
+        ClientCommand::Pool { command, .. } => pools::run(client, command).await.map(|()| 0),
+        ClientCommand::Job {
+            command: JobCommand::Submit(s),
+            ..
+        } => {
             let job = jobs::submit(client, &s).await?;
             if s.watch {
                 return watch::watch(client, &job, None).await;
             }
             Ok(0)
         }
-        ClientCommand::Job(JobCommand::Watch { job, timeout }) => {
-            watch::watch(client, &job, timeout.map(Duration::from_secs)).await
-        }
-        ClientCommand::Task(TaskCommand::Logs(l)) => logs::logs(client, &l).await.map(|()| 0),
-        ClientCommand::Queue { all } => jobs::queue(client, all).await.map(|()| 0),
-        ClientCommand::Status => pools::status(client).await.map(|()| 0),
+        ClientCommand::Job {
+            command: JobCommand::Watch { job, timeout },
+            ..
+        } => watch::watch(client, &job, timeout.map(Duration::from_secs)).await,
+        ClientCommand::Task {
+            command: TaskCommand::Logs(l),
+            ..
+        } => logs::logs(client, &l).await.map(|()| 0),
+        ClientCommand::Queue { all, .. } => jobs::queue(client, all).await.map(|()| 0),
+        ClientCommand::Status { .. } => pools::status(client).await.map(|()| 0),
     }
 }
