@@ -74,6 +74,10 @@ pub static DISPATCH_PASS: LazyLock<Histogram> = LazyLock::new(Histogram::default
 /// `preparing`), as the dispatcher of this server placed it.
 pub static SUBMIT_TO_RUNNING: LazyLock<Histogram> = LazyLock::new(Histogram::default);
 
+/// From a node's allocation (the resize that asked for it) to its start: its container or
+/// directory made and its agent answering, so it takes tasks or its start task.
+pub static NODE_START: LazyLock<Histogram> = LazyLock::new(Histogram::default);
+
 /// Counts a request to `route` (the route's pattern, never the path: ids stay out of labels).
 pub fn http_request(route: &str, method: &str, status: u16, took: Duration) {
     let mut http = HTTP.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,6 +124,9 @@ pub fn write_process(out: &mut String) {
     out.push_str("# HELP batchpool_task_submit_to_running_seconds From a task's creation to its first attempt's start, as this server placed it.\n");
     out.push_str("# TYPE batchpool_task_submit_to_running_seconds histogram\n");
     SUBMIT_TO_RUNNING.write(out, "batchpool_task_submit_to_running_seconds", "");
+    out.push_str("# HELP batchpool_node_start_seconds From a node's allocation to its start (made, its agent answering), on the leading server.\n");
+    out.push_str("# TYPE batchpool_node_start_seconds histogram\n");
+    NODE_START.write(out, "batchpool_node_start_seconds", "");
 }
 
 #[cfg(test)]

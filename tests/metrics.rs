@@ -63,6 +63,8 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     );
     let waited = "batchpool_task_submit_to_running_seconds_count";
     assert_eq!(value(&first, waited), Some(5.0), "{first}");
+    let started = "batchpool_node_start_seconds_count";
+    assert_eq!(value(&first, started), Some(1.0), "{first}");
     let most = r#"batchpool_db_connections{state="max"}"#;
     assert!(value(&first, most).is_some_and(|m| m >= 1.0), "{first}");
     assert!(!first.contains("t3"), "no task ids in labels");

@@ -143,6 +143,10 @@ impl Allocator {
         }
         tx.commit().await?;
         if still_wanted {
+            let took = (Utc::now() - node.allocation_time)
+                .to_std()
+                .unwrap_or_default();
+            crate::metrics::NODE_START.observe(took);
             tracing::info!(node = %node.id, pool = %pool.id, %state, "node started");
         }
         Ok(still_wanted)
