@@ -99,11 +99,21 @@ pub fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// A family's `# HELP` and `# TYPE` lines.
+pub fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// The families counted in process, in the text format.
 pub fn write_process(out: &mut String) {
     let http = HTTP.lock().unwrap_or_else(|e| e.into_inner());
-    out.push_str("# HELP batchpool_http_requests_total HTTP requests served, by route pattern, method and status.\n");
-    out.push_str("# TYPE batchpool_http_requests_total counter\n");
+    family(
+        out,
+        "batchpool_http_requests_total",
+        "counter",
+        "HTTP requests served, by route pattern, method and status.",
+    );
     for ((route, method, status), n) in &http.requests {
         let route = escape(route);
         let _ = writeln!(
@@ -111,21 +121,37 @@ pub fn write_process(out: &mut String) {
             "batchpool_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}"
         );
     }
-    out.push_str("# HELP batchpool_http_request_duration_seconds Time to answer HTTP requests (to the response's head), by route pattern.\n");
-    out.push_str("# TYPE batchpool_http_request_duration_seconds histogram\n");
+    family(
+        out,
+        "batchpool_http_request_duration_seconds",
+        "histogram",
+        "Time to answer HTTP requests (to the response's head), by route pattern.",
+    );
     for (route, histogram) in &http.seconds {
         let labels = format!("route=\"{}\"", escape(route));
         histogram.write(out, "batchpool_http_request_duration_seconds", &labels);
     }
     drop(http);
-    out.push_str("# HELP batchpool_dispatch_pass_seconds Time of each pass of the dispatcher (claiming and placing tasks), on the leading server.\n");
-    out.push_str("# TYPE batchpool_dispatch_pass_seconds histogram\n");
+    family(
+        out,
+        "batchpool_dispatch_pass_seconds",
+        "histogram",
+        "Time of each pass of the dispatcher (claiming and placing tasks), on the leading server.",
+    );
     DISPATCH_PASS.write(out, "batchpool_dispatch_pass_seconds", "");
-    out.push_str("# HELP batchpool_task_submit_to_running_seconds From a task's creation to its first attempt's start, as this server placed it.\n");
-    out.push_str("# TYPE batchpool_task_submit_to_running_seconds histogram\n");
+    family(
+        out,
+        "batchpool_task_submit_to_running_seconds",
+        "histogram",
+        "From a task's creation to its first attempt's start, as this server placed it.",
+    );
     SUBMIT_TO_RUNNING.write(out, "batchpool_task_submit_to_running_seconds", "");
-    out.push_str("# HELP batchpool_node_start_seconds From a node's allocation to its start (made, its agent answering), on the leading server.\n");
-    out.push_str("# TYPE batchpool_node_start_seconds histogram\n");
+    family(
+        out,
+        "batchpool_node_start_seconds",
+        "histogram",
+        "From a node's allocation to its start (made, its agent answering), on the leading server.",
+    );
     NODE_START.write(out, "batchpool_node_start_seconds", "");
 }
 

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::metrics::{escape, write_process};
+use crate::metrics::{escape, family, write_process};
 use crate::store;
 
 /// Counts each request by its route's pattern (never its path: ids stay out of the labels).
@@ -60,11 +60,19 @@ pub async fn scrape(
         .await
         .map_err(ApiError::internal)?;
     let leads = u8::from(state.probes.leads());
-    out.push_str("# HELP batchpool_leader Whether this server leads the scheduler.\n");
-    out.push_str("# TYPE batchpool_leader gauge\n");
+    family(
+        &mut out,
+        "batchpool_leader",
+        "gauge",
+        "Whether this server leads the scheduler.",
+    );
     let _ = writeln!(out, "batchpool_leader {leads}");
-    out.push_str("# HELP batchpool_agents_connected Node agents this server knows.\n");
-    out.push_str("# TYPE batchpool_agents_connected gauge\n");
+    family(
+        &mut out,
+        "batchpool_agents_connected",
+        "gauge",
+        "Node agents this server knows.",
+    );
     let _ = writeln!(
         out,
         "batchpool_agents_connected {}",
@@ -72,8 +80,12 @@ pub async fn scrape(
     );
     let (open, idle) = (state.db.size(), state.db.num_idle());
     let most = state.db.options().get_max_connections();
-    out.push_str("# HELP batchpool_db_connections This server's database connections: busy, idle, and the most it opens.\n");
-    out.push_str("# TYPE batchpool_db_connections gauge\n");
+    family(
+        &mut out,
+        "batchpool_db_connections",
+        "gauge",
+        "This server's database connections: busy, idle, and the most it opens.",
+    );
     let busy = u64::from(open).saturating_sub(idle as u64);
     let _ = writeln!(out, "batchpool_db_connections{{state=\"busy\"}} {busy}");
     let _ = writeln!(out, "batchpool_db_connections{{state=\"idle\"}} {idle}");
@@ -85,8 +97,12 @@ pub async fn scrape(
 
 async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> {
     let db = &state.db;
-    out.push_str("# HELP batchpool_tasks Tasks of the jobs not completed yet, by state.\n");
-    out.push_str("# TYPE batchpool_tasks gauge\n");
+    family(
+        out,
+        "batchpool_tasks",
+        "gauge",
+        "Tasks of the jobs not completed yet, by state.",
+    );
     for t in store::metrics::task_counts(db).await? {
         let (account, job) = (escape(&t.account), escape(&t.job));
         let _ = writeln!(
@@ -95,8 +111,7 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
             t.state, t.count
         );
     }
-    out.push_str("# HELP batchpool_nodes Nodes by pool and state.\n");
-    out.push_str("# TYPE batchpool_nodes gauge\n");
+    family(out, "batchpool_nodes", "gauge", "Nodes by pool and state.");
     for n in store::metrics::node_counts(db).await? {
         let (account, pool) = (escape(&n.account), escape(&n.pool));
         let _ = writeln!(
@@ -105,8 +120,12 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
             n.state, n.count
         );
     }
-    out.push_str("# HELP batchpool_pool_target_nodes The dedicated nodes each pool is sized to.\n");
-    out.push_str("# TYPE batchpool_pool_target_nodes gauge\n");
+    family(
+        out,
+        "batchpool_pool_target_nodes",
+        "gauge",
+        "The dedicated nodes each pool is sized to.",
+    );
     for p in store::metrics::pool_targets(db).await? {
         let (account, pool) = (escape(&p.account), escape(&p.pool));
         let _ = writeln!(
@@ -115,8 +134,12 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
             p.target
         );
     }
-    out.push_str("# HELP batchpool_compute_hours_total Node-hours metered so far, by pool and billing plan.\n");
-    out.push_str("# TYPE batchpool_compute_hours_total counter\n");
+    family(
+        out,
+        "batchpool_compute_hours_total",
+        "counter",
+        "Node-hours metered so far, by pool and billing plan.",
+    );
     for h in store::metrics::compute_hours(db).await? {
         let (account, pool, plan) = (escape(&h.account), escape(&h.pool), escape(&h.billing_plan));
         let _ = writeln!(
