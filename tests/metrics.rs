@@ -72,7 +72,19 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     // More work, and the families move.
     s.add_tasks("j", tasks(5)).await;
     s.wait_all_completed("j", 10).await;
+    // A made-up method counts as `other`, not as a series of its own.
+    let odd = reqwest::Method::from_bytes(b"FROBNICATE").unwrap();
+    let sent = reqwest::Client::new()
+        .request(odd, format!("{}/pools", s.base))
+        .send()
+        .await;
+    assert!(sent.unwrap().status().is_client_error());
     let (_, second) = scrape(&s, Some(TOKEN)).await;
+    assert!(!second.contains("FROBNICATE"), "{second}");
+    assert!(
+        second.contains(r#"route="/pools",method="other""#),
+        "{second}"
+    );
     assert_eq!(value(&second, done), Some(10.0), "{second}");
     assert_eq!(value(&second, added), Some(2.0), "{second}");
     assert_eq!(value(&second, waited), Some(10.0), "{second}");

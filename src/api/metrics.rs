@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -20,17 +20,29 @@ use crate::store;
 
 /// Counts each request by its route's pattern (never its path: ids stay out of the labels).
 pub async fn count(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("(unmatched)", |p| p.as_str())
-        .to_string();
-    let method = request.method().as_str().to_string();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16();
-    crate::metrics::http_request(&route, &method, status, started.elapsed());
+    let route = route.as_ref().map_or("(unmatched)", MatchedPath::as_str);
+    crate::metrics::http_request(route, method, status, started.elapsed());
     response
+}
+
+/// A request's method as a label: HTTP's own methods by name, any other as `other` (a client
+/// may send any token as a method, and each would otherwise be a series of its own).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
 }
 
 pub async fn scrape(
