@@ -95,22 +95,27 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_batch_that_never_arrived_is_sent_again_and_one_that_did_is_not() {
-        let agents = std::sync::Arc::new(Agents::new(None, 0));
-        agents.register("n", "s");
-        let link = agents.authenticate("n", "s").unwrap();
+    /// Asks node `n` whether pid 7 is alive, in the background: one piece of work for its agent.
+    fn ask_alive(agents: &std::sync::Arc<Agents>) -> tokio::task::JoinHandle<()> {
         let asking = agents.clone();
-        let run = tokio::spawn(async move {
+        tokio::spawn(async move {
             let alive = |id| Work::Alive {
                 id,
                 pid: 7,
                 boot: None,
             };
-            asking
+            let _ = asking
                 .ask("n", alive, std::time::Duration::from_secs(600))
-                .await
-        });
+                .await;
+        })
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_never_arrived_is_sent_again_and_one_that_did_is_not() {
+        let agents = std::sync::Arc::new(Agents::new(None, 0));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let run = ask_alive(&agents);
         let first = link.take_work(&hello(None)).await;
         assert_eq!(first.work.len(), 1);
         // The answer was lost: the next request names no batch, and gets the same work.
@@ -134,17 +139,7 @@ mod tests {
         tokio::task::yield_now().await;
         let live = tokio::spawn(async move { new.take_work(&hello(None)).await });
         tokio::task::yield_now().await;
-        let asking = agents.clone();
-        let _run = tokio::spawn(async move {
-            let alive = |id| Work::Alive {
-                id,
-                pid: 7,
-                boot: None,
-            };
-            asking
-                .ask("n", alive, std::time::Duration::from_secs(600))
-                .await
-        });
+        let _run = ask_alive(&agents);
         assert!(stale.await.unwrap().work.is_empty());
         assert_eq!(live.await.unwrap().work.len(), 1);
     }
