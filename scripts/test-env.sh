@@ -200,7 +200,8 @@ _batchpool_test_env() (
     # ------------------------------------------------------------------
     # unzip: local nodes unzip application packages with the host's (Docker nodes with busybox's).
     # docker-compose: the deployment test validates docker-compose.yml with it.
-    local pkgs=(docker.io busybox-static unzip docker-compose)
+    # chromium: the dashboard's test drives it headless (tests/ui.rs).
+    local pkgs=(docker.io busybox-static unzip docker-compose chromium)
     local -a missing
     mapfile -t missing < <(missing_pkgs "${pkgs[@]}")
     if ((${#missing[@]})); then

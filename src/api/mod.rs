@@ -16,6 +16,7 @@ mod query;
 pub mod request_id;
 pub mod serve;
 pub mod state;
+pub mod ui;
 pub mod unsupported;
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(authenticated)
         .merge(management)
         .merge(bes::bearer_router())
+        .merge(ui::router(state.clone()))
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(metrics::scrape))

@@ -12,6 +12,7 @@ pub mod preparations;
 pub mod services;
 pub mod tasks;
 mod text_enum;
+pub mod ui;
 pub mod usage;
 
 use sqlx::PgPool;
