@@ -45,9 +45,12 @@ fn images_on_every_host() {
     });
 }
 
+const METRICS_TOKEN: &str = "hosts-test";
+
 async fn server_on_three_hosts(suffix: &str) -> TestServer {
     images_on_every_host();
-    let args = host_args(suffix);
+    let mut args = host_args(suffix);
+    args.extend(["--metrics-token".to_string(), METRICS_TOKEN.to_string()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await
 }
@@ -73,6 +76,26 @@ async fn a_pool_spreads_over_the_hosts_and_runs_on_all_of_them() {
         [2, 2, 2],
         "2 nodes per host"
     );
+    // /metrics counts them per host too.
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(METRICS_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for pair in host_args("").chunks(2) {
+        let series = format!(
+            "batchpool_nodes{{account=\"batchpool\",pool=\"wide\",host=\"{}\",state=\"idle\"}} 2",
+            pair[1]
+        );
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in:\n{metrics}"
+        );
+    }
     s.job_on("j", "wide").await;
     let tasks = (0..30)
         .map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_NODE_ID"}))

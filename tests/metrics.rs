@@ -43,7 +43,7 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     s.wait_all_completed("j", 5).await;
     let (status, first) = scrape(&s, Some(TOKEN)).await;
     assert_eq!(status, 200, "{first}");
-    let node = r#"batchpool_nodes{account="batchpool",pool="p",state="idle"}"#;
+    let node = r#"batchpool_nodes{account="batchpool",pool="p",host="local",state="idle"}"#;
     assert_eq!(value(&first, node), Some(1.0), "{first}");
     let target = r#"batchpool_pool_target_nodes{account="batchpool",pool="p"}"#;
     assert_eq!(value(&first, target), Some(1.0), "{first}");

@@ -200,7 +200,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
     let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
     assert_eq!(node.state, NodeState::Creating);
     assert!(
-        nodes::set_started(&db, node.pk, NodeState::Idle, "c1", "10.0.0.2")
+        nodes::set_started(&db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
             .await
             .unwrap()
     );

@@ -123,12 +123,17 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
             t.state, t.count
         );
     }
-    family(out, "batchpool_nodes", "gauge", "Nodes by pool and state.");
+    family(
+        out,
+        "batchpool_nodes",
+        "gauge",
+        "Nodes by pool, host and state.",
+    );
     for n in store::metrics::node_counts(db).await? {
-        let (account, pool) = (escape(&n.account), escape(&n.pool));
+        let (account, pool, host) = (escape(&n.account), escape(&n.pool), escape(&n.host));
         let _ = writeln!(
             out,
-            "batchpool_nodes{{account=\"{account}\",pool=\"{pool}\",state=\"{}\"}} {}",
+            "batchpool_nodes{{account=\"{account}\",pool=\"{pool}\",host=\"{host}\",state=\"{}\"}} {}",
             n.state, n.count
         );
     }

@@ -54,6 +54,8 @@ pub struct NodeSpec {
 pub struct NodeHandle {
     pub container_id: String,
     pub ip_address: String,
+    /// Where it runs: its Docker engine's URL, or `local`.
+    pub host: String,
 }
 
 /// A node found on the runtime, for adoption after a restart.

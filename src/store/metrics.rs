@@ -27,6 +27,8 @@ pub async fn task_counts(db: &PgPool) -> sqlx::Result<Vec<TaskCount>> {
 pub struct NodeCount {
     pub account: String,
     pub pool: String,
+    /// Its Docker engine's URL, `local`, or empty while it has not started.
+    pub host: String,
     pub state: String,
     pub count: i64,
 }
@@ -34,9 +36,10 @@ pub struct NodeCount {
 pub async fn node_counts(db: &PgPool) -> sqlx::Result<Vec<NodeCount>> {
     sqlx::query_as!(
         NodeCount,
-        r#"SELECT p.account AS "account!", p.id AS "pool!", n.state AS "state!", count(*) AS "count!"
+        r#"SELECT p.account AS "account!", p.id AS "pool!", coalesce(n.host, '') AS "host!",
+                  n.state AS "state!", count(*) AS "count!"
            FROM nodes n JOIN pools p ON p.pk = n.pool_pk
-           GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"#
+           GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"#
     )
     .fetch_all(db)
     .await

@@ -92,17 +92,17 @@ pub async fn set_started(
     db: impl PgExecutor<'_>,
     pk: i64,
     state: NodeState,
-    container_id: &str,
-    ip_address: &str,
+    (container_id, ip_address, host): (&str, &str, &str),
 ) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
-            last_boot_time = now(), errors = '[]' \
+            host = $5, last_boot_time = now(), errors = '[]' \
          WHERE pk = $1 AND state <> 'leavingpool'",
         pk,
         state.as_str(),
         container_id,
         ip_address,
+        host,
     )
     .execute(db)
     .await?;

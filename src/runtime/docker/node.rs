@@ -180,6 +180,8 @@ impl DockerRuntime {
         Ok(NodeHandle {
             container_id: info.id.unwrap_or(name),
             ip_address,
+            // The engine's URL, which the hosts that place the node know (DockerHosts).
+            host: String::new(),
         })
     }
 

@@ -110,6 +110,7 @@ impl LocalRuntime {
         Ok(NodeHandle {
             container_id: root.display().to_string(),
             ip_address: "127.0.0.1".into(),
+            host: "local".into(),
         })
     }
 

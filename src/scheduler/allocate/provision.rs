@@ -134,8 +134,7 @@ impl Allocator {
             &mut *tx,
             node.pk,
             state,
-            &handle.container_id,
-            &handle.ip_address,
+            (&handle.container_id, &handle.ip_address, &handle.host),
         )
         .await?;
         if still_wanted {

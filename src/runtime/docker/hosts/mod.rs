@@ -259,7 +259,10 @@ impl DockerHosts {
         if made.is_err() {
             self.placed.lock().expect("lock").remove(&spec.node_id);
         }
-        made
+        made.map(|handle| NodeHandle {
+            host: self.host(host).spec.url.clone(),
+            ..handle
+        })
     }
 
     async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
