@@ -1,6 +1,7 @@
 //! The deployment files: `docker-compose.yml` is valid for `docker-compose`, and the server image
 //! (Dockerfile, built by scripts/image.sh without pulling anything) runs the server, which
-//! answers `/health` and `/health/ready`, and its own `batchpool health` healthcheck.
+//! answers `/health` and `/health/ready`, and its own `batchpool health` healthcheck; behind a
+//! slow link, answers are gzipped for clients that accept it.
 
 mod common;
 
@@ -106,4 +107,66 @@ async fn the_server_image_runs_the_server() {
         "--url",
         &base,
     ]));
+}
+
+/// gzip's output, decoded by the machine's own `gzip`.
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("gzip")
+        .arg("-dc")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gzip");
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "not gzip");
+    out.stdout
+}
+
+/// Over a slow link, a client that accepts gzip gets lists compressed; file contents never are,
+/// so a ranged read's bytes are the file's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_are_gzipped_for_clients_that_accept_it_and_files_never() {
+    use common::{Rt, TestServer};
+    use serde_json::{json, Value};
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let tasks = (0..100)
+        .map(|i| json!({"id": format!("t{i:03}"), "commandLine": "seq 1 2000"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    s.wait_all_completed("j", 100).await;
+    let get = |path: &str, gzip: bool| {
+        let mut r = s.http.get(format!("{}{path}", s.base));
+        if gzip {
+            r = r.header("accept-encoding", "gzip");
+        }
+        r.send()
+    };
+    let plain = get("/jobs/j/tasks", false).await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let plain: Value = plain.json().await.unwrap();
+    let zipped = get("/jobs/j/tasks", true).await.unwrap();
+    assert_eq!(zipped.headers()["content-encoding"], "gzip");
+    let bytes = zipped.bytes().await.unwrap();
+    let unzipped: Value = serde_json::from_slice(&gunzip(&bytes)).unwrap();
+    assert_eq!(unzipped["value"], plain["value"]);
+    let json_len = serde_json::to_vec(&plain).unwrap().len();
+    assert!(
+        bytes.len() * 5 < json_len,
+        "{} bytes of {json_len}",
+        bytes.len()
+    );
+
+    let file = get("/jobs/j/tasks/t000/files/stdout.txt", true)
+        .await
+        .unwrap();
+    assert!(file.headers().get("content-encoding").is_none());
+    let text = file.text().await.unwrap();
+    assert!(
+        text.starts_with("1\n2\n") && text.ends_with("2000\n"),
+        "{text}"
+    );
 }

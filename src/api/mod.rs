@@ -69,9 +69,26 @@ pub fn router(state: Arc<AppState>) -> Router {
             guard::read_body_in_time,
         ))
         .layer(axum::middleware::from_fn(guard::catch_panic))
+        .layer(compression())
         .layer(axum::middleware::from_fn(metrics::count))
         .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
+}
+
+/// gzip, for a client that accepts it, of answers worth it: JSON, HTML, CSV and the dashboard's
+/// files of 1 KiB or more. Never file contents (`application/octet-stream`): a ranged read's
+/// length must stay the file's bytes, and SDKs stream those without decoding them.
+fn compression(
+) -> tower_http::compression::CompressionLayer<impl tower_http::compression::Predicate> {
+    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+    let worth_it = SizeAbove::new(1024)
+        .and(NotForContentType::const_new("application/octet-stream"))
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE)
+        .and(NotForContentType::GRPC);
+    tower_http::compression::CompressionLayer::new()
+        .gzip(true)
+        .compress_when(worth_it)
 }
 
 /// The api-versions of the SDKs this server answers (15.x and 14.x).
