@@ -102,6 +102,38 @@ async fn pools_are_made_sized_shown_and_deleted_from_the_command_line() {
         made.stdout
     );
 
+    // A pool with its own image and a start task: each node runs it before it takes tasks.
+    let start = "echo ready > $AZ_BATCH_NODE_SHARED_DIR/ready";
+    let image = common::TEST_IMAGE;
+    let args = [
+        "pool",
+        "create",
+        "st-pool",
+        "--nodes",
+        "1",
+        "--image",
+        image,
+        "--start-task",
+        start,
+        "--wait",
+    ];
+    cli(&s, &args).await.ok();
+    let shown: serde_json::Value = serde_json::from_str(
+        &cli(&s, &["pool", "show", "st-pool", "-o", "json"])
+            .await
+            .ok()
+            .stdout,
+    )
+    .unwrap();
+    let config = &shown["virtualMachineConfiguration"]["containerConfiguration"];
+    assert_eq!(config["containerImageNames"][0], image, "{shown}");
+    let node = s.nodes("st-pool").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.shared_file("st-pool", &node, "ready").await, "ready\n");
+    assert_eq!(s.nodes("st-pool").await[0]["startTaskInfo"]["exitCode"], 0);
+
     let list = cli(&s, &["pool", "list"]).await.ok().stdout;
     assert_eq!(
         row(&list, "POOL"),

@@ -23,6 +23,14 @@ pub enum PoolCommand {
         /// Task slots per node: how many tasks of one slot a node runs at once.
         #[arg(long, default_value_t = 1)]
         slots: u32,
+        /// The Docker image of the nodes (Azure's containerConfiguration.containerImageNames);
+        /// the server's default image without it.
+        #[arg(long)]
+        image: Option<String>,
+        /// A command each node runs when it joins the pool, before it takes tasks (`sh -c`, as
+        /// Azure's start task; a node whose start task fails takes none).
+        #[arg(long, value_name = "COMMAND")]
+        start_task: Option<String>,
         /// Wait until the pool has its nodes, all ready for tasks.
         #[arg(long)]
         wait: bool,
@@ -50,9 +58,20 @@ pub async fn run(client: &Client, command: PoolCommand) -> CliResult<()> {
             vm_size,
             nodes,
             slots,
+            image,
+            start_task,
             wait,
         } => {
-            let body = json!({"id": id, "vmSize": vm_size, "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots});
+            let mut body = json!({"id": id, "vmSize": vm_size, "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots});
+            if let Some(image) = image {
+                body["virtualMachineConfiguration"] = json!({
+                    "nodeAgentSKUId": "batch.node.batchpool",
+                    "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [image]},
+                });
+            }
+            if let Some(command) = start_task {
+                body["startTask"] = json!({"commandLine": command, "waitForSuccess": true});
+            }
             client.call(Method::POST, "/pools", Some(&body)).await?;
             done(client, &id, wait, &format!("pool {id} created ({vm_size})")).await
         }
