@@ -171,6 +171,7 @@ async fn run(
             server_id,
             wake: wake.clone(),
             node_concurrency: config.node_concurrency,
+            max_nodes_per_pool: config.max_nodes_per_pool,
             bes: bes_config(&config, &settings)?,
             fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
         },

@@ -417,7 +417,6 @@ async fn operations_this_server_lacks_are_refused_by_name() {
             "/pools/p/nodes/n/disablescheduling",
             "scheduling on nodes",
         ),
-        (Method::POST, "/pools/p/enableautoscale", "autoscale"),
     ];
     for (method, path, operation) in cases {
         let (status, body) = s.request(method.clone(), path, Some(&json!({}))).await;

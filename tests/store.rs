@@ -41,6 +41,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         service_pk: None,
         pool_service: false,
         application_packages: None,
+        auto_scale: None,
     }
 }
 

@@ -14,9 +14,6 @@ pub fn operation(path: &str) -> Option<&'static str> {
         ["jobschedules", ..] => Some("job schedules"),
         ["certificates", ..] => Some("certificates"),
         ["lifetimepoolstats"] | ["lifetimejobstats"] => Some("lifetime statistics"),
-        ["pools", _, "evaluateautoscale" | "enableautoscale" | "disableautoscale"] => {
-            Some("autoscale formulas")
-        }
         ["pools", _, "nodes", _, rest @ ..] => node_operation(rest),
         ["jobs", _, "tasks", _, "subtasksinfo"] => Some("multi-instance tasks"),
         _ => None,
@@ -81,11 +78,7 @@ mod tests {
                 "/pools/p/nodes/n/disablescheduling",
                 Some("disabling and enabling scheduling on nodes"),
             ),
-            (
-                Method::POST,
-                "/pools/p/evaluateautoscale",
-                Some("autoscale formulas"),
-            ),
+            (Method::POST, "/pools/p/evaluateautoscale", None),
             (Method::GET, "/pools/p/nodes/n/files/x", None),
             (Method::GET, "/nonsense", None),
             (Method::DELETE, "/jobs/j/tasks/t/files", None),

@@ -2,5 +2,6 @@
 //! ending jobs and tasks, and waking the scheduler's loops.
 
 pub mod applications;
+pub mod autoscale;
 pub mod jobs;
 pub mod wake;

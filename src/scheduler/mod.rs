@@ -3,6 +3,7 @@
 //! them). API writes wake the loops; a slow timer only backs them up.
 
 pub mod allocate;
+mod autoscale;
 pub mod bes;
 pub mod complete;
 pub mod dispatch;
@@ -64,6 +65,8 @@ pub struct Scheduler {
     pub server_id: String,
     pub wake: Wakeups,
     pub node_concurrency: usize,
+    /// The most nodes an autoscale formula may give a pool (`--max-nodes-per-pool`).
+    pub max_nodes_per_pool: i32,
     pub bes: bes::Config,
     /// Moves tasks' resource and output files.
     pub fetcher: task_files::Fetcher,
@@ -222,7 +225,13 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     tokio::join!(
         allocator.run(),
         dispatch_loop(s, executor, cancel),
-        driver.run()
+        driver.run(),
+        autoscale::run(
+            s.db.clone(),
+            s.wake.clone(),
+            s.max_nodes_per_pool,
+            cancel.clone()
+        ),
     );
     listener.abort();
 }

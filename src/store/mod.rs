@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod applications;
+pub mod autoscale;
 pub mod hosts;
 pub mod jobs;
 pub mod leader;

@@ -39,6 +39,12 @@ pub struct PoolRow {
     /// Made through the Pool Service (counts against its quotas).
     pub pool_service: bool,
     pub application_packages: Option<Json<Vec<PoolPackage>>>,
+    /// Autoscale: whether it is on, the formula and interval (kept when it is turned off), and
+    /// the last evaluation as Azure's AutoScaleRun.
+    pub enable_auto_scale: bool,
+    pub auto_scale_formula: Option<String>,
+    pub auto_scale_interval_ticks: Option<i64>,
+    pub auto_scale_run: Option<Value>,
     /// Nodes that exist and are not leaving the pool.
     pub current_dedicated_nodes: i64,
 }
@@ -64,6 +70,8 @@ pub struct NewPool {
     pub service_pk: Option<i64>,
     pub pool_service: bool,
     pub application_packages: Option<Json<Vec<PoolPackage>>>,
+    /// Autoscale at creation: the formula, its interval (ticks) and its first run.
+    pub auto_scale: Option<(String, i64, Value)>,
 }
 
 /// Reads whole `PoolRow`s: `select_pools!("WHERE ...", args)` is the checked query over every
@@ -73,6 +81,7 @@ macro_rules! select_pools {
         sqlx::query_as!(
             PoolRow,
             r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
+                p.enable_auto_scale, p.auto_scale_formula, p.auto_scale_interval_ticks, p.auto_scale_run,
                 (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS "current_dedicated_nodes!"
                FROM pools p "# + $rest
             $(, $arg)*
@@ -91,9 +100,10 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         "INSERT INTO pools (account, id, display_name, vm_size, vcpus, memory_mib, image, vm_config, start_task, \
             task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
-            billing_plan, service_pk, pool_service, application_packages) \
+            billing_plan, service_pk, pool_service, application_packages, \
+            enable_auto_scale, auto_scale_formula, auto_scale_interval_ticks, auto_scale_run, auto_scale_next) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
-            $16, $17, $18, $19)",
+            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0))",
         &p.account,
         &p.id,
         &p.display_name as _,
@@ -113,6 +123,10 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         p.service_pk,
         p.pool_service,
         &p.application_packages as _,
+        p.auto_scale.is_some(),
+        p.auto_scale.as_ref().map(|a| a.0.as_str()),
+        p.auto_scale.as_ref().map(|a| a.1),
+        p.auto_scale.as_ref().map(|a| &a.2),
     )
     .execute(db)
     .await?;

@@ -120,6 +120,19 @@ def run_15():
     c.begin_terminate_job(JOB, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
     job = c.get_job(JOB)
     assert job.state == models.BatchJobState.COMPLETED and job.execution_info.termination_reason == "done", job
+    # Autoscale: enabled with a formula, evaluated, and disabled again.
+    c.enable_pool_auto_scale(POOL, models.BatchPoolEnableAutoScaleOptions(
+        auto_scale_formula="$TargetDedicatedNodes = 1; $NodeDeallocationOption = taskcompletion;",
+        auto_scale_evaluation_interval=__import__("datetime").timedelta(seconds=5)))
+    pool = c.get_pool(POOL)
+    assert pool.enable_auto_scale and pool.auto_scale_evaluation_interval.total_seconds() == 5, pool
+    assert pool.auto_scale_run.results.startswith("$TargetDedicatedNodes=1;"), pool.auto_scale_run
+    run = c.evaluate_pool_auto_scale(POOL, models.BatchPoolEvaluateAutoScaleOptions(
+        auto_scale_formula="$TargetDedicatedNodes = min(3, $TargetDedicatedNodes + 2);"))
+    assert run.results.startswith("$TargetDedicatedNodes=3;") and run.error is None, run
+    expect_error(409, lambda: c.begin_resize_pool(POOL, models.BatchPoolResizeOptions(target_dedicated_nodes=0)).result())
+    c.disable_pool_auto_scale(POOL)
+    assert not c.get_pool(POOL).enable_auto_scale
     c.begin_resize_pool(POOL, models.BatchPoolResizeOptions(target_dedicated_nodes=0), polling_interval=0.2).result()
     assert c.get_pool(POOL).current_dedicated_nodes == 0
     c.begin_delete_job(JOB, polling_interval=0.2).result()

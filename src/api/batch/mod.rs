@@ -41,6 +41,18 @@ fn pool_routes() -> Router<Arc<AppState>> {
         .route("/pools/{pool_id}/resize", post(pools::resize))
         .route("/pools/{pool_id}/stopresize", post(pools::stop_resize))
         .route(
+            "/pools/{pool_id}/enableautoscale",
+            post(pools::enable_auto_scale),
+        )
+        .route(
+            "/pools/{pool_id}/disableautoscale",
+            post(pools::disable_auto_scale),
+        )
+        .route(
+            "/pools/{pool_id}/evaluateautoscale",
+            post(pools::evaluate_formula),
+        )
+        .route(
             "/pools/{pool_id}/updateproperties",
             post(pools::update_properties),
         )

@@ -38,8 +38,14 @@ pub const POOL_ADD: Table = &[
         "applicationPackageReferences",
         Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
     ),
-    ("autoScaleEvaluationInterval", Refused("autoscale formulas")),
-    ("autoScaleFormula", Refused("autoscale formulas")),
+    (
+        "autoScaleEvaluationInterval",
+        Works("autoscale.rs::a_pool_at_zero_grows_for_its_tasks_and_goes_back_to_zero"),
+    ),
+    (
+        "autoScaleFormula",
+        Works("autoscale.rs::a_pool_at_zero_grows_for_its_tasks_and_goes_back_to_zero"),
+    ),
     ("certificateReferences", Refused("certificates")),
     (
         "cloudServiceConfiguration",
@@ -48,10 +54,7 @@ pub const POOL_ADD: Table = &[
     ("displayName", Works("pools.rs::pool_lifecycle")),
     (
         "enableAutoScale",
-        Partly {
-            works: "compat.rs::fixed_size_pools_take_what_asks_for_nothing",
-            refuses: "true",
-        },
+        Works("autoscale.rs::a_pool_at_zero_grows_for_its_tasks_and_goes_back_to_zero"),
     ),
     (
         "enableInterNodeCommunication",

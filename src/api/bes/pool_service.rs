@@ -216,6 +216,7 @@ async fn new_pool(
         service_pk: Some(service.pk),
         pool_service: true,
         application_packages: None,
+        auto_scale: None,
     })
 }
 

@@ -92,7 +92,18 @@ fn pool_section(ui: &Ui, pool: &PoolRow, nodes: &[NodeRow], jobs: &str) -> Strin
     if !jobs.is_empty() {
         let _ = write!(out, "<ul class=\"jobs\">{jobs}</ul>");
     }
-    if !ui.s.read_only {
+    if pool.enable_auto_scale {
+        let results = pool
+            .auto_scale_run
+            .as_ref()
+            .and_then(|r| r["results"].as_str())
+            .unwrap_or("");
+        let _ = write!(
+            out,
+            "<p class=\"facts\"><span>sized by its autoscale formula</span><span>last run: <code>{}</code></span></p>",
+            Esc(results)
+        );
+    } else if !ui.s.read_only {
         let _ = write!(
             out,
             "<form class=\"resize\" data-api=\"/ui/api/pools/{seg}/resize\">\

@@ -99,6 +99,7 @@ impl BesJobDriver {
             service_pk: None,
             pool_service: false,
             application_packages: None,
+            auto_scale: None,
         };
         match store::pools::insert(&self.db, &new).await {
             Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),

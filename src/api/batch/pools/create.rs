@@ -37,6 +37,8 @@ pub struct PoolCreate {
     #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     target_low_priority_nodes: Option<i32>,
     enable_auto_scale: Option<bool>,
+    auto_scale_formula: Option<String>,
+    auto_scale_evaluation_interval: Option<IsoDuration>,
     start_task: Option<Value>,
     #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     task_slots_per_node: Option<i32>,
@@ -120,20 +122,26 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
     refuse_unsupported(POOL_ADD, "", &body.rest)?;
     let (vm_size, size) = vm_size(app, body.vm_size)?;
-    let target = body.target_dedicated_nodes.unwrap_or(0);
+    let slots = task_slots(body.task_slots_per_node)?;
+    let auto_scale = super::autoscale::at_create(
+        body.enable_auto_scale,
+        body.auto_scale_formula,
+        body.auto_scale_evaluation_interval,
+        (
+            body.target_dedicated_nodes,
+            slots,
+            app.settings.max_nodes_per_pool,
+        ),
+    )?;
+    let target = match &auto_scale {
+        Some((first, _)) => *first,
+        None => body.target_dedicated_nodes.unwrap_or(0),
+    };
     check_target(target, app.settings.max_nodes_per_pool)?;
     refuse_low_priority(
         body.target_low_priority_nodes,
         "low-priority (spot) nodes are not offered by this server; use targetDedicatedNodes",
     )?;
-    if body.enable_auto_scale == Some(true) {
-        return Err(ApiError::invalid_property(
-            "enableAutoScale",
-            "true",
-            "autoscale formulas are not supported; resize the pool instead",
-        ));
-    }
-    let slots = task_slots(body.task_slots_per_node)?;
     let fill = node_fill_type(body.task_scheduling_policy)?;
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
     let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
@@ -162,6 +170,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         service_pk: None,
         pool_service: false,
         application_packages: None,
+        auto_scale: auto_scale.map(|(_, kept)| kept),
     })
 }
 

@@ -1,5 +1,6 @@
 //! `/pools`: create, get, list, resize, stop resize, update, delete.
 
+mod autoscale;
 mod checks;
 mod create;
 mod update;
@@ -18,6 +19,7 @@ use crate::api::{
 };
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
+pub use autoscale::{disable as disable_auto_scale, enable as enable_auto_scale, evaluate_formula};
 pub use create::create;
 pub use update::{patch, remove_nodes, resize, stop_resize, update_properties};
 
@@ -134,11 +136,19 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
         "currentLowPriorityNodes": 0,
         "targetDedicatedNodes": p.target_dedicated_nodes,
         "targetLowPriorityNodes": 0,
-        "enableAutoScale": false,
+        "enableAutoScale": p.enable_auto_scale,
         "enableInterNodeCommunication": false,
         "taskSlotsPerNode": p.task_slots_per_node,
         "taskSchedulingPolicy": {"nodeFillType": p.node_fill_type},
     });
+    if p.enable_auto_scale {
+        pool["autoScaleFormula"] = json!(p.auto_scale_formula);
+        let ticks = p.auto_scale_interval_ticks.unwrap_or_default();
+        pool["autoScaleEvaluationInterval"] = json!(IsoDuration::from_ticks(ticks).to_string());
+        if let Some(run) = &p.auto_scale_run {
+            pool["autoScaleRun"] = run.clone();
+        }
+    }
     if let Some(name) = &p.display_name {
         pool["displayName"] = json!(name);
     }

@@ -38,6 +38,13 @@ pub async fn resize(
     AzureJson(body): AzureJson<ResizeBody>,
 ) -> ApiResult<Response> {
     check_write(&app, &pool_id, &conditions).await?;
+    if find(&app, &pool_id).await?.enable_auto_scale {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "OperationInvalidForCurrentState",
+            format!("The pool {pool_id:?} is sized by its autoscale formula; disable autoscale (disableautoscale) to resize it by hand."),
+        ));
+    }
     let target = body.target_dedicated_nodes.unwrap_or(0);
     check_target(target, app.settings.max_nodes_per_pool)?;
     refuse_low_priority(

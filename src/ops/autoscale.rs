@@ -1,0 +1,178 @@
+//! Autoscale formulas on pools, for the API (create, enable, evaluate) and the leader's loop
+//! (sample, evaluate what is due, apply): the samples a formula reads, one evaluation as
+//! Azure's AutoScaleRun, and the target it gives.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::domain::autoscale::{self, Formula, FormulaError, Inputs, MetricHistory, Outcome};
+use crate::domain::pool::NodeDeallocationOption;
+use crate::domain::{rfc3339, IsoDuration};
+use crate::store;
+use crate::store::pools::PoolRow;
+
+/// How often the leader samples autoscaled pools (Azure: every 30 s).
+pub const SAMPLE_PERIOD: Duration = Duration::seconds(5);
+/// How long samples are kept: the longest window a formula can look back over.
+pub const HISTORY: Duration = Duration::hours(1);
+/// The shortest evaluation interval (Azure's is 5 minutes) and the longest (Azure's, 168 h).
+pub const MIN_INTERVAL: Duration = Duration::seconds(5);
+pub const MAX_INTERVAL: Duration = Duration::hours(168);
+/// Azure's default evaluation interval.
+pub const DEFAULT_INTERVAL_TICKS: i64 = 15 * 60 * 10_000_000;
+
+/// A pool's sample histories, by metric name.
+pub struct PoolHistory {
+    series: BTreeMap<&'static str, Vec<(DateTime<Utc>, f64)>>,
+}
+
+impl MetricHistory for PoolHistory {
+    fn samples(&self, name: &str) -> Option<&[(DateTime<Utc>, f64)]> {
+        self.series.get(name).map(Vec::as_slice)
+    }
+
+    fn period(&self) -> Duration {
+        SAMPLE_PERIOD
+    }
+}
+
+impl PoolHistory {
+    /// The metrics this server measures, from a pool's samples. Azure's resource metrics
+    /// ($CPUPercent, $MemoryBytes, ...) are not among them: a formula that reads one fails
+    /// with a message that says so.
+    pub fn from_samples(samples: &[store::autoscale::Sample], slots_per_node: i32) -> Self {
+        type Pick = fn(&store::autoscale::Sample) -> i32;
+        let picks: [(&'static str, Pick); 10] = [
+            ("$ActiveTasks", |s| s.active),
+            ("$RunningTasks", |s| s.running),
+            ("$PendingTasks", |s| s.active + s.running),
+            ("$SucceededTasks", |s| s.succeeded),
+            ("$FailedTasks", |s| s.failed),
+            ("$CurrentDedicatedNodes", |s| s.dedicated),
+            ("$SampleNodeCount", |s| s.dedicated),
+            ("$UsableNodeCount", |s| s.usable),
+            ("$CurrentLowPriorityNodes", |_| 0),
+            ("$PreemptedNodeCount", |_| 0),
+        ];
+        let mut series: BTreeMap<&'static str, Vec<(DateTime<Utc>, f64)>> = picks
+            .iter()
+            .map(|(name, pick)| {
+                (
+                    *name,
+                    samples.iter().map(|s| (s.at, pick(s) as f64)).collect(),
+                )
+            })
+            .collect();
+        let slots = samples
+            .iter()
+            .map(|s| (s.at, slots_per_node as f64))
+            .collect();
+        series.insert("$TaskSlotsPerNode", slots);
+        PoolHistory { series }
+    }
+}
+
+/// The pool's history of the last hour.
+pub async fn history(db: &PgPool, pool: &PoolRow, now: DateTime<Utc>) -> sqlx::Result<PoolHistory> {
+    let samples = store::autoscale::samples(db, pool.pk, now - HISTORY).await?;
+    Ok(PoolHistory::from_samples(
+        &samples,
+        pool.task_slots_per_node,
+    ))
+}
+
+/// Evaluates `formula` for a pool whose targets are `targets`.
+pub fn evaluate(
+    formula: &Formula,
+    targets: (i32, i32),
+    history: &dyn MetricHistory,
+    now: DateTime<Utc>,
+) -> Result<Outcome, FormulaError> {
+    let inputs = Inputs {
+        now,
+        target_dedicated: targets.0 as f64,
+        target_low_priority: targets.1 as f64,
+        metrics: history,
+    };
+    autoscale::evaluate(formula, &inputs)
+}
+
+/// One evaluation as Azure's AutoScaleRun: its time, the variables' values, or the error.
+pub fn run_json(now: DateTime<Utc>, outcome: &Result<Outcome, FormulaError>) -> Value {
+    match outcome {
+        Ok(o) => json!({"timestamp": rfc3339(now), "results": o.results}),
+        Err(e) => json!({
+            "timestamp": rfc3339(now),
+            "error": {
+                "code": e.code,
+                "message": "The autoscale formula could not be evaluated.",
+                "values": [{"name": "Message", "value": e.message}],
+            },
+        }),
+    }
+}
+
+/// The target an outcome gives a pool, within the server's most nodes a pool may have.
+pub fn target(outcome: &Outcome, max_nodes: i32) -> (i32, NodeDeallocationOption) {
+    let nodes = outcome.target_dedicated.clamp(0, max_nodes as i64) as i32;
+    let option = NodeDeallocationOption::parse(&outcome.node_deallocation_option)
+        .unwrap_or(NodeDeallocationOption::Requeue);
+    (nodes, option)
+}
+
+/// When the run after one at `now` is due, for an interval of `ticks`.
+pub fn next_run(now: DateTime<Utc>, ticks: Option<i64>) -> DateTime<Utc> {
+    let ticks = ticks.unwrap_or(DEFAULT_INTERVAL_TICKS);
+    now + Duration::microseconds(ticks / 10)
+}
+
+/// An evaluation interval as given, checked against ours: None when it is out of range.
+pub fn interval_ticks(given: Option<&IsoDuration>) -> Result<i64, String> {
+    let Some(d) = given else {
+        return Ok(DEFAULT_INTERVAL_TICKS);
+    };
+    let ticks = d.ticks();
+    let (min, max) = (
+        MIN_INTERVAL.num_seconds() * 10_000_000,
+        MAX_INTERVAL.num_seconds() * 10_000_000,
+    );
+    if (min..=max).contains(&ticks) {
+        Ok(ticks)
+    } else {
+        Err(format!(
+            "must be from {} to {} (this server evaluates formulas as often as every 5 seconds)",
+            IsoDuration::from_ticks(min),
+            IsoDuration::from_ticks(max)
+        ))
+    }
+}
+
+/// Evaluates every autoscaled pool that is due and applies what each gives; returns how many
+/// pools had their target changed. A formula that fails leaves the pool as it is.
+pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::Result<usize> {
+    let mut changed = 0;
+    for pk in store::autoscale::due(db, now).await? {
+        let Some(pool) = store::pools::get_by_pk(db, pk).await? else {
+            continue;
+        };
+        let next = next_run(now, pool.auto_scale_interval_ticks);
+        let text = pool.auto_scale_formula.as_deref().unwrap_or_default();
+        let outcome = match autoscale::parse(text) {
+            Ok(formula) => {
+                let history = history(db, &pool, now).await?;
+                evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now)
+            }
+            Err(e) => Err(e),
+        };
+        let apply = outcome.as_ref().ok().map(|o| target(o, max_nodes));
+        changed += usize::from(apply.is_some_and(|(n, _)| n != pool.target_dedicated_nodes));
+        store::autoscale::apply(db, pk, &run_json(now, &outcome), Some(next), apply).await?;
+        if let Err(e) = &outcome {
+            tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed");
+        }
+    }
+    Ok(changed)
+}

@@ -1,0 +1,43 @@
+//! The autoscale loop, on the leader: samples every autoscaled pool every few seconds, evaluates
+//! each pool's formula when its interval comes round, and wakes the allocator when a target
+//! changed. Samples older than the history formulas can read are dropped.
+
+use chrono::Utc;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::ops::autoscale::{run_due, HISTORY, SAMPLE_PERIOD};
+use crate::ops::wake::Wakeups;
+use crate::store;
+
+/// How often the loop looks for evaluations that are due.
+const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub async fn run(db: PgPool, wake: Wakeups, max_nodes: i32, cancel: CancellationToken) {
+    let mut last_sample = Utc::now() - SAMPLE_PERIOD;
+    let mut last_prune = Utc::now();
+    loop {
+        let now = Utc::now();
+        if now - last_sample >= SAMPLE_PERIOD {
+            last_sample = now;
+            if let Err(e) = store::autoscale::take_samples(&db, now).await {
+                tracing::warn!(error = %e, "sampling autoscaled pools failed");
+            }
+        }
+        match run_due(&db, max_nodes, now).await {
+            Ok(0) => {}
+            Ok(_) => wake.allocate.notify_one(),
+            Err(e) => tracing::warn!(error = %e, "evaluating autoscale formulas failed"),
+        }
+        if now - last_prune >= chrono::Duration::minutes(1) {
+            last_prune = now;
+            if let Err(e) = store::autoscale::drop_samples(&db, now - HISTORY).await {
+                tracing::warn!(error = %e, "dropping old autoscale samples failed");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    }
+}

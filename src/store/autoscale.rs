@@ -1,0 +1,159 @@
+//! Autoscale: a pool's formula and last run, the samples formulas read, and applying a run's
+//! target.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use crate::domain::pool::NodeDeallocationOption;
+
+/// One sample of a pool: its tasks by state and its nodes.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Sample {
+    pub at: DateTime<Utc>,
+    pub active: i32,
+    pub running: i32,
+    pub succeeded: i32,
+    pub failed: i32,
+    pub dedicated: i32,
+    pub usable: i32,
+}
+
+/// Takes a sample of every autoscaled, active pool, in one statement: the tasks of its
+/// unfinished jobs by state, its nodes, and those of them that take tasks.
+pub async fn take_samples(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "WITH scaled AS (SELECT pk, account, id FROM pools WHERE enable_auto_scale AND state = 'active'),
+         counts AS (
+            SELECT s.pk,
+                count(*) FILTER (WHERE t.state = 'active' AND j.state = 'active') AS active,
+                count(*) FILTER (WHERE t.state IN ('preparing', 'running')) AS running,
+                count(*) FILTER (WHERE t.state = 'completed' AND t.result = 'success') AS succeeded,
+                count(*) FILTER (WHERE t.state = 'completed' AND t.result = 'failure') AS failed
+            FROM scaled s
+            JOIN jobs j ON j.account = s.account AND lower(j.pool_id) = lower(s.id)
+                AND j.state NOT IN ('completed', 'deleting')
+            JOIN tasks t ON t.job_pk = j.pk
+            GROUP BY s.pk)
+         INSERT INTO pool_samples (pool_pk, at, active, running, succeeded, failed, dedicated, usable)
+         SELECT s.pk, $1, coalesce(c.active, 0), coalesce(c.running, 0), coalesce(c.succeeded, 0),
+            coalesce(c.failed, 0),
+            (SELECT count(*) FROM nodes n WHERE n.pool_pk = s.pk AND n.state <> 'leavingpool'),
+            (SELECT count(*) FROM nodes n WHERE n.pool_pk = s.pk AND n.state IN ('idle', 'running'))
+         FROM scaled s LEFT JOIN counts c ON c.pk = s.pk
+         ON CONFLICT DO NOTHING",
+        at,
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Forgets samples older than `before`.
+pub async fn drop_samples(db: impl PgExecutor<'_>, before: DateTime<Utc>) -> sqlx::Result<()> {
+    sqlx::query!("DELETE FROM pool_samples WHERE at < $1", before)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// A pool's samples since `since`, oldest first.
+pub async fn samples(
+    db: impl PgExecutor<'_>,
+    pool_pk: i64,
+    since: DateTime<Utc>,
+) -> sqlx::Result<Vec<Sample>> {
+    sqlx::query_as!(
+        Sample,
+        "SELECT at, active, running, succeeded, failed, dedicated, usable FROM pool_samples
+         WHERE pool_pk = $1 AND at >= $2 ORDER BY at",
+        pool_pk,
+        since,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The autoscaled pools whose evaluation is due.
+pub async fn due(db: impl PgExecutor<'_>, now: DateTime<Utc>) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar!(
+        "SELECT pk FROM pools WHERE enable_auto_scale AND state = 'active' AND auto_scale_next <= $1
+         ORDER BY auto_scale_next LIMIT 1000",
+        now,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Turns autoscale on with `formula` every `interval_ticks`, and records the first run; the
+/// target it gives is applied by [`apply`]. None: no such pool, or it is being deleted.
+pub async fn enable(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    formula: &str,
+    interval_ticks: i64,
+    next: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE pools SET enable_auto_scale = true, auto_scale_formula = $2,
+            auto_scale_interval_ticks = $3, auto_scale_next = $4, last_modified = now()
+         WHERE pk = $1 AND state = 'active'",
+        pk,
+        formula,
+        interval_ticks,
+        next,
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Turns autoscale off; the target stays where the last run put it.
+pub async fn disable(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE pools SET enable_auto_scale = false, auto_scale_next = NULL, last_modified = now()
+         WHERE pk = $1",
+        pk,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Records a run (Azure's AutoScaleRun) and when the next is due; with a target (the run
+/// succeeded), sets it, resizing the pool if it changed. A pool stopping a resize keeps
+/// stopping; the next run after that applies.
+pub async fn apply(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    run: &Value,
+    next: Option<DateTime<Utc>>,
+    target: Option<(i32, NodeDeallocationOption)>,
+) -> sqlx::Result<()> {
+    let (target, option) = target.map_or((None, None), |(t, o)| (Some(t), Some(o.as_str())));
+    sqlx::query!(
+        "UPDATE pools SET auto_scale_run = $2, auto_scale_next = coalesce($3, auto_scale_next),
+            allocation_state = CASE
+                WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes AND allocation_state = 'steady'
+                THEN 'resizing' ELSE allocation_state END,
+            allocation_state_transition_time = CASE
+                WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes AND allocation_state = 'steady'
+                THEN now() ELSE allocation_state_transition_time END,
+            resize_errors = CASE WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes
+                THEN '[]' ELSE resize_errors END,
+            target_dedicated_nodes = CASE WHEN allocation_state = 'stopping' THEN target_dedicated_nodes
+                ELSE coalesce($4, target_dedicated_nodes) END,
+            node_deallocation_option = coalesce($5, node_deallocation_option),
+            last_modified = CASE WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes
+                THEN now() ELSE last_modified END
+         WHERE pk = $1 AND state = 'active'",
+        pk,
+        run,
+        next,
+        target,
+        option,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
