@@ -1,8 +1,8 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,files,slurm,scale
-//! (comma-separated) picks sections.
+//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,files,slurm,scale,
+//! autoscale (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x 16 slots, against
@@ -31,6 +31,10 @@
 //! - scale: BENCH_QUEUED (1,000,000) tasks queued in one job, after BENCH_SCALE_OTHER (100,000)
 //!   of another: time to add, BENCH_PAGES (200) list page reads, dispatch pass time while
 //!   BENCH_SCALE_RUN (5,000) of them run, peak RSS.
+//! - autoscale: BENCH_AUTOSCALE_TRIES (5) single tasks on an autoscaled local pool at zero nodes
+//!   (interval PT5S), submit -> running; and the CPU (server and its PostgreSQL) of
+//!   BENCH_AUTOSCALE_POOLS (1,000) pools on Azure's documented formula every 5 s, against as
+//!   many fixed-size pools.
 //!
 //! The Docker sections are skipped when no engine answers. A quick run that checks it works:
 //! BENCH_TASKS=2000 BENCH_LATENCY_TRIES=20 BENCH_DOCKER_TASKS=100 BENCH_NODES=5 BENCH_QUEUED=20000
@@ -93,6 +97,13 @@ async fn main() {
     }
     if selected("slurm") {
         suite::slurm::run(env("BENCH_SLURM_TASKS", 2_000), clients).await;
+    }
+    if selected("autoscale") {
+        suite::autoscale::run(
+            env("BENCH_AUTOSCALE_TRIES", 5),
+            env("BENCH_AUTOSCALE_POOLS", 1_000),
+        )
+        .await;
     }
     if selected("scale") {
         suite::scale::run(

@@ -1,6 +1,7 @@
 //! What every section of the benchmark shares: the server as its own process, Shared Key
 //! signed requests, adding tasks from concurrent clients, and small statistics.
 
+pub mod autoscale;
 #[path = "../../tests/common/blobs.rs"]
 #[allow(dead_code)]
 mod blobs;
@@ -223,6 +224,11 @@ impl Server {
     /// Takes the dispatch passes logged since the last call.
     pub fn take_passes(&self) -> Vec<(u64, u64)> {
         std::mem::take(&mut *self.passes.lock().unwrap())
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap()
     }
 
     /// Peak resident set size of the server process, in MiB.

@@ -243,6 +243,23 @@ pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sql
     Ok(done.rows_affected() == 1)
 }
 
+/// Completes the jobs set to end with their tasks in the last minute whose tasks are all done:
+/// a PATCH that sets onAllTasksComplete while the last task completes leaves such a job, as
+/// neither transaction saw the other's change. Returns how many it completed.
+pub async fn complete_recently_set(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE jobs j SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
+            terminate_reason = 'AllTasksComplete' \
+         WHERE on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
+           AND last_modified > now() - interval '1 minute' \
+           AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_pk = j.pk AND t.state <> 'completed')",
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Jobs whose maxWallClockTime has run out.
 pub async fn past_wall_clock(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
