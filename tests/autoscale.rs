@@ -178,6 +178,14 @@ async fn formulas_are_evaluated_enabled_and_disabled_as_azure_does() {
             .contains("$CPUPercent"),
         "{run}"
     );
+    let (_, run) = evaluate(&s, "$TargetLowPriorityNodes = 1;").await;
+    let why = run["error"]["values"][0]["value"].as_str();
+    assert!(why.is_some_and(|w| w.contains("low-priority")), "{run}");
+    let (_, run) = evaluate(&s, "$TargetDedicatedNodes = 1;").await;
+    assert_eq!(
+        run["results"],
+        "$TargetDedicatedNodes=1;$TargetLowPriorityNodes=0;$NodeDeallocationOption=requeue"
+    );
     let too_long = "x = 1;".repeat(1400);
     assert_eq!(
         evaluate(&s, &too_long).await.1["code"],

@@ -97,7 +97,17 @@ pub fn evaluate(
         target_low_priority: targets.1 as f64,
         metrics: history,
     };
-    autoscale::evaluate(formula, &inputs)
+    let outcome = autoscale::evaluate(formula, &inputs)?;
+    if outcome.target_low_priority > 0 {
+        return Err(FormulaError {
+            code: "AutoScalingFormulaEvaluationError",
+            message: format!(
+                "$TargetLowPriorityNodes is {}: low-priority (spot) nodes are not offered by this server; leave it 0",
+                outcome.target_low_priority
+            ),
+        });
+    }
+    Ok(outcome)
 }
 
 /// One evaluation as Azure's AutoScaleRun: its time, the variables' values, or the error.

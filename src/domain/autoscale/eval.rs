@@ -73,11 +73,14 @@ impl<'a> Evaluator<'a> {
         let dedicated = node_count(TARGET_DEDICATED, self.dedicated)?;
         let low_priority = node_count(TARGET_LOW_PRIORITY, self.low_priority)?;
         let option = &self.deallocation;
-        let mut results = format!("{TARGET_DEDICATED}={dedicated};");
-        results.push_str(&format!("{TARGET_LOW_PRIORITY}={low_priority};"));
-        results.push_str(&format!("{DEALLOCATION}={option};"));
-        let users: Vec<String> = self.vars.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        results.push_str(&users.join(";"));
+        // Azure's form: `name=value` joined by `;`, with no `;` after the last.
+        let mut parts = vec![
+            format!("{TARGET_DEDICATED}={dedicated}"),
+            format!("{TARGET_LOW_PRIORITY}={low_priority}"),
+            format!("{DEALLOCATION}={option}"),
+        ];
+        parts.extend(self.vars.iter().map(|(k, v)| format!("{k}={v}")));
+        let results = parts.join(";");
         Ok(Outcome {
             target_dedicated: dedicated,
             target_low_priority: low_priority,

@@ -336,9 +336,10 @@ mod tests {
     fn azure_documentation_formulas_give_their_targets_and_results() {
         for (formula, now, h, start, target, users) in RUNS {
             let outcome = run(formula, now, *h, *start).unwrap_or_else(|e| panic!("{e}"));
+            let sep = if users.is_empty() { "" } else { ";" };
             let results = format!(
                 "$TargetDedicatedNodes={target};$TargetLowPriorityNodes=0;\
-                 $NodeDeallocationOption=taskcompletion;{users}"
+                 $NodeDeallocationOption=taskcompletion{sep}{users}"
             );
             let expected = Outcome {
                 target_dedicated: *target,
@@ -449,9 +450,10 @@ mod tests {
     fn the_language_computes_as_documented() {
         for (formula, h, target, users) in SEMANTICS {
             let outcome = run(formula, TUESDAY_10, *h, 0.0).unwrap_or_else(|e| panic!("{e}"));
+            let sep = if users.is_empty() { "" } else { ";" };
             let expected = format!(
                 "$TargetDedicatedNodes={target};$TargetLowPriorityNodes=0;\
-                 $NodeDeallocationOption=requeue;{users}"
+                 $NodeDeallocationOption=requeue{sep}{users}"
             );
             assert_eq!(outcome.results, expected, "{formula}");
             assert_eq!(outcome.target_dedicated, *target, "{formula}");
