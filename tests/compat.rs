@@ -412,11 +412,6 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         (Method::GET, "/certificates", "certificates"),
         (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
         (Method::POST, "/pools/p/nodes/n/reimage", "reimaging nodes"),
-        (
-            Method::POST,
-            "/pools/p/nodes/n/disablescheduling",
-            "scheduling on nodes",
-        ),
     ];
     for (method, path, operation) in cases {
         let (status, body) = s.request(method.clone(), path, Some(&json!({}))).await;

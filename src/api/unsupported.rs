@@ -23,9 +23,6 @@ pub fn operation(path: &str) -> Option<&'static str> {
 fn node_operation(rest: &[&str]) -> Option<&'static str> {
     match rest {
         ["reimage"] => Some("reimaging nodes"),
-        ["disablescheduling"] | ["enablescheduling"] => {
-            Some("disabling and enabling scheduling on nodes")
-        }
         ["uploadbatchservicelogs"] => Some("uploading a node's service logs"),
         ["users", ..] => Some("user accounts on nodes"),
         ["remoteloginsettings"] | ["rdp"] => Some("remote login to nodes"),
@@ -73,11 +70,7 @@ mod tests {
                 "/pools/p/nodes/n/reimage",
                 Some("reimaging nodes"),
             ),
-            (
-                Method::POST,
-                "/pools/p/nodes/n/disablescheduling",
-                Some("disabling and enabling scheduling on nodes"),
-            ),
+            (Method::POST, "/pools/p/nodes/n/disablescheduling", None),
             (Method::POST, "/pools/p/evaluateautoscale", None),
             (Method::GET, "/pools/p/nodes/n/files/x", None),
             (Method::GET, "/nonsense", None),

@@ -76,6 +76,16 @@ pub async fn stop_tasks_on_nodes(
     node_pks: &[i64],
     option: NodeDeallocationOption,
 ) -> sqlx::Result<()> {
+    stop_tasks_on_nodes_for(tx, node_pks, option, "its node was removed or rebooted").await
+}
+
+/// As [`stop_tasks_on_nodes`], saying `why` in the failure of the tasks it ends.
+pub async fn stop_tasks_on_nodes_for(
+    tx: &mut Transaction<'_, Postgres>,
+    node_pks: &[i64],
+    option: NodeDeallocationOption,
+    why: &str,
+) -> sqlx::Result<()> {
     if matches!(
         option,
         NodeDeallocationOption::TaskCompletion | NodeDeallocationOption::RetainedData
@@ -83,7 +93,7 @@ pub async fn stop_tasks_on_nodes(
         return Ok(());
     }
     store::tasks::lock_nodes(&mut **tx, node_pks).await?;
-    let info = ended_by("its node was removed or rebooted");
+    let info = ended_by(why);
     for (pk, attempt) in store::tasks::running_on_nodes(&mut **tx, node_pks).await? {
         let ending = match option {
             NodeDeallocationOption::Terminate => Ending::stopped(&info),

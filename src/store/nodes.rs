@@ -23,6 +23,8 @@ pub struct NodeRow {
     pub running_tasks: i32,
     pub total_tasks_run: i32,
     pub total_tasks_succeeded: i32,
+    /// Azure's schedulingState `disabled`: the node takes no new tasks.
+    pub scheduling_disabled: bool,
 }
 
 /// Reads whole `NodeRow`s: `select_nodes!("WHERE ...", args)` is the checked query over every column.
@@ -30,7 +32,7 @@ macro_rules! select_nodes {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             NodeRow,
-            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded FROM nodes "# + $rest
+            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded, scheduling_disabled FROM nodes "# + $rest
             $(, $arg)*
         )
     };
@@ -175,10 +177,27 @@ pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSl
                 p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _"
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk
          WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node
+           AND NOT n.scheduling_disabled
          ORDER BY n.pk FOR UPDATE OF n"#,
     )
     .fetch_all(db)
     .await
+}
+
+/// Turns a node's task scheduling off or on; false if the node is gone.
+pub async fn set_scheduling(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    disabled: bool,
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE nodes SET scheduling_disabled = $2 WHERE pk = $1",
+        pk,
+        disabled,
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Adds placed tasks to their nodes (per node: slots taken and tasks started) and marks them

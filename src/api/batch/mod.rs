@@ -59,6 +59,14 @@ fn pool_routes() -> Router<Arc<AppState>> {
         .route("/pools/{pool_id}/nodes", get(nodes::list))
         .route("/pools/{pool_id}/nodes/{node_id}", get(nodes::get))
         .route(
+            "/pools/{pool_id}/nodes/{node_id}/disablescheduling",
+            post(nodes::disable_scheduling),
+        )
+        .route(
+            "/pools/{pool_id}/nodes/{node_id}/enablescheduling",
+            post(nodes::enable_scheduling),
+        )
+        .route(
             "/pools/{pool_id}/nodes/{node_id}/files",
             get(files::list_node_files),
         )

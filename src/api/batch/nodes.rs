@@ -62,7 +62,7 @@ fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
         "id": n.id,
         "url": format!("{base}/pools/{}/nodes/{}", pool.id, n.id),
         "state": n.state,
-        "schedulingState": "enabled",
+        "schedulingState": if n.scheduling_disabled { "disabled" } else { "enabled" },
         "stateTransitionTime": rfc3339(n.state_transition_time),
         "allocationTime": rfc3339(n.allocation_time),
         "ipAddress": n.ip_address.clone().unwrap_or_default(),
@@ -142,4 +142,58 @@ pub async fn reboot(
     Ok(axum::response::IntoResponse::into_response(
         StatusCode::ACCEPTED,
     ))
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DisableSchedulingBody {
+    node_disable_scheduling_option: Option<String>,
+}
+
+/// Stops a node taking tasks (an operator draining it): what runs on it is requeued (the
+/// default), ended as failed (`terminate`), or left to finish (`taskcompletion`).
+pub async fn disable_scheduling(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult<axum::response::Response> {
+    use crate::domain::pool::NodeDeallocationOption as Deallocation;
+    let body: DisableSchedulingBody = if body.is_empty() {
+        DisableSchedulingBody::default()
+    } else {
+        crate::api::json::parse(&body)?
+    };
+    let option = match body.node_disable_scheduling_option.as_deref() {
+        None | Some("requeue") => Deallocation::Requeue,
+        Some("terminate") => Deallocation::Terminate,
+        Some("taskcompletion") => Deallocation::TaskCompletion,
+        Some(other) => {
+            return Err(ApiError::invalid_property(
+                "nodeDisableSchedulingOption",
+                other,
+                "must be requeue, terminate or taskcompletion",
+            ))
+        }
+    };
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    let mut tx = app.db.begin().await?;
+    store::nodes::set_scheduling(&mut *tx, node.pk, true).await?;
+    let why = "scheduling was disabled on its node";
+    crate::ops::jobs::stop_tasks_on_nodes_for(&mut tx, &[node.pk], option, why).await?;
+    tx.commit().await?;
+    app.wake_dispatcher();
+    Ok(axum::response::IntoResponse::into_response(StatusCode::OK))
+}
+
+/// Lets a node take tasks again.
+pub async fn enable_scheduling(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+) -> ApiResult<axum::response::Response> {
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    store::nodes::set_scheduling(&app.db, node.pk, false).await?;
+    app.wake_dispatcher();
+    Ok(axum::response::IntoResponse::into_response(StatusCode::OK))
 }
