@@ -163,6 +163,50 @@ async fn az_batch_core_commands_work() {
         ]),
         "idle"
     );
+    // An operator drains the node and lets it take tasks again.
+    let node = run(&[
+        "node",
+        "list",
+        "--pool-id",
+        "azpool",
+        "--query",
+        "[0].id",
+        "-o",
+        "tsv",
+    ]);
+    let drain = [
+        "node",
+        "scheduling",
+        "disable",
+        "--pool-id",
+        "azpool",
+        "--node-id",
+        &node,
+    ];
+    run(&drain);
+    let state = [
+        "node",
+        "show",
+        "--pool-id",
+        "azpool",
+        "--node-id",
+        &node,
+        "--query",
+        "schedulingState",
+        "-o",
+        "tsv",
+    ];
+    assert_eq!(run(&state), "disabled");
+    run(&[
+        "node",
+        "scheduling",
+        "enable",
+        "--pool-id",
+        "azpool",
+        "--node-id",
+        &node,
+    ]);
+    assert_eq!(run(&state), "enabled");
     run(&["job", "create", "--id", "azjob", "--pool-id", "azpool"]);
     run(&[
         "task",
