@@ -15,47 +15,67 @@ use crate::domain::agent::{FileError, FileOp, ReplyHead, REPLIES_PATH};
 use crate::sys::file_answer::{self, Payload};
 
 /// Answers `op` about `rel` below `root` on the replies route, in a task of its own.
+///
+/// An answer that does not reach the server is sent again (made again, as its body is a stream),
+/// up to three times: a pooled connection the server has just closed (it does so after refusing
+/// an answer it no longer waits for) fails the next answer sent on it. A removal is sent once:
+/// made again, it would say the file is not there.
 pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
     tokio::spawn(async move {
-        let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
-        let answered =
-            tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
-        let (head, payload) = answered.unwrap_or_else(|e| {
-            let error = FileError::Failed;
-            let message = e.to_string();
-            (ReplyHead::Error { error, message }, Payload::None)
-        });
-        let count = match &head {
-            ReplyHead::Data { count, .. } => *count,
-            _ => 0,
+        let attempts = if matches!(op, FileOp::Remove { .. }) {
+            1
+        } else {
+            3
         };
-        let mut line = serde_json::to_vec(&head).unwrap_or_default();
-        line.push(b'\n');
-        let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
-        let rest: BoxStream<'static, std::io::Result<Bytes>> = match payload {
-            Payload::None => stream::empty().boxed(),
-            Payload::Listing(infos) => {
-                let mut lines = Vec::new();
-                for info in &infos {
-                    serde_json::to_writer(&mut lines, info).unwrap_or_default();
-                    lines.push(b'\n');
+        for attempt in 1..=attempts {
+            match send(&link, id, (&root, &rel), op.clone()).await {
+                Ok(()) => return,
+                Err(e) if attempt < attempts => {
+                    tracing::debug!(error = %e, id, "a file answer did not reach the server; again");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
-                stream::once(async move { Ok(Bytes::from(lines)) }).boxed()
+                Err(e) => tracing::debug!(error = %e, id, "a file answer did not reach the server"),
             }
-            Payload::File(file) => {
-                let file = tokio::fs::File::from_std(file).take(count);
-                tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed()
-            }
-        };
-        let sent = link
-            .streams
-            .post(format!("{}{REPLIES_PATH}/{id}", link.url))
-            .header("authorization", &link.authorization)
-            .body(reqwest::Body::wrap_stream(head.chain(rest)))
-            .send()
-            .await;
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, id, "a file answer did not reach the server");
         }
     });
+}
+
+/// Makes the answer and streams it to the server.
+async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> reqwest::Result<()> {
+    let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
+    let answered = tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
+    let (head, payload) = answered.unwrap_or_else(|e| {
+        let error = FileError::Failed;
+        let message = e.to_string();
+        (ReplyHead::Error { error, message }, Payload::None)
+    });
+    let count = match &head {
+        ReplyHead::Data { count, .. } => *count,
+        _ => 0,
+    };
+    let mut line = serde_json::to_vec(&head).unwrap_or_default();
+    line.push(b'\n');
+    let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
+    let rest: BoxStream<'static, std::io::Result<Bytes>> = match payload {
+        Payload::None => stream::empty().boxed(),
+        Payload::Listing(infos) => {
+            let mut lines = Vec::new();
+            for info in &infos {
+                serde_json::to_writer(&mut lines, info).unwrap_or_default();
+                lines.push(b'\n');
+            }
+            stream::once(async move { Ok(Bytes::from(lines)) }).boxed()
+        }
+        Payload::File(file) => {
+            let file = tokio::fs::File::from_std(file).take(count);
+            tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed()
+        }
+    };
+    link.streams
+        .post(format!("{}{REPLIES_PATH}/{id}", link.url))
+        .header("authorization", &link.authorization)
+        .body(reqwest::Body::wrap_stream(head.chain(rest)))
+        .send()
+        .await
+        .map(|_| ())
 }
