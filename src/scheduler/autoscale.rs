@@ -1,6 +1,8 @@
-//! The autoscale loop, on the leader: samples every autoscaled pool every few seconds, evaluates
-//! each pool's formula when its interval comes round, and wakes the allocator when a target
-//! changed. Samples older than the history formulas can read are dropped.
+//! The leader's once-a-second loop. Autoscale: samples every autoscaled pool every few seconds,
+//! evaluates each pool's formula when its interval comes round, and wakes the allocator when a
+//! target changed; samples older than the history formulas can read are dropped. And jobs set
+//! to end with their tasks just as their last task completed (`complete_recently_set`), looked
+//! at here rather than in every dispatch pass, off the hot path.
 
 use chrono::Utc;
 use sqlx::PgPool;
@@ -28,6 +30,13 @@ pub async fn run(db: PgPool, wake: Wakeups, max_nodes: i32, cancel: Cancellation
             Ok(0) => {}
             Ok(_) => wake.allocate.notify_one(),
             Err(e) => tracing::warn!(error = %e, "evaluating autoscale formulas failed"),
+        }
+        match store::jobs::complete_recently_set(&db).await {
+            Ok(0) => {}
+            Ok(_) => wake.dispatch.notify_one(),
+            Err(e) => {
+                tracing::warn!(error = %e, "completing jobs that ended with their tasks failed")
+            }
         }
         if now - last_prune >= chrono::Duration::minutes(1) {
             last_prune = now;

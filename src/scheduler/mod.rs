@@ -281,9 +281,6 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         tx.commit().await?;
         s.wake.dispatch.notify_one();
     }
-    if store::jobs::complete_recently_set(&s.db).await? > 0 {
-        s.wake.dispatch.notify_one();
-    }
     let prep = executor.preparations();
     prep.start_due_releases_now_and_then().await?;
     for job in store::jobs::deleting(&s.db).await? {

@@ -91,6 +91,14 @@ fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
     node
 }
 
+/// A body that may be left out (the SDKs send none when no option is set): its defaults then.
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    crate::api::json::parse(body)
+}
+
 #[derive(serde::Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RebootBody {
@@ -107,11 +115,7 @@ pub async fn reboot(
     body: axum::body::Bytes,
 ) -> ApiResult<axum::response::Response> {
     use crate::domain::pool::NodeDeallocationOption;
-    let body: RebootBody = if body.is_empty() {
-        RebootBody::default()
-    } else {
-        crate::api::json::parse(&body)?
-    };
+    let body: RebootBody = optional_body(&body)?;
     let option = match body.node_reboot_option.as_deref() {
         None => NodeDeallocationOption::Requeue,
         Some(o) => NodeDeallocationOption::parse(o).ok_or_else(|| {
@@ -158,11 +162,7 @@ pub async fn disable_scheduling(
     body: axum::body::Bytes,
 ) -> ApiResult<axum::response::Response> {
     use crate::domain::pool::NodeDeallocationOption as Deallocation;
-    let body: DisableSchedulingBody = if body.is_empty() {
-        DisableSchedulingBody::default()
-    } else {
-        crate::api::json::parse(&body)?
-    };
+    let body: DisableSchedulingBody = optional_body(&body)?;
     let option = match body.node_disable_scheduling_option.as_deref() {
         None | Some("requeue") => Deallocation::Requeue,
         Some("terminate") => Deallocation::Terminate,
