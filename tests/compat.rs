@@ -412,6 +412,11 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         (Method::GET, "/certificates", "certificates"),
         (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
         (Method::POST, "/pools/p/nodes/n/reimage", "reimaging nodes"),
+        (
+            Method::GET,
+            "/pools/p/nodes/n/remoteloginsettings",
+            "remote login",
+        ),
     ];
     for (method, path, operation) in cases {
         let (status, body) = s.request(method.clone(), path, Some(&json!({}))).await;
@@ -419,6 +424,8 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         assert_eq!(body["code"], "OperationNotSupported", "{body}");
         let message = body["message"]["value"].as_str().unwrap();
         assert!(message.contains(operation), "{method} {path}: {message}");
+        // And what to do instead.
+        assert!(message.contains("Instead: "), "{method} {path}: {message}");
     }
     let (status, body) = s.get("/no/such/thing").await;
     assert_eq!(

@@ -1,5 +1,6 @@
 //! Operations of the Azure Batch API that this server does not offer. They are answered with 400
-//! `OperationNotSupported` naming the operation, not with the 404 `ResourceNotFound` that the SDKs
+//! `OperationNotSupported` naming the operation and what to do instead, not with the 404
+//! `ResourceNotFound` that the SDKs
 //! report as a missing pool or job. (A 4xx, not 501: the request is well formed, but it asks for
 //! something this server does not do, and no 5xx ever means anything but a server fault here.)
 
@@ -7,27 +8,46 @@ use axum::http::{Method, StatusCode, Uri};
 
 use crate::api::error::ApiError;
 
+/// An operation this server lacks: what it is, and what to do instead.
+type Lacking = (&'static str, &'static str);
+
+/// Where a node is reached without remote login.
+const INTO_A_NODE: &str = "run the command as a task, or read the node's files through the files API; \
+    an operator can `docker exec` into the node's container (batchpool-<server id>-<node id>) on its host";
+
 /// The operation a request asks for, if it is one Azure has and this server lacks.
-pub fn operation(path: &str) -> Option<&'static str> {
+pub fn operation(path: &str) -> Option<Lacking> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
-        ["jobschedules", ..] => Some("job schedules"),
-        ["certificates", ..] => Some("certificates"),
-        ["lifetimepoolstats"] | ["lifetimejobstats"] => Some("lifetime statistics"),
+        ["jobschedules", ..] => Some(("job schedules", "submit the job from cron or a CI pipeline's schedule (batchpool job submit)")),
+        ["certificates", ..] => Some(("certificates", "give tasks their secrets in environmentSettings, or as resource files from a SAS URL")),
+        ["lifetimepoolstats"] | ["lifetimejobstats"] => Some(("lifetime statistics", "read compute hours from /billing/pools and /billing/jobs, and task counts from /jobs/{id}/taskcounts")),
         ["pools", _, "nodes", _, rest @ ..] => node_operation(rest),
-        ["jobs", _, "tasks", _, "subtasksinfo"] => Some("multi-instance tasks"),
+        ["jobs", _, "tasks", _, "subtasksinfo"] => Some(("multi-instance tasks", "run one task per part of the work")),
         _ => None,
     }
 }
 
-fn node_operation(rest: &[&str]) -> Option<&'static str> {
+fn node_operation(rest: &[&str]) -> Option<Lacking> {
     match rest {
-        ["reimage"] => Some("reimaging nodes"),
-        ["uploadbatchservicelogs"] => Some("uploading a node's service logs"),
-        ["users", ..] => Some("user accounts on nodes"),
-        ["remoteloginsettings"] | ["rdp"] => Some("remote login to nodes"),
-        ["extensions", ..] => Some("VM extensions"),
-        ["start"] | ["deallocate"] => Some("starting and deallocating nodes"),
+        ["reimage"] => Some((
+            "reimaging nodes",
+            "remove the node (removenodes) and resize the pool back up, or reboot it",
+        )),
+        ["uploadbatchservicelogs"] => Some((
+            "uploading a node's service logs",
+            "read the node's files through the files API, and the server's own log",
+        )),
+        ["users", ..] => Some(("user accounts on nodes", INTO_A_NODE)),
+        ["remoteloginsettings"] | ["rdp"] => Some(("remote login to nodes", INTO_A_NODE)),
+        ["extensions", ..] => Some((
+            "VM extensions",
+            "install what the nodes need with the pool's start task or in its image",
+        )),
+        ["start"] | ["deallocate"] => Some((
+            "starting and deallocating nodes",
+            "resize the pool, to 0 when the work is done",
+        )),
         _ => None,
     }
 }
@@ -35,11 +55,11 @@ fn node_operation(rest: &[&str]) -> Option<&'static str> {
 /// The router's fallback: 400 for an operation this server lacks, else 404.
 pub async fn fallback(method: Method, uri: Uri) -> ApiError {
     match operation(uri.path()) {
-        Some(what) => ApiError::new(
+        Some((what, instead)) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "OperationNotSupported",
             format!(
-                "This server does not offer {what} ({method} {}); see its compatibility page.",
+                "This server does not offer {what} ({method} {}). Instead: {instead}. See docs/compatibility.md.",
                 uri.path()
             ),
         ),
@@ -78,7 +98,11 @@ mod tests {
             (Method::GET, "/pools/p/nodes/n/other", None),
         ];
         for (method, path, want) in cases {
-            assert_eq!(operation(path), want, "{method} {path}");
+            assert_eq!(
+                operation(path).map(|(what, _)| what),
+                want,
+                "{method} {path}"
+            );
         }
     }
 }
