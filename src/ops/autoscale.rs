@@ -170,19 +170,38 @@ pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::R
         };
         let next = next_run(now, pool.auto_scale_interval_ticks);
         let text = pool.auto_scale_formula.as_deref().unwrap_or_default();
-        let outcome = match autoscale::parse(text) {
-            Ok(formula) => {
-                let history = history(db, &pool, now).await?;
-                evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now)
+        let run = (autoscale::parse(text), Some(next), now);
+        match run_once(db, &pool, run, max_nodes).await? {
+            Ok(nodes) => changed += usize::from(nodes != pool.target_dedicated_nodes),
+            Err(e) => {
+                tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed")
             }
-            Err(e) => Err(e),
-        };
-        let apply = outcome.as_ref().ok().map(|o| target(o, max_nodes));
-        changed += usize::from(apply.is_some_and(|(n, _)| n != pool.target_dedicated_nodes));
-        store::autoscale::apply(db, pk, &run_json(now, &outcome), Some(next), apply).await?;
-        if let Err(e) = &outcome {
-            tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed");
         }
     }
     Ok(changed)
+}
+
+/// One run of a pool's formula at `now`: evaluated against the pool's samples, recorded as its
+/// autoScaleRun (with the next run due at `next`, if given), and its target applied. Returns the
+/// target, or why the formula gave none (then the pool is left as it is).
+pub async fn run_once(
+    db: &PgPool,
+    pool: &PoolRow,
+    (formula, next, now): (
+        Result<Formula, FormulaError>,
+        Option<DateTime<Utc>>,
+        DateTime<Utc>,
+    ),
+    max_nodes: i32,
+) -> sqlx::Result<Result<i32, FormulaError>> {
+    let outcome = match formula {
+        Ok(formula) => {
+            let history = history(db, pool, now).await?;
+            evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now)
+        }
+        Err(e) => Err(e),
+    };
+    let apply = outcome.as_ref().ok().map(|o| target(o, max_nodes));
+    store::autoscale::apply(db, pool.pk, &run_json(now, &outcome), next, apply).await?;
+    Ok(outcome.map(|_| apply.map_or(0, |(nodes, _)| nodes)))
 }

@@ -15,7 +15,8 @@ use crate::api::{BaseUrl, Conditions, Ctx};
 use crate::domain::autoscale::{self, Formula, FormulaError};
 use crate::domain::IsoDuration;
 use crate::ops::autoscale::{
-    evaluate, history, interval_ticks, next_run, run_json, target, PoolHistory,
+    evaluate, history, interval_ticks, next_run, run_json, run_once, target, PoolHistory,
+    DEFAULT_INTERVAL_TICKS,
 };
 use crate::store;
 
@@ -121,7 +122,7 @@ pub async fn enable(
         None => pool
             .auto_scale_interval_ticks
             .filter(|_| pool.enable_auto_scale)
-            .unwrap_or(checked_interval(None)?),
+            .unwrap_or(DEFAULT_INTERVAL_TICKS),
     };
     let now = Utc::now();
     let next = next_run(now, Some(ticks));
@@ -132,13 +133,9 @@ pub async fn enable(
             format!("The pool {pool_id:?} is being deleted."),
         ));
     }
-    let history = history(&app.db, &pool, now).await?;
-    let outcome = evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now);
-    let apply = outcome
-        .as_ref()
-        .ok()
-        .map(|o| target(o, app.settings.max_nodes_per_pool));
-    store::autoscale::apply(&app.db, pool.pk, &run_json(now, &outcome), None, apply).await?;
+    let run = (Ok(formula), None, now);
+    // A formula that fails is the pool's autoScaleRun, and the pool stays as it is.
+    let _ = run_once(&app.db, &pool, run, app.settings.max_nodes_per_pool).await?;
     app.wake_allocator();
     answer(&app, &base, &pool_id, StatusCode::OK).await
 }
