@@ -55,7 +55,11 @@ if hasattr(m, "BatchPoolCreateOptions"):
               "pool resize": [m.BatchPoolResizeOptions], "job update": [m.BatchJobUpdateOptions],
               "exit conditions": [m.ExitConditions], "job preparation task": [m.BatchJobPreparationTask],
               "job release task": [m.BatchJobReleaseTask],
-              "job manager task": [m.BatchJobManagerTask]}
+              "job manager task": [m.BatchJobManagerTask],
+              "job schedule add": [m.BatchJobScheduleCreateOptions],
+              "job schedule update": [m.BatchJobScheduleUpdateOptions],
+              "schedule": [m.BatchJobScheduleConfiguration],
+              "job specification": [m.BatchJobSpecification]}
 else:
     sdk, read = "14.2.0", properties_14
     bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
@@ -64,7 +68,11 @@ else:
               "job update": [m.JobPatchParameter, m.JobUpdateParameter], "task update": [m.TaskUpdateParameter],
               "exit conditions": [m.ExitConditions], "job preparation task": [m.JobPreparationTask],
               "job release task": [m.JobReleaseTask],
-              "job manager task": [m.JobManagerTask]}
+              "job manager task": [m.JobManagerTask],
+              "job schedule add": [m.JobScheduleAddParameter],
+              "job schedule update": [m.JobSchedulePatchParameter, m.JobScheduleUpdateParameter],
+              "schedule": [m.Schedule],
+              "job specification": [m.JobSpecification]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})

@@ -150,10 +150,7 @@ async fn run(
         runtime: runtime.clone(),
         leading: Arc::default(),
     };
-    let limits = api::serve::Limits {
-        header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
-        max_connections: config.max_connections,
-    };
+    let limits = limits(&config);
     let secret = store::peer_secret(&db).await?;
     let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
     let agents = agent_listener.serve(
@@ -174,6 +171,7 @@ async fn run(
             max_nodes_per_pool: config.max_nodes_per_pool,
             bes: bes_config(&config, &settings)?,
             fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
+            job_maker: Arc::new(api::batch::schedules::SpecJobs),
         },
         cancel.clone(),
     ));
@@ -205,6 +203,13 @@ async fn run(
     let _ = agents.await;
     db.close().await;
     Ok(())
+}
+
+fn limits(config: &ServeConfig) -> api::serve::Limits {
+    api::serve::Limits {
+        header_read_timeout: std::time::Duration::from_secs(config.header_read_timeout),
+        max_connections: config.max_connections,
+    }
 }
 
 /// `--public-url`, checked: an http(s) URL, kept without its trailing `/`.

@@ -278,6 +278,49 @@ async fn az_batch_core_commands_work() {
         ]),
         "1"
     );
+    // A job schedule that recurs every 2 s makes its jobs, each with its job manager task.
+    let after = chrono::Utc::now() + chrono::Duration::seconds(3);
+    run(&[
+        "job-schedule",
+        "create",
+        "--id",
+        "azsched",
+        "--pool-id",
+        "azpool",
+        "--recurrence-interval",
+        "PT2S",
+        "--do-not-run-after",
+        &after.to_rfc3339(),
+        "--job-manager-task-id",
+        "jm",
+        "--job-manager-task-command-line",
+        "/bin/sh -c 'echo scheduled'",
+    ]);
+    let list = ["job-schedule", "list", "--query", "[].id", "-o", "tsv"];
+    assert_eq!(run(&list), "azsched");
+    common::wait_for("the schedule's first job", || async {
+        (s.get("/jobs/azsched:job-1").await.0 == 200).then_some(())
+    })
+    .await;
+    s.wait_task("azsched:job-1", "jm", "completed").await;
+    let show = ["job-schedule", "show", "--job-schedule-id", "azsched"];
+    let state = common::wait_for("the schedule to complete", || async {
+        let v: serde_json::Value = serde_json::from_str(&run(&show)).unwrap();
+        (v["state"] == "completed").then_some(v)
+    })
+    .await;
+    assert!(
+        state["executionInfo"]["recentJob"]["id"].is_string(),
+        "{state}"
+    );
+    run(&[
+        "job-schedule",
+        "delete",
+        "--job-schedule-id",
+        "azsched",
+        "--yes",
+    ]);
+    assert_eq!(run(&list), "");
     run(&[
         "pool",
         "resize",

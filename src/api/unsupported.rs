@@ -19,7 +19,6 @@ const INTO_A_NODE: &str = "run the command as a task, or read the node's files t
 pub fn operation(path: &str) -> Option<Lacking> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
-        ["jobschedules", ..] => Some(("job schedules", "submit the job from cron or a CI pipeline's schedule (batchpool job submit)")),
         ["certificates", ..] => Some(("certificates", "give tasks their secrets in environmentSettings, or as resource files from a SAS URL")),
         ["lifetimepoolstats"] | ["lifetimejobstats"] => Some(("lifetime statistics", "read compute hours from /billing/pools and /billing/jobs, and task counts from /jobs/{id}/taskcounts")),
         ["pools", _, "nodes", _, rest @ ..] => node_operation(rest),
@@ -78,12 +77,8 @@ mod tests {
     #[test]
     fn operations_azure_has_are_named_and_others_are_not() {
         let cases = [
-            (Method::GET, "/jobschedules", Some("job schedules")),
-            (
-                Method::POST,
-                "/jobschedules/s/terminate",
-                Some("job schedules"),
-            ),
+            (Method::GET, "/jobschedules", None),
+            (Method::POST, "/jobschedules/s/terminate", None),
             (Method::GET, "/certificates", Some("certificates")),
             (
                 Method::POST,

@@ -51,6 +51,7 @@ pub use duration::IsoDuration;
 pub mod job;
 pub mod job_prep;
 pub mod placement;
+pub mod schedule;
 
 /// RFC 3339 with microseconds, as the SDKs parse it.
 pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {

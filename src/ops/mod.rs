@@ -4,4 +4,5 @@
 pub mod applications;
 pub mod autoscale;
 pub mod jobs;
+pub mod schedules;
 pub mod wake;

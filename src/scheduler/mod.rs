@@ -3,10 +3,10 @@
 //! them). API writes wake the loops; a slow timer only backs them up.
 
 pub mod allocate;
-mod autoscale;
 pub mod bes;
 pub mod complete;
 pub mod dispatch;
+mod each_second;
 pub mod execute;
 mod keyed_locks;
 pub(crate) mod packages;
@@ -74,6 +74,8 @@ pub struct Scheduler {
     pub leading: Arc<AtomicBool>,
     /// Where other servers ask this one about its nodes' files, told to them while it leads.
     pub peer_url: String,
+    /// Makes the jobs of job schedules (the API's job add).
+    pub job_maker: Arc<dyn ops::schedules::JobMaker>,
 }
 
 /// How often a leader makes sure that its lock connection still answers, and how long it waits
@@ -226,10 +228,11 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         allocator.run(),
         dispatch_loop(s, executor, cancel),
         driver.run(),
-        autoscale::run(
+        each_second::run(
             s.db.clone(),
             s.wake.clone(),
             s.max_nodes_per_pool,
+            &*s.job_maker,
             cancel.clone()
         ),
     );

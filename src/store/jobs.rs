@@ -169,6 +169,23 @@ pub async fn list(
     .await
 }
 
+/// A page of the jobs a schedule made, in id order, after `after`.
+pub async fn list_of_schedule(
+    db: impl PgExecutor<'_>,
+    schedule_pk: i64,
+    after: Option<&str>,
+    limit: i64,
+) -> sqlx::Result<Vec<JobRow>> {
+    select_jobs!(
+        "WHERE job_schedule_pk = $1 AND ($2::text IS NULL OR lower(id) > lower($2)) ORDER BY lower(id) LIMIT $3",
+        schedule_pk,
+        after,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
 pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE jobs SET priority = $2, max_parallel_tasks = $3, max_wall_clock_ticks = $4, max_task_retry_count = $5, \

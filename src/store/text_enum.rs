@@ -12,6 +12,7 @@ use crate::domain::job::{AllTasksComplete, JobState, TaskFailureMode, TaskState}
 use crate::domain::pool::{
     AllocationState, NodeDeallocationOption, NodeFillType, NodeState, PoolState,
 };
+use crate::domain::schedule::JobScheduleState;
 
 macro_rules! text_enum {
     ($($name:ty),+ $(,)?) => {$(
@@ -51,6 +52,7 @@ macro_rules! text_enum {
 text_enum!(
     TaskState,
     JobState,
+    JobScheduleState,
     AllTasksComplete,
     TaskFailureMode,
     PoolState,

@@ -585,6 +585,16 @@ where
     }
 }
 
+/// The ids in a list answer's `value`.
+pub fn ids(list: &Value) -> Vec<String> {
+    list["value"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"))
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The names in a list answer's `value` (files, in the files API).
 pub fn names(list: &Value) -> Vec<String> {
     list["value"]

@@ -117,6 +117,7 @@ def run_15():
     assert [n.id for n in c.list_nodes(POOL)] == [nodes[1].id]
     assert c.get_pool(POOL).target_dedicated_nodes == 1
 
+    schedules_15(c, models)
     c.begin_terminate_job(JOB, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
     job = c.get_job(JOB)
     assert job.state == models.BatchJobState.COMPLETED and job.execution_info.termination_reason == "done", job
@@ -140,6 +141,75 @@ def run_15():
     c.begin_delete_pool(POOL, polling_interval=0.2).result()
     expect_error(404, lambda: c.get_pool(POOL))
     assert POOL not in [p.id for p in c.list_pools()]
+
+
+def schedules_15(c, models):
+    """Job schedules: one recurring every 2 s until doNotRunAfter; one changed, disabled,
+    enabled, terminated and deleted through every route."""
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc)
+    manager = models.BatchJobManagerTask(id="jm", command_line="/bin/sh -c 'echo run $AZ_BATCH_JOB_ID'")
+    spec = models.BatchJobSpecification(pool_info=models.BatchPoolInfo(pool_id=POOL), job_manager_task=manager)
+    every = models.BatchJobScheduleConfiguration(recurrence_interval=datetime.timedelta(seconds=2),
+                                                 do_not_run_after=now + datetime.timedelta(seconds=5))
+    c.create_job_schedule(models.BatchJobScheduleCreateOptions(id="every2s", schedule=every, job_specification=spec))
+    wait("the recurring schedule to complete", lambda: c.get_job_schedule("every2s").state == models.BatchJobScheduleState.COMPLETED)
+    jobs = sorted(j.id for j in c.list_jobs_from_schedule("every2s"))
+    assert len(jobs) >= 2 and jobs[0] == "every2s:job-1", jobs
+    assert all(c.get_job(j).state == models.BatchJobState.COMPLETED for j in jobs), jobs
+    out = b"".join(c.download_task_file(jobs[0], "jm", "stdout.txt"))
+    assert out == b"run every2s:job-1\n", out
+    assert c.get_job_schedule("every2s").execution_info.recent_job.id in jobs
+
+    later = models.BatchJobScheduleConfiguration(do_not_run_until=now + datetime.timedelta(hours=1))
+    c.create_job_schedule(models.BatchJobScheduleCreateOptions(id="later", schedule=later, job_specification=spec))
+    expect_error(409, lambda: c.create_job_schedule(models.BatchJobScheduleCreateOptions(id="later", schedule=later, job_specification=spec)))
+    assert c.job_schedule_exists("later")
+    expect_error(404, lambda: c.job_schedule_exists("nope"))  # 15.x raises on Azure's 404
+    assert {"every2s", "later"} <= {s.id for s in c.list_job_schedules()}
+    c.update_job_schedule("later", models.BatchJobScheduleUpdateOptions(metadata=[models.BatchMetadataItem(name="k", value="v")]))
+    got = c.get_job_schedule("later")
+    assert got.metadata[0].name == "k" and got.execution_info.next_run_time > now, got
+    c.replace_job_schedule("later", models.BatchJobSchedule(schedule=later, job_specification=spec))
+    assert not c.get_job_schedule("later").metadata, "PUT resets what it leaves out"
+    c.disable_job_schedule("later")
+    assert c.get_job_schedule("later").state == models.BatchJobScheduleState.DISABLED
+    c.enable_job_schedule("later")
+    assert c.get_job_schedule("later").state == models.BatchJobScheduleState.ACTIVE
+    c.begin_terminate_job_schedule("later", polling_interval=0.2).result()
+    assert c.get_job_schedule("later").state == models.BatchJobScheduleState.COMPLETED
+    for sched in ("later", "every2s"):
+        c.begin_delete_job_schedule(sched, polling_interval=0.2).result()
+        expect_error(404, lambda: c.get_job_schedule(sched))
+    wait("the schedules' jobs to go", lambda: not any(j.id.startswith("every2s:") for j in c.list_jobs()))
+
+
+def schedules_14(c, m):
+    """Job schedules through the 14.x SDK's operations."""
+    import datetime
+    now = datetime.datetime.now(datetime.timezone.utc)
+    spec = m.JobSpecification(pool_info=m.PoolInformation(pool_id=POOL),
+                              job_manager_task=m.JobManagerTask(id="jm", command_line="true"))
+    every = m.Schedule(recurrence_interval=datetime.timedelta(seconds=2), do_not_run_after=now + datetime.timedelta(seconds=5))
+    c.job_schedule.add(m.JobScheduleAddParameter(id="every2s", schedule=every, job_specification=spec))
+    wait("the recurring schedule to complete", lambda: c.job_schedule.get("every2s").state == m.JobScheduleState.completed)
+    jobs = sorted(j.id for j in c.job.list_from_job_schedule("every2s"))
+    assert len(jobs) >= 2 and jobs[0] == "every2s:job-1", jobs
+    assert c.job_schedule.exists("every2s") is True and c.job_schedule.exists("nope") is False
+    later = m.Schedule(do_not_run_until=now + datetime.timedelta(hours=1))
+    c.job_schedule.add(m.JobScheduleAddParameter(id="later", schedule=later, job_specification=spec))
+    c.job_schedule.patch("later", m.JobSchedulePatchParameter(metadata=[m.MetadataItem(name="k", value="v")]))
+    assert c.job_schedule.get("later").metadata[0].value == "v"
+    c.job_schedule.update("later", m.JobScheduleUpdateParameter(schedule=later, job_specification=spec))
+    c.job_schedule.disable("later")
+    assert c.job_schedule.get("later").state == m.JobScheduleState.disabled
+    c.job_schedule.enable("later")
+    c.job_schedule.terminate("later")
+    assert c.job_schedule.get("later").state == m.JobScheduleState.completed
+    assert {"every2s", "later"} <= {s.id for s in c.job_schedule.list()}
+    c.job_schedule.delete("later")
+    c.job_schedule.delete("every2s")
+    assert c.job_schedule.exists("later") is False
 
 
 def run_14():
@@ -178,6 +248,7 @@ def run_14():
     wait("the long task to run", lambda: c.task.get(JOB, "long").state == m.TaskState.running)
     c.task.terminate(JOB, "long")
     wait("the terminated task", lambda: c.task.get(JOB, "long").state == m.TaskState.completed)
+    schedules_14(c, m)
     c.job.terminate(JOB, terminate_reason="done")
     wait("the job to complete", lambda: c.job.get(JOB).state == m.JobState.completed)
     c.pool.resize(POOL, m.PoolResizeParameter(target_dedicated_nodes=0))

@@ -6,6 +6,7 @@ pub mod files;
 pub mod jobs;
 pub mod nodes;
 pub mod pools;
+pub mod schedules;
 pub mod support;
 pub mod tasks;
 
@@ -19,6 +20,7 @@ use crate::api::state::AppState;
 pub fn router() -> Router<Arc<AppState>> {
     pool_routes()
         .merge(job_routes())
+        .merge(schedule_routes())
         .route("/applications", get(applications::list))
         .route("/applications/{application_id}", get(applications::get))
         .route(
@@ -80,6 +82,34 @@ fn pool_routes() -> Router<Arc<AppState>> {
         .route(
             "/pools/{pool_id}/nodes/{node_id}/reboot",
             post(nodes::reboot),
+        )
+}
+
+fn schedule_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route(
+            "/jobschedules",
+            post(schedules::create).get(schedules::list),
+        )
+        .route(
+            "/jobschedules/{schedule_id}",
+            get(schedules::get)
+                .delete(schedules::delete)
+                .patch(schedules::patch)
+                .put(schedules::replace),
+        )
+        .route("/jobschedules/{schedule_id}/jobs", get(schedules::jobs))
+        .route(
+            "/jobschedules/{schedule_id}/disable",
+            post(schedules::disable),
+        )
+        .route(
+            "/jobschedules/{schedule_id}/enable",
+            post(schedules::enable),
+        )
+        .route(
+            "/jobschedules/{schedule_id}/terminate",
+            post(schedules::terminate),
         )
 }
 

@@ -173,6 +173,36 @@ pub const JOB_ADD: Table = &[
     ("usesTaskDependencies", Works("jobs.rs::dependencies")),
 ];
 
+/// `POST /jobschedules`. Its `jobSpecification` is a job add body without the id (the schedule
+/// names its jobs), checked against [`JOB_ADD`] with the prefix `jobSpecification.`.
+pub const JOB_SCHEDULE_ADD: Table = &[
+    ("displayName", Works(RECURRING)),
+    ("id", Works(RECURRING)),
+    ("jobSpecification", Works(RECURRING)),
+    ("metadata", Works(RECURRING)),
+    ("schedule", Works(RECURRING)),
+];
+
+/// `PATCH` and `PUT /jobschedules/{id}`.
+pub const JOB_SCHEDULE_UPDATE: Table = &[
+    ("jobSpecification", Works(SCHEDULE_ROUTES)),
+    ("metadata", Works(SCHEDULE_ROUTES)),
+    ("schedule", Works(SCHEDULE_ROUTES)),
+];
+
+/// A job schedule's `schedule`.
+pub const SCHEDULE: Table = &[
+    ("doNotRunAfter", Works(RECURRING)),
+    ("doNotRunUntil", Works(RECURRING)),
+    ("recurrenceInterval", Works(RECURRING)),
+    ("startWindow", Works(RECURRING)),
+];
+
+const RECURRING: &str =
+    "schedules.rs::a_recurring_schedule_makes_a_job_each_interval_until_do_not_run_after";
+const SCHEDULE_ROUTES: &str =
+    "schedules.rs::schedule_routes_change_disable_terminate_and_delete_it";
+
 pub const TASK_ADD: Table = &[
     ("affinityInfo", Refused("node affinity")),
     (

@@ -168,6 +168,18 @@ pub const JOB_PROPERTIES: &[&str] = &[
     "executionInfo/terminateReason",
     "poolInfo/poolId",
 ];
+pub const JOB_SCHEDULE_PROPERTIES: &[&str] = &[
+    "id",
+    "displayName",
+    "state",
+    "creationTime",
+    "lastModified",
+    "stateTransitionTime",
+    "previousState",
+    "executionInfo/nextRunTime",
+    "executionInfo/endTime",
+    "executionInfo/recentJob/id",
+];
 pub const TASK_PROPERTIES: &[&str] = &[
     "id",
     "displayName",

@@ -22,7 +22,8 @@ use crate::domain::IsoDuration;
 use crate::store::{self, jobs::JobRow};
 pub use props::{check_retry_count, env_json};
 pub use state::{disable, enable, terminate};
-pub use write::{create, patch, replace};
+pub(crate) use write::insert as insert_job;
+pub use write::{check_specification, create, patch, replace, specification};
 
 pub async fn find(app: &Ctx, job_id: &str) -> ApiResult<JobRow> {
     store::jobs::get(&app.db, &app.account, job_id, store::jobs::Lock::None)

@@ -98,14 +98,15 @@ fn check_container(at: &str, settings: Option<&ContainerSettings>) -> ApiResult<
 /// Preparation and release tasks run in containers of their own only on a pool that runs
 /// containers, as on Azure; a pool that does not exist yet is not checked.
 pub(super) async fn refuse_containers_off_container_pools(
-    app: &crate::api::Ctx,
+    db: impl sqlx::PgExecutor<'_>,
+    account: &str,
     pool_id: &str,
     tasks: [(&str, Option<&ContainerSettings>); 2],
 ) -> ApiResult<()> {
     let Some((at, _)) = tasks.iter().find(|(_, s)| s.is_some()) else {
         return Ok(());
     };
-    let Some(pool) = crate::store::pools::get(&app.db, &app.account, pool_id).await? else {
+    let Some(pool) = crate::store::pools::get(db, account, pool_id).await? else {
         return Ok(());
     };
     if crate::domain::container::PoolContainers::of(pool.vm_config.as_ref()).is_none() {

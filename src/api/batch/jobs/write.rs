@@ -69,11 +69,65 @@ pub async fn create(
     AzureJson(body): AzureJson<JobCreate>,
 ) -> ApiResult<Response> {
     let mut body = body;
+    let id = body
+        .id
+        .take()
+        .ok_or_else(|| ApiError::missing_property("id"))?;
+    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+    let mut tx = app.db.begin().await?;
+    let row = insert(&mut tx, &app.account, id, body).await?;
+    tx.commit().await?;
+    Ok(created(
+        &format!("{base}/jobs/{}", row.id),
+        row.last_modified,
+    ))
+}
+
+/// A job schedule's `jobSpecification` as a job add body. Its jobs are made from it later,
+/// named by the schedule.
+pub fn specification(spec: &Value) -> ApiResult<JobCreate> {
+    let at = "jobSpecification";
+    if !spec.is_object() {
+        return Err(ApiError::invalid_property(
+            at,
+            spec.to_string(),
+            "must be an object",
+        ));
+    }
+    if spec.get("id").is_some() {
+        return Err(ApiError::invalid_property(
+            "jobSpecification.id",
+            "",
+            "a job schedule names its jobs {scheduleId}:job-{N}",
+        ));
+    }
+    serde_json::from_value(spec.clone())
+        .map_err(|e| ApiError::invalid_property(at, "", e.to_string()))
+}
+
+/// Checks a job schedule's `jobSpecification` as a job add's body is checked, before the
+/// database: what the pool decides is checked as each job is made.
+pub fn check_specification(spec: &Value) -> ApiResult<()> {
+    let prefixed = |e: ApiError| e.prefixed("jobSpecification.");
+    let mut body = specification(spec)?;
+    super::manager::parse(body.job_manager_task.take()).map_err(prefixed)?;
+    new_job("", String::new(), body).map_err(prefixed)?;
+    Ok(())
+}
+
+/// Makes, in `tx`, the job `id` that `body` describes, with its job manager task.
+pub(crate) async fn insert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    account: &str,
+    id: String,
+    mut body: JobCreate,
+) -> ApiResult<JobRow> {
     let manager = super::manager::parse(body.job_manager_task.take())?;
-    let mut job = new_job(&app, body)?;
+    let mut job = new_job(account, id, body)?;
     job.manager_task = manager.as_ref().map(|m| m.shown.clone());
     super::prep::refuse_containers_off_container_pools(
-        &app,
+        &mut **tx,
+        account,
         &job.props.pool_id,
         [
             (
@@ -91,8 +145,7 @@ pub async fn create(
         ],
     )
     .await?;
-    let mut tx = app.db.begin().await?;
-    match store::jobs::insert(&mut *tx, &job).await {
+    match store::jobs::insert(&mut **tx, &job).await {
         Err(e) if store::is_unique_violation(&e) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -102,33 +155,22 @@ pub async fn create(
         }
         other => other?,
     }
-    let row = store::jobs::get(&mut *tx, &app.account, &job.id, store::jobs::Lock::None)
+    let row = store::jobs::get(&mut **tx, account, &job.id, store::jobs::Lock::None)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
     if let Some(m) = manager {
-        let task = crate::api::batch::tasks::manager_task(
-            &mut tx,
-            &row,
-            m.task,
-            m.run_exclusive,
-            m.kills_job,
-        )
-        .await?;
-        store::tasks::insert_many(&mut tx, row.pk, &[task]).await?;
+        let task =
+            crate::api::batch::tasks::manager_task(tx, &row, m.task, m.run_exclusive, m.kills_job)
+                .await?;
+        store::tasks::insert_many(tx, row.pk, &[task]).await?;
     }
     // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.
-    store::jobs::complete_if_all_tasks_done(&mut *tx, row.pk).await?;
-    tx.commit().await?;
-    Ok(created(
-        &format!("{base}/jobs/{}", row.id),
-        row.last_modified,
-    ))
+    store::jobs::complete_if_all_tasks_done(&mut **tx, row.pk).await?;
+    Ok(row)
 }
 
-/// The job a create request describes, checked.
-fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
-    let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
-    check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
+/// The job a create request describes, checked (its id already is).
+fn new_job(account: &str, id: String, body: JobCreate) -> ApiResult<NewJob> {
     refuse_unsupported(JOB_ADD, "", &body.rest)?;
     let constraints = body.constraints.unwrap_or_default();
     let props = JobProps {
@@ -147,7 +189,7 @@ fn new_job(app: &Ctx, body: JobCreate) -> ApiResult<NewJob> {
     let (preparation_task, release_task) =
         super::prep::check(body.job_preparation_task, body.job_release_task)?;
     Ok(NewJob {
-        account: app.account.clone(),
+        account: account.to_string(),
         id,
         display_name: body.display_name,
         uses_task_dependencies: body.uses_task_dependencies.unwrap_or(false),

@@ -1,4 +1,5 @@
-//! The leader's once-a-second loop. Autoscale: samples every autoscaled pool every few seconds,
+//! The leader's once-a-second loop. Job schedules: each job made when it is due
+//! (`ops::schedules::run_due`). Autoscale: samples every autoscaled pool every few seconds,
 //! evaluates each pool's formula when its interval comes round, and wakes the allocator when a
 //! target changed; samples older than the history formulas can read are dropped. And jobs set
 //! to end with their tasks just as their last task completed (`complete_recently_set`), looked
@@ -9,17 +10,29 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::ops::autoscale::{run_due, HISTORY, SAMPLE_PERIOD};
+use crate::ops::schedules::JobMaker;
 use crate::ops::wake::Wakeups;
 use crate::store;
 
 /// How often the loop looks for evaluations that are due.
 const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub async fn run(db: PgPool, wake: Wakeups, max_nodes: i32, cancel: CancellationToken) {
+pub async fn run(
+    db: PgPool,
+    wake: Wakeups,
+    max_nodes: i32,
+    jobs: &dyn JobMaker,
+    cancel: CancellationToken,
+) {
     let mut last_sample = Utc::now() - SAMPLE_PERIOD;
     let mut last_prune = Utc::now();
     loop {
         let now = Utc::now();
+        match crate::ops::schedules::run_due(&db, jobs, now).await {
+            Ok(0) => {}
+            Ok(_) => wake.dispatch.notify_one(),
+            Err(e) => tracing::warn!(error = %e, "making the jobs of job schedules failed"),
+        }
         if now - last_sample >= SAMPLE_PERIOD {
             last_sample = now;
             if let Err(e) = store::autoscale::take_samples(&db, now).await {
