@@ -424,7 +424,11 @@ async fn operations_this_server_lacks_are_refused_by_name() {
     let cases = [
         (Method::GET, "/certificates", "certificates"),
         (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
-        (Method::POST, "/pools/p/nodes/n/reimage", "reimaging nodes"),
+        (
+            Method::POST,
+            "/pools/p/nodes/n/uploadbatchservicelogs",
+            "service logs",
+        ),
         (
             Method::GET,
             "/pools/p/nodes/n/remoteloginsettings",

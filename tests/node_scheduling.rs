@@ -1,6 +1,8 @@
-//! Draining a node: `disablescheduling` with each `nodeDisableSchedulingOption` (requeue, the
-//! default; terminate; taskcompletion), and `enablescheduling`, as an operator would use them.
+//! Node operations as an operator uses them: draining a node (`disablescheduling` with each
+//! `nodeDisableSchedulingOption`: requeue, the default; terminate; taskcompletion; and
+//! `enablescheduling`), and reimaging one.
 
+#[macro_use]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -104,3 +106,79 @@ async fn disabling_scheduling_drains_a_node_with_each_option() {
     );
     assert_eq!(scheduling(&s, "nope", false, json!({})).await.0, 404);
 }
+
+/// A reimage makes the node again from its image: a new disk (what the start task wrote is gone
+/// and written once more), the running task requeued and run again, job task files kept.
+async fn reimage(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let pool = json!({"id": "ri", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2,
+        "startTask": {"commandLine": "sh -c 'echo boot >> $AZ_BATCH_NODE_SHARED_DIR/boots'", "waitForSuccess": true}});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let node = s.wait_nodes("ri", 1, "idle").await[0].clone();
+    let id = node["id"].as_str().unwrap().to_string();
+    let boots = format!("/pools/ri/nodes/{id}/files/shared/boots");
+    assert_eq!(s.file(&boots).await.as_deref(), Some("boot\n"));
+    s.job_on("j", "ri").await;
+    let task = |id: &str, cmd: &str| json!({"id": id, "commandLine": cmd});
+    s.add_tasks(
+        "j",
+        vec![task("done", "echo kept"), task("long", "sleep 30")],
+    )
+    .await;
+    s.wait_task("j", "done", "completed").await;
+    s.wait_task("j", "long", "running").await;
+
+    let (status, body) = s
+        .post(
+            &format!("/pools/ri/nodes/{id}/reimage"),
+            &json!({"nodeReimageOption": "later"}),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (400, Some("InvalidPropertyValue")),
+        "{body}"
+    );
+    let (status, body) = s
+        .post(&format!("/pools/ri/nodes/{id}/reimage"), &json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let again = common::wait_for("the reimaged node", || async {
+        let (_, n) = s.get(&format!("/pools/ri/nodes/{id}")).await;
+        let up = n["state"] == "idle" || n["state"] == "running";
+        (up && n["lastBootTime"] != node["lastBootTime"]).then_some(n)
+    })
+    .await;
+    assert_eq!(again["id"], id.as_str());
+    // One boot on the new disk, not two.
+    assert_eq!(s.file(&boots).await.as_deref(), Some("boot\n"), "{again}");
+    let long = s.wait_task("j", "long", "running").await;
+    assert_eq!(long["executionInfo"]["requeueCount"], 1, "{long}");
+    let out = s.file("/jobs/j/tasks/done/files/stdout.txt").await;
+    assert_eq!(out.as_deref(), Some("kept\n"));
+
+    // taskcompletion: what runs finishes first, then the node is made again.
+    assert_eq!(
+        s.post("/jobs/j/tasks/long/terminate", &json!({})).await.0,
+        204
+    );
+    s.wait_task("j", "long", "completed").await;
+    s.add_tasks("j", vec![task("last", "sh -c 'sleep 2; echo finished'")])
+        .await;
+    s.wait_task("j", "last", "running").await;
+    let finish = json!({"nodeReimageOption": "taskcompletion"});
+    assert_eq!(
+        s.post(&format!("/pools/ri/nodes/{id}/reimage"), &finish)
+            .await
+            .0,
+        202
+    );
+    let last = s.wait_task("j", "last", "completed").await;
+    assert_eq!(last["executionInfo"]["result"], "success", "{last}");
+    assert_eq!(last["executionInfo"]["requeueCount"], 0, "{last}");
+    s.wait_nodes("ri", 1, "idle").await;
+}
+on_both_runtimes!(
+    reimaging_gives_a_node_a_new_disk_and_requeues_its_task,
+    reimage
+);

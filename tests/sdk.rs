@@ -207,6 +207,9 @@ async fn az_batch_core_commands_work() {
         &node,
     ]);
     assert_eq!(run(&state), "enabled");
+    // az has no reimage (the SDK tests reimage); it reboots.
+    run(&["node", "reboot", "--pool-id", "azpool", "--node-id", &node]);
+    s.wait_nodes("azpool", 1, "idle").await;
     run(&["job", "create", "--id", "azjob", "--pool-id", "azpool"]);
     run(&[
         "task",

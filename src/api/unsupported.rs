@@ -29,10 +29,6 @@ pub fn operation(path: &str) -> Option<Lacking> {
 
 fn node_operation(rest: &[&str]) -> Option<Lacking> {
     match rest {
-        ["reimage"] => Some((
-            "reimaging nodes",
-            "remove the node (removenodes) and resize the pool back up, or reboot it",
-        )),
         ["uploadbatchservicelogs"] => Some((
             "uploading a node's service logs",
             "read the node's files through the files API, and the server's own log",
@@ -80,11 +76,7 @@ mod tests {
             (Method::GET, "/jobschedules", None),
             (Method::POST, "/jobschedules/s/terminate", None),
             (Method::GET, "/certificates", Some("certificates")),
-            (
-                Method::POST,
-                "/pools/p/nodes/n/reimage",
-                Some("reimaging nodes"),
-            ),
+            (Method::POST, "/pools/p/nodes/n/reimage", None),
             (Method::POST, "/pools/p/nodes/n/disablescheduling", None),
             (Method::POST, "/pools/p/evaluateautoscale", None),
             (Method::GET, "/pools/p/nodes/n/files/x", None),

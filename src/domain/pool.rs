@@ -30,6 +30,7 @@ wire_enum!(NodeState {
     Unusable = "unusable",
     Offline = "offline",
     Rebooting = "rebooting",
+    Reimaging = "reimaging",
     Unknown = "unknown",
 });
 
@@ -44,7 +45,8 @@ impl NodeState {
             NodeState::Creating
             | NodeState::Starting
             | NodeState::WaitingForStartTask
-            | NodeState::Rebooting => 1,
+            | NodeState::Rebooting
+            | NodeState::Reimaging => 1,
             NodeState::Idle => 2,
             NodeState::Running => 3,
             NodeState::LeavingPool => 4,

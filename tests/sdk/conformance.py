@@ -113,6 +113,11 @@ def run_15():
     # The poller ends when the node leaves `rebooting`; its start task then runs again.
     assert c.get_node(POOL, node_id).state != models.BatchNodeState.REBOOTING
     wait("the rebooted node to be idle", lambda: c.get_node(POOL, node_id).state == models.BatchNodeState.IDLE)
+    from azure.batch.models._models import BatchNodeReimageOptions
+    other = nodes[1].id
+    c.begin_reimage_node(POOL, other, BatchNodeReimageOptions(node_reimage_option="requeue"), polling_interval=0.2).result()
+    assert c.get_node(POOL, other).state != models.BatchNodeState.REIMAGING
+    wait("the reimaged node to be idle", lambda: c.get_node(POOL, other).state == models.BatchNodeState.IDLE)
     c.begin_remove_nodes(POOL, models.BatchNodeRemoveOptions(node_ids=[node_id]), polling_interval=0.2).result()
     assert [n.id for n in c.list_nodes(POOL)] == [nodes[1].id]
     assert c.get_pool(POOL).target_dedicated_nodes == 1
@@ -249,6 +254,9 @@ def run_14():
     c.task.terminate(JOB, "long")
     wait("the terminated task", lambda: c.task.get(JOB, "long").state == m.TaskState.completed)
     schedules_14(c, m)
+    node = next(iter(c.compute_node.list(POOL))).id
+    c.compute_node.reimage(POOL, node, node_reimage_option="taskcompletion")
+    wait("the reimaged node to be idle", lambda: c.compute_node.get(POOL, node).state == m.ComputeNodeState.idle)
     c.job.terminate(JOB, terminate_reason="done")
     wait("the job to complete", lambda: c.job.get(JOB).state == m.JobState.completed)
     c.pool.resize(POOL, m.PoolResizeParameter(target_dedicated_nodes=0))

@@ -26,7 +26,7 @@ pub async fn node_counts(
         let count = |state: NodeState| nodes.iter().filter(|n| n.state == state).count();
         let dedicated = json!({
             "creating": count(NodeState::Creating), "idle": count(NodeState::Idle), "offline": count(NodeState::Offline),
-            "preempted": 0, "rebooting": count(NodeState::Rebooting), "reimaging": 0, "running": count(NodeState::Running),
+            "preempted": 0, "rebooting": count(NodeState::Rebooting), "reimaging": count(NodeState::Reimaging), "running": count(NodeState::Running),
             "starting": count(NodeState::Starting), "startTaskFailed": count(NodeState::StartTaskFailed),
             "leavingPool": count(NodeState::LeavingPool), "unknown": count(NodeState::Unknown),
             "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask), "deallocated": 0,

@@ -83,6 +83,10 @@ fn pool_routes() -> Router<Arc<AppState>> {
             "/pools/{pool_id}/nodes/{node_id}/reboot",
             post(nodes::reboot),
         )
+        .route(
+            "/pools/{pool_id}/nodes/{node_id}/reimage",
+            post(nodes::reimage),
+        )
 }
 
 fn schedule_routes() -> Router<Arc<AppState>> {

@@ -114,32 +114,69 @@ pub async fn reboot(
     Path((pool_id, node_id)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> ApiResult<axum::response::Response> {
-    use crate::domain::pool::NodeDeallocationOption;
     let body: RebootBody = optional_body(&body)?;
-    let option = match body.node_reboot_option.as_deref() {
-        None => NodeDeallocationOption::Requeue,
+    let option = deallocation("nodeRebootOption", body.node_reboot_option.as_deref())?;
+    let reboot = (crate::domain::pool::NodeState::Rebooting, "rebooted");
+    restart(&app, (&pool_id, &node_id), option, reboot).await
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReimageBody {
+    node_reimage_option: Option<String>,
+}
+
+/// Reimages a node: as a reboot, but the node is made again from its pool's image, with a new
+/// disk (its root directory: `startup`, `shared`, job preparation directories). Job tasks'
+/// directories are the account's, not the node's, and stay until their retention time.
+pub async fn reimage(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult<axum::response::Response> {
+    let body: ReimageBody = optional_body(&body)?;
+    let option = deallocation("nodeReimageOption", body.node_reimage_option.as_deref())?;
+    let reimage = (crate::domain::pool::NodeState::Reimaging, "reimaged");
+    restart(&app, (&pool_id, &node_id), option, reimage).await
+}
+
+fn deallocation(
+    name: &str,
+    given: Option<&str>,
+) -> ApiResult<crate::domain::pool::NodeDeallocationOption> {
+    use crate::domain::pool::NodeDeallocationOption;
+    match given {
+        None => Ok(NodeDeallocationOption::Requeue),
         Some(o) => NodeDeallocationOption::parse(o).ok_or_else(|| {
             ApiError::invalid_property(
-                "nodeRebootOption",
+                name,
                 o,
                 "must be requeue, terminate, taskcompletion or retaineddata",
             )
-        })?,
-    };
-    let pool = find(&app, &pool_id).await?;
-    let node = find_node(&app, &pool, &node_id).await?;
+        }),
+    }
+}
+
+/// Stops (or leaves) the node's tasks as `option` says and puts it in `state` (rebooting or
+/// reimaging), for the allocator to make it again.
+async fn restart(
+    app: &Ctx,
+    (pool_id, node_id): (&str, &str),
+    option: crate::domain::pool::NodeDeallocationOption,
+    (state, done): (crate::domain::pool::NodeState, &str),
+) -> ApiResult<axum::response::Response> {
+    use crate::domain::pool::NodeState;
+    let pool = find(app, pool_id).await?;
+    let node = find_node(app, &pool, node_id).await?;
     if !matches!(
         node.state,
-        crate::domain::pool::NodeState::Idle
-            | crate::domain::pool::NodeState::Running
-            | crate::domain::pool::NodeState::StartTaskFailed
-            | crate::domain::pool::NodeState::Unusable
+        NodeState::Idle | NodeState::Running | NodeState::StartTaskFailed | NodeState::Unusable
     ) {
-        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be rebooted when it is idle, running, unusable or its start task failed.", node.state)));
+        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be {done} when it is idle, running, unusable or its start task failed.", node.state)));
     }
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
-    store::nodes::set_state(&mut *tx, node.pk, crate::domain::pool::NodeState::Rebooting).await?;
+    store::nodes::set_state(&mut *tx, node.pk, state).await?;
     tx.commit().await?;
     app.wake_allocator();
     app.wake_dispatcher();

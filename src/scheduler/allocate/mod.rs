@@ -277,5 +277,6 @@ fn being_provisioned(state: NodeState) -> bool {
             | NodeState::Starting
             | NodeState::WaitingForStartTask
             | NodeState::Rebooting
+            | NodeState::Reimaging
     )
 }

@@ -22,6 +22,13 @@ impl Allocator {
         if !being_provisioned(node.state) {
             return Ok(());
         }
+        // A reboot or reimage with taskcompletion or retaineddata waits for the node's tasks
+        // (no new ones are placed on it meanwhile); the node's removal ends the wait.
+        while matches!(node.state, NodeState::Rebooting | NodeState::Reimaging)
+            && store::tasks::any_running_on_node(&self.db, node.pk).await?
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
         let Some(handle) = self.make_container(pool, &node).await? else {
             return Ok(());
         };
@@ -100,6 +107,12 @@ impl Allocator {
                 if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
                     tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
                 }
+            }
+            if node.state == NodeState::Reimaging {
+                // A reimage makes the node again from its image, with a new disk: every
+                // preparation task runs again, as after a reboot.
+                store::preparations::forget_for_reboot(&self.db, node.pk).await?;
+                self.runtime.remove_node(&self.server_id, &node.id).await?;
             }
             self.runtime.create_node(&spec).await
         };
