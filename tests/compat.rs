@@ -423,7 +423,6 @@ async fn operations_this_server_lacks_are_refused_by_name() {
     let s = TestServer::start(Rt::Local).await;
     let cases = [
         (Method::GET, "/certificates", "certificates"),
-        (Method::GET, "/lifetimepoolstats", "lifetime statistics"),
         (
             Method::POST,
             "/pools/p/nodes/n/uploadbatchservicelogs",

@@ -115,20 +115,19 @@ fn start(
     work: Work,
     events: &mpsc::UnboundedSender<Event>,
 ) {
-    let (id, argv, env, task) = match work {
+    match work {
         Work::Run {
             id,
             argv,
             env,
             task,
-        } => (id, argv, env, task),
+        } => run_command(link, procs, (id, argv, env, task), events),
         Work::Kill { id, pid, boot } => {
             let ours = boot.is_none_or(|b| b == link.boot);
             let _ = events.send(Event::Answered {
                 id,
                 yes: ours && procs::signal(-pid, libc::SIGKILL),
             });
-            return;
         }
         Work::Alive { id, pid, boot } => {
             let ours = boot.is_none_or(|b| b == link.boot);
@@ -136,20 +135,37 @@ fn start(
                 id,
                 yes: ours && procs::signal(pid, 0),
             });
-            return;
         }
-        Work::File { id, root, rel, op } => {
-            files::answer(link.clone(), id, root, rel, op);
-            return;
-        }
-    };
+        Work::File { id, root, rel, op } => files::answer(link.clone(), id, root, rel, op),
+    }
+}
+
+/// A command in its process group: `Started` once it runs, `Exited` (with what it used) once
+/// it ends, both written to a task's record first.
+#[allow(clippy::type_complexity)]
+fn run_command(
+    link: &std::sync::Arc<Link>,
+    procs: &procs::Procs,
+    (id, argv, env, task): (
+        u64,
+        Vec<String>,
+        Vec<(String, String)>,
+        Option<crate::domain::agent::TaskLaunch>,
+    ),
+    events: &mpsc::UnboundedSender<Event>,
+) {
     if let Some(task) = task
         .as_ref()
         .filter(|t| !std::path::Path::new(&t.dir).is_dir())
     {
         // As the shell's `cd` would: the command cannot run where it must.
         tracing::warn!(dir = %task.dir, "a task's working directory is missing");
-        let _ = events.send(Event::Exited { id, code: 127 });
+        let usage = None;
+        let _ = events.send(Event::Exited {
+            id,
+            code: 127,
+            usage,
+        });
         return;
     }
     match procs.spawn(&argv, &env, task.as_ref()) {
@@ -165,14 +181,17 @@ fn start(
             let _ = events.send(Event::Started { id, pid });
             let events = events.clone();
             tokio::spawn(async move {
-                let code = ended.await.unwrap_or(-1);
+                let (code, usage) = match ended.await {
+                    Ok((code, usage)) => (code, Some(usage)),
+                    Err(_) => (-1, None),
+                };
                 // Recorded before it is told: a server that missed the event reads it.
                 if let Some(record) = &record {
                     if let Err(e) = procs::record(record, code) {
                         tracing::warn!(error = %e, "writing a task's record failed");
                     }
                 }
-                let _ = events.send(Event::Exited { id, code });
+                let _ = events.send(Event::Exited { id, code, usage });
             });
         }
         Err(e) => {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::domain::agent::{self, TaskLaunch};
+use crate::domain::agent::{self, TaskLaunch, Usage};
 
 #[derive(Clone, Default)]
 pub struct Procs {
@@ -22,7 +22,7 @@ pub struct Procs {
 struct Inner {
     /// Exit codes wanted, by pid. Held while a command starts, so the reaper never sees a child
     /// of ours before its pid is here.
-    waiting: Mutex<HashMap<i32, oneshot::Sender<i64>>>,
+    waiting: Mutex<HashMap<i32, oneshot::Sender<(i64, Usage)>>>,
     /// Wakes the reaper when a child starts while it has none.
     started: Condvar,
 }
@@ -43,13 +43,13 @@ impl Procs {
 
     /// Starts `argv` with this process's environment and `env`: a task's as `task` says (its
     /// directory and output files), anything else with its output dropped. Returns its pid and
-    /// its exit code to come.
+    /// its exit code to come, with what it used.
     pub fn spawn(
         &self,
         argv: &[String],
         env: &[(String, String)],
         task: Option<&TaskLaunch>,
-    ) -> std::io::Result<(i32, oneshot::Receiver<i64>)> {
+    ) -> std::io::Result<(i32, oneshot::Receiver<(i64, Usage)>)> {
         let (program, args) = argv
             .split_first()
             .ok_or_else(|| std::io::Error::other("an empty command"))?;
@@ -146,15 +146,17 @@ fn is_process(pid: i32) -> bool {
     })
 }
 
-/// Reaps children for ever: hands ours their exit codes, and lets orphans go.
+/// Reaps children for ever: hands ours their exit codes and usage, and lets orphans go.
 fn reap(inner: &Inner) {
     loop {
         let mut status = 0;
-        // SAFETY: waitpid with a valid pointer to an int.
-        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut used: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 with valid pointers to an int and a rusage.
+        let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut used) };
         if pid > 0 {
             if let Some(tx) = inner.waiting.lock().expect("lock").remove(&pid) {
-                let _ = tx.send(exit_code(status));
+                let _ = tx.send((exit_code(status), usage(&used)));
             }
             continue;
         }
@@ -165,6 +167,21 @@ fn reap(inner: &Inner) {
                 let _ = inner.started.wait_timeout(waiting, Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// What a reaped child used. Linux counts `ru_inblock` and `ru_oublock` in 512-byte units of
+/// storage I/O.
+fn usage(used: &libc::rusage) -> Usage {
+    let ms = |t: libc::timeval| {
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1000 + u64::try_from(t.tv_usec).unwrap_or(0) / 1000
+    };
+    let bytes = |blocks: libc::c_long| u64::try_from(blocks).unwrap_or(0) * 512;
+    Usage {
+        user_ms: ms(used.ru_utime),
+        kernel_ms: ms(used.ru_stime),
+        read_bytes: bytes(used.ru_inblock),
+        write_bytes: bytes(used.ru_oublock),
     }
 }
 

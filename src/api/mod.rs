@@ -29,7 +29,7 @@ use axum::Router;
 use crate::api::state::AppState;
 pub use conditions::Conditions;
 use error::ApiError;
-pub use query::{ListQuery, Select};
+pub use query::{Expand, ListQuery, Select};
 
 pub fn router(state: Arc<AppState>) -> Router {
     // Everything but /health and /health/ready needs a Shared Key signature and a known api-version.

@@ -201,6 +201,25 @@ impl<S: Send + Sync> FromRequestParts<S> for Select {
     }
 }
 
+/// `$expand`: whether `stats` is asked for, the one expansion there is (Azure's other,
+/// `$expand=nodeagentinfo` or the like, name fields this server always gives).
+pub struct Expand {
+    pub stats: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Expand {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let stats = parts.uri.query().is_some_and(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "$expand")
+                .any(|(_, v)| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("stats")))
+        });
+        Ok(Expand { stats })
+    }
+}
+
 impl Select {
     pub fn shape(&self, item: serde_json::Value) -> serde_json::Value {
         odata::select(item, self.0.as_deref())

@@ -19,10 +19,14 @@ const INTO_A_NODE: &str = "run the command as a task, or read the node's files t
 pub fn operation(path: &str) -> Option<Lacking> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
-        ["certificates", ..] => Some(("certificates", "give tasks their secrets in environmentSettings, or as resource files from a SAS URL")),
-        ["lifetimepoolstats"] | ["lifetimejobstats"] => Some(("lifetime statistics", "read compute hours from /billing/pools and /billing/jobs, and task counts from /jobs/{id}/taskcounts")),
+        ["certificates", ..] => Some((
+            "certificates",
+            "give tasks their secrets in environmentSettings, or as resource files from a SAS URL",
+        )),
         ["pools", _, "nodes", _, rest @ ..] => node_operation(rest),
-        ["jobs", _, "tasks", _, "subtasksinfo"] => Some(("multi-instance tasks", "run one task per part of the work")),
+        ["jobs", _, "tasks", _, "subtasksinfo"] => {
+            Some(("multi-instance tasks", "run one task per part of the work"))
+        }
         _ => None,
     }
 }

@@ -245,11 +245,28 @@ pub enum Event {
     /// The command runs, as process (group) `pid` on the node.
     Started { id: u64, pid: i32 },
     /// The command ended with `code` (128 + the signal, if a signal ended it).
-    Exited { id: u64, code: i64 },
+    Exited {
+        id: u64,
+        code: i64,
+        /// What the command used, where the agent measured it (it started the command).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+    },
     /// The command could not start.
     Failed { id: u64, message: String },
     /// The answer to a `kill` or `alive`.
     Answered { id: u64, yes: bool },
+}
+
+/// What a command and the children it waited for used, as `getrusage(2)` counts it: CPU time
+/// in user and kernel mode, and the bytes it read from and wrote to storage (not the page cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub user_ms: u64,
+    pub kernel_ms: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
 }
 
 impl Event {
@@ -338,7 +355,16 @@ mod tests {
             }
         );
         let event: Event = serde_json::from_str(r#"{"kind":"exited","id":7,"code":137}"#).unwrap();
-        assert_eq!(event, Event::Exited { id: 7, code: 137 });
+        // An agent from before usage was measured is still understood.
+        let usage = None;
+        assert_eq!(
+            event,
+            Event::Exited {
+                id: 7,
+                code: 137,
+                usage
+            }
+        );
         assert_eq!(event.id(), 7);
     }
 

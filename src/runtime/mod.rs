@@ -253,7 +253,7 @@ impl Runtime {
             }
             None => {
                 self.node
-                    .exec(server_id, node_id, &spec.node_command(), started.pid)
+                    .exec(server_id, node_id, &spec.node_command(), started)
                     .await
             }
         }

@@ -72,13 +72,14 @@ pub trait NodeRuntime: Send + Sync {
 
     /// Runs the command on the node, as Azure does and keeping the attempt's record (through
     /// the node's agent, or the [`task::WRAPPER`]), and waits for its exit code; `started`
-    /// learns the pid of its process group as soon as it runs.
+    /// learns the pid of its process group as soon as it runs, and what it used (where an
+    /// agent ran it) before the exit code is returned.
     fn exec<'a>(
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
         command: &'a NodeCommand,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>>;
 
     /// Runs the [`task::WRAPPER`] in a container of its own from `container`'s image, inside

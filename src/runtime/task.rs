@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::safe_fs::Below;
-use crate::domain::agent::{TaskLaunch, Work};
+use crate::domain::agent::{TaskLaunch, Usage, Work};
 use crate::domain::container::ContainerSettings;
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
@@ -30,13 +30,15 @@ pub struct Started {
     pub pid: Option<tokio::sync::oneshot::Sender<i32>>,
     /// The id of its own container, if it runs in one.
     pub container: Option<tokio::sync::oneshot::Sender<String>>,
+    /// What it used, once it ended, where its node's agent started it and measured it.
+    pub usage: Option<tokio::sync::oneshot::Sender<Usage>>,
 }
 
 impl Started {
     pub fn pid(pid: tokio::sync::oneshot::Sender<i32>) -> Self {
         Self {
             pid: Some(pid),
-            container: None,
+            ..Self::default()
         }
     }
 }

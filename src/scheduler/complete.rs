@@ -8,10 +8,11 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::task_files::Failure;
+use crate::domain::agent::Usage;
 use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops::{self, jobs::failure};
-use crate::store::{self, tasks::AttemptRow, tasks::Ending};
+use crate::store::{self, tasks::AttemptRow, tasks::AttemptUsage, tasks::Ending};
 
 /// How an attempt ended, as the executor saw it.
 #[derive(Clone, Debug)]
@@ -33,14 +34,17 @@ pub enum Outcome {
     Lost(String),
 }
 
+/// An attempt that ended: how, and what its command used where its node's agent measured it.
+pub type Finished = (AttemptRow, Outcome, Option<Usage>);
+
 pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Result<()> {
-    record_together(db, &[(a.clone(), outcome)]).await
+    record_together(db, &[(a.clone(), outcome, None)]).await
 }
 
 /// Records many outcomes in one transaction (one commit, and the same few statements, for the
 /// whole batch instead of some per task); if the batch fails, each is recorded alone so one bad
 /// record cannot hold the others back.
-pub async fn record_many(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::Result<()> {
+pub async fn record_many(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
     if record_together(db, batch).await.is_ok() {
         return Ok(());
     }
@@ -50,15 +54,25 @@ pub async fn record_many(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
     Ok(())
 }
 
-async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::Result<()> {
+async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
-    let nodes: Vec<i64> = batch.iter().filter_map(|(a, _)| a.node_pk).collect();
+    let nodes: Vec<i64> = batch.iter().filter_map(|(a, _, _)| a.node_pk).collect();
     store::tasks::lock_nodes(&mut *tx, &nodes).await?;
-    let verdicts: Vec<Verdict> = batch.iter().map(|(a, o)| judge(a, o)).collect();
+    // Before the attempts end (and a retry's start time goes).
+    let used: Vec<AttemptUsage> = batch
+        .iter()
+        .map(|(a, _, usage)| AttemptUsage {
+            pk: a.pk,
+            attempt: a.attempt,
+            usage: usage.unwrap_or_default(),
+        })
+        .collect();
+    store::tasks::add_usage(&mut *tx, &used).await?;
+    let verdicts: Vec<Verdict> = batch.iter().map(|(a, o, _)| judge(a, o)).collect();
     let items: Vec<_> = batch
         .iter()
         .zip(&verdicts)
-        .map(|((a, _), v)| (a.pk, Some(a.attempt), v.ending()))
+        .map(|((a, _, _), v)| (a.pk, Some(a.attempt), v.ending()))
         .collect();
     let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, TaskState::ON_NODE, &items)
         .await?
@@ -67,7 +81,7 @@ async fn record_together(db: &PgPool, batch: &[(AttemptRow, Outcome)]) -> sqlx::
         .map(|e| e.pk)
         .collect();
     let mut jobs = BTreeSet::new();
-    for ((a, _), v) in batch.iter().zip(&verdicts) {
+    for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
             continue;
         }

@@ -74,6 +74,9 @@ def run_15():
          lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 2, timeout=300)
     counts = c.get_job_task_counts(JOB)
     assert counts.task_counts.succeeded == BULK + 2, counts
+    stats = c.get_job(JOB, expand=["stats"]).job_statistics
+    assert stats.succeeded_tasks_count == BULK + 2 and stats.wall_clock_time.total_seconds() > 0, stats
+    assert c.get_pool(POOL, expand=["stats"]).pool_statistics.usage_statistics.dedicated_core_time.total_seconds() > 0
     boxed = c.get_task(JOB, "boxed")
     assert b"".join(c.download_task_file(JOB, "boxed", "stdout.txt")) == b"boxed\n"
     assert boxed.container_settings.image_name == "batchpool/node:latest", boxed.container_settings
@@ -247,6 +250,10 @@ def run_14():
     c.file.delete_from_task(JOB, "hello", "stderr.txt")
     files = {f.name for f in c.file.list_from_task(JOB, "hello", recursive=True)}
     assert "stderr.txt" not in files and "stdout.txt" in files, files
+    stats = c.job.get(JOB, job_get_options=m.JobGetOptions(expand="stats")).stats
+    assert stats.num_succeeded_tasks == BULK + 1 and stats.wall_clock_time.total_seconds() > 0, stats
+    usage = c.pool.get(POOL, pool_get_options=m.PoolGetOptions(expand="stats")).stats.usage_stats
+    assert usage.dedicated_core_time.total_seconds() > 0, usage
     options = m.TaskListOptions(filter="state eq 'completed'", select="id,state", max_results=100)
     page = list(c.task.list(JOB, task_list_options=options))
     assert len(page) == BULK + 1, len(page)

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod nodes;
 pub mod pools;
 pub mod schedules;
+pub mod stats;
 pub mod support;
 pub mod tasks;
 
@@ -31,6 +32,8 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/supportedimages", get(account::supported_images))
         .route("/nodeagentskus", get(account::node_agent_skus))
         .route("/poolusagemetrics", get(account::pool_usage_metrics))
+        .route("/lifetimejobstats", get(stats::lifetime_jobs))
+        .route("/lifetimepoolstats", get(stats::lifetime_pools))
 }
 
 fn pool_routes() -> Router<Arc<AppState>> {

@@ -16,7 +16,7 @@ mod polls;
 mod replies;
 
 use super::NodeError;
-use crate::domain::agent::{Event, Work};
+use crate::domain::agent::{Event, Usage, Work};
 
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
@@ -69,6 +69,7 @@ type Outcome = Result<i64, String>;
 /// A command the agent runs for a caller of [`Agents::run`] (or a question for [`Agents::ask`]).
 struct Run {
     started: Option<oneshot::Sender<i32>>,
+    usage: Option<oneshot::Sender<Usage>>,
     ended: oneshot::Sender<Outcome>,
 }
 
@@ -183,12 +184,13 @@ impl Agents {
     }
 
     /// Runs a command on the node through its agent (`make` it from its id) and waits for its
-    /// exit code; `started` learns its pid as soon as it runs.
+    /// exit code; `started` learns its pid as soon as it runs, and what it used before the exit
+    /// code is returned.
     pub async fn run(
         &self,
         node: &str,
         make: impl FnOnce(u64) -> Work,
-        started: Option<oneshot::Sender<i32>>,
+        started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
         let (link, id, mut ended) = self.submit(node, make, started)?;
         loop {
@@ -217,7 +219,7 @@ impl Agents {
         &self,
         node: &str,
         make: impl FnOnce(u64) -> Work,
-        started: Option<oneshot::Sender<i32>>,
+        started: crate::runtime::Started,
     ) -> anyhow::Result<(Arc<Link>, u64, oneshot::Receiver<Outcome>)> {
         let link = self
             .link(node)
@@ -226,7 +228,12 @@ impl Agents {
         let (tx, ended) = oneshot::channel();
         {
             let mut state = link.state.lock().expect("lock");
-            state.runs.insert(id, Run { started, ended: tx });
+            let run = Run {
+                started: started.pid,
+                usage: started.usage,
+                ended: tx,
+            };
+            state.runs.insert(id, run);
             state.queue.push(make(id));
         }
         link.work.notify_one();
@@ -241,7 +248,7 @@ impl Agents {
         make: impl FnOnce(u64) -> Work,
         timeout: Duration,
     ) -> anyhow::Result<bool> {
-        let (link, id, ended) = self.submit(node, make, None)?;
+        let (link, id, ended) = self.submit(node, make, Default::default())?;
         let answer = tokio::time::timeout(timeout, ended).await;
         link.state.lock().expect("lock").runs.remove(&id);
         match answer {
@@ -267,8 +274,11 @@ impl Link {
                         let _ = tx.send(pid);
                     }
                 }
-                Event::Exited { code, .. } => {
+                Event::Exited { code, usage, .. } => {
                     if let Some(run) = state.runs.remove(&id) {
+                        if let (Some(tx), Some(usage)) = (run.usage, usage) {
+                            let _ = tx.send(usage);
+                        }
                         let _ = run.ended.send(Ok(code));
                     }
                 }

@@ -28,7 +28,7 @@ impl DockerRuntime {
         server_id: &str,
         node_id: &str,
         command: &NodeCommand,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
         if self.has_agent(server_id, node_id).await {
             let run = |id| command.work(id);
@@ -48,7 +48,7 @@ impl DockerRuntime {
         if let StartExecResults::Attached { output, .. } =
             self.docker.start_exec(&exec.id, None).await?
         {
-            read_pid_to_end(output, started).await?;
+            read_pid_to_end(output, started.pid).await?;
         }
         self.exit_code(&exec.id).await
     }

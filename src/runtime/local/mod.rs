@@ -234,7 +234,7 @@ impl NodeRuntime for LocalRuntime {
         _server_id: &'a str,
         node_id: &'a str,
         command: &'a NodeCommand,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: crate::runtime::Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
             anyhow::ensure!(self.knows_agent(node_id), "node {node_id} has no agent");

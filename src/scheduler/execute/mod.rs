@@ -20,6 +20,7 @@ use super::packages::Packages;
 use super::prep::Preparations;
 use super::task_files;
 use super::Wakeups;
+use crate::domain::agent::Usage;
 use crate::runtime::{AttemptPid, Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
 
@@ -33,7 +34,7 @@ pub struct Executor {
     /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches.
-    outcomes: tokio::sync::mpsc::UnboundedSender<(AttemptRow, Outcome)>,
+    outcomes: tokio::sync::mpsc::UnboundedSender<complete::Finished>,
     /// Moves resource and output files.
     fetcher: task_files::Fetcher,
     /// Job preparation and release tasks.
@@ -101,7 +102,7 @@ impl Executor {
     /// new start) only once its outcome is in the database.
     async fn record_outcomes(
         self: Arc<Self>,
-        mut receiver: tokio::sync::mpsc::UnboundedReceiver<(AttemptRow, Outcome)>,
+        mut receiver: tokio::sync::mpsc::UnboundedReceiver<complete::Finished>,
     ) {
         let mut batch = Vec::with_capacity(OUTCOME_BATCH);
         // Ends with the term (this task holds the executor, so the channel alone never closes):
@@ -120,7 +121,7 @@ impl Executor {
             }
             {
                 let mut running = self.running.lock().expect("lock");
-                for (a, _) in &batch {
+                for (a, _, _) in &batch {
                     running.remove(&a.pk);
                 }
             }
@@ -192,9 +193,9 @@ impl Executor {
         tokio::spawn(async move {
             let _over = over.drop_guard();
             match this.watch(&a, adopted, &kill).await {
-                Some(outcome) => {
+                Some((outcome, usage)) => {
                     let pk = a.pk;
-                    if this.outcomes.send((a, outcome)).is_err() {
+                    if this.outcomes.send((a, outcome, usage)).is_err() {
                         this.running.lock().expect("lock").remove(&pk);
                     }
                 }
@@ -227,13 +228,14 @@ impl Executor {
         }
     }
 
-    /// Runs (or, adopted, waits for) the attempt; None when there is nothing to record.
+    /// Runs (or, adopted, waits for) the attempt; None when there is nothing to record. With
+    /// the outcome, what the command used, where its node's agent started it and measured it.
     async fn watch(
         &self,
         a: &AttemptRow,
         adopted: Option<AttemptPid>,
         kill: &CancellationToken,
-    ) -> Option<Outcome> {
+    ) -> Option<(Outcome, Option<Usage>)> {
         let node_id = a.node_id.clone()?;
         let dirs = self
             .runtime
@@ -246,6 +248,12 @@ impl Executor {
             (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
         });
         let (started, pid) = tokio::sync::oneshot::channel();
+        let (used, mut usage) = tokio::sync::oneshot::channel();
+        let started = crate::runtime::Started {
+            pid: Some(started),
+            usage: Some(used),
+            container: None,
+        };
         // Stops a download under way, so a killed or timed-out task never starts its command.
         let stop = kill.child_token();
         let run = async {
@@ -278,7 +286,7 @@ impl Executor {
             }
         };
         let timed_out = tokio::select! {
-            outcome = &mut run => return Some(outcome),
+            outcome = &mut run => return Some((outcome, usage.try_recv().ok())),
             _ = timeout => {
                 stop.cancel();
                 true
@@ -287,7 +295,7 @@ impl Executor {
             _ = self.shutdown.cancelled() => return None,
         };
         self.kill(&node_id, run, pid).await;
-        timed_out.then_some(Outcome::TimedOut)
+        timed_out.then(|| (Outcome::TimedOut, usage.try_recv().ok()))
     }
 
     /// Kills the attempt once its pid is known (it may be starting still), then waits for it

@@ -14,14 +14,14 @@ use crate::store::tasks::AttemptRow;
 impl Executor {
     /// Puts in place what the attempt needs and runs its command to its exit code; the outcome
     /// instead, when the attempt ends before its command could run. `stop` ends the preparing
-    /// early (the attempt was killed or timed out).
+    /// early (the attempt was killed or timed out). `started` learns its pid and what it used.
     pub(super) async fn start(
         &self,
         a: &AttemptRow,
         node_id: &str,
         dirs: &TaskDirs,
         stop: &CancellationToken,
-        started: tokio::sync::oneshot::Sender<i32>,
+        mut started: Started,
     ) -> Result<Result<i64, String>, Outcome> {
         let stopped = || Outcome::Lost("stopped while preparing".into());
         let prepared = tokio::select! {
@@ -62,10 +62,7 @@ impl Executor {
                 }
             }
         });
-        let started = Started {
-            pid: Some(started),
-            container: Some(container),
-        };
+        started.container = Some(container);
         match self
             .runtime
             .exec(&self.server_id, node_id, &spec, started)

@@ -18,6 +18,7 @@ mod running;
 pub use add::{existing_ids, first_missing_in_ranges, insert_many};
 pub use attempts::*;
 pub use running::*;
+pub mod stats;
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct TaskRow {

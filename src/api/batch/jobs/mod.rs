@@ -43,16 +43,18 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
-    select: Select,
+    (select, expand): (Select, crate::api::Expand),
     conditions: Conditions,
 ) -> ApiResult<Response> {
     let job = find(&app, &job_id).await?;
     conditions.check(job.last_modified, true)?;
-    Ok((
-        resource_headers(job.last_modified),
-        Json(select.shape(job_json(&job, &base))),
-    )
-        .into_response())
+    let mut v = job_json(&job, &base);
+    if expand.stats {
+        let totals = store::tasks::stats::of_job(&app.db, job.pk).await?;
+        let url = format!("{base}/jobs/{}/stats", job.id);
+        v["stats"] = crate::api::batch::stats::job_stats(&url, job.creation_time, &totals);
+    }
+    Ok((resource_headers(job.last_modified), Json(select.shape(v))).into_response())
 }
 
 /// `GET /jobs/{job}/jobpreparationandreleasetaskstatus`: where the job's preparation task ran,

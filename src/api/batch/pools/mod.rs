@@ -36,16 +36,16 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path(pool_id): Path<String>,
-    select: Select,
+    (select, expand): (Select, crate::api::Expand),
     conditions: Conditions,
 ) -> ApiResult<Response> {
     let pool = find(&app, &pool_id).await?;
     conditions.check(pool.last_modified, true)?;
-    Ok((
-        resource_headers(pool.last_modified),
-        Json(select.shape(pool_json(&pool, &base))),
-    )
-        .into_response())
+    let mut v = pool_json(&pool, &base);
+    if expand.stats {
+        v["stats"] = crate::api::batch::stats::pool_stats(&app, &base, &pool).await?;
+    }
+    Ok((resource_headers(pool.last_modified), Json(select.shape(v))).into_response())
 }
 
 pub async fn list(

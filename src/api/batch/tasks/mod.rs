@@ -52,17 +52,19 @@ pub async fn get(
     app: Ctx,
     BaseUrl(base): BaseUrl,
     Path((job_id, task_id)): Path<(String, String)>,
-    select: Select,
+    (select, expand): (Select, crate::api::Expand),
     conditions: Conditions,
 ) -> ApiResult<Response> {
     let job = find_job(&app, &job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     conditions.check(task.last_modified, true)?;
-    Ok((
-        resource_headers(task.last_modified),
-        Json(select.shape(task_json(&job, &task, &base))),
-    )
-        .into_response())
+    let mut v = task_json(&job, &task, &base);
+    if expand.stats {
+        let totals = store::tasks::stats::of_task(&app.db, task.pk).await?;
+        let url = format!("{base}/jobs/{}/tasks/{}/stats", job.id, task.id);
+        v["stats"] = crate::api::batch::stats::task_stats(&url, task.creation_time, &totals);
+    }
+    Ok((resource_headers(task.last_modified), Json(select.shape(v))).into_response())
 }
 
 pub async fn list(

@@ -93,7 +93,7 @@ impl NodeRuntime for DockerHosts {
         server_id: &'a str,
         node_id: &'a str,
         command: &'a NodeCommand,
-        started: Option<tokio::sync::oneshot::Sender<i32>>,
+        started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
             self.host_of(node_id)?

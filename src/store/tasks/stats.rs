@@ -1,0 +1,60 @@
+//! What tasks used, summed for the `stats` of a task or a job (read only when asked for:
+//! `$expand=stats`).
+
+use sqlx::PgExecutor;
+
+/// Totals over some tasks. Wall clock time counts every attempt, a running one up to now;
+/// wait time is each task's creation to its last attempt's start.
+#[derive(Debug, Default)]
+pub struct UsageTotals {
+    pub wall_ms: i64,
+    pub user_ms: i64,
+    pub kernel_ms: i64,
+    pub read_bytes: i64,
+    pub write_bytes: i64,
+    pub wait_ms: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub retries: i64,
+}
+
+macro_rules! totals {
+    ($where:literal, $arg:expr) => {
+        sqlx::query_as!(
+            UsageTotals,
+            r#"SELECT
+                COALESCE(SUM(wall_clock_ms + CASE WHEN state IN ('preparing', 'running') AND start_time IS NOT NULL
+                    THEN GREATEST(0, (extract(epoch FROM now() - start_time) * 1000)::bigint) ELSE 0 END), 0)::bigint AS "wall_ms!",
+                COALESCE(SUM(user_cpu_ms), 0)::bigint AS "user_ms!",
+                COALESCE(SUM(kernel_cpu_ms), 0)::bigint AS "kernel_ms!",
+                COALESCE(SUM(read_bytes), 0)::bigint AS "read_bytes!",
+                COALESCE(SUM(write_bytes), 0)::bigint AS "write_bytes!",
+                COALESCE(SUM(CASE WHEN start_time IS NOT NULL
+                    THEN GREATEST(0, (extract(epoch FROM start_time - creation_time) * 1000)::bigint) ELSE 0 END), 0)::bigint AS "wait_ms!",
+                COUNT(*) FILTER (WHERE state = 'completed' AND result = 'success') AS "succeeded!",
+                COUNT(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS "failed!",
+                COALESCE(SUM(retry_count), 0)::bigint AS "retries!"
+             FROM tasks "# + $where,
+            $arg
+        )
+    };
+}
+
+pub async fn of_task(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<UsageTotals> {
+    totals!("WHERE pk = $1", pk).fetch_one(db).await
+}
+
+pub async fn of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<UsageTotals> {
+    totals!("WHERE job_pk = $1", job_pk).fetch_one(db).await
+}
+
+/// Over every task of the account's jobs (Azure's lifetime job statistics, for the jobs that
+/// exist).
+pub async fn of_account(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<UsageTotals> {
+    totals!(
+        "WHERE job_pk IN (SELECT pk FROM jobs WHERE account = $1)",
+        account
+    )
+    .fetch_one(db)
+    .await
+}
