@@ -425,8 +425,8 @@ async fn operations_this_server_lacks_are_refused_by_name() {
         (Method::GET, "/certificates", "certificates"),
         (
             Method::POST,
-            "/pools/p/nodes/n/uploadbatchservicelogs",
-            "service logs",
+            "/pools/p/nodes/n/start",
+            "starting and deallocating nodes",
         ),
         (
             Method::GET,

@@ -182,3 +182,62 @@ on_both_runtimes!(
     reimaging_gives_a_node_a_new_disk_and_requeues_its_task,
     reimage
 );
+
+/// What support asks for when a node misbehaves: its agent's log and the server's record of it,
+/// uploaded to a container the caller gives with a SAS URL; and the node's tasks that run now.
+async fn service_logs(rt: Rt) {
+    let s = TestServer::start_allowing_local_urls(rt, &[]).await;
+    let pool = json!({"id": "logs", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let id = s.wait_nodes("logs", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.job_on("j", "logs").await;
+    s.add_tasks("j", vec![json!({"id": "long", "commandLine": "sleep 30"})])
+        .await;
+    s.wait_task("j", "long", "running").await;
+    let (_, node) = s.get(&format!("/pools/logs/nodes/{id}")).await;
+    let recent = &node["recentTasks"][0];
+    assert_eq!(
+        (&recent["jobId"], &recent["taskId"], &recent["taskState"]),
+        (&json!("j"), &json!("long"), &json!("running")),
+        "{node}"
+    );
+
+    let (name, url) = common::blobs::container("rwl").await;
+    let since = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let path = format!("/pools/logs/nodes/{id}/uploadbatchservicelogs");
+    let (status, answer) = s
+        .post(&path, &json!({"containerUrl": url, "startTime": since}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["numberOfFilesUploaded"], 2, "{answer}");
+    let dir = answer["virtualDirectoryName"].as_str().unwrap();
+    assert!(dir.starts_with(&format!("logs/{id}/")), "{answer}");
+    let log = common::blobs::get_blob(&format!("{name}/{dir}batchpool-agent.log")).await;
+    let log = log.expect("the agent's log").0;
+    assert!(log.contains("the node agent runs"), "{log}");
+    let record = common::blobs::get_blob(&format!("{name}/{dir}batchpool-node.json")).await;
+    assert!(record.expect("the node's record").0.contains(&id));
+
+    // Bad bodies are refused by name.
+    let (status, answer) = s.post(&path, &json!({"startTime": since})).await;
+    assert_eq!(
+        (status.as_u16(), answer["code"].as_str()),
+        (400, Some("MissingRequiredProperty")),
+        "{answer}"
+    );
+    let managed =
+        json!({"containerUrl": url, "startTime": since, "identityReference": {"resourceId": "x"}});
+    let (status, answer) = s.post(&path, &managed).await;
+    assert_eq!(
+        (status.as_u16(), answer["code"].as_str()),
+        (400, Some("InvalidPropertyValue")),
+        "{answer}"
+    );
+}
+on_both_runtimes!(
+    service_logs_are_uploaded_and_a_node_shows_its_tasks,
+    service_logs
+);

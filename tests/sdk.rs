@@ -44,16 +44,38 @@ async fn sdk_script(
 }
 
 async fn conformance(sdk_env: &str, rt: Rt) {
-    let bulk = [("BATCHPOOL_BULK", "1000".to_string())];
-    let s = TestServer::start(rt).await;
+    // A container in Azurite, for a node's service logs.
+    let (logs, url) = common::blobs::container("rwl").await;
+    let env = [
+        ("BATCHPOOL_BULK", "1000".to_string()),
+        ("BATCHPOOL_LOGS_URL", url),
+    ];
+    let s = TestServer::start_allowing_local_urls(rt, &[]).await;
     sdk_script(
         s,
         sdk_env,
         "conformance.py",
-        &bulk,
+        &env,
         "conformance flow passed",
     )
     .await;
+    let uploaded = storage_names(&logs).await;
+    assert!(
+        uploaded.iter().any(|n| n.ends_with("/batchpool-agent.log")),
+        "{uploaded:?}"
+    );
+}
+
+/// The blobs in a container of Azurite.
+async fn storage_names(container: &str) -> Vec<String> {
+    let c = batchpool::storage::Container::with_key(&common::blobs::connection_string(), container)
+        .unwrap();
+    c.list(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
 }
 
 /// Seed 004's workflow: inputs and app in blob storage, resource files in, output files out,
@@ -267,6 +289,16 @@ async fn az_batch_core_commands_work() {
         ]),
         "t1"
     );
+    let metrics = [
+        "pool",
+        "usage-metrics",
+        "list",
+        "--query",
+        "[?poolId=='azpool'].poolId",
+        "-o",
+        "tsv",
+    ];
+    assert_eq!(run(&metrics), "azpool");
     assert_eq!(
         run(&[
             "job",

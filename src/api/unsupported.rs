@@ -33,10 +33,6 @@ pub fn operation(path: &str) -> Option<Lacking> {
 
 fn node_operation(rest: &[&str]) -> Option<Lacking> {
     match rest {
-        ["uploadbatchservicelogs"] => Some((
-            "uploading a node's service logs",
-            "read the node's files through the files API, and the server's own log",
-        )),
         ["users", ..] => Some(("user accounts on nodes", INTO_A_NODE)),
         ["remoteloginsettings"] | ["rdp"] => Some(("remote login to nodes", INTO_A_NODE)),
         ["extensions", ..] => Some((
@@ -81,6 +77,17 @@ mod tests {
             (Method::POST, "/jobschedules/s/terminate", None),
             (Method::GET, "/certificates", Some("certificates")),
             (Method::POST, "/pools/p/nodes/n/reimage", None),
+            (
+                Method::POST,
+                "/pools/p/nodes/n/uploadbatchservicelogs",
+                None,
+            ),
+            (Method::GET, "/lifetimepoolstats", None),
+            (
+                Method::POST,
+                "/pools/p/nodes/n/users",
+                Some("user accounts on nodes"),
+            ),
             (Method::POST, "/pools/p/nodes/n/disablescheduling", None),
             (Method::POST, "/pools/p/evaluateautoscale", None),
             (Method::GET, "/pools/p/nodes/n/files/x", None),

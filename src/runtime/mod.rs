@@ -19,7 +19,7 @@ use safe_fs::{Below, Dir};
 pub use docker::DockerRuntime;
 pub use layout::Layout;
 pub use local::LocalRuntime;
-pub use node_runtime::{BoxFuture, NodeRuntime};
+pub use node_runtime::{BoxFuture, NodeRuntime, MAX_AGENT_LOG};
 pub use task::{
     container_label, AttemptPid, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
 };
@@ -213,6 +213,17 @@ impl Runtime {
         .remove()
         .await;
         Ok(())
+    }
+
+    /// The node agent's log (see [`NodeRuntime::agent_log`]).
+    pub async fn agent_log(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        since: i64,
+        until: i64,
+    ) -> anyhow::Result<Vec<u8>> {
+        self.node.agent_log(server_id, node_id, since, until).await
     }
 
     /// Restarts a node (a reboot).

@@ -12,6 +12,9 @@ use super::{
 };
 
 /// A future a [`NodeRuntime`] returns: boxed, so the trait can be a `dyn` object.
+/// The most of a node agent's log one upload of service logs takes (the latest part).
+pub const MAX_AGENT_LOG: usize = 16 << 20;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What differs from one kind of node to another (a container, a directory and processes, a node
@@ -63,6 +66,16 @@ pub trait NodeRuntime: Send + Sync {
         server_id: &'a str,
         node_id: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// The node agent's log from `since` to `until` (Unix seconds; `until` 0: to now), its last
+    /// [`MAX_AGENT_LOG`] bytes, for `uploadbatchservicelogs`.
+    fn agent_log<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        since: i64,
+        until: i64,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>>;
 
     /// The nodes of this installation that exist on the runtime.
     fn list_nodes<'a>(

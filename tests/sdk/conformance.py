@@ -116,6 +116,11 @@ def run_15():
     # The poller ends when the node leaves `rebooting`; its start task then runs again.
     assert c.get_node(POOL, node_id).state != models.BatchNodeState.REBOOTING
     wait("the rebooted node to be idle", lambda: c.get_node(POOL, node_id).state == models.BatchNodeState.IDLE)
+    logs = os.environ.get("BATCHPOOL_LOGS_URL")
+    if logs:
+        since = __import__("datetime").datetime.now(__import__("datetime").timezone.utc) - __import__("datetime").timedelta(hours=1)
+        got = c.upload_node_logs(POOL, node_id, models.UploadBatchServiceLogsOptions(container_url=logs, start_time=since))
+        assert got.number_of_files_uploaded == 2 and got.virtual_directory_name.startswith(f"{POOL}/{node_id}/"), got
     from azure.batch.models._models import BatchNodeReimageOptions
     other = nodes[1].id
     c.begin_reimage_node(POOL, other, BatchNodeReimageOptions(node_reimage_option="requeue"), polling_interval=0.2).result()
@@ -262,6 +267,12 @@ def run_14():
     wait("the terminated task", lambda: c.task.get(JOB, "long").state == m.TaskState.completed)
     schedules_14(c, m)
     node = next(iter(c.compute_node.list(POOL))).id
+    logs = os.environ.get("BATCHPOOL_LOGS_URL")
+    if logs:
+        import datetime
+        since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        got = c.compute_node.upload_batch_service_logs(POOL, node, m.UploadBatchServiceLogsConfiguration(container_url=logs, start_time=since))
+        assert got.number_of_files_uploaded == 2, got
     c.compute_node.reimage(POOL, node, node_reimage_option="taskcompletion")
     wait("the reimaged node to be idle", lambda: c.compute_node.get(POOL, node).state == m.ComputeNodeState.idle)
     c.job.terminate(JOB, terminate_reason="done")

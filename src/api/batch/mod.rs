@@ -4,6 +4,7 @@ pub mod account;
 pub mod applications;
 pub mod files;
 pub mod jobs;
+pub mod node_logs;
 pub mod nodes;
 pub mod pools;
 pub mod schedules;
@@ -89,6 +90,10 @@ fn pool_routes() -> Router<Arc<AppState>> {
         .route(
             "/pools/{pool_id}/nodes/{node_id}/reimage",
             post(nodes::reimage),
+        )
+        .route(
+            "/pools/{pool_id}/nodes/{node_id}/uploadbatchservicelogs",
+            post(node_logs::upload),
         )
 }
 

@@ -41,7 +41,22 @@ pub async fn get(
 ) -> ApiResult<Json<Value>> {
     let pool = find(&app, &pool_id).await?;
     let node = find_node(&app, &pool, &node_id).await?;
-    Ok(Json(select.shape(node_json(&pool, &node, &base))))
+    let mut v = node_json(&pool, &node, &base);
+    let tasks = store::tasks::stats::on_node(&app.db, node.pk).await?;
+    if !tasks.is_empty() {
+        v["recentTasks"] = tasks
+            .iter()
+            .map(|t| {
+                let mut info = json!({"retryCount": t.retry_count, "requeueCount": t.requeue_count});
+                if let Some(start) = t.start_time {
+                    info["startTime"] = json!(rfc3339(start));
+                }
+                json!({"taskUrl": format!("{base}/jobs/{}/tasks/{}", t.job_id, t.task_id),
+                    "jobId": t.job_id, "taskId": t.task_id, "taskState": t.state, "executionInfo": info})
+            })
+            .collect();
+    }
+    Ok(Json(select.shape(v)))
 }
 
 pub async fn find_node(app: &Ctx, pool: &PoolRow, node_id: &str) -> ApiResult<NodeRow> {
@@ -57,7 +72,7 @@ pub async fn find_node(app: &Ctx, pool: &PoolRow, node_id: &str) -> ApiResult<No
 }
 
 /// A node as Azure's `BatchNode` JSON.
-fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
+pub(super) fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
     let mut node = json!({
         "id": n.id,
         "url": format!("{base}/pools/{}/nodes/{}", pool.id, n.id),

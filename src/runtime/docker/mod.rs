@@ -10,6 +10,7 @@ mod agent_files;
 mod exec;
 mod hosts;
 mod image;
+mod logs;
 mod node;
 mod task_container;
 

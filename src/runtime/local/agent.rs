@@ -18,6 +18,19 @@ pub(super) struct AgentProc {
 /// What a local node's commands find on their PATH, as the local runtime always gave them.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The agent's log, in its node's directory: private (never listed or served by the files
+/// API), appended to across the agent's restarts.
+const LOG: &str = ".batchpool-agent.log";
+
+fn log_file(root: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(root.join(LOG))
+}
+
 impl AgentProc {
     /// Starts the agent of the node whose directory is `root`. Only what a node would have goes
     /// into its environment: the server's own (its secrets) stays out.
@@ -40,7 +53,8 @@ impl AgentProc {
             .env(ENV_ROOT, root)
             .current_dir(root)
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null());
+            .stdout(std::process::Stdio::null())
+            .stderr(log_file(root)?);
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
         unsafe {
             command.pre_exec(|| {
@@ -59,6 +73,18 @@ impl AgentProc {
             start,
             secret: secret.to_string(),
         })
+    }
+
+    /// The agent's log, as it is now.
+    pub fn log(root: &Path) -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek};
+        let mut file = crate::sys::safe_fs::Dir::open_root(root)?.open_file(Path::new(LOG))?;
+        let len = file.metadata()?.len();
+        let keep = super::super::MAX_AGENT_LOG as u64;
+        file.seek(std::io::SeekFrom::Start(len.saturating_sub(keep)))?;
+        let mut out = Vec::new();
+        file.take(keep).read_to_end(&mut out)?;
+        Ok(out)
     }
 
     /// Whether it still runs (and its pid is not another process's by now).

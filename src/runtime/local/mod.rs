@@ -213,6 +213,22 @@ impl NodeRuntime for LocalRuntime {
         Box::pin(LocalRuntime::remove_node(self, node_id))
     }
 
+    /// The lines of the agent's log written from `since` to `until` (its lines start with their
+    /// time; a line without one goes with the line before it).
+    fn agent_log<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        since: i64,
+        until: i64,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>> {
+        let root = self.layout.nodes.join(node_id);
+        Box::pin(async move {
+            let log = tokio::task::spawn_blocking(move || agent::AgentProc::log(&root)).await??;
+            Ok(lines_between(&log, since, until))
+        })
+    }
+
     /// A local node has nothing to restart.
     fn restart_node<'a>(
         &'a self,
@@ -281,4 +297,23 @@ impl NodeRuntime for LocalRuntime {
             }
         })
     }
+}
+
+/// The lines of `log` whose leading RFC 3339 time lies from `since` to `until` (Unix seconds;
+/// `until` 0: no end).
+fn lines_between(log: &[u8], since: i64, until: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut keep = false;
+    for line in log.split_inclusive(|b| *b == b'\n') {
+        let text = String::from_utf8_lossy(line);
+        let stamp = text.split_whitespace().next().unwrap_or_default();
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(stamp) {
+            let t = t.timestamp();
+            keep = t >= since && (until == 0 || t <= until);
+        }
+        if keep {
+            out.extend_from_slice(line);
+        }
+    }
+    out
 }

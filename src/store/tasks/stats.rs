@@ -58,3 +58,28 @@ pub async fn of_account(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<
     .fetch_one(db)
     .await
 }
+
+/// A task on a node, for the node's `recentTasks`.
+#[derive(Debug)]
+pub struct TaskOnNode {
+    pub job_id: String,
+    pub task_id: String,
+    pub state: crate::domain::job::TaskState,
+    pub start_time: Option<chrono::DateTime<chrono::Utc>>,
+    pub retry_count: i32,
+    pub requeue_count: i32,
+}
+
+/// The tasks on the node now, the latest started first (at most 100).
+pub async fn on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<Vec<TaskOnNode>> {
+    sqlx::query_as!(
+        TaskOnNode,
+        r#"SELECT j.id AS job_id, t.id AS task_id, t.state AS "state: _", t.start_time, t.retry_count, t.requeue_count
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk
+         WHERE t.node_pk = $1 AND t.state IN ('preparing', 'running')
+         ORDER BY t.start_time DESC NULLS LAST LIMIT 100"#,
+        node_pk
+    )
+    .fetch_all(db)
+    .await
+}

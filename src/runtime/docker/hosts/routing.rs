@@ -68,6 +68,21 @@ impl NodeRuntime for DockerHosts {
         Box::pin(DockerHosts::remove_node(self, server_id, node_id))
     }
 
+    fn agent_log<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        since: i64,
+        until: i64,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>> {
+        Box::pin(async move {
+            self.host_of(node_id)?
+                .runtime
+                .agent_log(server_id, node_id, since, until)
+                .await
+        })
+    }
+
     fn restart_node<'a>(
         &'a self,
         server_id: &'a str,
