@@ -12,7 +12,7 @@ use crate::domain::agent::Usage;
 use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops::{self, jobs::failure};
-use crate::store::{self, tasks::AttemptRow, tasks::AttemptUsage, tasks::Ending};
+use crate::store::{self, tasks::AttemptRow, tasks::Ending};
 
 /// How an attempt ended, as the executor saw it.
 #[derive(Clone, Debug)]
@@ -58,28 +58,23 @@ async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
     let nodes: Vec<i64> = batch.iter().filter_map(|(a, _, _)| a.node_pk).collect();
     store::tasks::lock_nodes(&mut *tx, &nodes).await?;
-    // Before the attempts end (and a retry's start time goes).
-    let used: Vec<AttemptUsage> = batch
-        .iter()
-        .map(|(a, _, usage)| AttemptUsage {
-            pk: a.pk,
-            attempt: a.attempt,
-            usage: usage.unwrap_or_default(),
-        })
-        .collect();
-    store::tasks::add_usage(&mut *tx, &used).await?;
     let verdicts: Vec<Verdict> = batch.iter().map(|(a, o, _)| judge(a, o)).collect();
     let items: Vec<_> = batch
         .iter()
         .zip(&verdicts)
         .map(|((a, _, _), v)| (a.pk, Some(a.attempt), v.ending()))
         .collect();
-    let completed: HashSet<i64> = store::tasks::end_attempts(&mut tx, TaskState::ON_NODE, &items)
-        .await?
-        .into_iter()
-        .filter(|e| e.state == TaskState::Completed)
-        .map(|e| e.pk)
+    let used: Vec<Usage> = batch
+        .iter()
+        .map(|(_, _, u)| u.unwrap_or_default())
         .collect();
+    let completed: HashSet<i64> =
+        store::tasks::end_attempts(&mut tx, TaskState::ON_NODE, &items, &used)
+            .await?
+            .into_iter()
+            .filter(|e| e.state == TaskState::Completed)
+            .map(|e| e.pk)
+            .collect();
     let mut jobs = BTreeSet::new();
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {

@@ -4,6 +4,7 @@
 use serde_json::Value;
 use sqlx::{PgExecutor, Postgres, Transaction};
 
+use crate::domain::agent::Usage;
 use crate::domain::job::TaskState;
 
 /// The attempt that ended, as the follow-up bookkeeping needs it.
@@ -57,25 +58,29 @@ pub async fn end_attempt(
     from: &[TaskState],
     ending: Ending<'_>,
 ) -> sqlx::Result<Option<Ended>> {
-    Ok(end_attempts(tx, from, &[(pk, attempt, ending)])
+    Ok(end_attempts(tx, from, &[(pk, attempt, ending)], &[])
         .await?
         .pop())
 }
 
 /// `end_attempt` for many tasks in three statements, whatever their number: one update of the
 /// tasks, one release of their nodes' slots, one count-down of their dependants. Callers that
-/// touch several nodes lock them first (`lock_nodes`), as dispatch does.
+/// touch several nodes lock them first (`lock_nodes`), as dispatch does. An attempt that was on
+/// its node adds its wall clock time, and `usage[i]` (what item `i`'s command used, as its
+/// node's agent measured it; none past the slice's end), to its task's totals.
 pub async fn end_attempts(
     tx: &mut Transaction<'_, Postgres>,
     from: &[TaskState],
     items: &[(i64, Option<i32>, Ending<'_>)],
+    usage: &[Usage],
 ) -> sqlx::Result<Vec<Ended>> {
-    let c = EndingColumns::of(items);
+    let c = EndingColumns::of(items, usage);
     let ended: Vec<Ended> = sqlx::query_as!(
         Ended,
         r#"WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::jsonb[],
-                        $7::bool[], $8::int[], $9::int[])
-                      AS u(pk, attempt, state, exit_code, result, failure_info, satisfies, retry, requeue)),
+                        $7::bool[], $8::int[], $9::int[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[])
+                      AS u(pk, attempt, state, exit_code, result, failure_info, satisfies, retry, requeue,
+                           user_ms, kernel_ms, read_bytes, write_bytes)),
               old AS (SELECT t.pk, t.state, t.node_pk FROM tasks t JOIN u ON u.pk = t.pk
                       WHERE (u.attempt IS NULL OR t.attempt = u.attempt) AND t.state = ANY($10)
                       ORDER BY t.pk FOR UPDATE OF t)
@@ -86,7 +91,11 @@ pub async fn end_attempts(
             files_expire_at = CASE WHEN u.state = 'completed' AND t.node_pk IS NOT NULL
                 THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END,
             retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END,
-            requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END
+            requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END,
+            wall_clock_ms = t.wall_clock_ms + CASE WHEN old.state IN ('preparing', 'running') AND t.start_time IS NOT NULL
+                THEN GREATEST(0, (extract(epoch FROM clock_timestamp() - t.start_time) * 1000)::bigint) ELSE 0 END,
+            user_cpu_ms = t.user_cpu_ms + u.user_ms, kernel_cpu_ms = t.kernel_cpu_ms + u.kernel_ms,
+            read_bytes = t.read_bytes + u.read_bytes, write_bytes = t.write_bytes + u.write_bytes
          FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
          RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state IN ('preparing', 'running') AS "was_running!", t.state AS "state: _",
             t.satisfies_dependants, t.result"#,
@@ -100,6 +109,10 @@ pub async fn end_attempts(
         &c.retries,
         &c.requeues,
         from as _,
+        &c.user_ms,
+        &c.kernel_ms,
+        &c.read_bytes,
+        &c.write_bytes,
     )
     .fetch_all(&mut **tx)
     .await?;
@@ -120,12 +133,22 @@ struct EndingColumns<'a> {
     satisfies: Vec<bool>,
     retries: Vec<i32>,
     requeues: Vec<i32>,
+    user_ms: Vec<i64>,
+    kernel_ms: Vec<i64>,
+    read_bytes: Vec<i64>,
+    write_bytes: Vec<i64>,
 }
 
 impl<'a> EndingColumns<'a> {
-    fn of(items: &[(i64, Option<i32>, Ending<'a>)]) -> Self {
+    fn of(items: &[(i64, Option<i32>, Ending<'a>)], usage: &[Usage]) -> Self {
         let mut c = EndingColumns::default();
-        for (pk, attempt, ending) in items {
+        let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (i, (pk, attempt, ending)) in items.iter().enumerate() {
+            let used = usage.get(i).copied().unwrap_or_default();
+            c.user_ms.push(big(used.user_ms));
+            c.kernel_ms.push(big(used.kernel_ms));
+            c.read_bytes.push(big(used.read_bytes));
+            c.write_bytes.push(big(used.write_bytes));
             let (state, code, result, info, satisfied, retry, requeue) = match ending {
                 Ending::Completed {
                     exit_code,

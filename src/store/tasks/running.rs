@@ -174,39 +174,3 @@ pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx:
     .fetch_one(db)
     .await
 }
-
-/// What one attempt used, as its node's agent measured it (all 0 where none did).
-pub struct AttemptUsage {
-    pub pk: i64,
-    pub attempt: i32,
-    pub usage: crate::domain::agent::Usage,
-}
-
-/// Adds each attempt's wall clock time (its start to now) and usage to its task's totals, for
-/// attempts still on their node: one statement for the whole batch, before they end.
-pub async fn add_usage(db: impl PgExecutor<'_>, used: &[AttemptUsage]) -> sqlx::Result<()> {
-    let col = |f: fn(&AttemptUsage) -> i64| used.iter().map(f).collect::<Vec<i64>>();
-    let attempts: Vec<i32> = used.iter().map(|u| u.attempt).collect();
-    fn clamp(v: u64) -> i64 {
-        i64::try_from(v).unwrap_or(i64::MAX)
-    }
-    sqlx::query!(
-        "UPDATE tasks t SET \
-            wall_clock_ms = t.wall_clock_ms + GREATEST(0, (extract(epoch FROM now() - t.start_time) * 1000)::bigint), \
-            user_cpu_ms = t.user_cpu_ms + u.user_ms, kernel_cpu_ms = t.kernel_cpu_ms + u.kernel_ms, \
-            read_bytes = t.read_bytes + u.read_bytes, write_bytes = t.write_bytes + u.write_bytes \
-         FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[]) \
-            AS u(pk, attempt, user_ms, kernel_ms, read_bytes, write_bytes) \
-         WHERE t.pk = u.pk AND t.attempt = u.attempt AND t.start_time IS NOT NULL \
-           AND t.state IN ('preparing', 'running')",
-        &col(|u| u.pk),
-        &attempts,
-        &col(|u| clamp(u.usage.user_ms)),
-        &col(|u| clamp(u.usage.kernel_ms)),
-        &col(|u| clamp(u.usage.read_bytes)),
-        &col(|u| clamp(u.usage.write_bytes)),
-    )
-    .execute(db)
-    .await
-    .map(drop)
-}
