@@ -327,6 +327,15 @@ async fn files_are_read_through_any_server(rt: Rt) {
     let file = "/jobs/j/tasks/t/files/wd/out";
     assert_eq!(second.file(file).await.as_deref(), Some("hello"));
     assert_eq!(first.file(file).await.as_deref(), Some("hello"));
+
+    // A task deleted through the second server: its directory goes from the leader's disk.
+    let dir = first.data_dir.path().join("workitems/batchpool/j/job-1/t");
+    assert!(dir.join("wd/out").exists(), "{dir:?}");
+    assert_eq!(second.delete("/jobs/j/tasks/t").await.0, 200);
+    common::wait_for("the deleted task's directory to go", || async {
+        (!dir.exists()).then_some(())
+    })
+    .await;
 }
 on_both_runtimes!(
     a_nodes_files_are_read_through_any_server,

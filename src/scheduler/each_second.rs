@@ -1,4 +1,5 @@
-//! The leader's once-a-second loop. Job schedules: each job made when it is due
+//! The leader's once-a-second loop. Deleted tasks' directories, removed here (their files are
+//! in this server's data directory, whichever server the delete came through). Job schedules: each job made when it is due
 //! (`ops::schedules::run_due`). Autoscale: samples every autoscaled pool every few seconds,
 //! evaluates each pool's formula when its interval comes round, and wakes the allocator when a
 //! target changed; samples older than the history formulas can read are dropped. And jobs set
@@ -19,7 +20,7 @@ const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn run(
     db: PgPool,
-    wake: Wakeups,
+    (wake, layout): (Wakeups, crate::runtime::Layout),
     max_nodes: i32,
     jobs: &dyn JobMaker,
     cancel: CancellationToken,
@@ -28,6 +29,9 @@ pub async fn run(
     let mut last_prune = Utc::now();
     loop {
         let now = Utc::now();
+        if let Err(e) = remove_task_dirs(&db, &layout).await {
+            tracing::warn!(error = %e, "removing deleted tasks' directories failed");
+        }
         match crate::ops::schedules::run_due(&db, jobs, now).await {
             Ok(0) => {}
             Ok(_) => wake.dispatch.notify_one(),
@@ -62,4 +66,20 @@ pub async fn run(
             _ = tokio::time::sleep(TICK) => {}
         }
     }
+}
+
+/// Removes the directories of tasks deleted (through any server) since the last look.
+async fn remove_task_dirs(db: &PgPool, layout: &crate::runtime::Layout) -> sqlx::Result<()> {
+    let queued = store::removals::take(db, 100).await?;
+    if queued.is_empty() {
+        return Ok(());
+    }
+    for r in &queued {
+        layout
+            .task_dir(&r.account, &r.job_id, &r.task_id)
+            .remove()
+            .await;
+    }
+    let pks: Vec<i64> = queued.iter().map(|r| r.pk).collect();
+    store::removals::done(db, &pks).await
 }

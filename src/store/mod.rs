@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod pools;
 pub mod preparations;
+pub mod removals;
 pub mod schedules;
 pub mod services;
 pub mod tasks;

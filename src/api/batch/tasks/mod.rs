@@ -222,16 +222,13 @@ pub async fn delete(
         .is_some();
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
+    // A running task's files go once the scheduler has killed its process; a finished task's
+    // go from the leader, whose data directory they are in (this server's may be another).
+    if !was_running {
+        store::removals::queue(&mut *tx, &job.account, &job.id, &task.id).await?;
+    }
     tx.commit().await?;
     app.wake_dispatcher();
-    // A running task's files go once the scheduler has killed its process (which may run on
-    // another server); removed here, the process would go on writing beside nothing.
-    if !was_running {
-        app.layout
-            .task_dir(&job.account, &job.id, &task.id)
-            .remove()
-            .await;
-    }
     Ok(StatusCode::OK.into_response())
 }
 
