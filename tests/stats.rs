@@ -80,6 +80,35 @@ async fn stats(rt: Rt) {
     let (status, lifetime) = s.get("/lifetimejobstats").await;
     assert_eq!(status, 200, "{lifetime}");
     assert_eq!(lifetime["numSucceededTasks"], 2, "{lifetime}");
+    // What deleted tasks and jobs used stays in the lifetime statistics, counted once.
+    assert_eq!(s.delete("/jobs/j/tasks/write").await.0, 200);
+    s.job_on("j2", "p").await;
+    s.add_tasks("j2", vec![json!({"id": "one", "commandLine": "true"})])
+        .await;
+    s.wait_all_completed("j2", 1).await;
+    assert_eq!(s.delete("/jobs/j").await.0, 202);
+    common::wait_for("the job to go", || async {
+        (s.get("/jobs/j").await.0 == 404).then_some(())
+    })
+    .await;
+    let (_, after) = s.get("/lifetimejobstats").await;
+    assert_eq!(
+        (
+            &after["numSucceededTasks"],
+            &after["numFailedTasks"],
+            &after["numTaskRetries"]
+        ),
+        (&json!(3), &json!(1), &json!(1)),
+        "{after}"
+    );
+    assert!(
+        secs(&after["userCPUTime"]) >= secs(&lifetime["userCPUTime"]),
+        "{after}"
+    );
+    assert_eq!(
+        after["startTime"], lifetime["startTime"],
+        "the first job's creation, though it is gone"
+    );
     let (_, lifetime) = s.get("/lifetimepoolstats").await;
     assert!(
         secs(&lifetime["usageStats"]["dedicatedCoreTime"]) >= core,

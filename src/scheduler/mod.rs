@@ -297,7 +297,11 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
             continue;
         }
         let nodes = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
-        store::jobs::delete(&s.db, job.pk).await?;
+        let mut tx = s.db.begin().await?;
+        // What its tasks used stays in the account's lifetime statistics.
+        store::tasks::stats::keep(&mut *tx, &job.account, job.pk, None).await?;
+        store::jobs::delete(&mut *tx, job.pk).await?;
+        tx.commit().await?;
         for n in nodes {
             s.runtime.job_prep_root(&n.node_id, &job.id).remove().await;
         }

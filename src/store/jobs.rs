@@ -169,19 +169,6 @@ pub async fn list(
     .await
 }
 
-/// When the account's oldest job was made, if it has one.
-pub async fn first_created(
-    db: impl PgExecutor<'_>,
-    account: &str,
-) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!(
-        "SELECT min(creation_time) FROM jobs WHERE account = $1",
-        account
-    )
-    .fetch_one(db)
-    .await
-}
-
 /// A page of the jobs a schedule made, in id order, after `after`.
 pub async fn list_of_schedule(
     db: impl PgExecutor<'_>,

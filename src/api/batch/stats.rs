@@ -86,10 +86,10 @@ fn pool_usage(url: &str, start: DateTime<Utc>, core_ms: i64) -> Value {
     })
 }
 
-/// `GET /lifetimejobstats`: the totals of every task of the account's jobs that exist.
+/// `GET /lifetimejobstats`: the totals of every task the account has run, deleted ones included.
 pub async fn lifetime_jobs(app: Ctx, BaseUrl(base): BaseUrl) -> ApiResult<Json<Value>> {
     let totals = store::tasks::stats::of_account(&app.db, &app.account).await?;
-    let start = store::jobs::first_created(&app.db, &app.account)
+    let start = store::tasks::stats::first_job(&app.db, &app.account)
         .await?
         .unwrap_or_else(Utc::now);
     Ok(Json(job_stats(

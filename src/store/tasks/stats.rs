@@ -48,11 +48,89 @@ pub async fn of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<UsageT
     totals!("WHERE job_pk = $1", job_pk).fetch_one(db).await
 }
 
-/// Over every task of the account's jobs (Azure's lifetime job statistics, for the jobs that
-/// exist).
-pub async fn of_account(db: impl PgExecutor<'_>, account: &str) -> sqlx::Result<UsageTotals> {
-    totals!(
+/// Over every task the account ran: those of its jobs that exist, and what [`keep`] kept of
+/// the ones deleted (Azure's lifetime job statistics).
+pub async fn of_account(db: &sqlx::PgPool, account: &str) -> sqlx::Result<UsageTotals> {
+    let live = totals!(
         "WHERE job_pk IN (SELECT pk FROM jobs WHERE account = $1)",
+        account
+    )
+    .fetch_one(db)
+    .await?;
+    let kept = sqlx::query_as!(
+        UsageTotals,
+        "SELECT wall_ms, user_ms, kernel_ms, read_bytes, write_bytes, wait_ms, succeeded, failed, retries \
+         FROM account_task_totals WHERE account = $1",
+        account
+    )
+    .fetch_optional(db)
+    .await?
+    .unwrap_or_default();
+    Ok(live.plus(&kept))
+}
+
+impl UsageTotals {
+    fn plus(&self, o: &UsageTotals) -> UsageTotals {
+        UsageTotals {
+            wall_ms: self.wall_ms.saturating_add(o.wall_ms),
+            user_ms: self.user_ms.saturating_add(o.user_ms),
+            kernel_ms: self.kernel_ms.saturating_add(o.kernel_ms),
+            read_bytes: self.read_bytes.saturating_add(o.read_bytes),
+            write_bytes: self.write_bytes.saturating_add(o.write_bytes),
+            wait_ms: self.wait_ms.saturating_add(o.wait_ms),
+            succeeded: self.succeeded.saturating_add(o.succeeded),
+            failed: self.failed.saturating_add(o.failed),
+            retries: self.retries.saturating_add(o.retries),
+        }
+    }
+}
+
+/// Keeps, in the account's lifetime totals, what the tasks about to be deleted used: the job
+/// `job_pk`'s, or only its task `task_pk`. In the deleting transaction, so nothing is counted
+/// twice or lost.
+pub async fn keep(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    job_pk: i64,
+    task_pk: Option<i64>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"INSERT INTO account_task_totals AS a (account, wall_ms, user_ms, kernel_ms, read_bytes, write_bytes, wait_ms, succeeded, failed, retries, first_job)
+         SELECT $1,
+            COALESCE(SUM(wall_clock_ms + CASE WHEN state IN ('preparing', 'running') AND start_time IS NOT NULL
+                THEN GREATEST(0, (extract(epoch FROM now() - start_time) * 1000)::bigint) ELSE 0 END), 0)::bigint,
+            COALESCE(SUM(user_cpu_ms), 0)::bigint, COALESCE(SUM(kernel_cpu_ms), 0)::bigint,
+            COALESCE(SUM(read_bytes), 0)::bigint, COALESCE(SUM(write_bytes), 0)::bigint,
+            COALESCE(SUM(CASE WHEN start_time IS NOT NULL
+                THEN GREATEST(0, (extract(epoch FROM start_time - creation_time) * 1000)::bigint) ELSE 0 END), 0)::bigint,
+            COUNT(*) FILTER (WHERE state = 'completed' AND result = 'success'),
+            COUNT(*) FILTER (WHERE state = 'completed' AND result = 'failure'),
+            COALESCE(SUM(retry_count), 0)::bigint,
+            (SELECT creation_time FROM jobs WHERE pk = $2)
+         FROM tasks WHERE job_pk = $2 AND ($3::bigint IS NULL OR pk = $3)
+         ON CONFLICT (account) DO UPDATE SET
+            wall_ms = a.wall_ms + EXCLUDED.wall_ms, user_ms = a.user_ms + EXCLUDED.user_ms,
+            kernel_ms = a.kernel_ms + EXCLUDED.kernel_ms, read_bytes = a.read_bytes + EXCLUDED.read_bytes,
+            write_bytes = a.write_bytes + EXCLUDED.write_bytes, wait_ms = a.wait_ms + EXCLUDED.wait_ms,
+            succeeded = a.succeeded + EXCLUDED.succeeded, failed = a.failed + EXCLUDED.failed,
+            retries = a.retries + EXCLUDED.retries, first_job = LEAST(a.first_job, EXCLUDED.first_job)"#,
+        account,
+        job_pk,
+        task_pk,
+    )
+    .execute(db)
+    .await
+    .map(drop)
+}
+
+/// When the account's first job was made, deleted ones included.
+pub async fn first_job(
+    db: impl PgExecutor<'_>,
+    account: &str,
+) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    sqlx::query_scalar!(
+        "SELECT LEAST((SELECT min(creation_time) FROM jobs WHERE account = $1), \
+                      (SELECT first_job FROM account_task_totals WHERE account = $1))",
         account
     )
     .fetch_one(db)
