@@ -299,7 +299,7 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         let nodes = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
         let mut tx = s.db.begin().await?;
         // What its tasks used stays in the account's lifetime statistics.
-        store::tasks::stats::keep(&mut *tx, &job.account, job.pk, None).await?;
+        store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
         for n in nodes {

@@ -89,25 +89,18 @@ impl UsageTotals {
 /// `job_pk`'s, or only its task `task_pk`. In the deleting transaction, so nothing is counted
 /// twice or lost.
 pub async fn keep(
-    db: impl PgExecutor<'_>,
+    tx: &mut sqlx::PgConnection,
     account: &str,
     job_pk: i64,
     task_pk: Option<i64>,
 ) -> sqlx::Result<()> {
+    let t = match task_pk {
+        Some(pk) => of_task(&mut *tx, pk).await?,
+        None => of_job(&mut *tx, job_pk).await?,
+    };
     sqlx::query!(
         r#"INSERT INTO account_task_totals AS a (account, wall_ms, user_ms, kernel_ms, read_bytes, write_bytes, wait_ms, succeeded, failed, retries, first_job)
-         SELECT $1,
-            COALESCE(SUM(wall_clock_ms + CASE WHEN state IN ('preparing', 'running') AND start_time IS NOT NULL
-                THEN GREATEST(0, (extract(epoch FROM now() - start_time) * 1000)::bigint) ELSE 0 END), 0)::bigint,
-            COALESCE(SUM(user_cpu_ms), 0)::bigint, COALESCE(SUM(kernel_cpu_ms), 0)::bigint,
-            COALESCE(SUM(read_bytes), 0)::bigint, COALESCE(SUM(write_bytes), 0)::bigint,
-            COALESCE(SUM(CASE WHEN start_time IS NOT NULL
-                THEN GREATEST(0, (extract(epoch FROM start_time - creation_time) * 1000)::bigint) ELSE 0 END), 0)::bigint,
-            COUNT(*) FILTER (WHERE state = 'completed' AND result = 'success'),
-            COUNT(*) FILTER (WHERE state = 'completed' AND result = 'failure'),
-            COALESCE(SUM(retry_count), 0)::bigint,
-            (SELECT creation_time FROM jobs WHERE pk = $2)
-         FROM tasks WHERE job_pk = $2 AND ($3::bigint IS NULL OR pk = $3)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, (SELECT creation_time FROM jobs WHERE pk = $11))
          ON CONFLICT (account) DO UPDATE SET
             wall_ms = a.wall_ms + EXCLUDED.wall_ms, user_ms = a.user_ms + EXCLUDED.user_ms,
             kernel_ms = a.kernel_ms + EXCLUDED.kernel_ms, read_bytes = a.read_bytes + EXCLUDED.read_bytes,
@@ -115,10 +108,18 @@ pub async fn keep(
             succeeded = a.succeeded + EXCLUDED.succeeded, failed = a.failed + EXCLUDED.failed,
             retries = a.retries + EXCLUDED.retries, first_job = LEAST(a.first_job, EXCLUDED.first_job)"#,
         account,
+        t.wall_ms,
+        t.user_ms,
+        t.kernel_ms,
+        t.read_bytes,
+        t.write_bytes,
+        t.wait_ms,
+        t.succeeded,
+        t.failed,
+        t.retries,
         job_pk,
-        task_pk,
     )
-    .execute(db)
+    .execute(&mut *tx)
     .await
     .map(drop)
 }

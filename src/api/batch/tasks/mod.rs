@@ -220,7 +220,7 @@ pub async fn delete(
     let was_running = store::tasks::end_attempt(&mut tx, task.pk, None, TaskState::ON_NODE, ending)
         .await?
         .is_some();
-    store::tasks::stats::keep(&mut *tx, &job.account, job.pk, Some(task.pk)).await?;
+    store::tasks::stats::keep(&mut tx, &job.account, job.pk, Some(task.pk)).await?;
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     // A running task's files go once the scheduler has killed its process; a finished task's
