@@ -97,8 +97,9 @@ async fn a_recurring_schedule_makes_a_job_each_interval_until_do_not_run_after()
         let beat = chrono::Duration::milliseconds(2000 * k as i64 - 1200);
         assert!(*at - made[0] >= beat, "job {k}: {made:?}");
     }
+    // The last one was due by doNotRunAfter (start + 7 s), and made within the next look.
     assert!(
-        *made.last().unwrap() <= start + chrono::Duration::seconds(8),
+        *made.last().unwrap() <= start + chrono::Duration::milliseconds(8500),
         "{made:?}"
     );
     assert_eq!(
