@@ -1,18 +1,14 @@
 //! Job schedules: making each job when it is due (the leader's once-a-second loop), and what
 //! terminating or deleting a schedule does to its jobs.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::domain::job::JobState;
 use crate::domain::schedule::{JobScheduleState, Step};
+use crate::runtime::BoxFuture;
 use crate::store;
-
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Makes a job from a schedule's `jobSpecification`, as a job add would (the API's checks and
 /// inserts, which the scheduler cannot import: `app` hands them over).

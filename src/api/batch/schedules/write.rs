@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{lock_open, not_found};
+use super::lock_open;
 use crate::api::batch::jobs::{check_specification, insert_job, specification};
 use crate::api::batch::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
@@ -18,7 +18,8 @@ use crate::domain::ids::check_id;
 use crate::domain::schedule::{JobScheduleState, Timing, MIN_INTERVAL};
 use crate::domain::IsoDuration;
 use crate::ops;
-use crate::ops::schedules::{BoxFuture, JobMaker};
+use crate::ops::schedules::JobMaker;
+use crate::runtime::BoxFuture;
 use crate::store::{self, schedules::ScheduleProps};
 
 #[derive(Deserialize)]
@@ -246,9 +247,7 @@ pub async fn terminate(
     ops::schedules::terminate(&mut tx, s.pk).await?;
     tx.commit().await?;
     app.wake_dispatcher();
-    let s = store::schedules::get(&app.db, &app.account, &id, false)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let s = super::find(&app, &id).await?;
     Ok((StatusCode::ACCEPTED, resource_headers(s.last_modified)).into_response())
 }
 
