@@ -113,6 +113,13 @@ async fn ensure_account(db: &PgPool, name: &str, data_dir: &std::path::Path) -> 
         return Ok(());
     }
     let file = data_dir.join(format!("{name}.key"));
+    write_private(&file, &primary)?;
+    tracing::info!(account = name, key_file = %file.display(), "created the account; its primary key is in the key file (`batchpool account show {name}` prints both keys)");
+    Ok(())
+}
+
+/// Writes a secret to a file only the server's user can read.
+fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -120,10 +127,8 @@ async fn ensure_account(db: &PgPool, name: &str, data_dir: &std::path::Path) -> 
         .write(true)
         .truncate(true)
         .mode(0o600)
-        .open(&file)?
-        .write_all(primary.as_bytes())?;
-    tracing::info!(account = name, key_file = %file.display(), "created the account; its primary key is in the key file (`batchpool account show {name}` prints both keys)");
-    Ok(())
+        .open(file)?
+        .write_all(secret.as_bytes())
 }
 
 async fn run(
@@ -134,6 +139,8 @@ async fn run(
 ) -> anyhow::Result<()> {
     let server_id = store::server_id(&db).await?;
     ensure_account(&db, &settings.account, &data_dir).await?;
+    let token = store::operator_token(&db).await?;
+    write_private(&data_dir.join("operator.token"), &token)?;
 
     let layout = Layout::new(&data_dir);
     let (runtime, agent_listener) = choose_runtime(&config, layout.clone()).await?;

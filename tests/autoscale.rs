@@ -178,9 +178,16 @@ async fn formulas_are_evaluated_enabled_and_disabled_as_azure_does() {
             .contains("$CPUPercent"),
         "{run}"
     );
-    let (_, run) = evaluate(&s, "$TargetLowPriorityNodes = 1;").await;
-    let why = run["error"]["values"][0]["value"].as_str();
-    assert!(why.is_some_and(|w| w.contains("low-priority")), "{run}");
+    let (_, run) = evaluate(
+        &s,
+        "$TargetDedicatedNodes = 1; $TargetLowPriorityNodes = 1;",
+    )
+    .await;
+    assert_eq!(
+        run["results"],
+        "$TargetDedicatedNodes=1;$TargetLowPriorityNodes=1;$NodeDeallocationOption=requeue",
+        "low-priority nodes are sized like dedicated ones: {run}"
+    );
     let (_, run) = evaluate(&s, "$TargetDedicatedNodes = 1;").await;
     assert_eq!(
         run["results"],

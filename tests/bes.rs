@@ -785,7 +785,11 @@ async fn billing_plans_are_debited_per_vm_hour_as_in_the_seed() {
         .text()
         .await
         .unwrap();
-    assert_eq!(csv, "billingPlan,computeHours\nplan-a,49.0\nplan-b,48.0\n");
+    // Every hour here is a dedicated node's.
+    assert_eq!(
+        csv,
+        "billingPlan,computeHours,dedicatedComputeHours,lowPriorityComputeHours\nplan-a,49.0,49.0,0.0\nplan-b,48.0,48.0,0.0\n"
+    );
 }
 
 /// file:// locations work under a configured storage root and nowhere else; with no output

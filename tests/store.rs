@@ -35,6 +35,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         task_slots_per_node: slots,
         node_fill_type: NodeFillType::Pack,
         target_dedicated_nodes: 0,
+        target_low_priority_nodes: 0,
         resize_timeout_ticks: 9_000_000_000,
         metadata: json!([]),
         billing_plan: None,
@@ -85,6 +86,7 @@ fn new_task(id: &str, depends_on: &[&str]) -> tasks::NewTask {
         extra: json!({}),
         files: None,
         kills_job: false,
+        dedicated_only: false,
     }
 }
 
@@ -195,7 +197,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
     let db = migrated().await;
     pools::insert(&db, &new_pool("p", 1)).await.unwrap();
     let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
-    nodes::insert_creating(&db, pool.pk, &["n1".to_string()])
+    nodes::insert_creating(&db, pool.pk, &["n1".to_string()], true)
         .await
         .unwrap();
     let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
@@ -228,7 +230,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
         // Only the task whose dependencies are met is ready.
         let ready = tasks::claim_ready(&mut *tx, job.pk, 10).await.unwrap();
         assert_eq!(ready.len(), 1, "one ready task before {id}");
-        let started = tasks::start_attempts(&mut *tx, &[ready[0].0], &[node.pk])
+        let started = tasks::start_attempts(&mut *tx, &[ready[0].pk], &[node.pk])
             .await
             .unwrap();
         assert_eq!((started[0].task_id.as_str(), started[0].attempt), (id, 1));

@@ -132,12 +132,13 @@ pub async fn pool_hours(
     let pools: Vec<Value> = by_pool
         .into_iter()
         .map(|(pool_id, rows)| {
-            let intervals: Vec<_> = rows.iter().map(|r| r.interval()).collect();
-            let hours = compute_hours(&intervals, start, end, now);
+            let (dedicated, low_priority) = split_hours(&rows, (start, end, now));
+            let hours = dedicated + low_priority;
             let core_hours: f64 = rows.iter().map(|r| r.vcpus * compute_hours(&[r.interval()], start, end, now)).sum();
             total += hours;
             json!({"poolId": pool_id, "billingPlan": rows[0].billing_plan, "vmSize": rows[0].vm_size,
-                   "computeHours": hours, "coreHours": core_hours, "usageRecords": rows.len()})
+                   "computeHours": hours, "dedicatedComputeHours": dedicated, "lowPriorityComputeHours": low_priority,
+                   "coreHours": core_hours, "usageRecords": rows.len()})
         })
         .collect();
     let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "totalComputeHours": total, "value": pools});
@@ -150,10 +151,28 @@ pub async fn pool_hours(
             "billingPlan",
             "vmSize",
             "computeHours",
+            "dedicatedComputeHours",
+            "lowPriorityComputeHours",
             "coreHours",
             "usageRecords",
         ],
     )
+}
+
+/// Compute hours of dedicated and of low-priority nodes, billed apart, within `(from, to, now)`.
+fn split_hours(
+    rows: &[&store::usage::PoolUsageRow],
+    (from, to, now): (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+) -> (f64, f64) {
+    let hours = |dedicated: bool| {
+        let intervals: Vec<UsageInterval> = rows
+            .iter()
+            .filter(|r| r.is_dedicated == dedicated)
+            .map(|r| r.interval())
+            .collect();
+        compute_hours(&intervals, from, to, now)
+    };
+    (hours(true), hours(false))
 }
 
 /// Compute hours per billing plan: the pools the Pool Service made for a service bill to its
@@ -167,28 +186,45 @@ pub async fn plan_hours(
     let now = Utc::now();
     let rows =
         store::usage::in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end).await?;
-    let mut by_plan: BTreeMap<Option<&str>, BTreeMap<&str, Vec<UsageInterval>>> = BTreeMap::new();
+    let mut by_plan: BTreeMap<Option<&str>, BTreeMap<&str, Vec<&store::usage::PoolUsageRow>>> =
+        BTreeMap::new();
     for row in &rows {
         by_plan
             .entry(row.billing_plan.as_deref())
             .or_default()
             .entry(&row.pool_id)
             .or_default()
-            .push(row.interval());
+            .push(row);
     }
     let plans: Vec<Value> = by_plan
         .into_iter()
         .map(|(plan, pools)| {
             let pools: Vec<Value> = pools
                 .into_iter()
-                .map(|(pool, intervals)| json!({"poolId": pool, "computeHours": compute_hours(&intervals, start, end, now)}))
+                .map(|(pool, rows)| {
+                    let (dedicated, low_priority) = split_hours(&rows, (start, end, now));
+                    json!({"poolId": pool, "computeHours": dedicated + low_priority,
+                           "dedicatedComputeHours": dedicated, "lowPriorityComputeHours": low_priority})
+                })
                 .collect();
-            let hours: f64 = pools.iter().filter_map(|p| p["computeHours"].as_f64()).sum();
-            json!({"billingPlan": plan, "computeHours": hours, "pools": pools})
+            let sum = |name: &str| -> f64 { pools.iter().filter_map(|p| p[name].as_f64()).sum() };
+            json!({"billingPlan": plan, "computeHours": sum("computeHours"),
+                   "dedicatedComputeHours": sum("dedicatedComputeHours"),
+                   "lowPriorityComputeHours": sum("lowPriorityComputeHours"), "pools": pools})
         })
         .collect();
     let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": plans});
-    respond(&range, &headers, body, &["billingPlan", "computeHours"])
+    respond(
+        &range,
+        &headers,
+        body,
+        &[
+            "billingPlan",
+            "computeHours",
+            "dedicatedComputeHours",
+            "lowPriorityComputeHours",
+        ],
+    )
 }
 
 /// Hours attributed to each job: the slot-seconds its task attempts used, as a share of a node

@@ -12,6 +12,7 @@ pub mod health;
 pub mod json;
 pub mod metrics;
 pub mod odata;
+pub mod operator;
 mod query;
 pub mod request_id;
 pub mod serve;
@@ -50,6 +51,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(authenticated)
         .merge(management)
         .merge(bes::bearer_router())
+        .merge(operator::router())
         .merge(ui::router(state.clone()))
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))

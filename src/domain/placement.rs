@@ -7,12 +7,24 @@ use super::pool::NodeFillType;
 pub struct FreeNode {
     pub node_pk: i64,
     pub free: i32,
+    /// False for a low-priority node.
+    pub dedicated: bool,
 }
 
-/// Picks a node for a task that needs `slots` and takes them from it. `spread`: the node with
-/// the most free slots (ties: the first); `pack`: the fullest node that still fits.
-pub fn place(nodes: &mut [FreeNode], slots: i32, fill: NodeFillType) -> Option<i64> {
-    let fits = nodes.iter_mut().filter(|n| n.free >= slots);
+/// What a task asks of its node: `slots` free, and with `dedicated_only`, a dedicated node.
+#[derive(Clone, Copy, Debug)]
+pub struct Needs {
+    pub slots: i32,
+    pub dedicated_only: bool,
+}
+
+/// Picks a node for a task and takes its slots from it. `spread`: the node with the most free
+/// slots (ties: the first); `pack`: the fullest node that still fits.
+pub fn place(nodes: &mut [FreeNode], needs: Needs, fill: NodeFillType) -> Option<i64> {
+    let slots = needs.slots;
+    let fits = nodes
+        .iter_mut()
+        .filter(|n| n.free >= slots && (n.dedicated || !needs.dedicated_only));
     let chosen = match fill {
         NodeFillType::Spread => fits.reduce(|best, n| if n.free > best.free { n } else { best }),
         NodeFillType::Pack => fits.reduce(|best, n| if n.free < best.free { n } else { best }),
@@ -31,15 +43,23 @@ mod tests {
             .map(|(i, &free)| FreeNode {
                 node_pk: i as i64,
                 free,
+                dedicated: true,
             })
             .collect()
+    }
+
+    fn any(slots: i32) -> Needs {
+        Needs {
+            slots,
+            dedicated_only: false,
+        }
     }
 
     #[test]
     fn spread_fills_the_emptiest_node_first() {
         let mut n = nodes(&[4, 4]);
         let placed: Vec<_> = (0..4)
-            .map(|_| place(&mut n, 1, NodeFillType::Spread).unwrap())
+            .map(|_| place(&mut n, any(1), NodeFillType::Spread).unwrap())
             .collect();
         assert_eq!(placed, vec![0, 1, 0, 1]);
     }
@@ -48,7 +68,7 @@ mod tests {
     fn pack_fills_one_node_before_the_next() {
         let mut n = nodes(&[4, 4]);
         let placed: Vec<_> = (0..6)
-            .map(|_| place(&mut n, 1, NodeFillType::Pack).unwrap())
+            .map(|_| place(&mut n, any(1), NodeFillType::Pack).unwrap())
             .collect();
         assert_eq!(placed, vec![0, 0, 0, 0, 1, 1]);
     }
@@ -56,11 +76,25 @@ mod tests {
     #[test]
     fn never_more_than_the_free_slots() {
         let mut n = nodes(&[3, 1]);
-        assert_eq!(place(&mut n, 2, NodeFillType::Pack), Some(0));
-        assert_eq!(place(&mut n, 2, NodeFillType::Pack), None);
-        assert_eq!(place(&mut n, 1, NodeFillType::Pack), Some(0));
-        assert_eq!(place(&mut n, 1, NodeFillType::Pack), Some(1));
-        assert_eq!(place(&mut n, 1, NodeFillType::Spread), None);
+        assert_eq!(place(&mut n, any(2), NodeFillType::Pack), Some(0));
+        assert_eq!(place(&mut n, any(2), NodeFillType::Pack), None);
+        assert_eq!(place(&mut n, any(1), NodeFillType::Pack), Some(0));
+        assert_eq!(place(&mut n, any(1), NodeFillType::Pack), Some(1));
+        assert_eq!(place(&mut n, any(1), NodeFillType::Spread), None);
         assert!(n.iter().all(|n| n.free == 0));
+    }
+
+    #[test]
+    fn a_dedicated_only_task_passes_low_priority_nodes_by() {
+        let mut n = nodes(&[4, 2]);
+        n[0].dedicated = false;
+        let dedicated = Needs {
+            slots: 1,
+            dedicated_only: true,
+        };
+        assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), Some(1));
+        assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), Some(1));
+        assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), None);
+        assert_eq!(place(&mut n, any(1), NodeFillType::Spread), Some(0));
     }
 }

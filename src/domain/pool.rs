@@ -19,6 +19,8 @@ wire_enum!(
     }
 );
 
+// `preempted`: a low-priority node whose capacity was taken back. Its container is gone, its
+// tasks were requeued, and it is made again when capacity allows.
 wire_enum!(NodeState {
     Creating = "creating",
     Starting = "starting",
@@ -31,6 +33,7 @@ wire_enum!(NodeState {
     Offline = "offline",
     Rebooting = "rebooting",
     Reimaging = "reimaging",
+    Preempted = "preempted",
     Unknown = "unknown",
 });
 
@@ -41,6 +44,7 @@ impl NodeState {
             NodeState::Unusable
             | NodeState::StartTaskFailed
             | NodeState::Offline
+            | NodeState::Preempted
             | NodeState::Unknown => 0,
             NodeState::Creating
             | NodeState::Starting
@@ -55,7 +59,34 @@ impl NodeState {
 
     /// Whether the node's container exists and has been started: from then it is billed.
     pub fn is_provisioned(self) -> bool {
-        !matches!(self, NodeState::Creating | NodeState::LeavingPool)
+        !matches!(
+            self,
+            NodeState::Creating | NodeState::LeavingPool | NodeState::Preempted
+        )
+    }
+}
+
+/// A pool's two targets: dedicated and low-priority (spot) nodes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Targets {
+    pub dedicated: i32,
+    pub low_priority: i32,
+}
+
+impl Targets {
+    pub fn new(dedicated: i32, low_priority: i32) -> Self {
+        Targets {
+            dedicated,
+            low_priority,
+        }
+    }
+
+    /// Dedicated nodes alone.
+    pub fn dedicated(nodes: i32) -> Self {
+        Targets {
+            dedicated: nodes,
+            low_priority: 0,
+        }
     }
 }
 

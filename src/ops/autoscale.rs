@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::domain::autoscale::{self, Formula, FormulaError, Inputs, MetricHistory, Outcome};
-use crate::domain::pool::NodeDeallocationOption;
+use crate::domain::pool::{NodeDeallocationOption, Targets};
 use crate::domain::{rfc3339, IsoDuration};
 use crate::store;
 use crate::store::pools::PoolRow;
@@ -54,8 +54,8 @@ impl PoolHistory {
             ("$CurrentDedicatedNodes", |s| s.dedicated),
             ("$SampleNodeCount", |s| s.dedicated),
             ("$UsableNodeCount", |s| s.usable),
-            ("$CurrentLowPriorityNodes", |_| 0),
-            ("$PreemptedNodeCount", |_| 0),
+            ("$CurrentLowPriorityNodes", |s| s.low_priority),
+            ("$PreemptedNodeCount", |s| s.preempted),
         ];
         let mut series: BTreeMap<&'static str, Vec<(DateTime<Utc>, f64)>> = picks
             .iter()
@@ -87,27 +87,17 @@ pub async fn history(db: &PgPool, pool: &PoolRow, now: DateTime<Utc>) -> sqlx::R
 /// Evaluates `formula` for a pool whose targets are `targets`.
 pub fn evaluate(
     formula: &Formula,
-    targets: (i32, i32),
+    targets: Targets,
     history: &dyn MetricHistory,
     now: DateTime<Utc>,
 ) -> Result<Outcome, FormulaError> {
     let inputs = Inputs {
         now,
-        target_dedicated: targets.0 as f64,
-        target_low_priority: targets.1 as f64,
+        target_dedicated: targets.dedicated as f64,
+        target_low_priority: targets.low_priority as f64,
         metrics: history,
     };
-    let outcome = autoscale::evaluate(formula, &inputs)?;
-    if outcome.target_low_priority > 0 {
-        return Err(FormulaError {
-            code: "AutoScalingFormulaEvaluationError",
-            message: format!(
-                "$TargetLowPriorityNodes is {}: low-priority (spot) nodes are not offered by this server; leave it 0",
-                outcome.target_low_priority
-            ),
-        });
-    }
-    Ok(outcome)
+    autoscale::evaluate(formula, &inputs)
 }
 
 /// One evaluation as Azure's AutoScaleRun: its time, the variables' values, or the error.
@@ -125,12 +115,16 @@ pub fn run_json(now: DateTime<Utc>, outcome: &Result<Outcome, FormulaError>) -> 
     }
 }
 
-/// The target an outcome gives a pool, within the server's most nodes a pool may have.
-pub fn target(outcome: &Outcome, max_nodes: i32) -> (i32, NodeDeallocationOption) {
-    let nodes = outcome.target_dedicated.clamp(0, max_nodes as i64) as i32;
+/// The targets an outcome gives a pool, each within the server's most nodes a pool may have.
+pub fn target(outcome: &Outcome, max_nodes: i32) -> (Targets, NodeDeallocationOption) {
+    let nodes = |n: i64| n.clamp(0, max_nodes as i64) as i32;
+    let targets = Targets {
+        dedicated: nodes(outcome.target_dedicated),
+        low_priority: nodes(outcome.target_low_priority),
+    };
     let option = NodeDeallocationOption::parse(&outcome.node_deallocation_option)
         .unwrap_or(NodeDeallocationOption::Requeue);
-    (nodes, option)
+    (targets, option)
 }
 
 /// When the run after one at `now` is due, for an interval of `ticks`.
@@ -172,7 +166,7 @@ pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::R
         let text = pool.auto_scale_formula.as_deref().unwrap_or_default();
         let run = (autoscale::parse(text), Some(next), now);
         match run_once(db, &pool, run, max_nodes).await? {
-            Ok(nodes) => changed += usize::from(nodes != pool.target_dedicated_nodes),
+            Ok(targets) => changed += usize::from(targets != pool.targets()),
             Err(e) => {
                 tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed")
             }
@@ -182,8 +176,8 @@ pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::R
 }
 
 /// One run of a pool's formula at `now`: evaluated against the pool's samples, recorded as its
-/// autoScaleRun (with the next run due at `next`, if given), and its target applied. Returns the
-/// target, or why the formula gave none (then the pool is left as it is).
+/// autoScaleRun (with the next run due at `next`, if given), and its targets applied. Returns
+/// the targets, or why the formula gave none (then the pool is left as it is).
 pub async fn run_once(
     db: &PgPool,
     pool: &PoolRow,
@@ -193,15 +187,15 @@ pub async fn run_once(
         DateTime<Utc>,
     ),
     max_nodes: i32,
-) -> sqlx::Result<Result<i32, FormulaError>> {
+) -> sqlx::Result<Result<Targets, FormulaError>> {
     let outcome = match formula {
         Ok(formula) => {
             let history = history(db, pool, now).await?;
-            evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now)
+            evaluate(&formula, pool.targets(), &history, now)
         }
         Err(e) => Err(e),
     };
     let apply = outcome.as_ref().ok().map(|o| target(o, max_nodes));
     store::autoscale::apply(db, pool.pk, &run_json(now, &outcome), next, apply).await?;
-    Ok(outcome.map(|_| apply.map_or(0, |(nodes, _)| nodes)))
+    Ok(outcome.map(|_| apply.map_or(pool.targets(), |(targets, _)| targets)))
 }

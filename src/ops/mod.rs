@@ -4,5 +4,6 @@
 pub mod applications;
 pub mod autoscale;
 pub mod jobs;
+pub mod preempt;
 pub mod schedules;
 pub mod wake;

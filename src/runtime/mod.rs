@@ -74,6 +74,9 @@ pub struct ContainerError {
     pub message: String,
 }
 
+/// The code of a node that no host has room for.
+pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+
 /// Why a node could not be made, in Azure's terms (`code` goes to the node's errors and the
 /// pool's resizeErrors).
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +237,12 @@ impl Runtime {
     /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
     pub async fn sync_hosts(&self, hosts: Vec<crate::domain::host::HostSpec>) {
         self.node.sync_hosts(hosts).await
+    }
+
+    /// Low-priority nodes to preempt for a node that finds no room (see
+    /// [`NodeRuntime::room_for`]).
+    pub fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
+        self.node.room_for(spec, candidates)
     }
 
     /// The nodes lost with their host (see [`NodeRuntime::lost_nodes`]).

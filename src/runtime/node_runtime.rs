@@ -144,6 +144,13 @@ pub trait NodeRuntime: Send + Sync {
         Box::pin(async { Vec::new() })
     }
 
+    /// Which of `candidates` (low-priority nodes, in the order they should go) to preempt so
+    /// that a node of `spec` fits on one host; None when no set of them would do, or the
+    /// runtime has no caps to make room under.
+    fn room_for(&self, _spec: &NodeSpec, _candidates: &[String]) -> Option<Vec<String>> {
+        None
+    }
+
     /// The hosts added at run time (`batchpool host add`), for runtimes that have hosts.
     fn sync_hosts<'a>(&'a self, _hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
         Box::pin(async {})

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use sqlx::PgPool;
 
-use crate::domain::placement::{place, FreeNode};
+use crate::domain::placement::{place, FreeNode, Needs};
 use crate::domain::pool::NodeFillType;
 use crate::store::{self, tasks::AttemptRow};
 
@@ -64,6 +64,7 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
         entry.3.push(FreeNode {
             node_pk: row.node_pk,
             free: row.free,
+            dedicated: row.dedicated,
         });
     }
 
@@ -85,12 +86,16 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
             }
             let hidden = hide(&mut nodes, &job.excluded);
             let ready = store::tasks::claim_ready(&mut *tx, job.pk, room).await?;
-            for (task_pk, required) in ready {
-                if let Some(node_pk) = place(&mut nodes, required, fill) {
-                    task_pks.push(task_pk);
+            for task in ready {
+                let needs = Needs {
+                    slots: task.required_slots,
+                    dedicated_only: task.dedicated_only,
+                };
+                if let Some(node_pk) = place(&mut nodes, needs, fill) {
+                    task_pks.push(task.pk);
                     node_pks.push(node_pk);
-                    slots.push(required);
-                    total_free -= i64::from(required);
+                    slots.push(task.required_slots);
+                    total_free -= i64::from(task.required_slots);
                 }
             }
             restore(&mut nodes, hidden);

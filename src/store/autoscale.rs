@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::pool::NodeDeallocationOption;
+use crate::domain::pool::{NodeDeallocationOption, Targets};
 
 /// One sample of a pool: its tasks by state and its nodes.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -17,6 +17,9 @@ pub struct Sample {
     pub failed: i32,
     pub dedicated: i32,
     pub usable: i32,
+    /// Low-priority nodes, preempted ones included, and the preempted ones.
+    pub low_priority: i32,
+    pub preempted: i32,
 }
 
 /// Takes a sample of every autoscaled, active pool, in one statement: the tasks of its
@@ -35,12 +38,18 @@ pub async fn take_samples(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::R
                 AND j.state NOT IN ('completed', 'deleting')
             JOIN tasks t ON t.job_pk = j.pk
             GROUP BY s.pk)
-         INSERT INTO pool_samples (pool_pk, at, active, running, succeeded, failed, dedicated, usable)
+         INSERT INTO pool_samples (pool_pk, at, active, running, succeeded, failed, dedicated, usable,
+            low_priority, preempted)
          SELECT s.pk, $1, coalesce(c.active, 0), coalesce(c.running, 0), coalesce(c.succeeded, 0),
-            coalesce(c.failed, 0),
-            (SELECT count(*) FROM nodes n WHERE n.pool_pk = s.pk AND n.state <> 'leavingpool'),
-            (SELECT count(*) FROM nodes n WHERE n.pool_pk = s.pk AND n.state IN ('idle', 'running'))
+            coalesce(c.failed, 0), coalesce(n.dedicated, 0), coalesce(n.usable, 0),
+            coalesce(n.low_priority, 0), coalesce(n.preempted, 0)
          FROM scaled s LEFT JOIN counts c ON c.pk = s.pk
+         LEFT JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE n.is_dedicated) AS dedicated,
+                count(*) FILTER (WHERE n.state IN ('idle', 'running')) AS usable,
+                count(*) FILTER (WHERE NOT n.is_dedicated) AS low_priority,
+                count(*) FILTER (WHERE n.state = 'preempted') AS preempted
+            FROM nodes n WHERE n.pool_pk = s.pk AND n.state <> 'leavingpool') n ON true
          ON CONFLICT DO NOTHING",
         at,
     )
@@ -65,7 +74,8 @@ pub async fn samples(
 ) -> sqlx::Result<Vec<Sample>> {
     sqlx::query_as!(
         Sample,
-        "SELECT at, active, running, succeeded, failed, dedicated, usable FROM pool_samples
+        "SELECT at, active, running, succeeded, failed, dedicated, usable, low_priority, preempted
+         FROM pool_samples
          WHERE pool_pk = $1 AND at >= $2 ORDER BY at",
         pool_pk,
         since,
@@ -128,30 +138,29 @@ pub async fn apply(
     pk: i64,
     run: &Value,
     next: Option<DateTime<Utc>>,
-    target: Option<(i32, NodeDeallocationOption)>,
+    target: Option<(Targets, NodeDeallocationOption)>,
 ) -> sqlx::Result<()> {
     let (target, option) = target.map_or((None, None), |(t, o)| (Some(t), Some(o.as_str())));
     sqlx::query!(
         "UPDATE pools SET auto_scale_run = $2, auto_scale_next = coalesce($3, auto_scale_next),
-            allocation_state = CASE
-                WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes AND allocation_state = 'steady'
+            allocation_state = CASE WHEN ($4::int IS NOT NULL AND ($4 <> target_dedicated_nodes OR $6 <> target_low_priority_nodes)) AND allocation_state = 'steady'
                 THEN 'resizing' ELSE allocation_state END,
-            allocation_state_transition_time = CASE
-                WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes AND allocation_state = 'steady'
+            allocation_state_transition_time = CASE WHEN ($4::int IS NOT NULL AND ($4 <> target_dedicated_nodes OR $6 <> target_low_priority_nodes)) AND allocation_state = 'steady'
                 THEN now() ELSE allocation_state_transition_time END,
-            resize_errors = CASE WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes
-                THEN '[]' ELSE resize_errors END,
+            resize_errors = CASE WHEN ($4::int IS NOT NULL AND ($4 <> target_dedicated_nodes OR $6 <> target_low_priority_nodes)) THEN '[]' ELSE resize_errors END,
             target_dedicated_nodes = CASE WHEN allocation_state = 'stopping' THEN target_dedicated_nodes
                 ELSE coalesce($4, target_dedicated_nodes) END,
+            target_low_priority_nodes = CASE WHEN allocation_state = 'stopping' THEN target_low_priority_nodes
+                ELSE coalesce($6, target_low_priority_nodes) END,
             node_deallocation_option = coalesce($5, node_deallocation_option),
-            last_modified = CASE WHEN $4::int IS NOT NULL AND $4 <> target_dedicated_nodes
-                THEN now() ELSE last_modified END
+            last_modified = CASE WHEN ($4::int IS NOT NULL AND ($4 <> target_dedicated_nodes OR $6 <> target_low_priority_nodes)) THEN now() ELSE last_modified END
          WHERE pk = $1 AND state = 'active'",
         pk,
         run,
         next,
-        target,
+        target.map(|t| t.dedicated),
         option,
+        target.map(|t| t.low_priority),
     )
     .execute(db)
     .await?;

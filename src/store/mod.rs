@@ -36,6 +36,13 @@ pub async fn peer_secret(db: &PgPool) -> sqlx::Result<String> {
         .await
 }
 
+/// The operator's credential for the routes under `/batchpool/operator`.
+pub async fn operator_token(db: &PgPool) -> sqlx::Result<String> {
+    sqlx::query_scalar!("SELECT operator_token FROM installation")
+        .fetch_one(db)
+        .await
+}
+
 /// Whether an error is a unique-constraint violation (an id taken twice).
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.is_unique_violation())

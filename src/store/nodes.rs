@@ -25,6 +25,10 @@ pub struct NodeRow {
     pub total_tasks_succeeded: i32,
     /// Azure's schedulingState `disabled`: the node takes no new tasks.
     pub scheduling_disabled: bool,
+    /// Azure's isDedicated: false for a low-priority (spot) node.
+    pub is_dedicated: bool,
+    /// A preempted node is not made again before this.
+    pub preempted_until: Option<DateTime<Utc>>,
 }
 
 /// Reads whole `NodeRow`s: `select_nodes!("WHERE ...", args)` is the checked query over every column.
@@ -32,7 +36,7 @@ macro_rules! select_nodes {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             NodeRow,
-            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded, scheduling_disabled FROM nodes "# + $rest
+            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded, scheduling_disabled, is_dedicated, preempted_until FROM nodes "# + $rest
             $(, $arg)*
         )
     };
@@ -44,12 +48,14 @@ pub async fn insert_creating(
     db: impl PgExecutor<'_>,
     pool_pk: i64,
     ids: &[String],
+    dedicated: bool,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "INSERT INTO nodes (pool_pk, id, state, state_transition_time, allocation_time) \
-         SELECT $1, unnest($2::text[]), 'creating', now(), now()",
+        "INSERT INTO nodes (pool_pk, id, state, state_transition_time, allocation_time, is_dedicated) \
+         SELECT $1, unnest($2::text[]), 'creating', now(), now(), $3",
         pool_pk,
         ids,
+        dedicated,
     )
     .execute(db)
     .await?;
@@ -76,11 +82,14 @@ pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<
     select_nodes!("WHERE pk = $1", pk,).fetch_optional(db).await
 }
 
-/// Moves a node to `state` unless it is already leaving the pool (a removal always wins).
+/// Moves a node to `state` unless it is already leaving the pool (a removal always wins). A
+/// preempted node only leaves that state to be made again (`creating`): provisioning under way
+/// when it was preempted must not bring it back.
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now() \
-         WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2",
+         WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2 \
+           AND (state <> 'preempted' OR $2 = 'creating')",
         pk,
         state.as_str(),
     )
@@ -99,7 +108,7 @@ pub async fn set_started(
     let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
             host = $5, last_boot_time = now(), errors = '[]' \
-         WHERE pk = $1 AND state <> 'leavingpool'",
+         WHERE pk = $1 AND state NOT IN ('leavingpool', 'preempted')",
         pk,
         state.as_str(),
         container_id,
@@ -115,7 +124,7 @@ pub async fn set_started(
 pub async fn set_unusable(db: impl PgExecutor<'_>, pk: i64, errors: &Value) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE nodes SET state = 'unusable', state_transition_time = now(), errors = $2 \
-         WHERE pk = $1 AND state <> 'leavingpool'",
+         WHERE pk = $1 AND state NOT IN ('leavingpool', 'preempted')",
         pk,
         errors,
     )
@@ -150,6 +159,54 @@ pub async fn mark_leaving(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<
     .await
 }
 
+/// Preempts low-priority nodes: each that is not leaving or preempted already goes `preempted`,
+/// not to be made again before `until`. Returns the pks and ids of those preempted.
+pub async fn preempt(
+    db: impl PgExecutor<'_>,
+    pks: &[i64],
+    until: DateTime<Utc>,
+) -> sqlx::Result<Vec<(i64, String)>> {
+    let rows = sqlx::query!(
+        "UPDATE nodes SET state = 'preempted', state_transition_time = now(), preempted_until = $2, \
+            errors = '[]' \
+         WHERE pk = ANY($1) AND NOT is_dedicated AND state NOT IN ('leavingpool', 'preempted') \
+         RETURNING pk, id",
+        pks,
+        until,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.pk, r.id)).collect())
+}
+
+/// A preempted node that could not be made again (no capacity yet) waits until `until`.
+pub async fn preempted_again(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    until: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE nodes SET state = 'preempted', state_transition_time = now(), preempted_until = $2 \
+         WHERE pk = $1 AND state <> 'leavingpool'",
+        pk,
+        until,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The node's container is gone (a preempted node's): it has no address until it is made again.
+pub async fn forget_container(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE nodes SET container_id = NULL, ip_address = NULL WHERE pk = $1",
+        pk
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
     sqlx::query!("DELETE FROM nodes WHERE pk = $1", pk)
         .execute(db)
@@ -166,6 +223,7 @@ pub struct FreeSlots {
     pub account: String,
     pub free: i32,
     pub fill: NodeFillType,
+    pub dedicated: bool,
 }
 
 /// Locks every usable node (of an active pool) with free slots and returns its free slots, in
@@ -174,7 +232,8 @@ pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSl
     sqlx::query_as!(
         FreeSlots,
         r#"SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account,
-                p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _"
+                p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _",
+                n.is_dedicated AS dedicated
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk
          WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node
            AND NOT n.scheduling_disabled
@@ -219,4 +278,52 @@ pub async fn add_placements(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// A node as the operator's reclaim route sees it: with its pool, account and host.
+#[derive(Debug, sqlx::FromRow)]
+pub struct HostedNode {
+    pub pk: i64,
+    pub id: String,
+    pub is_dedicated: bool,
+    pub state: NodeState,
+    pub pool_id: String,
+    pub account: String,
+    pub host: Option<String>,
+}
+
+/// The nodes named by `ids`, of any pool and account.
+pub async fn hosted_by_ids(
+    db: impl PgExecutor<'_>,
+    ids: &[String],
+) -> sqlx::Result<Vec<HostedNode>> {
+    sqlx::query_as!(
+        HostedNode,
+        r#"SELECT n.pk, n.id, n.is_dedicated, n.state AS "state: _", p.id AS pool_id, p.account, n.host
+         FROM nodes n JOIN pools p ON p.pk = n.pool_pk WHERE n.id = ANY($1) ORDER BY n.pk"#,
+        ids,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Up to `count` low-priority nodes that may be preempted (neither leaving nor preempted), the
+/// newest first, on `host` if one is given.
+pub async fn preemptible(
+    db: impl PgExecutor<'_>,
+    host: Option<&str>,
+    count: i64,
+) -> sqlx::Result<Vec<HostedNode>> {
+    sqlx::query_as!(
+        HostedNode,
+        r#"SELECT n.pk, n.id, n.is_dedicated, n.state AS "state: _", p.id AS pool_id, p.account, n.host
+         FROM nodes n JOIN pools p ON p.pk = n.pool_pk
+         WHERE NOT n.is_dedicated AND n.state NOT IN ('leavingpool', 'preempted')
+           AND ($1::text IS NULL OR n.host = $1)
+         ORDER BY n.allocation_time DESC, n.pk DESC LIMIT $2"#,
+        host,
+        count,
+    )
+    .fetch_all(db)
+    .await
 }

@@ -6,7 +6,9 @@ use sqlx::types::Json;
 use sqlx::PgExecutor;
 
 use crate::domain::files::PoolPackage;
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeFillType, PoolState};
+use crate::domain::pool::{
+    AllocationState, NodeDeallocationOption, NodeFillType, PoolState, Targets,
+};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct PoolRow {
@@ -45,8 +47,18 @@ pub struct PoolRow {
     pub auto_scale_formula: Option<String>,
     pub auto_scale_interval_ticks: Option<i64>,
     pub auto_scale_run: Option<Value>,
-    /// Nodes that exist and are not leaving the pool.
+    pub target_low_priority_nodes: i32,
+    /// Dedicated nodes that exist and are not leaving the pool.
     pub current_dedicated_nodes: i64,
+    /// Low-priority nodes that are not leaving the pool, preempted ones included (as Azure
+    /// counts them).
+    pub current_low_priority_nodes: i64,
+}
+
+impl PoolRow {
+    pub fn targets(&self) -> Targets {
+        Targets::new(self.target_dedicated_nodes, self.target_low_priority_nodes)
+    }
 }
 
 /// What a client asked for when creating a pool, validated.
@@ -64,6 +76,7 @@ pub struct NewPool {
     pub task_slots_per_node: i32,
     pub node_fill_type: NodeFillType,
     pub target_dedicated_nodes: i32,
+    pub target_low_priority_nodes: i32,
     pub resize_timeout_ticks: i64,
     pub metadata: Value,
     pub billing_plan: Option<String>,
@@ -82,7 +95,9 @@ macro_rules! select_pools {
             PoolRow,
             r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
                 p.enable_auto_scale, p.auto_scale_formula, p.auto_scale_interval_ticks, p.auto_scale_run,
-                (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool') AS "current_dedicated_nodes!"
+                p.target_low_priority_nodes,
+                (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool' AND n.is_dedicated) AS "current_dedicated_nodes!",
+                (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool' AND NOT n.is_dedicated) AS "current_low_priority_nodes!"
                FROM pools p "# + $rest
             $(, $arg)*
         )
@@ -91,7 +106,7 @@ macro_rules! select_pools {
 
 pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
     // A pool with nodes to make starts out resizing; an empty one is steady at once.
-    let allocation = if p.target_dedicated_nodes > 0 {
+    let allocation = if p.target_dedicated_nodes > 0 || p.target_low_priority_nodes > 0 {
         AllocationState::Resizing
     } else {
         AllocationState::Steady
@@ -101,9 +116,10 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
             task_slots_per_node, node_fill_type, target_dedicated_nodes, resize_timeout_ticks, state, \
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
             billing_plan, service_pk, pool_service, application_packages, \
-            enable_auto_scale, auto_scale_formula, auto_scale_interval_ticks, auto_scale_run, auto_scale_next) \
+            enable_auto_scale, auto_scale_formula, auto_scale_interval_ticks, auto_scale_run, auto_scale_next, \
+            target_low_priority_nodes) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
-            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0))",
+            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0), $24)",
         &p.account,
         &p.id,
         &p.display_name as _,
@@ -127,6 +143,7 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         p.auto_scale.as_ref().map(|a| a.0.as_str()),
         p.auto_scale.as_ref().map(|a| a.1),
         p.auto_scale.as_ref().map(|a| &a.2),
+        p.target_low_priority_nodes,
     )
     .execute(db)
     .await?;
@@ -194,13 +211,13 @@ pub async fn resize(
     db: &sqlx::PgPool,
     account: &str,
     id: &str,
-    target: i32,
+    targets: Targets,
     resize_timeout_ticks: Option<i64>,
     deallocation: Option<NodeDeallocationOption>,
 ) -> sqlx::Result<Result<(), Refused>> {
     for _ in 0..3 {
         let done = sqlx::query!(
-            "UPDATE pools SET target_dedicated_nodes = $3, \
+            "UPDATE pools SET target_dedicated_nodes = $3, target_low_priority_nodes = $6, \
                 resize_timeout_ticks = coalesce($4, resize_timeout_ticks), \
                 node_deallocation_option = coalesce($5, node_deallocation_option), \
                 allocation_state = 'resizing', allocation_state_transition_time = now(), \
@@ -208,9 +225,10 @@ pub async fn resize(
              WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' AND allocation_state = 'steady'",
             account,
             id,
-            target,
+            targets.dedicated,
             resize_timeout_ticks,
             deallocation.map(|d| d.as_str()),
+            targets.low_priority,
         )
         .execute(db)
         .await?;
@@ -255,7 +273,7 @@ pub async fn mark_deleting(
 ) -> sqlx::Result<Result<(), Refused>> {
     let done = sqlx::query!(
         "UPDATE pools SET state = 'deleting', state_transition_time = now(), last_modified = now(), \
-            target_dedicated_nodes = 0 \
+            target_dedicated_nodes = 0, target_low_priority_nodes = 0 \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
         account,
         id,
@@ -330,24 +348,27 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// After `removed` of the pool's nodes were marked leaving: lowers its target by as many (never
-/// below 0), sets the resize timeout if one is given, and starts a resize with no errors.
+/// After `removed` of the pool's nodes were marked leaving: lowers its targets by as many of
+/// each kind (never below 0), sets the resize timeout if one is given, and starts a resize with
+/// no errors.
 pub async fn shrink_for_removed_nodes(
     db: impl PgExecutor<'_>,
     pk: i64,
-    removed: i32,
+    removed: Targets,
     resize_timeout_ticks: Option<i64>,
     option: NodeDeallocationOption,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE pools SET target_dedicated_nodes = greatest(target_dedicated_nodes - $2, 0), \
+            target_low_priority_nodes = greatest(target_low_priority_nodes - $5, 0), \
             resize_timeout_ticks = coalesce($3, resize_timeout_ticks), node_deallocation_option = $4, \
             allocation_state = 'resizing', allocation_state_transition_time = now(), resize_errors = '[]', last_modified = now() \
          WHERE pk = $1",
         pk,
-        removed,
+        removed.dedicated,
         resize_timeout_ticks,
         option.as_str(),
+        removed.low_priority,
     )
     .execute(db)
     .await?;

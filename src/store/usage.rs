@@ -8,8 +8,8 @@ use crate::domain::metering::UsageInterval;
 /// Opens the node's record unless one is open already (an adopted node keeps its record).
 pub async fn open(db: impl PgExecutor<'_>, node_pk: i64, at: DateTime<Utc>) -> sqlx::Result<()> {
     sqlx::query!(
-        "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, billing_plan, started_at) \
-         SELECT p.account, p.pk, p.id, n.id, p.vm_size, p.vcpus, p.billing_plan, $2 \
+        "INSERT INTO usage_records (account, pool_pk, pool_id, node_id, vm_size, vcpus, billing_plan, started_at, is_dedicated) \
+         SELECT p.account, p.pk, p.id, n.id, p.vm_size, p.vcpus, p.billing_plan, $2, n.is_dedicated \
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk WHERE n.pk = $1 \
          ON CONFLICT (node_id) WHERE ended_at IS NULL DO NOTHING",
         node_pk,
@@ -41,6 +41,8 @@ pub struct PoolUsageRow {
     pub vcpus: f64,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// False for a low-priority node's record: billed apart.
+    pub is_dedicated: bool,
 }
 
 impl PoolUsageRow {
@@ -61,7 +63,7 @@ pub async fn in_range(
 ) -> sqlx::Result<Vec<PoolUsageRow>> {
     sqlx::query_as!(
         PoolUsageRow,
-        r#"SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at FROM usage_records
+        r#"SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at, is_dedicated FROM usage_records
          WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2))
            AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
          ORDER BY pool_id, started_at"#,

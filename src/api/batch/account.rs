@@ -23,27 +23,27 @@ pub async fn node_counts(
     let mut out = Vec::new();
     for pool in store::pools::list(&app.db, &app.account).await? {
         let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
-        let count = |state: NodeState| nodes.iter().filter(|n| n.state == state).count();
-        let dedicated = json!({
-            "creating": count(NodeState::Creating), "idle": count(NodeState::Idle), "offline": count(NodeState::Offline),
-            "preempted": 0, "rebooting": count(NodeState::Rebooting), "reimaging": count(NodeState::Reimaging), "running": count(NodeState::Running),
-            "starting": count(NodeState::Starting), "startTaskFailed": count(NodeState::StartTaskFailed),
-            "leavingPool": count(NodeState::LeavingPool), "unknown": count(NodeState::Unknown),
-            "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask), "deallocated": 0,
-            "deallocating": 0, "upgradingOS": 0, "total": nodes.len(),
-        });
-        let zero: serde_json::Map<String, Value> = dedicated
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|k| (k.clone(), json!(0)))
-            .collect();
+        let (dedicated, low_priority): (Vec<_>, Vec<_>) =
+            nodes.iter().partition(|n| n.is_dedicated);
         out.push((
             pool.id.clone(),
-            json!({"poolId": pool.id, "dedicated": dedicated, "lowPriority": zero}),
+            json!({"poolId": pool.id, "dedicated": counts_by_state(&dedicated), "lowPriority": counts_by_state(&low_priority)}),
         ));
     }
     Ok(Json(list.page_of(&base, "/nodecounts", out)))
+}
+
+/// Azure's NodeCounts: nodes by state.
+fn counts_by_state(nodes: &[&store::nodes::NodeRow]) -> Value {
+    let count = |state: NodeState| nodes.iter().filter(|n| n.state == state).count();
+    json!({
+        "creating": count(NodeState::Creating), "idle": count(NodeState::Idle), "offline": count(NodeState::Offline),
+        "preempted": count(NodeState::Preempted), "rebooting": count(NodeState::Rebooting), "reimaging": count(NodeState::Reimaging), "running": count(NodeState::Running),
+        "starting": count(NodeState::Starting), "startTaskFailed": count(NodeState::StartTaskFailed),
+        "leavingPool": count(NodeState::LeavingPool), "unknown": count(NodeState::Unknown),
+        "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask), "deallocated": 0,
+        "deallocating": 0, "upgradingOS": 0, "total": nodes.len(),
+    })
 }
 
 /// The images a pool can name here: the image map's and the default.

@@ -87,7 +87,7 @@ pub(super) fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
         "runningTasksCount": n.running_tasks,
         "runningTaskSlotsCount": n.running_task_slots,
         "totalTasksSucceeded": n.total_tasks_succeeded,
-        "isDedicated": true,
+        "isDedicated": n.is_dedicated,
         "nodeAgentInfo": {"version": concat!("batchpool/", env!("CARGO_PKG_VERSION")), "lastUpdateTime": rfc3339(n.allocation_time)},
         "virtualMachineInfo": {"imageReference": pool.vm_config.as_ref().and_then(|c| c.get("imageReference")).cloned().unwrap_or(json!({}))},
     });

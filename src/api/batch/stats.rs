@@ -44,8 +44,8 @@ pub fn job_stats(url: &str, start: DateTime<Utc>, t: &UsageTotals) -> Value {
     v
 }
 
-/// Core time of the usage records that overlap `[from, now]`: each node's vCPUs times the time
-/// it existed in the window, as metering counts it.
+/// Dedicated core time of the usage records that overlap `[from, now]`: each dedicated node's
+/// vCPUs times the time it existed in the window, as metering counts it.
 async fn core_time(
     app: &Ctx,
     pool_id: Option<&str>,
@@ -55,7 +55,7 @@ async fn core_time(
     let records = store::usage::in_range(&app.db, &app.account, pool_id, from, now).await?;
     let mut ms = 0.0;
     let mut first = now;
-    for r in &records {
+    for r in records.iter().filter(|r| r.is_dedicated) {
         let start = r.started_at.max(from);
         let end = r.ended_at.unwrap_or(now).min(now);
         first = first.min(start);

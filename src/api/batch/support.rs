@@ -73,10 +73,7 @@ pub const POOL_ADD: Table = &[
     ("targetDedicatedNodes", Works("pools.rs::pool_lifecycle")),
     (
         "targetLowPriorityNodes",
-        Partly {
-            works: "compat.rs::fixed_size_pools_take_what_asks_for_nothing",
-            refuses: "1",
-        },
+        Works("preemption.rs::a_job_on_low_priority_nodes_loses_them_mid_run_and_every_task_ends_once"),
     ),
     (
         "targetNodeCommunicationMode",
@@ -326,10 +323,7 @@ pub const POOL_RESIZE: Table = &[
     ("targetDedicatedNodes", Works("pools.rs::pool_lifecycle")),
     (
         "targetLowPriorityNodes",
-        Partly {
-            works: "compat.rs::a_shrinking_pool_honours_node_deallocation_option",
-            refuses: "1",
-        },
+        Works("preemption.rs::a_job_on_low_priority_nodes_loses_them_mid_run_and_every_task_ends_once"),
     ),
 ];
 

@@ -18,7 +18,7 @@ use crate::api::state::AppState;
 use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
-use crate::domain::pool::{AllocationState, NodeFillType, PoolState};
+use crate::domain::pool::{AllocationState, NodeFillType, PoolState, Targets};
 use crate::domain::vm_size::VmSize;
 use crate::store;
 use crate::store::pools::{NewPool, PoolRow, Refused};
@@ -207,6 +207,7 @@ async fn new_pool(
         task_slots_per_node: slots,
         node_fill_type: NodeFillType::Spread,
         target_dedicated_nodes: target,
+        target_low_priority_nodes: 0,
         resize_timeout_ticks: IsoDuration::from_secs(
             crate::api::batch::pools::DEFAULT_RESIZE_TIMEOUT_SECS,
         )
@@ -347,8 +348,15 @@ pub async fn resize(
         &account,
         app.settings.max_nodes_per_pool,
     )?;
-    if let Err(r) =
-        store::pools::resize(&app.db, &account.name, &pool.id, target, None, None).await?
+    if let Err(r) = store::pools::resize(
+        &app.db,
+        &account.name,
+        &pool.id,
+        Targets::dedicated(target),
+        None,
+        None,
+    )
+    .await?
     {
         return Err(refused(&id, r));
     }

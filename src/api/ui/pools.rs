@@ -56,7 +56,7 @@ pub async fn list(ui: Ui) -> Page {
 
 const LEGEND: &str = "<p class=\"legend\">Nodes: <span class=\"key n-idle\"></span>idle \
     <span class=\"key n-running\"></span>running (darker: more slots in use) \
-    <span class=\"key n-starting\"></span>starting <span class=\"key n-leavingpool\"></span>leaving \
+    <span class=\"key n-starting\"></span>starting <span class=\"key n-leavingpool\"></span>leaving or preempted \
     <span class=\"key n-unusable\"></span>unusable or failed</p>";
 
 /// A pool: its facts, its heat map, the jobs on it (`jobs`, list items) and its resize form.
@@ -66,13 +66,14 @@ fn pool_section(ui: &Ui, pool: &PoolRow, nodes: &[NodeRow], jobs: &str) -> Strin
     let mut out = format!(
         "<section class=\"pool\" id=\"pool-{id}\"><h2>{id}</h2><p class=\"facts\">\
          <span>{vm}</span><span>{slots_per} slots a node</span>\
-         <span>{current} of {target} nodes</span><span>{used} of {slots} slots in use</span>\
+         <span>{current} of {target} nodes{low}</span><span>{used} of {slots} slots in use</span>\
          <span class=\"state\">{alloc}</span>{plan}</p>",
         id = Esc(&pool.id),
         vm = Esc(&pool.vm_size),
         slots_per = pool.task_slots_per_node,
         current = pool.current_dedicated_nodes,
         target = pool.target_dedicated_nodes,
+        low = low_priority(pool),
         alloc = pool.allocation_state.as_str(),
         plan = pool
             .billing_plan
@@ -108,12 +109,25 @@ fn pool_section(ui: &Ui, pool: &PoolRow, nodes: &[NodeRow], jobs: &str) -> Strin
             out,
             "<form class=\"resize\" data-api=\"/ui/api/pools/{seg}/resize\">\
              <label>Target nodes <input type=\"number\" name=\"targetDedicatedNodes\" min=\"0\" value=\"{target}\"></label>\
+             <label>low-priority <input type=\"number\" name=\"targetLowPriorityNodes\" min=\"0\" value=\"{low}\"></label>\
              <button>Resize</button><output></output></form>",
             seg = Seg(&pool.id),
             target = pool.target_dedicated_nodes,
+            low = pool.target_low_priority_nodes,
         );
     }
     out + "</section>"
+}
+
+/// ", and N of M low-priority" for a pool that has or wants low-priority nodes.
+fn low_priority(pool: &PoolRow) -> String {
+    if pool.current_low_priority_nodes == 0 && pool.target_low_priority_nodes == 0 {
+        return String::new();
+    }
+    format!(
+        ", and {} of {} low-priority",
+        pool.current_low_priority_nodes, pool.target_low_priority_nodes
+    )
 }
 
 fn heat_map(pool: &PoolRow, nodes: &[NodeRow]) -> String {

@@ -3,6 +3,7 @@
 //! ones (idle first), removing a deleted pool's nodes and then the pool. Node rows are written
 //! before containers are made, so a restarted server finishes what a killed one began.
 
+mod preempted;
 mod provision;
 mod resize;
 
@@ -25,8 +26,10 @@ pub struct Allocator {
     wake: super::Wakeups,
     /// Nodes with provisioning under way, and the token that stops it when the node must go.
     provisioning: Mutex<HashMap<String, CancellationToken>>,
-    /// Nodes whose removal is under way.
+    /// Nodes whose removal (or, preempted, their container's) is under way.
     removing: Mutex<HashSet<String>>,
+    /// Preempted nodes whose container is gone, by pk and the time they were preempted.
+    cleared: Mutex<HashSet<(i64, chrono::DateTime<Utc>)>>,
     /// When the added Docker hosts were last read.
     hosts_synced: Mutex<Option<std::time::Instant>>,
     /// Bounds how many containers are created or removed at once.
@@ -55,6 +58,7 @@ impl Allocator {
             wake,
             provisioning: Mutex::default(),
             removing: Mutex::default(),
+            cleared: Mutex::default(),
             hosts_synced: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             packages: crate::scheduler::packages::Packages::new(
@@ -142,18 +146,28 @@ impl Allocator {
         self.sync_hosts().await?;
         self.replace_lost_nodes().await?;
         let pools = store::pools::list_all(&self.db).await?;
+        let all = store::nodes::list_all(&self.db).await?;
+        // Dedicated nodes get capacity first: no preempted node comes back while one waits.
+        let dedicated_waiting = all
+            .iter()
+            .any(|n| n.is_dedicated && n.state == NodeState::Creating);
         let mut nodes: HashMap<i64, Vec<NodeRow>> = HashMap::new();
-        for node in store::nodes::list_all(&self.db).await? {
+        for node in all {
             nodes.entry(node.pool_pk).or_default().push(node);
         }
         for pool in pools {
             let mine = nodes.remove(&pool.pk).unwrap_or_default();
-            self.reconcile(&pool, &mine).await?;
+            self.reconcile(&pool, &mine, dedicated_waiting).await?;
         }
         Ok(())
     }
 
-    async fn reconcile(self: &Arc<Self>, pool: &PoolRow, nodes: &[NodeRow]) -> anyhow::Result<()> {
+    async fn reconcile(
+        self: &Arc<Self>,
+        pool: &PoolRow,
+        nodes: &[NodeRow],
+        dedicated_waiting: bool,
+    ) -> anyhow::Result<()> {
         if pool.state == PoolState::Deleting {
             return self.delete_pool(pool, nodes).await;
         }
@@ -161,6 +175,7 @@ impl Allocator {
         for node in nodes {
             match node.state {
                 NodeState::LeavingPool => self.ensure_removal(&node.id, node.pk),
+                NodeState::Preempted => self.on_preempted(node, dedicated_waiting),
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }

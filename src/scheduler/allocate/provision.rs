@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{being_provisioned, Allocator};
 use crate::domain::pool::{NodeState, StartTask};
-use crate::runtime::{NodeHandle, NodeSpec};
+use crate::runtime::{NodeHandle, NodeSpec, ALLOCATION_FAILED};
 use crate::scheduler::start_task::{self, Placement};
 use crate::scheduler::task_files;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
@@ -114,10 +114,27 @@ impl Allocator {
                 store::preparations::forget_for_reboot(&self.db, node.pk).await?;
                 self.runtime.remove_node(&self.server_id, &node.id).await?;
             }
-            self.runtime.create_node(&spec).await
+            let created = self.runtime.create_node(&spec).await;
+            match created {
+                // A dedicated node takes the room of low-priority ones if it must.
+                Err(e) if e.code == ALLOCATION_FAILED && node.is_dedicated => {
+                    if self.make_room(&spec).await? {
+                        self.runtime.create_node(&spec).await
+                    } else {
+                        Err(e)
+                    }
+                }
+                other => other,
+            }
         };
         match created {
             Ok(handle) => Ok(Some(handle)),
+            // A low-priority node with no room waits for capacity, preempted, as on Azure.
+            Err(e) if e.code == ALLOCATION_FAILED && !node.is_dedicated => {
+                tracing::info!(node = %node.id, message = %e.message, "no room for a low-priority node yet");
+                self.recovery_failed(node).await?;
+                Ok(None)
+            }
             Err(e) => {
                 tracing::warn!(node = %node.id, code = e.code, message = %e.message, "node could not be created");
                 let error = json!({"code": e.code, "message": e.message});

@@ -12,8 +12,9 @@ use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState};
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 impl Allocator {
-    /// Moves the pool a step toward its target if it is resizing, and makes it steady once it is
-    /// there.
+    /// Moves the pool a step toward its targets (dedicated and low-priority nodes, each kind on
+    /// its own) if it is resizing, and makes it steady once it is there. Preempted nodes count
+    /// toward the low-priority target, as Azure counts them: they come back by themselves.
     pub(super) async fn resize_step(
         &self,
         pool: &PoolRow,
@@ -23,24 +24,34 @@ impl Allocator {
             .iter()
             .filter(|n| n.state != NodeState::LeavingPool)
             .collect();
-        let target = pool.target_dedicated_nodes as usize;
+        let (dedicated, low_priority): (Vec<&NodeRow>, Vec<&NodeRow>) =
+            alive.iter().partition(|n| n.is_dedicated);
+        let targets = pool.targets();
+        let kinds = [
+            (dedicated, targets.dedicated as usize, true),
+            (low_priority, targets.low_priority as usize, false),
+        ];
         // A resize is done when no node is still being made and none is still leaving: the
         // poller's "steady" then means the containers really are there, or gone.
         let creating = alive.iter().any(|n| n.state == NodeState::Creating)
             || nodes.iter().any(|n| n.state == NodeState::LeavingPool);
+        let off_target = kinds.iter().any(|(have, want, _)| have.len() != *want);
         match pool.allocation_state {
-            AllocationState::Resizing => {
-                if resize_timed_out(pool) && alive.len() != target {
-                    self.give_up_resize(pool, alive.len(), target).await?;
-                } else if alive.len() < target {
-                    self.add_nodes(pool, target - alive.len()).await?;
-                } else if alive.len() > target {
-                    self.remove_surplus(pool, alive, target).await?;
-                } else if !creating {
-                    self.steady(pool).await?;
+            AllocationState::Resizing if off_target && resize_timed_out(pool) => {
+                self.give_up_resize(pool, &kinds).await?
+            }
+            AllocationState::Resizing if off_target => {
+                for (have, want, dedicated) in kinds {
+                    if have.len() < want {
+                        self.add_nodes(pool, want - have.len(), dedicated).await?;
+                    } else if have.len() > want {
+                        self.remove_surplus(pool, have, want).await?;
+                    }
                 }
             }
-            AllocationState::Stopping if !creating => self.steady(pool).await?,
+            AllocationState::Resizing | AllocationState::Stopping if !creating => {
+                self.steady(pool).await?
+            }
             _ => {}
         }
         Ok(())
@@ -50,28 +61,34 @@ impl Allocator {
         store::pools::set_allocation_state(&self.db, pool.pk, AllocationState::Steady).await
     }
 
-    /// The resize timeout passed with `alive` of `target` nodes: a resize error, and the pool
-    /// stays as it is.
+    /// The resize timeout passed before each kind of node reached its target: a resize error,
+    /// and the pool stays as it is.
     async fn give_up_resize(
         &self,
         pool: &PoolRow,
-        alive: usize,
-        target: usize,
+        kinds: &[(Vec<&NodeRow>, usize, bool); 2],
     ) -> anyhow::Result<()> {
-        let error = json!({
-            "code": "AllocationTimedout",
-            "message": format!("Desired number of dedicated nodes could not be allocated as the resize timeout was reached ({alive} of {target} nodes)"),
-        });
-        store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
+        for (have, want, dedicated) in kinds.iter().filter(|(h, w, _)| h.len() != *w) {
+            let kind = if *dedicated {
+                "dedicated"
+            } else {
+                "low-priority"
+            };
+            let error = json!({
+                "code": "AllocationTimedout",
+                "message": format!("Desired number of {kind} nodes could not be allocated as the resize timeout was reached ({} of {want} nodes)", have.len()),
+            });
+            store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
+        }
         self.steady(pool).await?;
         Ok(())
     }
 
-    /// New node rows; the next pass provisions them.
-    async fn add_nodes(&self, pool: &PoolRow, count: usize) -> anyhow::Result<()> {
+    /// New node rows, dedicated or low-priority; the next pass provisions them.
+    async fn add_nodes(&self, pool: &PoolRow, count: usize, dedicated: bool) -> anyhow::Result<()> {
         let ids: Vec<String> = (0..count).map(|_| new_node_id()).collect();
-        tracing::info!(pool = %pool.id, count = ids.len(), "adding nodes");
-        store::nodes::insert_creating(&self.db, pool.pk, &ids).await?;
+        tracing::info!(pool = %pool.id, count = ids.len(), dedicated, "adding nodes");
+        store::nodes::insert_creating(&self.db, pool.pk, &ids, dedicated).await?;
         self.wake.allocate.notify_one();
         Ok(())
     }

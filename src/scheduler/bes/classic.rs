@@ -8,7 +8,7 @@ use serde_json::json;
 use super::BesJobDriver;
 use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
 use crate::domain::duration::IsoDuration;
-use crate::domain::pool::NodeFillType;
+use crate::domain::pool::{NodeFillType, Targets};
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -50,9 +50,16 @@ impl BesJobDriver {
                 continue;
             };
             if target != pool.target_dedicated_nodes
-                && store::pools::resize(&self.db, CLASSIC_ACCOUNT, &id, target, None, None)
-                    .await?
-                    .is_ok()
+                && store::pools::resize(
+                    &self.db,
+                    CLASSIC_ACCOUNT,
+                    &id,
+                    Targets::dedicated(target),
+                    None,
+                    None,
+                )
+                .await?
+                .is_ok()
             {
                 self.wake.allocate.notify_one();
             }
@@ -93,6 +100,7 @@ impl BesJobDriver {
             task_slots_per_node: 1,
             node_fill_type: NodeFillType::Spread,
             target_dedicated_nodes: nodes,
+            target_low_priority_nodes: 0,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
             metadata: json!([]),
             billing_plan: None,

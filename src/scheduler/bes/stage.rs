@@ -133,5 +133,6 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
         extra: json!({}),
         files: None,
         kills_job: false,
+        dedicated_only: false,
     }
 }

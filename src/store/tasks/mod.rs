@@ -96,6 +96,8 @@ pub struct NewTask {
     pub files: Option<Value>,
     /// A job manager task with killJobOnCompletion: its completion ends the job.
     pub kills_job: bool,
+    /// A job manager task with allowLowPriorityNode false: dedicated nodes only.
+    pub dedicated_only: bool,
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {

@@ -97,16 +97,24 @@ pub async fn claim_ready(
     db: impl PgExecutor<'_>,
     job_pk: i64,
     limit: i64,
-) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query!(
-        r#"SELECT pk, required_slots FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
+) -> sqlx::Result<Vec<Claimed>> {
+    sqlx::query_as!(
+        Claimed,
+        r#"SELECT pk, required_slots, dedicated_only FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
          ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED"#,
         job_pk,
         limit,
     )
     .fetch_all(db)
     .await
-    .map(|rows| rows.into_iter().map(|r| (r.pk, r.required_slots)).collect())
+}
+
+/// A task dispatch has claimed: its pk, the slots it needs, and whether only a dedicated node
+/// may take it.
+pub struct Claimed {
+    pub pk: i64,
+    pub required_slots: i32,
+    pub dedicated_only: bool,
 }
 
 /// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.

@@ -14,6 +14,8 @@ pub(super) struct Manager {
     pub(super) task: TaskCreate,
     pub(super) kills_job: bool,
     pub(super) run_exclusive: bool,
+    /// allowLowPriorityNode: false keeps it to dedicated nodes.
+    pub(super) low_priority: bool,
 }
 
 pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
@@ -41,7 +43,7 @@ pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
     };
     let kills_job = flag("killJobOnCompletion")?;
     let run_exclusive = flag("runExclusive")?;
-    // Every node here is dedicated, so a job manager task may run on any of them either way.
+    // False: it runs on a dedicated node only.
     let low_priority = flag("allowLowPriorityNode")?;
     let task: TaskCreate = serde_json::from_value(Value::Object(fields)).map_err(|e| {
         ApiError::invalid_property("jobManagerTask", raw.to_string(), e.to_string())
@@ -55,5 +57,6 @@ pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
         task,
         kills_job,
         run_exclusive,
+        low_priority,
     }))
 }

@@ -159,9 +159,13 @@ pub(crate) async fn insert(
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
     if let Some(m) = manager {
-        let task =
-            crate::api::batch::tasks::manager_task(tx, &row, m.task, m.run_exclusive, m.kills_job)
-                .await?;
+        let task = crate::api::batch::tasks::manager_task(
+            tx,
+            &row,
+            m.task,
+            (m.run_exclusive, m.kills_job, m.low_priority),
+        )
+        .await?;
         store::tasks::insert_many(tx, row.pk, &[task]).await?;
     }
     // As on Azure: a job told to end when all its tasks are done, created without tasks, is done.

@@ -13,6 +13,7 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
 use crate::domain::autoscale::{self, Formula, FormulaError};
+use crate::domain::pool::Targets;
 use crate::domain::IsoDuration;
 use crate::ops::autoscale::{
     evaluate, history, interval_ticks, next_run, run_json, run_once, target, PoolHistory,
@@ -57,8 +58,8 @@ pub(super) fn at_create(
     enable: Option<bool>,
     formula: Option<String>,
     interval: Option<IsoDuration>,
-    (target_given, slots, max_nodes): (Option<i32>, i32, i32),
-) -> ApiResult<Option<(i32, Kept)>> {
+    (targets_given, slots, max_nodes): ([(&str, Option<i32>); 2], i32, i32),
+) -> ApiResult<Option<(Targets, Kept)>> {
     if enable != Some(true) {
         for (name, given) in [
             ("autoScaleFormula", formula.is_some()),
@@ -74,23 +75,27 @@ pub(super) fn at_create(
         }
         return Ok(None);
     }
-    if target_given.is_some() {
-        return Err(ApiError::invalid_property(
-            "targetDedicatedNodes",
-            target_given.unwrap_or_default().to_string(),
-            "must not be given with enableAutoScale true: the formula sets it",
-        ));
+    for (name, given) in targets_given {
+        if let Some(given) = given {
+            return Err(ApiError::invalid_property(
+                name,
+                given.to_string(),
+                "must not be given with enableAutoScale true: the formula sets it",
+            ));
+        }
     }
     let text = formula.ok_or_else(|| ApiError::missing_property("autoScaleFormula"))?;
     let ticks = checked_interval(interval.as_ref())?;
     let now = Utc::now();
     let outcome = evaluate(
         &parse(&text)?,
-        (0, 0),
+        Targets::dedicated(0),
         &PoolHistory::from_samples(&[], slots),
         now,
     );
-    let first = outcome.as_ref().map_or(0, |o| target(o, max_nodes).0);
+    let first = outcome
+        .as_ref()
+        .map_or(Targets::dedicated(0), |o| target(o, max_nodes).0);
     Ok(Some((first, (text, ticks, run_json(now, &outcome)))))
 }
 
@@ -178,6 +183,6 @@ pub async fn evaluate_formula(
     }
     let now = Utc::now();
     let history = history(&app.db, &pool, now).await?;
-    let outcome = evaluate(&formula, (pool.target_dedicated_nodes, 0), &history, now);
+    let outcome = evaluate(&formula, pool.targets(), &history, now);
     Ok((StatusCode::OK, axum::Json(run_json(now, &outcome))).into_response())
 }

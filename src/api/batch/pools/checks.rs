@@ -7,14 +7,16 @@ use super::DEFAULT_RESIZE_TIMEOUT_SECS;
 use crate::api::batch::support::{refuse_unsupported, START_TASK};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::domain::pool::{NodeDeallocationOption, StartTask};
+use crate::domain::pool::{NodeDeallocationOption, StartTask, Targets};
 use crate::domain::IsoDuration;
 use crate::store;
 
-pub(super) fn check_target(target: i32, quota: i32) -> ApiResult<()> {
+/// A target of either kind (`name`: `targetDedicatedNodes` or `targetLowPriorityNodes`): not
+/// negative, and within the most nodes a pool may have of each.
+pub(super) fn check_target(name: &str, target: i32, quota: i32) -> ApiResult<()> {
     if target < 0 {
         return Err(ApiError::invalid_property(
-            "targetDedicatedNodes",
+            name,
             target.to_string(),
             "must not be negative",
         ));
@@ -23,25 +25,28 @@ pub(super) fn check_target(target: i32, quota: i32) -> ApiResult<()> {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "AccountQuotaExceeded",
-            format!("targetDedicatedNodes {target} exceeds the quota of {quota} nodes per pool."),
+            format!("{name} {target} exceeds the quota of {quota} nodes per pool."),
         )
-        .with("PropertyName", "targetDedicatedNodes")
+        .with("PropertyName", name)
         .with("PropertyValue", target.to_string())
         .with("Quota", quota.to_string()));
     }
     Ok(())
 }
 
-/// Only dedicated nodes exist here; `why` says so in the words that fit the request.
-pub(super) fn refuse_low_priority(given: Option<i32>, why: &str) -> ApiResult<()> {
-    if given.unwrap_or(0) != 0 {
-        return Err(ApiError::invalid_property(
-            "targetLowPriorityNodes",
-            given.unwrap_or(0).to_string(),
-            why,
-        ));
-    }
-    Ok(())
+/// Both targets of a request, checked; an omitted one is 0.
+pub(super) fn check_targets(
+    dedicated: Option<i32>,
+    low_priority: Option<i32>,
+    quota: i32,
+) -> ApiResult<Targets> {
+    let targets = Targets {
+        dedicated: dedicated.unwrap_or(0),
+        low_priority: low_priority.unwrap_or(0),
+    };
+    check_target("targetDedicatedNodes", targets.dedicated, quota)?;
+    check_target("targetLowPriorityNodes", targets.low_priority, quota)?;
+    Ok(targets)
 }
 
 pub(super) fn check_resize_timeout(timeout: Option<IsoDuration>) -> ApiResult<i64> {

@@ -6,8 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::checks::{
-    check_resize_timeout, check_start_task, check_target, refuse_low_priority,
-    refuse_start_task_container,
+    check_resize_timeout, check_start_task, check_targets, refuse_start_task_container,
 };
 use super::MetadataItem;
 use crate::api::batch::support::{refuse_unsupported, POOL_ADD};
@@ -128,20 +127,22 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         body.auto_scale_formula,
         body.auto_scale_evaluation_interval,
         (
-            body.target_dedicated_nodes,
+            [
+                ("targetDedicatedNodes", body.target_dedicated_nodes),
+                ("targetLowPriorityNodes", body.target_low_priority_nodes),
+            ],
             slots,
             app.settings.max_nodes_per_pool,
         ),
     )?;
-    let target = match &auto_scale {
+    let targets = match &auto_scale {
         Some((first, _)) => *first,
-        None => body.target_dedicated_nodes.unwrap_or(0),
+        None => check_targets(
+            body.target_dedicated_nodes,
+            body.target_low_priority_nodes,
+            app.settings.max_nodes_per_pool,
+        )?,
     };
-    check_target(target, app.settings.max_nodes_per_pool)?;
-    refuse_low_priority(
-        body.target_low_priority_nodes,
-        "low-priority (spot) nodes are not offered by this server; use targetDedicatedNodes",
-    )?;
     let fill = node_fill_type(body.task_scheduling_policy)?;
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
     let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
@@ -162,7 +163,8 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         start_task,
         task_slots_per_node: slots,
         node_fill_type: fill,
-        target_dedicated_nodes: target,
+        target_dedicated_nodes: targets.dedicated,
+        target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,
         metadata: serde_json::to_value(body.metadata.unwrap_or_default())
             .expect("metadata serializes"),

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::checks::{
-    check_resize_timeout, check_start_task, check_target, deallocation_option, refuse_low_priority,
+    check_resize_timeout, check_start_task, check_targets, deallocation_option,
     refuse_start_task_container_on, refuse_unlinked_storage,
 };
 use super::{answer, check_write, find, refusal, MetadataItem};
@@ -15,7 +15,7 @@ use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState};
+use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState, Targets};
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
 
@@ -45,11 +45,10 @@ pub async fn resize(
             format!("The pool {pool_id:?} is sized by its autoscale formula; disable autoscale (disableautoscale) to resize it by hand."),
         ));
     }
-    let target = body.target_dedicated_nodes.unwrap_or(0);
-    check_target(target, app.settings.max_nodes_per_pool)?;
-    refuse_low_priority(
+    let targets = check_targets(
+        body.target_dedicated_nodes,
         body.target_low_priority_nodes,
-        "low-priority (spot) nodes are not offered by this server",
+        app.settings.max_nodes_per_pool,
     )?;
     let timeout = body
         .resize_timeout
@@ -64,7 +63,7 @@ pub async fn resize(
         &app.db,
         &app.account,
         &pool_id,
-        target,
+        targets,
         timeout,
         deallocation,
     )
@@ -216,37 +215,40 @@ pub async fn remove_nodes(
     if pool.allocation_state != AllocationState::Steady {
         return Err(refusal(&pool_id, Refused::NotSteady(pool.allocation_state)));
     }
-    let pks = nodes_to_remove(&app, &pool, &pool_id, &wanted).await?;
+    let named = nodes_to_remove(&app, &pool, &pool_id, &wanted).await?;
+    let pks: Vec<i64> = named.iter().map(|(pk, _)| *pk).collect();
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
     let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
-    store::pools::shrink_for_removed_nodes(
-        &mut *tx,
-        pool.pk,
-        leaving.len() as i32,
-        timeout,
-        option,
-    )
-    .await?;
+    // Each kind's target shrinks by the nodes of that kind that leave.
+    let dedicated = named
+        .iter()
+        .filter(|(pk, dedicated)| *dedicated && leaving.contains(pk))
+        .count() as i32;
+    let removed = Targets {
+        dedicated,
+        low_priority: leaving.len() as i32 - dedicated,
+    };
+    store::pools::shrink_for_removed_nodes(&mut *tx, pool.pk, removed, timeout, option).await?;
     tx.commit().await?;
     app.wake_allocator();
     app.wake_dispatcher();
     accepted(&app, &base, &pool_id, Ok(())).await
 }
 
-/// The nodes named that are not leaving the pool already; a name of no node of the pool is
-/// refused, under the pool id as the request spelled it.
+/// The nodes named that are not leaving the pool already, and whether each is dedicated; a name
+/// of no node of the pool is refused, under the pool id as the request spelled it.
 async fn nodes_to_remove(
     app: &Ctx,
     pool: &PoolRow,
     pool_id: &str,
     wanted: &[String],
-) -> ApiResult<Vec<i64>> {
+) -> ApiResult<Vec<(i64, bool)>> {
     let nodes = store::nodes::list_for_pool(&app.db, pool.pk).await?;
     let mut pks = Vec::new();
     for id in wanted {
         match nodes.iter().find(|n| n.id == *id) {
-            Some(n) if n.state != NodeState::LeavingPool => pks.push(n.pk),
+            Some(n) if n.state != NodeState::LeavingPool => pks.push((n.pk, n.is_dedicated)),
             Some(_) => {}
             None => {
                 return Err(ApiError::new(

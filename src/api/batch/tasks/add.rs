@@ -87,8 +87,7 @@ pub(crate) async fn manager_task(
     tx: &mut Tx<'_>,
     job: &JobRow,
     body: TaskCreate,
-    run_exclusive: bool,
-    kills_job: bool,
+    (run_exclusive, kills_job, low_priority): (bool, bool, bool),
 ) -> ApiResult<NewTask> {
     let pool = store::pools::get(&mut **tx, &job.account, &job.pool_id).await?;
     let slots = pool.as_ref().map(|p| p.task_slots_per_node);
@@ -107,6 +106,7 @@ pub(crate) async fn manager_task(
         task.required_slots = slots.unwrap_or(1);
     }
     task.kills_job = kills_job;
+    task.dedicated_only = !low_priority;
     Ok(task)
 }
 

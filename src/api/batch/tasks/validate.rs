@@ -210,6 +210,7 @@ pub(super) fn validate(
         extra: Value::Object(Map::new()),
         files,
         kills_job: false,
+        dedicated_only: false,
     })
 }
 

@@ -45,6 +45,15 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Whether a node of `spec` fits beside nodes that take `cpus` and `memory` (MiB).
+    fn fits(&self, spec: &NodeSpec, cpus: f64, memory: i64) -> bool {
+        let (cap_cpus, cap_memory) = *self.caps.read().expect("lock");
+        cap_cpus.is_none_or(|c| cpus + spec.vcpus <= c + 1e-9)
+            && cap_memory.is_none_or(|m| memory + spec.memory_mib <= m)
+    }
+}
+
 /// Where a node is, and what it takes there.
 #[derive(Clone, Debug)]
 struct Placed {
@@ -217,16 +226,14 @@ impl DockerHosts {
             .filter(|&h| !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed))
             .filter(|&h| {
                 let (_, _, cpus, memory) = load(h);
-                let (cap_cpus, cap_memory) = *hosts[h].caps.read().expect("lock");
-                cap_cpus.is_none_or(|c| cpus + spec.vcpus <= c + 1e-9)
-                    && cap_memory.is_none_or(|m| memory + spec.memory_mib <= m)
+                hosts[h].fits(spec, cpus, memory)
             })
             .min_by_key(|&h| {
                 let (pool, all, _, _) = load(h);
                 (pool, all, h)
             })
             .ok_or_else(|| NodeError {
-                code: "AllocationFailed",
+                code: crate::runtime::ALLOCATION_FAILED,
                 message: format!(
                     "no Docker host has room for node {} ({} CPUs, {} MiB): each of the {} hosts is at its cap (--docker-host URL,cpus=N,memory=MiB)",
                     spec.node_id, spec.vcpus, spec.memory_mib, hosts.len()
@@ -242,6 +249,34 @@ impl DockerHosts {
             },
         );
         Ok(chosen)
+    }
+
+    /// Which of `candidates` to preempt so that a node of `spec` fits: on each host that takes
+    /// new nodes, the candidates there (in the order given) until it fits; the host where the
+    /// fewest must go. None when no host would have room.
+    fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
+        let placed = self.placed.lock().expect("lock");
+        let hosts = self.all();
+        (0..hosts.len())
+            .filter(|&h| !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed))
+            .filter_map(|h| {
+                let on = placed.values().filter(|p| p.host == h);
+                let mut cpus: f64 = on.clone().map(|p| p.vcpus).sum();
+                let mut memory: i64 = on.map(|p| p.memory_mib).sum();
+                let mut victims = Vec::new();
+                for id in candidates {
+                    if hosts[h].fits(spec, cpus, memory) {
+                        break;
+                    }
+                    if let Some(p) = placed.get(id).filter(|p| p.host == h) {
+                        cpus -= p.vcpus;
+                        memory -= p.memory_mib;
+                        victims.push(id.clone());
+                    }
+                }
+                hosts[h].fits(spec, cpus, memory).then_some(victims)
+            })
+            .min_by_key(Vec::len)
     }
 
     async fn create_node(

@@ -164,6 +164,10 @@ impl NodeRuntime for DockerHosts {
         Box::pin(DockerHosts::lost_nodes(self, server_id))
     }
 
+    fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
+        DockerHosts::room_for(self, spec, candidates)
+    }
+
     fn sync_hosts<'a>(&'a self, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
         Box::pin(DockerHosts::sync_hosts(self, hosts))
     }
