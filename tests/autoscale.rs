@@ -1,7 +1,9 @@
 //! Autoscale formulas, end to end: a pool at zero nodes grows for the tasks of a job, runs them
 //! and shrinks back to zero on the formula from Azure's documentation; what evaluateautoscale,
-//! enableautoscale and disableautoscale answer; formulas that are wrong.
+//! enableautoscale and disableautoscale answer; formulas that are wrong; `$CPUPercent` and
+//! `$MemoryBytes` as the nodes' agents measure them, on both runtimes.
 
+#[macro_use]
 mod common;
 
 use common::{wait_for, Rt, TestServer};
@@ -163,7 +165,7 @@ async fn formulas_are_evaluated_enabled_and_disabled_as_azure_does() {
     );
     let (status, run) = evaluate(
         &s,
-        "$TargetDedicatedNodes = avg($CPUPercent.GetSample(TimeInterval_Minute));",
+        "$TargetDedicatedNodes = avg($DiskBytes.GetSample(TimeInterval_Minute));",
     )
     .await;
     assert_eq!(status, 200, "{run}");
@@ -175,7 +177,7 @@ async fn formulas_are_evaluated_enabled_and_disabled_as_azure_does() {
         run["error"]["values"][0]["value"]
             .as_str()
             .unwrap()
-            .contains("$CPUPercent"),
+            .contains("$DiskBytes is not measured"),
         "{run}"
     );
     let (_, run) = evaluate(
@@ -241,3 +243,52 @@ async fn formulas_are_evaluated_enabled_and_disabled_as_azure_does() {
         "nothing made by refused requests"
     );
 }
+
+/// The number in `name=[x]` of an AutoScaleRun's results.
+fn sampled(results: &str, name: &str) -> Option<f64> {
+    let value = results
+        .split(';')
+        .find_map(|r| r.strip_prefix(&format!("{name}=")))?;
+    value.trim_matches(|c| c == '[' || c == ']').parse().ok()
+}
+
+/// A task that keeps its node's one vCPU busy: the samples formulas read see it working, and
+/// see the node idle before and after.
+async fn cpu_and_memory(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let body = json!({"id": "busy", "vmSize": "standard_a1", "enableAutoScale": true,
+        "autoScaleFormula": "$TargetDedicatedNodes = 1;", "autoScaleEvaluationInterval": "PT5S"});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("busy", 1, "idle").await;
+    let probe = json!({"autoScaleFormula":
+        "cpu = $CPUPercent.GetSample(1); memory = $MemoryBytes.GetSample(1);"});
+    let sample = || async {
+        let (_, run) = s.post("/pools/busy/evaluateautoscale", &probe).await;
+        let results = run["results"].as_str().unwrap_or_default().to_string();
+        sampled(&results, "cpu").zip(sampled(&results, "memory"))
+    };
+    let (idle, _) = wait_for("a sample of the idle node", sample).await;
+    assert!(idle < 20.0, "an idle node: {idle}% CPU");
+
+    s.job_on("j", "busy").await;
+    let spin = "end=$(($(date +%s) + 25)); while [ $(date +%s) -lt $end ]; do :; done";
+    s.add_tasks(
+        "j",
+        vec![json!({"id": "spin", "commandLine": format!("/bin/sh -c '{spin}'")})],
+    )
+    .await;
+    let (cpu, memory) = wait_for("a sample of the busy node", || async {
+        sample().await.filter(|(cpu, _)| *cpu > 30.0)
+    })
+    .await;
+    assert!(cpu <= 100.0, "{cpu}% of the node's one vCPU");
+    assert!(
+        memory > 0.0,
+        "the busy command's memory is counted: {memory} bytes"
+    );
+}
+
+on_both_runtimes!(
+    formulas_read_the_cpu_and_memory_the_nodes_use,
+    cpu_and_memory
+);

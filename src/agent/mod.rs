@@ -4,6 +4,7 @@
 //! is away: commands go on, and their events wait until the server answers again.
 
 mod files;
+mod load;
 mod procs;
 
 use std::time::Duration;
@@ -56,6 +57,7 @@ pub async fn run() -> anyhow::Result<()> {
     let link = std::sync::Arc::new(link);
     let (events, outbox) = mpsc::unbounded_channel();
     tokio::spawn(send_events(link.clone(), outbox));
+    tokio::spawn(load::report(link.clone(), procs.clone()));
     let work = take_work(link, procs.clone(), events);
     let root = std::env::var_os(ENV_ROOT).map(std::path::PathBuf::from);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -234,6 +236,7 @@ async fn send_events(link: std::sync::Arc<Link>, mut outbox: mpsc::UnboundedRece
         let mut batch = Events {
             boot: link.boot.clone(),
             events: std::mem::take(&mut held),
+            load: None,
         };
         batch.events.extend(next);
         while batch.events.len() < MAX_BATCH {

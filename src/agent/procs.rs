@@ -25,6 +25,9 @@ struct Inner {
     waiting: Mutex<HashMap<i32, oneshot::Sender<(i64, Usage)>>>,
     /// Wakes the reaper when a child starts while it has none.
     started: Condvar,
+    /// CPU time (ms, user and kernel) of every child reaped so far, with the children they
+    /// waited for.
+    reaped_cpu_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Procs {
@@ -127,6 +130,24 @@ pub fn signal(pid: i32, signal: i32) -> bool {
 }
 
 impl Procs {
+    /// The process groups of the commands that run now (each command leads its own).
+    pub fn groups(&self) -> Vec<i32> {
+        self.inner
+            .waiting
+            .lock()
+            .expect("lock")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// CPU time (ms) of the children reaped so far.
+    pub fn reaped_cpu_ms(&self) -> u64 {
+        self.inner
+            .reaped_cpu_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Kills every command this agent started that still runs (their process groups): the
     /// node is going away.
     pub fn kill_all(&self) {
@@ -155,8 +176,13 @@ fn reap(inner: &Inner) {
         // SAFETY: wait4 with valid pointers to an int and a rusage.
         let pid = unsafe { libc::wait4(-1, &mut status, 0, &mut used) };
         if pid > 0 {
+            let used = usage(&used);
+            inner.reaped_cpu_ms.fetch_add(
+                used.user_ms + used.kernel_ms,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             if let Some(tx) = inner.waiting.lock().expect("lock").remove(&pid) {
-                let _ = tx.send((exit_code(status), usage(&used)));
+                let _ = tx.send((exit_code(status), used));
             }
             continue;
         }

@@ -41,6 +41,9 @@ pub async fn events(
     AzureJson(events): AzureJson<Events>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let link = authenticate(&state, &headers).await?;
+    if let Some(load) = events.load {
+        link.record_load(load);
+    }
     link.deliver(&events.boot, events.events);
     Ok(Json(serde_json::json!({})))
 }

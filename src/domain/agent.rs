@@ -233,10 +233,37 @@ pub struct TaskLaunch {
     pub record: String,
 }
 
+/// What happened on the node since the last batch; with `load`, what its commands use now
+/// (sent every [`LOAD_PERIOD_SECS`], alone or with events).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Events {
     pub boot: String,
     pub events: Vec<Event>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
+}
+
+/// A node's load between its last two reports: the CPU time its commands used in the
+/// `window_ms` between them, and their memory at the last.
+#[derive(Clone, Debug)]
+pub struct NodeLoad {
+    pub node: String,
+    pub busy_ms: f64,
+    pub window_ms: f64,
+    pub memory_bytes: f64,
+}
+
+/// How often an agent reports its node's load.
+pub const LOAD_PERIOD_SECS: u64 = 5;
+
+/// What the commands the agent started use: `cpu_ms`, the CPU time (user and kernel) they
+/// have used since the agent started, ended ones included (the server takes the difference
+/// between two reports); `memory_bytes`, the memory (resident set) of those running now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Load {
+    pub cpu_ms: u64,
+    pub memory_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -40,9 +40,10 @@ impl MetricHistory for PoolHistory {
 }
 
 impl PoolHistory {
-    /// The metrics this server measures, from a pool's samples. Azure's resource metrics
-    /// ($CPUPercent, $MemoryBytes, ...) are not among them: a formula that reads one fails
-    /// with a message that says so.
+    /// The metrics this server measures, from a pool's samples. `$CPUPercent` and
+    /// `$MemoryBytes` have a sample where a node's agent reported; Azure's other resource
+    /// metrics ($DiskBytes, $NetworkInBytes, ...) are not measured: a formula that reads one
+    /// fails with a message that says so.
     pub fn from_samples(samples: &[store::autoscale::Sample], slots_per_node: i32) -> Self {
         type Pick = fn(&store::autoscale::Sample) -> i32;
         let picks: [(&'static str, Pick); 10] = [
@@ -71,6 +72,15 @@ impl PoolHistory {
             .map(|s| (s.at, slots_per_node as f64))
             .collect();
         series.insert("$TaskSlotsPerNode", slots);
+        type Measured = fn(&store::autoscale::Sample) -> Option<f64>;
+        let measured: [(&'static str, Measured); 2] = [
+            ("$CPUPercent", |s| s.cpu_percent),
+            ("$MemoryBytes", |s| s.memory_bytes),
+        ];
+        for (name, pick) in measured {
+            let values = samples.iter().filter_map(|s| Some((s.at, pick(s)?)));
+            series.insert(name, values.collect());
+        }
         PoolHistory { series }
     }
 }

@@ -239,6 +239,11 @@ impl Runtime {
         self.node.sync_hosts(hosts).await
     }
 
+    /// What the nodes' commands use, as their agents (connected to this server) last said.
+    pub fn node_loads(&self) -> Vec<crate::domain::agent::NodeLoad> {
+        self.agents.loads()
+    }
+
     /// Low-priority nodes to preempt for a node that finds no room (see
     /// [`NodeRuntime::room_for`]).
     pub fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {

@@ -20,7 +20,7 @@ const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn run(
     db: PgPool,
-    (wake, layout): (Wakeups, crate::runtime::Layout),
+    (wake, runtime): (Wakeups, std::sync::Arc<crate::runtime::Runtime>),
     max_nodes: i32,
     jobs: &dyn JobMaker,
     cancel: CancellationToken,
@@ -29,7 +29,7 @@ pub async fn run(
     let mut last_prune = Utc::now();
     loop {
         let now = Utc::now();
-        if let Err(e) = remove_task_dirs(&db, &layout).await {
+        if let Err(e) = remove_task_dirs(&db, runtime.layout()).await {
             tracing::warn!(error = %e, "removing deleted tasks' directories failed");
         }
         match crate::ops::schedules::run_due(&db, jobs, now).await {
@@ -39,7 +39,8 @@ pub async fn run(
         }
         if now - last_sample >= SAMPLE_PERIOD {
             last_sample = now;
-            if let Err(e) = store::autoscale::take_samples(&db, now).await {
+            let loads = runtime.node_loads();
+            if let Err(e) = store::autoscale::take_samples(&db, now, &loads).await {
                 tracing::warn!(error = %e, "sampling autoscaled pools failed");
             }
         }

@@ -230,7 +230,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         driver.run(),
         each_second::run(
             s.db.clone(),
-            (s.wake.clone(), s.runtime.layout().clone()),
+            (s.wake.clone(), s.runtime.clone()),
             s.max_nodes_per_pool,
             &*s.job_maker,
             cancel.clone()

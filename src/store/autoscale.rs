@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
+use crate::domain::agent::NodeLoad;
 use crate::domain::pool::{NodeDeallocationOption, Targets};
 
 /// One sample of a pool: its tasks by state and its nodes.
@@ -20,11 +21,21 @@ pub struct Sample {
     /// Low-priority nodes, preempted ones included, and the preempted ones.
     pub low_priority: i32,
     pub preempted: i32,
+    /// The average over the usable nodes whose agents reported: CPU use (percent of the
+    /// node's vCPUs) and memory (bytes) of their commands. None when none reported.
+    pub cpu_percent: Option<f64>,
+    pub memory_bytes: Option<f64>,
 }
 
 /// Takes a sample of every autoscaled, active pool, in one statement: the tasks of its
-/// unfinished jobs by state, its nodes, and those of them that take tasks.
-pub async fn take_samples(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::Result<u64> {
+/// unfinished jobs by state, its nodes, those of them that take tasks, and their `loads`.
+pub async fn take_samples(
+    db: impl PgExecutor<'_>,
+    at: DateTime<Utc>,
+    loads: &[NodeLoad],
+) -> sqlx::Result<u64> {
+    let column = |f: fn(&NodeLoad) -> f64| loads.iter().map(f).collect::<Vec<f64>>();
+    let nodes: Vec<&str> = loads.iter().map(|l| l.node.as_str()).collect();
     let done = sqlx::query!(
         "WITH scaled AS (SELECT pk, account, id FROM pools WHERE enable_auto_scale AND state = 'active'),
          counts AS (
@@ -37,13 +48,21 @@ pub async fn take_samples(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::R
             JOIN jobs j ON j.account = s.account AND lower(j.pool_id) = lower(s.id)
                 AND j.state NOT IN ('completed', 'deleting')
             JOIN tasks t ON t.job_pk = j.pk
-            GROUP BY s.pk)
+            GROUP BY s.pk),
+         loads AS (
+            SELECT n.pool_pk,
+                avg(least(100.0, 100.0 * l.busy / nullif(l.win * p.vcpus, 0))) AS cpu,
+                avg(l.memory) AS memory
+            FROM unnest($2::text[], $3::float8[], $4::float8[], $5::float8[]) AS l(node, busy, win, memory)
+            JOIN nodes n ON n.id = l.node JOIN pools p ON p.pk = n.pool_pk
+            WHERE n.state IN ('idle', 'running')
+            GROUP BY n.pool_pk)
          INSERT INTO pool_samples (pool_pk, at, active, running, succeeded, failed, dedicated, usable,
-            low_priority, preempted)
+            low_priority, preempted, cpu_percent, memory_bytes)
          SELECT s.pk, $1, coalesce(c.active, 0), coalesce(c.running, 0), coalesce(c.succeeded, 0),
             coalesce(c.failed, 0), coalesce(n.dedicated, 0), coalesce(n.usable, 0),
-            coalesce(n.low_priority, 0), coalesce(n.preempted, 0)
-         FROM scaled s LEFT JOIN counts c ON c.pk = s.pk
+            coalesce(n.low_priority, 0), coalesce(n.preempted, 0), lo.cpu, lo.memory
+         FROM scaled s LEFT JOIN counts c ON c.pk = s.pk LEFT JOIN loads lo ON lo.pool_pk = s.pk
          LEFT JOIN LATERAL (
             SELECT count(*) FILTER (WHERE n.is_dedicated) AS dedicated,
                 count(*) FILTER (WHERE n.state IN ('idle', 'running')) AS usable,
@@ -52,6 +71,10 @@ pub async fn take_samples(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx::R
             FROM nodes n WHERE n.pool_pk = s.pk AND n.state <> 'leavingpool') n ON true
          ON CONFLICT DO NOTHING",
         at,
+        &nodes as &[&str],
+        &column(|l| l.busy_ms),
+        &column(|l| l.window_ms),
+        &column(|l| l.memory_bytes),
     )
     .execute(db)
     .await?;
@@ -74,7 +97,8 @@ pub async fn samples(
 ) -> sqlx::Result<Vec<Sample>> {
     sqlx::query_as!(
         Sample,
-        "SELECT at, active, running, succeeded, failed, dedicated, usable, low_priority, preempted
+        "SELECT at, active, running, succeeded, failed, dedicated, usable, low_priority, preempted,
+            cpu_percent, memory_bytes
          FROM pool_samples
          WHERE pool_pk = $1 AND at >= $2 ORDER BY at",
         pool_pk,

@@ -149,6 +149,15 @@ def run_15():
     assert not c.get_pool(POOL).enable_auto_scale
     c.begin_resize_pool(POOL, models.BatchPoolResizeOptions(target_dedicated_nodes=0), polling_interval=0.2).result()
     assert c.get_pool(POOL).current_dedicated_nodes == 0
+    # Low-priority nodes, sized and counted as the SDK reads them.
+    c.begin_resize_pool(POOL, models.BatchPoolResizeOptions(target_dedicated_nodes=0, target_low_priority_nodes=1),
+                        polling_interval=0.2).result()
+    wait("an idle low-priority node", lambda: [n for n in c.list_nodes(POOL)
+                                              if n.state == models.BatchNodeState.IDLE and n.is_dedicated is False] or None)
+    pool = c.get_pool(POOL)
+    assert pool.current_low_priority_nodes == 1 and pool.target_low_priority_nodes == 1, pool
+    counts = {pc.pool_id: pc for pc in c.list_pool_node_counts()}
+    assert counts[POOL].low_priority.total == 1 and counts[POOL].dedicated.total == 0, counts[POOL]
     c.begin_delete_job(JOB, polling_interval=0.2).result()
     expect_error(404, lambda: c.get_job(JOB))
     c.begin_delete_pool(POOL, polling_interval=0.2).result()
@@ -277,8 +286,11 @@ def run_14():
     wait("the reimaged node to be idle", lambda: c.compute_node.get(POOL, node).state == m.ComputeNodeState.idle)
     c.job.terminate(JOB, terminate_reason="done")
     wait("the job to complete", lambda: c.job.get(JOB).state == m.JobState.completed)
-    c.pool.resize(POOL, m.PoolResizeParameter(target_dedicated_nodes=0))
-    wait("the pool to shrink", lambda: c.pool.get(POOL).allocation_state == m.AllocationState.steady and c.pool.get(POOL).current_dedicated_nodes == 0)
+    c.pool.resize(POOL, m.PoolResizeParameter(target_dedicated_nodes=0, target_low_priority_nodes=1))
+    wait("a low-priority node alone", lambda: [n.is_dedicated for n in c.compute_node.list(POOL)] == [False]
+         and c.pool.get(POOL).current_dedicated_nodes == 0)
+    wait("it to be idle", lambda: next(iter(c.compute_node.list(POOL))).state == m.ComputeNodeState.idle)
+    assert c.pool.get(POOL).current_low_priority_nodes == 1
     c.job.delete(JOB)
     wait("the job to go", lambda: not any(j.id == JOB for j in c.job.list()))
     c.pool.delete(POOL)

@@ -483,16 +483,16 @@ mod tests {
     /// (formula, history, code, message).
     const FAILURES: &[(&str, History, &str, &str)] = &[
         (
-            "$TargetDedicatedNodes = min(10, avg($CPUPercent.GetSample(TimeInterval_Minute * 5)))",
+            "$TargetDedicatedNodes = min(10, avg($DiskBytes.GetSample(TimeInterval_Minute * 5)))",
             Full(1.0),
             E,
-            "Line 1, Col 49: $CPUPercent is not measured by this server",
+            "Line 1, Col 48: $DiskBytes is not measured by this server",
         ),
         (
-            "x = $MemoryBytes",
+            "x = $NetworkInBytes",
             Full(1.0),
             E,
-            "Line 1, Col 5: $MemoryBytes is not measured by this server",
+            "Line 1, Col 5: $NetworkInBytes is not measured by this server",
         ),
         (
             "$tasks = $RunningTasks.GetSample(10 * TimeInterval_Second, 70)",

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+mod load;
 mod peers;
 mod polls;
 mod replies;
@@ -44,6 +45,8 @@ pub struct Link {
     work: Notify,
     /// Wakes those waiting for the agent's first word.
     heard: Notify,
+    /// What the node's commands use, as its agent last said.
+    load: Mutex<load::LoadWindow>,
 }
 
 struct LinkState {
@@ -118,6 +121,7 @@ impl Agents {
             }),
             work: Notify::new(),
             heard: Notify::new(),
+            load: Mutex::default(),
         };
         if let Some(old) = links.insert(node.to_string(), Arc::new(link)) {
             old.fail_all("the node was made again");
