@@ -79,3 +79,76 @@ async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> re
         .await
         .map(|_| ())
 }
+
+/// Makes a task's directories below a root the server made, following no link (one a task
+/// left where a directory should be is replaced): its directories are made, then what it
+/// names to remove goes. A path that is not plain and relative is refused.
+pub fn make_dirs(make: &crate::domain::agent::MakeDirs) -> std::io::Result<()> {
+    use std::path::{Component, Path};
+    fn plain(p: &str) -> std::io::Result<&Path> {
+        let path = Path::new(p);
+        if path.components().all(|c| matches!(c, Component::Normal(_))) {
+            Ok(path)
+        } else {
+            Err(std::io::Error::other(format!(
+                "{p:?} is not a plain relative path"
+            )))
+        }
+    }
+    let base = crate::sys::safe_fs::Dir::open_root_in_node(Path::new(&make.base))?;
+    for dir in &make.dirs {
+        base.create_dir_all(plain(dir)?)?;
+    }
+    for gone in &make.remove {
+        match base.remove_all(plain(gone)?) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::make_dirs;
+    use crate::domain::agent::MakeDirs;
+
+    fn make(base: &std::path::Path, remove: &[&str], dirs: &[&str]) -> std::io::Result<()> {
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        make_dirs(&MakeDirs {
+            base: base.display().to_string(),
+            remove: owned(remove),
+            dirs: owned(dirs),
+        })
+    }
+
+    #[test]
+    fn a_task_directory_is_made_below_its_base_and_nowhere_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base, outside) = (tmp.path().join("base"), tmp.path().join("outside"));
+        std::fs::create_dir_all(base.join("j/job-1/t/.state")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(base.join("j/job-1/t/.state/1"), "old record").unwrap();
+        make(
+            &base,
+            &["j/job-1/t/.state/1"],
+            &["j/job-1/t/.state", "j/job-1/t/wd"],
+        )
+        .unwrap();
+        assert!(base.join("j/job-1/t/wd").is_dir());
+        assert!(
+            !base.join("j/job-1/t/.state/1").exists(),
+            "the old record went"
+        );
+
+        // A link a task left where a directory goes is replaced, never followed.
+        std::os::unix::fs::symlink(&outside, base.join("j/job-1/u")).unwrap();
+        make(&base, &[], &["j/job-1/u/wd"]).unwrap();
+        assert!(!outside.join("wd").exists(), "nothing made outside");
+        assert!(base.join("j/job-1/u/wd").is_dir());
+        assert!(!base.join("j/job-1/u").is_symlink());
+        assert!(make(&base, &[], &["../escape"]).is_err());
+        assert!(make(&base, &[], &["/abs"]).is_err());
+        assert!(!tmp.path().join("escape").exists());
+    }
+}

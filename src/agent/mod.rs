@@ -156,6 +156,14 @@ fn run_command(
     ),
     events: &mpsc::UnboundedSender<Event>,
 ) {
+    if let Some(make) = task.as_ref().and_then(|t| t.make.as_ref()) {
+        // What a task did to its node can break this (it replaced `workitems`, say): then the
+        // command cannot run where it must, and ends as below, as the task's own failure, not
+        // the node's (which would requeue it for ever).
+        if let Err(e) = files::make_dirs(make) {
+            tracing::warn!(base = %make.base, error = %e, "making a task's directories failed");
+        }
+    }
     if let Some(task) = task
         .as_ref()
         .filter(|t| !std::path::Path::new(&t.dir).is_dir())

@@ -231,6 +231,22 @@ pub struct TaskLaunch {
     pub stdout: String,
     pub stderr: String,
     pub record: String,
+    /// The directories the agent makes first, so that the server, on the hot path, makes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub make: Option<MakeDirs>,
+}
+
+/// Directories to make below `base` (a directory the server made: a node's root, an account's
+/// workitems), following no link: each of `dirs` is made with its parents (a link in the way
+/// is replaced), then what `remove` names goes, if it is there. Every path is relative and
+/// plain (no `..`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MakeDirs {
+    pub base: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+    pub dirs: Vec<String>,
 }
 
 /// What happened on the node since the last batch; with `load`, what its commands use now

@@ -143,6 +143,7 @@ impl Runtime {
                 rel: PathBuf::from("startup"),
             },
             node: format!("{}/startup", self.node_root(node_id)),
+            node_base: self.node_root(node_id),
         }
     }
 
@@ -156,6 +157,7 @@ impl Runtime {
                 rel: Path::new("jobprep").join(job_id).join(task_id),
             },
             node: format!("{}/jobprep/{job_id}/{task_id}", self.node_root(node_id)),
+            node_base: self.node_root(node_id),
         }
     }
 
@@ -170,12 +172,11 @@ impl Runtime {
     /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`. It lives in the account's
     /// workitems directory, outside the node, so a task's files outlive the node that ran it.
     pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
+        let workitems = format!("{}/workitems", self.node_root(node_id));
         TaskDirs {
             host: self.layout().task_dir(account, job_id, task_id),
-            node: format!(
-                "{}/workitems/{job_id}/job-1/{task_id}",
-                self.node_root(node_id)
-            ),
+            node: format!("{workitems}/{job_id}/job-1/{task_id}"),
+            node_base: workitems,
         }
     }
 
@@ -269,9 +270,11 @@ impl Runtime {
         spec: &ExecSpec,
         started: Started,
     ) -> anyhow::Result<i64> {
-        spec.dirs.prepare(spec.attempt).await?;
         match &spec.container {
             Some(container) => {
+                // A container of its own: the server makes its directories. A node's own
+                // commands have its agent make them, on the node.
+                spec.dirs.prepare(spec.attempt).await?;
                 self.node
                     .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
                     .await

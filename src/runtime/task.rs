@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::safe_fs::Below;
-use crate::domain::agent::{TaskLaunch, Usage, Work};
+use crate::domain::agent::{MakeDirs, TaskLaunch, Usage, Work};
 use crate::domain::container::ContainerSettings;
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
@@ -65,6 +65,8 @@ pub struct TaskContainer {
 pub struct TaskDirs {
     pub host: Below,
     pub node: String,
+    /// `host.root` as the node sees it: `node` is `host.rel` below it.
+    pub node_base: String,
 }
 
 impl TaskDirs {
@@ -95,6 +97,17 @@ impl TaskDirs {
         Some(parse_record(&self.record(attempt).await?))
     }
 
+    /// What [`prepare`](Self::prepare) does, for a node's agent to do on the node: the same
+    /// directories, below the same root as the node sees it.
+    fn make_dirs(&self, attempt: i32) -> MakeDirs {
+        let below = |p: &Path| self.host.rel.join(p).to_string_lossy().into_owned();
+        MakeDirs {
+            base: self.node_base.clone(),
+            remove: vec![below(&Self::state_file(attempt))],
+            dirs: vec![below(Path::new(STATE_DIR)), below(Path::new("wd"))],
+        }
+    }
+
     /// Makes the directories the wrapper needs. One trip to the blocking pool for all of it, not
     /// one each. The root is the server's (made with the node, unless removed since).
     pub(super) async fn prepare(&self, attempt: i32) -> anyhow::Result<()> {
@@ -116,8 +129,8 @@ impl TaskDirs {
 #[derive(Clone, Debug)]
 pub struct NodeCommand {
     pub command_line: String,
-    /// The task's directory, as the node sees it.
-    pub task_dir: String,
+    /// The task's directory; the node's agent makes what the command needs in it.
+    pub dirs: TaskDirs,
     pub attempt: i32,
     /// The task's own environment and where its directories are.
     pub env: Vec<(String, String)>,
@@ -126,7 +139,12 @@ pub struct NodeCommand {
 impl NodeCommand {
     /// The attempt's record, as the node sees it.
     pub fn record(&self) -> String {
-        format!("{}/{STATE_DIR}/{}", self.task_dir, self.attempt)
+        format!("{}/{STATE_DIR}/{}", self.dirs.node, self.attempt)
+    }
+
+    /// Makes the directories the command needs from this server, for a node without an agent.
+    pub async fn prepare(&self) -> anyhow::Result<()> {
+        self.dirs.prepare(self.attempt).await
     }
 
     /// The work that has a node's agent run it (`id` names it), doing what the wrapper does.
@@ -136,10 +154,11 @@ impl NodeCommand {
             argv: vec!["/bin/sh".into(), "-c".into(), self.command_line.clone()],
             env: self.env.clone(),
             task: Some(TaskLaunch {
-                dir: format!("{}/wd", self.task_dir),
-                stdout: format!("{}/stdout.txt", self.task_dir),
-                stderr: format!("{}/stderr.txt", self.task_dir),
+                dir: format!("{}/wd", self.dirs.node),
+                stdout: format!("{}/stdout.txt", self.dirs.node),
+                stderr: format!("{}/stderr.txt", self.dirs.node),
                 record: self.record(),
+                make: Some(self.dirs.make_dirs(self.attempt)),
             }),
         }
     }
@@ -164,7 +183,7 @@ impl ExecSpec {
         ));
         NodeCommand {
             command_line: self.command_line.clone(),
-            task_dir: self.dirs.node.clone(),
+            dirs: self.dirs.clone(),
             attempt: self.attempt,
             env,
         }

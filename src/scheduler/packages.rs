@@ -140,6 +140,7 @@ impl Packages {
                 rel: work.clone(),
             },
             node: format!("{node_root}/applications/.install/{name}"),
+            node_base: node_root.clone(),
         };
         let zip = self.runtime.layout().package_file(at.account, id, version);
         transfer::copy_file(&zip, dirs.host.join("wd").join("package.zip"))

@@ -73,6 +73,18 @@ impl Dir {
         Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// As [`open_root`](Self::open_root), following links in `path`, the last name included.
+    /// For a node's agent, inside its node: a root there may be a link the server made (a
+    /// local node's `workitems`), and whatever a link in it points to is the node's own.
+    pub fn open_root_in_node(path: &Path) -> io::Result<Dir> {
+        let path = cstr(path.as_os_str())?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        // SAFETY: a NUL-terminated path; the fd returned is ours.
+        let fd = check(unsafe { libc::open(path.as_ptr(), flags) })?;
+        // SAFETY: just opened, owned by nobody else.
+        Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
     /// Opens `rel` below this directory with `flags`; a symlink anywhere on the way, the last
     /// name included, fails (ELOOP), except that `O_PATH` opens a final link itself.
     fn open(&self, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {

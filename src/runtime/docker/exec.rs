@@ -35,6 +35,7 @@ impl DockerRuntime {
             return self.agent.agents.run(node_id, run, started).await;
         }
         // A node made before nodes had agents: the wrapper, through the engine.
+        command.prepare().await?;
         let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
         let env: Vec<String> = command
             .wrapper_env()
