@@ -229,7 +229,22 @@ impl Allocator {
     }
 
     fn ensure_removal(self: &Arc<Self>, node_id: &str, node_pk: i64) {
-        // A node that is still being provisioned stops first; the next pass removes it.
+        let (this, id) = (Arc::clone(self), node_id.to_string());
+        self.remove_once(node_id, async move {
+            if let Err(e) = this.remove(&id, node_pk).await {
+                tracing::error!(node = %id, error = %format!("{e:#}"), "removing the node failed; will retry");
+            }
+        });
+    }
+
+    /// Runs `removal` (of the node, or of its container) in a task of its own, one at a time
+    /// per node. A node that is still being provisioned stops first, and the next pass comes
+    /// back; the allocator looks again once the removal is done.
+    fn remove_once(
+        self: &Arc<Self>,
+        node_id: &str,
+        removal: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         if let Some(token) = self.provisioning.lock().expect("lock").get(node_id) {
             token.cancel();
             return;
@@ -245,9 +260,7 @@ impl Allocator {
         let this = Arc::clone(self);
         let node_id = node_id.to_string();
         tokio::spawn(async move {
-            if let Err(e) = this.remove(&node_id, node_pk).await {
-                tracing::error!(node = %node_id, error = %format!("{e:#}"), "removing the node failed; will retry");
-            }
+            removal.await;
             this.removing.lock().expect("lock").remove(&node_id);
             this.wake.allocate.notify_one();
         });

@@ -19,28 +19,18 @@ impl Allocator {
     /// A preempted node: its provisioning stops, its container goes (once per preemption), and
     /// once its hold is over, and no dedicated node waits for room, it is made again.
     pub(super) fn on_preempted(self: &Arc<Self>, node: &NodeRow, dedicated_waiting: bool) {
-        if let Some(token) = self.provisioning.lock().expect("lock").get(&node.id) {
-            token.cancel();
-            return;
-        }
         let key = (node.pk, node.state_transition_time);
         if !self.cleared.lock().expect("lock").contains(&key) {
-            if !self.removing.lock().expect("lock").insert(node.id.clone()) {
-                return;
-            }
-            let this = Arc::clone(self);
-            let node = node.clone();
-            tokio::spawn(async move {
-                match this.remove_container(&node).await {
+            let (this, preempted) = (Arc::clone(self), node.clone());
+            self.remove_once(&node.id, async move {
+                match this.remove_container(&preempted).await {
                     Ok(()) => {
                         this.cleared.lock().expect("lock").insert(key);
                     }
                     Err(e) => {
-                        tracing::error!(node = %node.id, error = %format!("{e:#}"), "removing a preempted node's container failed; will retry")
+                        tracing::error!(node = %preempted.id, error = %format!("{e:#}"), "removing a preempted node's container failed; will retry")
                     }
                 }
-                this.removing.lock().expect("lock").remove(&node.id);
-                this.wake.allocate.notify_one();
             });
             return;
         }

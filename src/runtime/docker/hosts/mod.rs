@@ -54,6 +54,15 @@ impl Host {
     }
 }
 
+/// The CPUs and memory (MiB) the nodes placed on `host` take together.
+fn taken(placed: &HashMap<String, Placed>, host: usize) -> (f64, i64) {
+    let on = placed.values().filter(|p| p.host == host);
+    (
+        on.clone().map(|p| p.vcpus).sum(),
+        on.map(|p| p.memory_mib).sum(),
+    )
+}
+
 /// Where a node is, and what it takes there.
 #[derive(Clone, Debug)]
 struct Placed {
@@ -206,6 +215,12 @@ impl DockerHosts {
         }
     }
 
+    /// Whether host `h` takes new nodes: it is not retired, and not lost. A host that missed a
+    /// ping or two may be busy: only a lost one is passed over.
+    fn takes_nodes(&self, hosts: &[Arc<Host>], h: usize) -> bool {
+        !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed)
+    }
+
     /// Places a new node: the host with the fewest nodes of its pool, then the fewest nodes,
     /// among those with room for it. A node placed already (made before a crash) stays.
     fn place(&self, spec: &NodeSpec) -> Result<usize, NodeError> {
@@ -213,24 +228,17 @@ impl DockerHosts {
         if let Some(p) = placed.get(&spec.node_id) {
             return Ok(p.host);
         }
-        let load = |host: usize| {
-            let on: Vec<&Placed> = placed.values().filter(|p| p.host == host).collect();
-            let pool = on.iter().filter(|p| p.pool == spec.pool_id).count();
-            let cpus: f64 = on.iter().map(|p| p.vcpus).sum();
-            let memory: i64 = on.iter().map(|p| p.memory_mib).sum();
-            (pool, on.len(), cpus, memory)
-        };
         let hosts = self.all();
         let chosen = (0..hosts.len())
-            // A host that missed a ping or two may be busy: only a lost one is passed over.
-            .filter(|&h| !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed))
+            .filter(|&h| self.takes_nodes(&hosts, h))
             .filter(|&h| {
-                let (_, _, cpus, memory) = load(h);
+                let (cpus, memory) = taken(&placed, h);
                 hosts[h].fits(spec, cpus, memory)
             })
             .min_by_key(|&h| {
-                let (pool, all, _, _) = load(h);
-                (pool, all, h)
+                let on: Vec<&Placed> = placed.values().filter(|p| p.host == h).collect();
+                let pool = on.iter().filter(|p| p.pool == spec.pool_id).count();
+                (pool, on.len(), h)
             })
             .ok_or_else(|| NodeError {
                 code: crate::runtime::ALLOCATION_FAILED,
@@ -258,11 +266,9 @@ impl DockerHosts {
         let placed = self.placed.lock().expect("lock");
         let hosts = self.all();
         (0..hosts.len())
-            .filter(|&h| !self.health.is_lost(h) && !hosts[h].retired.load(Ordering::Relaxed))
+            .filter(|&h| self.takes_nodes(&hosts, h))
             .filter_map(|h| {
-                let on = placed.values().filter(|p| p.host == h);
-                let mut cpus: f64 = on.clone().map(|p| p.vcpus).sum();
-                let mut memory: i64 = on.map(|p| p.memory_mib).sum();
+                let (mut cpus, mut memory) = taken(&placed, h);
                 let mut victims = Vec::new();
                 for id in candidates {
                     if hosts[h].fits(spec, cpus, memory) {
