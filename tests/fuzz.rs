@@ -190,6 +190,7 @@ async fn schemathesis_over_the_openapi_document_finds_no_server_error() {
     .await;
     let (ids, service_keys, pool_service_key) = seed(&s).await;
     let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    let operator_token = std::fs::read_to_string(s.data_dir.path().join("operator.token")).unwrap();
     let pid = s.pid();
     let rss_before = memory_kb(pid, "VmRSS");
 
@@ -222,6 +223,7 @@ async fn schemathesis_over_the_openapi_document_finds_no_server_error() {
         .env("BATCHPOOL_FUZZ_KEY", &key)
         .env("BATCHPOOL_FUZZ_SERVICE_KEYS", service_keys.to_string())
         .env("BATCHPOOL_FUZZ_POOL_SERVICE_KEY", &pool_service_key)
+        .env("BATCHPOOL_FUZZ_OPERATOR_TOKEN", operator_token)
         .env("BATCHPOOL_FUZZ_IDS", ids.to_string())
         .env("BATCHPOOL_FUZZ_LOG", &log)
         .env("BATCHPOOL_FUZZ_SERVER_PID", pid.to_string())

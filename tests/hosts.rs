@@ -4,7 +4,11 @@
 mod common;
 
 use common::{fresh_database, run_ok, wait_for, Rt, TestServer};
+use reqwest::Method;
 use serde_json::json;
+
+const GET: Method = Method::GET;
+const POST: Method = Method::POST;
 
 /// These tests start and stop engines and lose hosts on purpose: one at a time, so that no test's
 /// timing (a host declared lost after a few silent seconds) depends on what the others load the
@@ -440,14 +444,13 @@ async fn hosts_are_added_and_removed_while_the_server_runs() {
     let (own, extra) = (hosts[1].as_str(), hosts[3].as_str());
     let args = ["--docker-host", own];
     let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
-    let added = host_cmd(&s, &["add", &format!("{extra},cpus=8")]);
+    // Added by the CLI, changed through the operator's route: one list of hosts.
+    let added = host_cmd(&s, &["add", &format!("{extra},cpus=4")]);
     assert!(added.status.success(), "{added:?}");
+    let changed = json!({"url": extra, "cpus": 8});
+    assert_eq!(s.operator(POST, "hosts", Some(&changed), None).await.0, 200);
     let listed = String::from_utf8(host_cmd(&s, &["list"]).stdout).unwrap();
     assert_eq!(listed, format!("{extra}  cpus=8  memory=-  tls=-\n"));
-    wait_for("the leader to take the added host", || async {
-        s.log_contains("a Docker host was added").then_some(())
-    })
-    .await;
     let body = json!({"id": "grow", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
     assert_eq!(s.post("/pools", &body).await.0, 201);
     s.wait_nodes("grow", 2, "idle").await;
@@ -457,6 +460,26 @@ async fn hosts_are_added_and_removed_while_the_server_runs() {
         (on(own), on(extra)),
         (1, 1),
         "the pool spreads onto the added host"
+    );
+
+    // The operator's list: the added host with its cap, the serving one by its nodes.
+    let (status, hosts) = s.operator(GET, "hosts", None, None).await;
+    assert_eq!(status, 200, "{hosts}");
+    let hosts = hosts["value"].as_array().unwrap();
+    let find = |url: &str| hosts.iter().find(|h| h["url"] == url).unwrap().clone();
+    assert_eq!(hosts.len(), 2, "{hosts:?}");
+    let (mine, theirs) = (find(own), find(extra));
+    assert_eq!(
+        (&mine["added"], &mine["cpus"]),
+        (&json!(false), &json!(null))
+    );
+    assert_eq!(
+        (&theirs["added"], &theirs["cpus"]),
+        (&json!(true), &json!(8.0))
+    );
+    assert_eq!(
+        (&mine["nodes"], &theirs["nodes"]),
+        (&json!({"idle": 1}), &json!({"idle": 1}))
     );
 
     let removed = host_cmd(&s, &["remove", extra]);
@@ -480,5 +503,67 @@ async fn hosts_are_added_and_removed_while_the_server_runs() {
     assert_eq!(
         String::from_utf8(host_cmd(&s, &["list"]).stdout).unwrap(),
         ""
+    );
+}
+
+/// The operator's hosts route without Docker: what it refuses, and a host added, changed and
+/// removed (the local runtime places no node on it).
+#[tokio::test]
+async fn the_operators_hosts_route_checks_what_it_is_given() {
+    let s = TestServer::start(Rt::Local).await;
+    let host =
+        json!({"url": "tcp://10.9.9.9:2376", "cpus": 2, "memoryMiB": 2048, "tlsDir": "/etc/h"});
+    for method in [GET, POST, Method::DELETE] {
+        let (status, e) = s
+            .operator(method, "hosts", Some(&host), Some("wrong"))
+            .await;
+        assert_eq!((status, &e["code"]), (401, &json!("AuthenticationFailed")));
+    }
+    let bad = [
+        (json!({"url": "docker.sock"}), "url"),
+        (json!({"url": "unix://"}), "url"),
+        (json!({"url": "unix:///d.sock", "cpus": 0}), "cpus"),
+        (
+            json!({"url": "unix:///d.sock", "memoryMiB": -1}),
+            "memoryMiB",
+        ),
+        (
+            json!({"url": "unix:///d.sock", "tlsDir": "/etc/h"}),
+            "tlsDir",
+        ),
+        (json!({"url": "unix:///d.sock", "gpus": 1}), "gpus"),
+        (
+            json!({"url": format!("unix:///{}", "x".repeat(2000))}),
+            "url",
+        ),
+        (json!({"cpus": 2}), "url"),
+    ];
+    for (body, field) in bad {
+        let (status, e) = s.operator(POST, "hosts", Some(&body), None).await;
+        assert_eq!(status, 400, "{body} gave {e}");
+        let named = e["values"].to_string();
+        assert!(named.contains(&format!("\"{field}\"")), "{body} gave {e}");
+    }
+    assert_eq!(s.operator(POST, "hosts", Some(&host), None).await.0, 201);
+    let changed = json!({"url": "tcp://10.9.9.9:2376"});
+    assert_eq!(s.operator(POST, "hosts", Some(&changed), None).await.0, 200);
+    let (status, listed) = s.operator(GET, "hosts", None, None).await;
+    assert_eq!(status, 200);
+    let expected = json!([{"url": "tcp://10.9.9.9:2376", "added": true, "cpus": null,
+        "memoryMiB": null, "tlsDir": null, "nodes": {}}]);
+    assert_eq!(listed["value"], expected, "the change replaced the caps");
+
+    let gone = "hosts?url=tcp%3A%2F%2F10.9.9.9%3A2376";
+    assert_eq!(s.operator(Method::DELETE, gone, None, None).await.0, 204);
+    let (status, e) = s.operator(Method::DELETE, gone, None, None).await;
+    assert_eq!((status, &e["code"]), (404, &json!("HostNotFound")));
+    let (status, e) = s.operator(Method::DELETE, "hosts", None, None).await;
+    assert_eq!(
+        (status, &e["code"]),
+        (400, &json!("MissingRequiredQueryParameter"))
+    );
+    assert_eq!(
+        s.operator(GET, "hosts", None, None).await.1["value"],
+        json!([])
     );
 }

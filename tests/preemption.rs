@@ -17,16 +17,8 @@ async fn pool(s: &TestServer, id: &str) -> Value {
 
 /// `POST /batchpool/operator/reclaim` with the operator's token, or with `token` if given.
 async fn reclaim(s: &TestServer, body: &Value, token: Option<&str>) -> (u16, Value) {
-    let own = std::fs::read_to_string(s.data_dir.path().join("operator.token")).unwrap();
-    let answer = reqwest::Client::new()
-        .post(format!("{}/batchpool/operator/reclaim", s.base))
-        .bearer_auth(token.unwrap_or(&own))
-        .json(body)
-        .send()
+    s.operator(reqwest::Method::POST, "reclaim", Some(body), token)
         .await
-        .unwrap();
-    let status = answer.status().as_u16();
-    (status, answer.json().await.unwrap_or(Value::Null))
 }
 
 /// One string property (`id`, `state`) of each of the pool's nodes, sorted.

@@ -20,37 +20,16 @@ impl std::str::FromStr for HostSpec {
     fn from_str(text: &str) -> Result<Self, String> {
         let mut parts = text.split(',');
         let url = parts.next().unwrap_or_default().trim().to_string();
-        if !(url.starts_with("unix://") || url.starts_with("tcp://") || url.starts_with("http://"))
-        {
-            return Err(format!(
-                "{url:?}: a Docker host is unix://PATH or tcp://HOST:PORT"
-            ));
-        }
-        let mut host = HostSpec {
-            url,
-            tls: None,
-            cpus: None,
-            memory_mib: None,
-        };
+        let (mut tls, mut cpus, mut memory_mib) = (None, None, None);
         for part in parts {
             match part.trim().split_once('=') {
                 Some(("cpus", n)) => {
-                    host.cpus = Some(
-                        n.parse()
-                            .ok()
-                            .filter(|c: &f64| *c > 0.0)
-                            .ok_or_else(|| format!("cpus={n}: give a number above 0"))?,
-                    )
+                    cpus = Some(n.parse().map_err(|_| format!("cpus={n}: {CPUS}"))?)
                 }
                 Some(("memory", n)) => {
-                    host.memory_mib = Some(
-                        n.parse()
-                            .ok()
-                            .filter(|m: &i64| *m > 0)
-                            .ok_or_else(|| format!("memory={n}: give MiB above 0"))?,
-                    )
+                    memory_mib = Some(n.parse().map_err(|_| format!("memory={n}: {MEMORY}"))?)
                 }
-                Some(("tls", dir)) if !dir.is_empty() => host.tls = Some(dir.into()),
+                Some(("tls", dir)) if !dir.is_empty() => tls = Some(dir.into()),
                 _ => {
                     return Err(format!(
                         "{part:?}: after the URL, give cpus=N, memory=MiB or tls=DIR"
@@ -58,10 +37,61 @@ impl std::str::FromStr for HostSpec {
                 }
             }
         }
-        if host.tls.is_some() && !host.url.starts_with("tcp://") {
-            return Err(format!("{}: tls= is for tcp:// hosts", host.url));
+        HostSpec::new(url, tls, cpus, memory_mib).map_err(|(field, e)| match field {
+            HostField::Url | HostField::Tls => e,
+            HostField::Cpus => format!("cpus={}: {e}", cpus.unwrap_or_default()),
+            HostField::Memory => format!("memory={}: {e}", memory_mib.unwrap_or_default()),
+        })
+    }
+}
+
+/// The longest host URL taken: an address, not a document.
+const MAX_URL: usize = 1024;
+const CPUS: &str = "give a number above 0";
+const MEMORY: &str = "give MiB above 0";
+
+/// The part of a host's description that was wrong.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HostField {
+    Url,
+    Tls,
+    Cpus,
+    Memory,
+}
+
+impl HostSpec {
+    /// A host, checked: the same rules for `--docker-host`, `batchpool host add` and the
+    /// operator's hosts route. An error names the part that was wrong.
+    pub fn new(
+        url: String,
+        tls: Option<std::path::PathBuf>,
+        cpus: Option<f64>,
+        memory_mib: Option<i64>,
+    ) -> Result<Self, (HostField, String)> {
+        let schemes = ["unix://", "tcp://", "http://"];
+        if url.len() > MAX_URL
+            || !schemes
+                .iter()
+                .any(|s| url.len() > s.len() && url.starts_with(s))
+        {
+            let e = format!("{url:?}: a Docker host is unix://PATH or tcp://HOST:PORT");
+            return Err((HostField::Url, e));
         }
-        Ok(host)
+        if cpus.is_some_and(|c| !(c > 0.0 && c.is_finite())) {
+            return Err((HostField::Cpus, CPUS.into()));
+        }
+        if memory_mib.is_some_and(|m| m <= 0) {
+            return Err((HostField::Memory, MEMORY.into()));
+        }
+        if tls.is_some() && !url.starts_with("tcp://") {
+            return Err((HostField::Tls, format!("{url}: tls= is for tcp:// hosts")));
+        }
+        Ok(HostSpec {
+            url,
+            tls,
+            cpus,
+            memory_mib,
+        })
     }
 }
 

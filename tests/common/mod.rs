@@ -374,6 +374,28 @@ impl TestServer {
         self.request(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// A request to an operator's route (`/batchpool/operator/...`), with the operator's token
+    /// from the data directory, or with `token` if given.
+    pub async fn operator(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        token: Option<&str>,
+    ) -> (u16, Value) {
+        let own = std::fs::read_to_string(self.data_dir.path().join("operator.token")).unwrap();
+        // The operator's token, not an account's signature.
+        let mut request = reqwest::Client::new()
+            .request(method, format!("{}/batchpool/operator/{path}", self.base))
+            .bearer_auth(token.unwrap_or(&own));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let answer = request.send().await.expect("request");
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn post_raw(&self, path: &str, body: &'static str) -> (StatusCode, Value) {
         let resp = self
             .http

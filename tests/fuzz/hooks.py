@@ -3,7 +3,8 @@
 * Every request is authenticated as a client of that route would: the Batch routes, /billing and
   the web service management with Azure Batch Shared Key, signed over the request exactly as it
   goes on the wire (src/api/auth.rs, the wire reference's section 3); a web service's swagger.json
-  and BES jobs with `Bearer <service key>`; the Pool Service with `Bearer <pool service key>`.
+  and BES jobs with `Bearer <service key>`; the Pool Service with `Bearer <pool service key>`;
+  the operator's routes with `Bearer <operator token>`.
   A fuzzer that only ever got 401/403 would test the authentication layer and nothing behind it.
 * Path ids are half random, half the ids of objects the test made beforehand, so requests reach
   real pools, nodes, jobs, tasks, files, services and BES jobs. A DELETE gets the ids of objects
@@ -13,7 +14,8 @@
   a report format.
 
 Environment (set by tests/fuzz.rs): BATCHPOOL_FUZZ_ACCOUNT, BATCHPOOL_FUZZ_KEY (base64),
-BATCHPOOL_FUZZ_SERVICE_KEYS (JSON), BATCHPOOL_FUZZ_POOL_SERVICE_KEY, BATCHPOOL_FUZZ_IDS (JSON, below),
+BATCHPOOL_FUZZ_SERVICE_KEYS (JSON), BATCHPOOL_FUZZ_POOL_SERVICE_KEY, BATCHPOOL_FUZZ_OPERATOR_TOKEN,
+BATCHPOOL_FUZZ_IDS (JSON, below),
 BATCHPOOL_FUZZ_LOG, BATCHPOOL_FUZZ_SERVER_PID.
 """
 
@@ -35,6 +37,7 @@ KEY = base64.b64decode(os.environ["BATCHPOOL_FUZZ_KEY"])
 # {"<service id>": "<its primary key>", ...}: the first is used for services the test did not make.
 SERVICE_KEYS = json.loads(os.environ["BATCHPOOL_FUZZ_SERVICE_KEYS"])
 POOL_SERVICE_KEY = os.environ["BATCHPOOL_FUZZ_POOL_SERVICE_KEY"]
+OPERATOR_TOKEN = os.environ["BATCHPOOL_FUZZ_OPERATOR_TOKEN"]
 LOG = os.environ["BATCHPOOL_FUZZ_LOG"]
 # The server's resident memory is logged after every response, to tell which requests grow it.
 SERVER_PID = os.environ["BATCHPOOL_FUZZ_SERVER_PID"]
@@ -109,6 +112,8 @@ class RouteAuth(requests.auth.AuthBase):
         path = urllib.parse.urlsplit(r.url).path
         if path.startswith("/poolservice/"):
             r.headers["Authorization"] = f"Bearer {POOL_SERVICE_KEY}"
+        elif path.startswith("/batchpool/operator/"):
+            r.headers["Authorization"] = f"Bearer {OPERATOR_TOKEN}"
         elif bes := BES_PATH.match(path):
             service = urllib.parse.unquote(bes.group(1))
             key = SERVICE_KEYS.get(service, next(iter(SERVICE_KEYS.values())))

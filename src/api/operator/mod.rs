@@ -4,12 +4,15 @@
 //!
 //! `POST /batchpool/operator/reclaim` takes capacity back from low-priority nodes, as a cloud
 //! takes back spot capacity: to test jobs against preemption, or to free a host by hand.
+//! `/batchpool/operator/hosts` lists, adds and removes Docker hosts while servers run.
+
+mod hosts;
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{Duration, Utc};
 use serde::Deserialize;
@@ -27,7 +30,12 @@ const DEFAULT_HOLD_SECS: i64 = 60;
 const MAX_HOLD_SECS: i64 = 24 * 3600;
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/batchpool/operator/reclaim", post(reclaim))
+    Router::new()
+        .route("/batchpool/operator/reclaim", post(reclaim))
+        .route(
+            "/batchpool/operator/hosts",
+            get(hosts::list).post(hosts::add).delete(hosts::remove),
+        )
 }
 
 /// Refuses a request without the operator's token.
