@@ -303,17 +303,6 @@ impl Runtime {
         }
     }
 
-    /// The exit code an attempt recorded, if it finished.
-    pub async fn recorded_exit(dirs: &TaskDirs, attempt: i32) -> Option<i64> {
-        dirs.recorded(attempt).await?.1
-    }
-
-    /// The pid an attempt recorded: only for attempts a previous server started, whose pid
-    /// this one never saw.
-    pub async fn recorded_pid(dirs: &TaskDirs, attempt: i32) -> Option<AttemptPid> {
-        dirs.recorded(attempt).await?.0.filter(|p| p.pid > 1)
-    }
-
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
     pub async fn kill(
         &self,

@@ -7,8 +7,9 @@ use futures_util::stream::StreamExt;
 
 use super::agents::{ByteStream, FileAnswer};
 use super::safe_fs::Below;
+use super::task::{parse_record, Record, TaskDirs, RECORD_MAX};
 use super::{NodeError, Runtime};
-use crate::domain::agent::{FileOp, ReplyHead};
+use crate::domain::agent::{FileError, FileOp, ReplyHead};
 use crate::sys::file_answer::{self, Payload};
 
 impl Runtime {
@@ -29,6 +30,51 @@ impl Runtime {
             }
         }
         Ok(from_disk(at, op).await)
+    }
+
+    /// The attempt's record (its process, its exit code once written), as the node's agent reads
+    /// it from inside the node; None if there is none. Read from this host's disk only for a node
+    /// that runs no agent (a Docker node made before nodes had agents). After a restart the
+    /// question waits for the agent to come back, up to [`FILE_ANSWER_TIMEOUT`]; an agent that
+    /// does not is an error.
+    ///
+    /// [`FILE_ANSWER_TIMEOUT`]: super::agents::FILE_ANSWER_TIMEOUT
+    pub async fn attempt_record(
+        &self,
+        server_id: &str,
+        account: &str,
+        node: &str,
+        dirs: &TaskDirs,
+        attempt: i32,
+    ) -> Result<Option<Record>, NodeError> {
+        // After a restart, the node's agent is known again by the secret the node was made with.
+        let secret = self.node.agent_secret(server_id, node);
+        self.agents.learn(node, secret).await;
+        let read = FileOp::Read {
+            range: Some((0, Some(RECORD_MAX as u64 - 1))),
+        };
+        match self
+            .file(Some(node), account, &dirs.record(attempt), read)
+            .await?
+        {
+            FileAnswer::Data { mut bytes, .. } => {
+                let mut text = Vec::with_capacity(RECORD_MAX);
+                while let Some(chunk) = bytes.next().await {
+                    text.extend_from_slice(&chunk.map_err(|e| read_failed(node, e))?);
+                    if text.len() >= RECORD_MAX {
+                        break;
+                    }
+                }
+                text.truncate(RECORD_MAX);
+                Ok(Some(parse_record(&String::from_utf8_lossy(&text))))
+            }
+            FileAnswer::Refused {
+                error: FileError::NotFound,
+                ..
+            } => Ok(None),
+            FileAnswer::Refused { message, .. } => Err(read_failed(node, message)),
+            FileAnswer::Info(_) | FileAnswer::Listing(_) => Err(read_failed(node, "not a file")),
+        }
     }
 
     /// How many nodes' agents this server knows.
@@ -84,5 +130,12 @@ async fn from_disk(at: &Below, op: FileOp) -> FileAnswer {
             error: crate::domain::agent::FileError::Failed,
             message: format!("an answer without its payload: {head:?}"),
         },
+    }
+}
+
+fn read_failed(node: &str, why: impl std::fmt::Display) -> NodeError {
+    NodeError {
+        code: "NodeAgentUnreachable",
+        message: format!("node {node}'s agent could not read an attempt's record: {why}"),
     }
 }

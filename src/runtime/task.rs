@@ -77,24 +77,12 @@ impl TaskDirs {
         Path::new(STATE_DIR).join(attempt.to_string())
     }
 
-    /// Reads the attempt's record, never through a link.
-    async fn record(&self, attempt: i32) -> Option<String> {
-        self.host
-            .with(move |root, rel| {
-                let file = root.open_file(&rel.join(Self::state_file(attempt)))?;
-                // A record is two short lines; a task cannot make the server read more.
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::Read::take(file, 128), &mut text)?;
-                Ok(text)
-            })
-            .await
-            .ok()
-    }
-
-    /// The attempt's record, if the agent or the wrapper has left one: (its process, its exit
-    /// code once written).
-    pub(super) async fn recorded(&self, attempt: i32) -> Option<(Option<AttemptPid>, Option<i64>)> {
-        Some(parse_record(&self.record(attempt).await?))
+    /// Where the attempt's record is on this host, below the task directory's root.
+    pub(super) fn record(&self, attempt: i32) -> Below {
+        Below {
+            root: self.host.root.clone(),
+            rel: self.host.rel.join(Self::state_file(attempt)),
+        }
     }
 
     /// What [`prepare`](Self::prepare) does, for a node's agent to do on the node: the same
@@ -227,7 +215,7 @@ impl AttemptPid {
 /// An attempt's record: (its process, exit code once written). The first line is the pid, with
 /// the agent's boot after a space where an agent started it. A line counts once its newline is
 /// there, so a half-written record reads as "not yet".
-fn parse_record(text: &str) -> (Option<AttemptPid>, Option<i64>) {
+pub(super) fn parse_record(text: &str) -> Record {
     let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
     let pid = lines.next().and_then(|l| {
         let mut words = l.split_whitespace();
@@ -238,6 +226,12 @@ fn parse_record(text: &str) -> (Option<AttemptPid>, Option<i64>) {
     let exit = lines.next().and_then(|l| l.trim().parse().ok());
     (pid, exit)
 }
+
+/// What an attempt's record says: its process, and its exit code once written.
+pub type Record = (Option<AttemptPid>, Option<i64>);
+
+/// The most bytes of a record read: two short lines.
+pub(super) const RECORD_MAX: usize = 128;
 
 /// Hidden in file listings: the wrapper's bookkeeping inside a task directory.
 pub const STATE_DIR: &str = ".batchpool";

@@ -137,6 +137,25 @@ impl Agents {
         self.links.lock().expect("lock").contains_key(node)
     }
 
+    /// Whether `node` runs an agent this server knows: from now, or (after a restart) by the
+    /// secret `secret` finds on the node itself, asked only if the agent is not known yet.
+    pub async fn learn(
+        &self,
+        node: &str,
+        secret: impl std::future::Future<Output = Option<String>>,
+    ) -> bool {
+        if self.knows(node) {
+            return true;
+        }
+        match secret.await {
+            Some(secret) => {
+                self.register(node, &secret);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets the node: what waits on its agent fails.
     pub fn forget(&self, node: &str) {
         if let Some(link) = self.links.lock().expect("lock").remove(node) {

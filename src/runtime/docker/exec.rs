@@ -57,16 +57,8 @@ impl DockerRuntime {
     /// Whether the node runs an agent: one this server knows, or (after a restart) one its
     /// container was made with.
     async fn has_agent(&self, server_id: &str, node_id: &str) -> bool {
-        if self.agent.agents.knows(node_id) {
-            return true;
-        }
-        match self.agent_secret(server_id, node_id).await {
-            Some(secret) => {
-                self.agent.agents.register(node_id, &secret);
-                true
-            }
-            None => false,
-        }
+        let secret = self.agent_secret(server_id, node_id);
+        self.agent.agents.learn(node_id, secret).await
     }
 
     /// The secret of the node's agent, from its container.

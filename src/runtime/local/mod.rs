@@ -152,22 +152,14 @@ impl LocalRuntime {
 
     /// Whether this server knows the node's agent: from now, or (after a restart) by the
     /// secret in its labels.
-    fn knows_agent(&self, node_id: &str) -> bool {
-        if self.agents.knows(node_id) {
-            return true;
-        }
-        match self.labels(node_id).and_then(|l| l.agent) {
-            Some(agent) => {
-                self.agents.register(node_id, &agent.secret);
-                true
-            }
-            None => false,
-        }
+    async fn knows_agent(&self, node_id: &str) -> bool {
+        let secret = async { Some(self.labels(node_id)?.agent?.secret) };
+        self.agents.learn(node_id, secret).await
     }
 
     /// Asks the node's agent; `None` if it does not answer.
     async fn ask(&self, node_id: &str, make: impl FnOnce(u64) -> Work) -> Option<bool> {
-        if !self.knows_agent(node_id) {
+        if !self.knows_agent(node_id).await {
             return None;
         }
         self.agents.ask(node_id, make, ASK_TIMEOUT).await.ok()
@@ -253,7 +245,10 @@ impl NodeRuntime for LocalRuntime {
         started: crate::runtime::Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
-            anyhow::ensure!(self.knows_agent(node_id), "node {node_id} has no agent");
+            anyhow::ensure!(
+                self.knows_agent(node_id).await,
+                "node {node_id} has no agent"
+            );
             self.agents
                 .run(node_id, |id| command.work(id), started)
                 .await

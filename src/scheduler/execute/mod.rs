@@ -258,7 +258,7 @@ impl Executor {
         let stop = kill.child_token();
         let run = async {
             let code = if let Some(pid) = &adopted {
-                let code = self.wait_for_exit(&node_id, &dirs, a.attempt, pid).await;
+                let code = self.wait_for_exit(a, &node_id, &dirs, pid).await;
                 self.remove_own_container(a).await;
                 code
             } else {
@@ -327,14 +327,14 @@ impl Executor {
 
     async fn wait_for_exit(
         &self,
+        a: &AttemptRow,
         node_id: &str,
         dirs: &TaskDirs,
-        attempt: i32,
         pid: &AttemptPid,
     ) -> Result<i64, String> {
         let mut polls: u32 = 0;
         loop {
-            if let Some(code) = Runtime::recorded_exit(dirs, attempt).await {
+            if let Ok(Some(code)) = self.recorded_exit(a, node_id, dirs).await {
                 return Ok(code);
             }
             polls += 1;
@@ -342,11 +342,29 @@ impl Executor {
                 && !self.runtime.is_alive(&self.server_id, node_id, pid).await
             {
                 // It may have written its exit code just before dying.
-                return Runtime::recorded_exit(dirs, attempt)
-                    .await
+                return self
+                    .recorded_exit(a, node_id, dirs)
+                    .await?
                     .ok_or_else(|| "the process ended without an exit code".into());
             }
             tokio::time::sleep(ADOPTED_POLL).await;
+        }
+    }
+
+    /// The exit code the attempt's record holds, if it has ended; as its node's agent reads it.
+    async fn recorded_exit(
+        &self,
+        a: &AttemptRow,
+        node_id: &str,
+        dirs: &TaskDirs,
+    ) -> Result<Option<i64>, String> {
+        let (server, account) = (&self.server_id, &a.account);
+        let record = self
+            .runtime
+            .attempt_record(server, account, node_id, dirs, a.attempt);
+        match record.await {
+            Ok(record) => Ok(record.and_then(|(_, code)| code)),
+            Err(e) => Err(e.message),
         }
     }
 }
