@@ -193,7 +193,8 @@ async fn output_files_are_uploaded_per_their_upload_condition() {
         ])
     };
     let tasks = vec![
-        json!({"id": "ok", "commandLine": "mkdir -p out/sub && echo one > out/r1.txt && echo two > out/sub/r2.csv && echo said",
+        // big.txt (about 10 MB) goes up in parts; the link to a host file does not go up at all.
+        json!({"id": "ok", "commandLine": "mkdir -p out/sub && echo one > out/r1.txt && echo two > out/sub/r2.csv && seq 1 1500000 > out/big.txt && ln -s /etc/passwd out/pw && echo said",
                "outputFiles": outputs("ok")}),
         json!({"id": "bad", "commandLine": "mkdir -p out && echo one > out/r1.txt && exit 3",
                "outputFiles": outputs("bad")}),
@@ -218,6 +219,14 @@ async fn output_files_are_uploaded_per_their_upload_condition() {
         Some("said\n".into())
     );
     assert_eq!(get("ok/failed.txt".into()).await, None);
+    let big = get("ok/results/big.txt".into()).await.unwrap().0;
+    assert!(big.len() > 8 << 20, "{} bytes", big.len());
+    assert!(big.starts_with("1\n2\n") && big.ends_with("\n1499999\n1500000\n"));
+    assert_eq!(
+        get("ok/results/pw".into()).await,
+        None,
+        "a link is not followed"
+    );
     let log = s
         .file("/jobs/j/tasks/ok/files/fileuploadout.txt")
         .await

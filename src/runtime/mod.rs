@@ -9,6 +9,7 @@ pub mod local;
 mod node_files;
 mod node_runtime;
 mod task;
+mod task_files;
 
 pub use crate::sys::safe_fs;
 
@@ -23,6 +24,7 @@ pub use node_runtime::{BoxFuture, NodeRuntime, MAX_AGENT_LOG};
 pub use task::{
     container_label, AttemptPid, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
 };
+pub use task_files::{FileData, TaskFiles};
 
 use crate::domain::container::PoolContainers;
 

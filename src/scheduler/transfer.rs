@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use std::ffi::OsString;
 
 use crate::runtime::safe_fs::{Below, Dir};
+use crate::runtime::FileData;
 use crate::storage::{self, DataReference, Roots};
 
 /// Streams a BES input into a file (made anew), through no link a task left on the way; an
@@ -156,45 +157,45 @@ pub(super) async fn tail(file: Below, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Uploads a file (an absent one as empty): in one request when small, else in 8 MiB parts
-/// with at most 4 in flight, so a large output never sits whole in memory.
-/// A link (the task's) is refused, never followed.
+/// Uploads a file on this host's disk (an absent one as empty); a link (a task's) is refused,
+/// never followed.
 pub(super) async fn upload(
     http: &reqwest::Client,
     local: Below,
     target: &storage::Blob,
 ) -> anyhow::Result<()> {
-    upload_with(http, local, target, Attributes::new()).await
+    let data = FileData::from_disk(local).await?;
+    upload_with(http, data, target, Attributes::new()).await
 }
 
-/// [`upload`], with blob headers (Content-Type and the like).
+/// Uploads a file's bytes, with blob headers (Content-Type and the like); None, an absent file,
+/// as an empty blob. In one request when small, else in 8 MiB parts with at most 4 in flight,
+/// so a large output never sits whole in memory.
 pub(super) async fn upload_with(
     http: &reqwest::Client,
-    local: Below,
+    data: Option<FileData>,
     target: &storage::Blob,
     attributes: Attributes,
 ) -> anyhow::Result<()> {
     const PART: usize = 8 * 1024 * 1024;
     target.ensure_container(http).await?;
-    let mut file = match local.with(|root, rel| root.open_file(rel)).await {
-        Ok(f) => tokio::fs::File::from_std(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let options = PutOptions::from(attributes);
-            target
-                .store
-                .put_opts(&target.path, PutPayload::from(Vec::new()), options)
-                .await?;
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if file.metadata().await?.len() <= PART as u64 {
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).await?;
+    let Some(FileData { len, mut bytes }) = data else {
         let options = PutOptions::from(attributes);
         target
             .store
-            .put_opts(&target.path, PutPayload::from(bytes), options)
+            .put_opts(&target.path, PutPayload::from(Vec::new()), options)
+            .await?;
+        return Ok(());
+    };
+    if len <= PART as u64 {
+        let mut all = Vec::with_capacity(len as usize);
+        while let Some(chunk) = bytes.next().await {
+            all.extend_from_slice(&chunk?);
+        }
+        let options = PutOptions::from(attributes);
+        target
+            .store
+            .put_opts(&target.path, PutPayload::from(all), options)
             .await?;
         return Ok(());
     }
@@ -204,14 +205,10 @@ pub(super) async fn upload_with(
         .put_multipart_opts(&target.path, options)
         .await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
-    let mut buf = vec![0u8; 1024 * 1024];
-    loop {
-        let n = file.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
+    while let Some(chunk) = bytes.next().await {
+        let chunk = chunk?;
         writer.wait_for_capacity(4).await?;
-        writer.write(&buf[..n]);
+        writer.write(&chunk);
     }
     writer.finish().await?;
     Ok(())

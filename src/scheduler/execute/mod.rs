@@ -268,7 +268,10 @@ impl Executor {
                 }
             };
             match code {
-                Ok(code) => task_files::after_exit(&self.fetcher, a, &dirs, code).await,
+                Ok(code) => {
+                    let on = self.task_files(a, &node_id, &dirs);
+                    task_files::after_exit(&self.fetcher, on, a, code).await
+                }
                 Err(why) => Outcome::Lost(why),
             }
         };
@@ -348,6 +351,21 @@ impl Executor {
                     .ok_or_else(|| "the process ended without an exit code".into());
             }
             tokio::time::sleep(ADOPTED_POLL).await;
+        }
+    }
+
+    /// The attempt's files on its node.
+    fn task_files<'a>(
+        &'a self,
+        a: &'a AttemptRow,
+        node_id: &'a str,
+        dirs: &'a TaskDirs,
+    ) -> crate::runtime::TaskFiles<'a> {
+        crate::runtime::TaskFiles {
+            runtime: &self.runtime,
+            node: Some(node_id),
+            account: &a.account,
+            dirs,
         }
     }
 

@@ -86,7 +86,8 @@ impl Executor {
             let (pid, code) = record.unwrap_or_default();
             if let Some(code) = code {
                 self.remove_own_container(&a).await;
-                let outcome = task_files::after_exit(&self.fetcher, &a, &dirs, code).await;
+                let on = self.task_files(&a, &node_id, &dirs);
+                let outcome = task_files::after_exit(&self.fetcher, on, &a, code).await;
                 complete::record(&self.db, &a, outcome).await?;
                 counts.finished += 1;
                 continue;

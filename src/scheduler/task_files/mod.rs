@@ -9,7 +9,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::complete::Outcome;
 use crate::domain::files::is_host_local;
-use crate::runtime::TaskDirs;
+use crate::runtime::{TaskDirs, TaskFiles};
 use crate::storage::{self, BlobError};
 use crate::store::tasks::AttemptRow;
 
@@ -174,12 +174,18 @@ pub async fn prepared(db: &sqlx::PgPool, a: &AttemptRow) {
     }
 }
 
-/// An attempt's command exited with `code`: its output files go up, then its outcome is known.
-pub async fn after_exit(fetcher: &Fetcher, a: &AttemptRow, dirs: &TaskDirs, code: i64) -> Outcome {
+/// An attempt's command exited with `code`: its output files go up (found and read by the node's
+/// agent, in `on`), then its outcome is known.
+pub async fn after_exit(
+    fetcher: &Fetcher,
+    on: TaskFiles<'_>,
+    a: &AttemptRow,
+    code: i64,
+) -> Outcome {
     let Some(files) = a.files.as_ref().filter(|f| !f.output_files.is_empty()) else {
         return Outcome::Exited(code);
     };
-    match upload(fetcher, dirs, &files.output_files, code).await {
+    match upload(fetcher, on, &files.output_files, code).await {
         Ok(()) => Outcome::Exited(code),
         Err(failure) => Outcome::UploadFailed {
             exit_code: code,

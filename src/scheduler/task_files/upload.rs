@@ -1,22 +1,20 @@
 //! Output files up from a task's directory to SAS containers, per uploadCondition, with the
 //! `fileuploadout.txt` and `fileuploaderr.txt` logs Azure's node agent leaves.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use futures_util::StreamExt;
 use object_store::{Attribute, Attributes};
 
 use super::{Failure, Fetcher, PARALLEL};
 use crate::domain::files::{self, OutputFile, Pattern};
-use crate::runtime::safe_fs::Dir;
-use crate::runtime::{TaskDirs, STATE_DIR};
+use crate::runtime::{TaskDirs, TaskFiles};
 use crate::scheduler::transfer;
 use crate::storage::Container;
 
-/// How deep a `**` pattern walks, and how many entries it looks at: a task cannot make the
-/// server walk without end.
+/// How deep below its fixed part a `**` pattern matches. How many entries are looked at is
+/// bounded by the listing itself (`domain::agent::MAX_LISTING`).
 const MAX_WALK_DEPTH: usize = 64;
-const MAX_WALK_ENTRIES: usize = 100_000;
 
 /// One file to upload: where it is below the task directory, and the blob it becomes.
 struct Upload<'a> {
@@ -46,11 +44,11 @@ impl Report {
 
 /// Uploads the output files whose uploadCondition `exit_code` meets, and writes
 /// `fileuploadout.txt` (what went where) and `fileuploaderr.txt` (what failed) into the task
-/// directory, as Azure's node agent does. The first failure is returned, after every other file
-/// has been tried.
+/// directory, as Azure's node agent does. The files are found and read by the task's node's
+/// agent. The first failure is returned, after every other file has been tried.
 pub async fn upload(
     fetcher: &Fetcher,
-    dirs: &TaskDirs,
+    files: TaskFiles<'_>,
     outputs: &[OutputFile],
     exit_code: i64,
 ) -> Result<(), Failure> {
@@ -69,11 +67,11 @@ pub async fn upload(
     let mut uploads = Vec::new();
     for (o, container) in wanted.iter().zip(&containers) {
         if let Some(container) = container {
-            uploads.extend(planned(dirs, o, container, &mut report).await);
+            uploads.extend(planned(files, o, container, &mut report).await);
         }
     }
     let http = fetcher.http();
-    let uploading: Vec<_> = uploads.into_iter().map(|u| put(http, dirs, u)).collect();
+    let uploading: Vec<_> = uploads.into_iter().map(|u| put(http, files, u)).collect();
     let results: Vec<(String, String, Result<(), String>)> = futures_util::stream::iter(uploading)
         .buffer_unordered(PARALLEL)
         .collect()
@@ -86,7 +84,7 @@ pub async fn upload(
             Err(e) => report.failed(format!("Uploading {local} to {blob} failed: {e}")),
         }
     }
-    write_logs(dirs, report.log, report.errors).await;
+    write_logs(files.dirs, report.log, report.errors).await;
     report.first.map_or(Ok(()), Err)
 }
 
@@ -104,7 +102,7 @@ async fn open(fetcher: &Fetcher, o: &OutputFile, report: &mut Report) -> Option<
 
 /// The uploads an output file makes: each file its pattern matches, and the blob it becomes.
 async fn planned<'a>(
-    dirs: &TaskDirs,
+    files: TaskFiles<'_>,
     o: &OutputFile,
     container: &'a Container,
     report: &mut Report,
@@ -114,7 +112,7 @@ async fn planned<'a>(
         // Checked when the task was added.
         return Vec::new();
     };
-    let found = match matches(dirs, pattern.clone()).await {
+    let found = match matches(files, &pattern).await {
         Ok(found) => found,
         Err(e) => {
             report.failed(format!("{}: finding the files failed: {e}", o.file_pattern));
@@ -136,14 +134,15 @@ async fn planned<'a>(
 /// Uploads one file: (its path, its blob, what happened).
 async fn put(
     http: &reqwest::Client,
-    dirs: &TaskDirs,
+    files: TaskFiles<'_>,
     u: Upload<'_>,
 ) -> (String, String, Result<(), String>) {
-    let result = match u.container.blob(&u.blob) {
-        Ok(target) => transfer::upload_with(http, dirs.host.join(&u.local), &target, u.headers)
+    let result = match (u.container.blob(&u.blob), files.read(&u.local).await) {
+        (Ok(target), Ok(data)) => transfer::upload_with(http, data, &target, u.headers)
             .await
             .map_err(|e| format!("{e:#}")),
-        Err(e) => Err(e.message),
+        (Err(e), _) => Err(e.message),
+        (_, Err(e)) => Err(e.message),
     };
     (u.local.display().to_string(), u.blob, result)
 }
@@ -185,85 +184,40 @@ fn attributes(headers: &[files::UploadHeader]) -> Attributes {
 }
 
 /// The regular files the pattern matches: (path below the task directory, names below the
-/// pattern's fixed part). Links are never followed, and the wrapper's records are left out.
+/// pattern's fixed part), as the node's agent lists them: no link, none of the agent's records.
 async fn matches(
-    dirs: &TaskDirs,
-    pattern: Pattern,
-) -> std::io::Result<Vec<(PathBuf, Vec<String>)>> {
-    dirs.host
-        .with(move |root, task| {
-            let task_dir = root.open_dir(task)?;
-            let fixed: PathBuf = pattern.fixed.iter().collect();
-            if pattern.wild.is_empty() {
-                return Ok(match task_dir.metadata(&fixed) {
-                    Ok(m) if m.is_file() => vec![(fixed, Vec::new())],
-                    _ => Vec::new(),
-                });
-            }
-            let start = if fixed.as_os_str().is_empty() {
-                task_dir
-            } else {
-                match task_dir.open_dir(&fixed) {
-                    Ok(d) => d,
-                    Err(_) => return Ok(Vec::new()),
-                }
-            };
-            let depth = if pattern.wild.iter().any(|w| w == "**") {
-                MAX_WALK_DEPTH
-            } else {
-                pattern.wild.len()
-            };
-            let mut walk = Walk {
-                pattern: &pattern,
-                fixed: &fixed,
-                depth,
-                seen: 0,
-                found: Vec::new(),
-            };
-            walk.dir(&start, &mut Vec::new())?;
-            Ok(walk.found)
-        })
-        .await
-}
-
-struct Walk<'a> {
-    pattern: &'a Pattern,
-    fixed: &'a Path,
-    depth: usize,
-    seen: usize,
-    found: Vec<(PathBuf, Vec<String>)>,
-}
-
-impl Walk<'_> {
-    fn dir(&mut self, dir: &Dir, names: &mut Vec<String>) -> std::io::Result<()> {
-        for (name, meta) in dir.entries()? {
-            self.seen += 1;
-            if self.seen > MAX_WALK_ENTRIES {
-                return Err(std::io::Error::other(format!(
-                    "more than {MAX_WALK_ENTRIES} entries below the task directory"
-                )));
-            }
-            let Some(name) = name.to_str().map(str::to_string) else {
-                continue;
-            };
-            if names.is_empty() && self.fixed.as_os_str().is_empty() && name == STATE_DIR {
-                continue;
-            }
-            names.push(name);
-            if meta.is_file() {
-                let rel: Vec<&str> = names.iter().map(String::as_str).collect();
-                if self.pattern.matches(&rel) {
-                    let local = self.fixed.join(names.iter().collect::<PathBuf>());
-                    self.found.push((local, names.clone()));
-                }
-            } else if meta.is_dir() && names.len() < self.depth {
-                let child = dir.open_dir(Path::new(names.last().expect("pushed")))?;
-                self.dir(&child, names)?;
-            }
-            names.pop();
-        }
-        Ok(())
+    files: TaskFiles<'_>,
+    pattern: &Pattern,
+) -> Result<Vec<(PathBuf, Vec<String>)>, String> {
+    let fixed: PathBuf = pattern.fixed.iter().collect();
+    if pattern.wild.is_empty() {
+        return Ok(match files.stat(&fixed).await.map_err(|e| e.message)? {
+            Some(info) if !info.is_dir => vec![(fixed, Vec::new())],
+            _ => Vec::new(),
+        });
     }
+    let depth = if pattern.wild.iter().any(|w| w == "**") {
+        MAX_WALK_DEPTH
+    } else {
+        pattern.wild.len()
+    };
+    let Some(listed) = files.list(&fixed, depth > 1).await.map_err(|e| e.message)? else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for info in listed {
+        // A name that is not UTF-8 (shown with U+FFFD) is not one a pattern can name.
+        if info.is_dir || info.name.contains('\u{FFFD}') {
+            continue;
+        }
+        let names: Vec<String> = info.name.split('/').map(str::to_string).collect();
+        let rel: Vec<&str> = names.iter().map(String::as_str).collect();
+        if names.len() <= depth && pattern.matches(&rel) {
+            found.push((fixed.join(&info.name), names));
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// `fileuploadout.txt` and `fileuploaderr.txt` in the task directory (the latter only when

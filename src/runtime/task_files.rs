@@ -1,0 +1,105 @@
+//! A task's directory as the server reaches it after (or while) its command runs: through its
+//! node's agent, which looks from inside the node, so a link the task made can only ever lead
+//! inside it. Only a task whose node is gone (or runs no agent) is read from this host's disk,
+//! by the same rules ([`Runtime::file`]).
+
+use std::path::Path;
+
+use super::agents::{ByteStream, FileAnswer};
+use super::safe_fs::Below;
+use super::{NodeError, Runtime, TaskDirs};
+use crate::domain::agent::{FileError, FileInfo, FileOp};
+use crate::sys::file_answer::CHUNK;
+
+/// The files below one task's directory, on the node that ran it.
+#[derive(Clone, Copy)]
+pub struct TaskFiles<'a> {
+    pub runtime: &'a Runtime,
+    /// The node the task ran on; None if it is gone.
+    pub node: Option<&'a str>,
+    pub account: &'a str,
+    pub dirs: &'a TaskDirs,
+}
+
+/// A file's bytes as they stream in: `len` in all.
+pub struct FileData {
+    pub len: u64,
+    pub bytes: ByteStream,
+}
+
+impl FileData {
+    /// The file at `at` on this host's disk, never through a link; None if there is none.
+    pub async fn from_disk(at: Below) -> std::io::Result<Option<FileData>> {
+        use futures_util::StreamExt;
+        use tokio::io::AsyncReadExt;
+        match at.with(|root, rel| root.open_file(rel)).await {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                let file = tokio::fs::File::from_std(file).take(len);
+                let bytes = tokio_util::io::ReaderStream::with_capacity(file, CHUNK).boxed();
+                Ok(Some(FileData { len, bytes }))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl TaskFiles<'_> {
+    /// What is at `rel` below the task directory; None if nothing (or a link) is.
+    pub async fn stat(&self, rel: &Path) -> Result<Option<FileInfo>, NodeError> {
+        match self.ask(rel, FileOp::Stat).await? {
+            Some(FileAnswer::Info(info)) => Ok(Some(info)),
+            Some(_) => Err(self.failed(rel, "an answer that is not a file's")),
+            None => Ok(None),
+        }
+    }
+
+    /// What the directory `rel` holds (and, if `recursive`, what every directory below it
+    /// does), named relative to it; None if there is no such directory.
+    pub async fn list(
+        &self,
+        rel: &Path,
+        recursive: bool,
+    ) -> Result<Option<Vec<FileInfo>>, NodeError> {
+        let op = FileOp::List {
+            recursive,
+            skip: Vec::new(),
+        };
+        match self.ask(rel, op).await? {
+            Some(FileAnswer::Listing(infos)) => Ok(Some(infos)),
+            Some(_) => Err(self.failed(rel, "an answer that is not a listing")),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of the file `rel`; None if there is no such file.
+    pub async fn read(&self, rel: &Path) -> Result<Option<FileData>, NodeError> {
+        match self.ask(rel, FileOp::Read { range: None }).await? {
+            Some(FileAnswer::Data { count, bytes, .. }) => Ok(Some(FileData { len: count, bytes })),
+            Some(_) => Err(self.failed(rel, "an answer that is not a file's bytes")),
+            None => Ok(None),
+        }
+    }
+
+    /// The answer to `op` about `rel`; None if nothing is there.
+    async fn ask(&self, rel: &Path, op: FileOp) -> Result<Option<FileAnswer>, NodeError> {
+        let at = self.dirs.host.join(rel);
+        let answer = self.runtime.file(self.node, self.account, &at, op).await?;
+        match answer {
+            FileAnswer::Refused {
+                error: FileError::NotFound,
+                ..
+            } => Ok(None),
+            FileAnswer::Refused { message, .. } => Err(self.failed(rel, message)),
+            answer => Ok(Some(answer)),
+        }
+    }
+
+    fn failed(&self, rel: &Path, why: impl std::fmt::Display) -> NodeError {
+        NodeError {
+            code: "FileReadFailed",
+            message: format!("{}/{}: {why}", self.dirs.node, rel.display()),
+        }
+    }
+}
