@@ -97,10 +97,16 @@ async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
     put_blob(&format!("{name}/in/a.txt"), "blob a\n").await;
     put_blob(&format!("{name}/in/sub/b.txt"), "blob b\n").await;
     put_blob(&format!("{name}/other.txt"), "not wanted\n").await;
+    // 10 MB, streamed from the storage service through the server to the node's agent.
+    put_blob(
+        &format!("{name}/in/big.txt"),
+        &"0123456789".repeat(1_000_000),
+    )
+    .await;
     let http = http_server().await.url;
     let task = json!({
         "id": "t1",
-        "commandLine": "cat http/data.txt blobs/in/a.txt blobs/in/sub/b.txt all/other.txt && test ! -e blobs/other.txt && stat -c %a http/data.txt",
+        "commandLine": "cat http/data.txt blobs/in/a.txt blobs/in/sub/b.txt all/other.txt && test ! -e blobs/other.txt && stat -c %a http/data.txt && wc -c < blobs/in/big.txt && tail -c 3 blobs/in/big.txt",
         "resourceFiles": [
             {"httpUrl": format!("{http}/data.txt"), "filePath": "http/data.txt", "fileMode": "0700"},
             {"storageContainerUrl": url, "blobPrefix": "in/", "filePath": "blobs"},
@@ -112,7 +118,7 @@ async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
     assert_eq!(
         stdout(&s, "t1").await,
-        "from http\nblob a\nblob b\nnot wanted\n700\n"
+        "from http\nblob a\nblob b\nnot wanted\n700\n10000000\n789"
     );
     // The task reads back with the resource files it was given.
     assert_eq!(t["resourceFiles"], task["resourceFiles"], "{t}");

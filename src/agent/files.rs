@@ -11,7 +11,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use tokio::io::AsyncReadExt;
 
 use super::Link;
-use crate::domain::agent::{FileError, FileOp, ReplyHead, REPLIES_PATH};
+use crate::domain::agent::{FileError, FileOp, ReplyHead, BODIES_PATH, REPLIES_PATH};
 use crate::sys::file_answer::{self, Payload};
 
 /// Answers `op` about `rel` below `root` on the replies route, in a task of its own.
@@ -40,6 +40,43 @@ pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
     });
 }
 
+/// Writes the file from the bytes the server holds for `id`, then says what it is (or why it
+/// is not) on the replies route. Sent once: the bytes are the server's to give once.
+pub fn write(link: Arc<Link>, id: u64, root: String, rel: String, mode: Option<u32>) {
+    tokio::spawn(async move {
+        let head = match written(&link, id, (&root, &rel), mode).await {
+            Ok(info) => ReplyHead::Info { info },
+            Err(e) => ReplyHead::Error {
+                error: FileError::Failed,
+                message: format!("{e:#}"),
+            },
+        };
+        if let Err(e) = post(&link, id, head, stream::empty().boxed()).await {
+            tracing::debug!(error = %e, id, "a write's answer did not reach the server");
+        }
+    });
+}
+
+async fn written(
+    link: &Link,
+    id: u64,
+    (root, rel): (&str, &str),
+    mode: Option<u32>,
+) -> anyhow::Result<crate::domain::agent::FileInfo> {
+    let response = link
+        .streams
+        .get(format!("{}{BODIES_PATH}/{id}", link.url))
+        .header("authorization", &link.authorization)
+        .send()
+        .await?
+        .error_for_status()?;
+    let bytes = response
+        .bytes_stream()
+        .map(|c| c.map_err(std::io::Error::other));
+    let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
+    Ok(crate::sys::file_write::write(&root, &rel, bytes, mode).await?)
+}
+
 /// Makes the answer and streams it to the server.
 async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> reqwest::Result<()> {
     let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
@@ -53,9 +90,6 @@ async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> re
         ReplyHead::Data { count, .. } => *count,
         _ => 0,
     };
-    let mut line = serde_json::to_vec(&head).unwrap_or_default();
-    line.push(b'\n');
-    let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
     let rest: BoxStream<'static, std::io::Result<Bytes>> = match payload {
         Payload::None => stream::empty().boxed(),
         Payload::Listing(infos) => {
@@ -71,6 +105,19 @@ async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> re
             tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed()
         }
     };
+    post(link, id, head, rest).await
+}
+
+/// Streams an answer to the replies route: its head line, then `rest`.
+async fn post(
+    link: &Link,
+    id: u64,
+    head: ReplyHead,
+    rest: BoxStream<'static, std::io::Result<Bytes>>,
+) -> reqwest::Result<()> {
+    let mut line = serde_json::to_vec(&head).unwrap_or_default();
+    line.push(b'\n');
+    let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
     link.streams
         .post(format!("{}{REPLIES_PATH}/{id}", link.url))
         .header("authorization", &link.authorization)

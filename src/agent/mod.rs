@@ -13,7 +13,7 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::domain::agent::{
-    self, Event, Events, Hello, Work, WorkBatch, ENV_NODE, ENV_ROOT, ENV_SECRET, ENV_URL,
+    self, Event, Events, FileOp, Hello, Work, WorkBatch, ENV_NODE, ENV_ROOT, ENV_SECRET, ENV_URL,
     EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
 };
 
@@ -138,6 +138,12 @@ fn start(
                 yes: ours && procs::signal(pid, 0),
             });
         }
+        Work::File {
+            id,
+            root,
+            rel,
+            op: FileOp::Write { mode },
+        } => files::write(link.clone(), id, root, rel, mode),
         Work::File { id, root, rel, op } => files::answer(link.clone(), id, root, rel, op),
     }
 }

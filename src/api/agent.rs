@@ -76,6 +76,24 @@ pub async fn reply(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The bytes a write of the node's agent writes (`FileOp::Write`), streamed; each is handed out
+/// once, and only to the agent of the node it is for.
+pub async fn body(
+    State(state): State<Arc<AgentState>>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+) -> Result<Response, ApiError> {
+    let link = authenticate(&state, &headers).await?;
+    let bytes = link.take_body(id).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "BodyNotAwaited",
+            format!("No write {id} of this node waits for its bytes to be taken."),
+        )
+    })?;
+    Ok(Body::from_stream(bytes).into_response())
+}
+
 /// Another server's question about this server's nodes' files (it does not lead, and their
 /// agents connect here): answered from the node's agent, or for a node gone, from this host's
 /// disk, as an agent answers.

@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::routing::post;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::config::ServeConfig;
-use crate::domain::agent::{EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
+use crate::domain::agent::{BODIES_PATH, EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
 use crate::runtime::agents::{Agents, Peers};
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
@@ -93,6 +93,7 @@ impl AgentListener {
                 .route(WORK_PATH, post(api::agent::work))
                 .route(EVENTS_PATH, post(api::agent::events))
                 .route(&format!("{REPLIES_PATH}/{{id}}"), post(api::agent::reply))
+                .route(&format!("{BODIES_PATH}/{{id}}"), get(api::agent::body))
                 .route(PEER_FILES_PATH, post(api::agent::peer_file))
                 .with_state(state);
             api::serve::serve(self.listener, router, &limits, async move {

@@ -11,6 +11,8 @@
 //!   started, ended, or could not start). Events that fail to arrive are sent again.
 //! - `POST /agent/v1/replies/{id}`: the answer to a [`Work::File`], streamed: one line of
 //!   [`ReplyHead`] (JSON), then what it announces (a listing's lines, a file's bytes).
+//! - `GET /agent/v1/bodies/{id}`: the bytes a [`FileOp::Write`] writes, streamed; each body is
+//!   handed out once, to the agent of the node it is for.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +20,8 @@ pub const WORK_PATH: &str = "/agent/v1/work";
 pub const EVENTS_PATH: &str = "/agent/v1/events";
 /// Followed by `/{id}` of the [`Work::File`] answered.
 pub const REPLIES_PATH: &str = "/agent/v1/replies";
+/// Followed by `/{id}` of a [`FileOp::Write`]: the bytes to write, fetched by the agent.
+pub const BODIES_PATH: &str = "/agent/v1/bodies";
 /// The scheme of the agent's `Authorization` header.
 pub const AUTH_SCHEME: &str = "BatchpoolNode";
 /// How long the server holds a work request that finds nothing to do.
@@ -121,6 +125,13 @@ pub enum FileOp {
     /// Delete it: a file, an empty directory, or with `recursive` a directory and all in it
     /// (links in it go as links). Answered with what it was.
     Remove { recursive: bool },
+    /// Make the file anew from the bytes at [`BODIES_PATH`]`/{id}` (with `mode` if given): its
+    /// directories are made (a link in the way is replaced, never followed), it is written aside
+    /// and renamed into place, so it is there whole or not at all. Answered with what it is.
+    Write {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<u32>,
+    },
 }
 
 /// A file or directory (never a link) as a node sees it.

@@ -77,6 +77,35 @@ impl Runtime {
         }
     }
 
+    /// Writes `at` (as for [`file`](Self::file)) anew from `bytes`, with `mode` if given: by
+    /// the agent of `node`, inside the node; on this host's disk if the node is gone (None) or
+    /// its agent is not connected to this server. Whole or not at all, and no link followed.
+    pub async fn write_file(
+        &self,
+        (node, account): (Option<&str>, &str),
+        at: &Below,
+        bytes: ByteStream,
+        mode: Option<u32>,
+    ) -> Result<(), NodeError> {
+        if let Some(node) = node.filter(|n| self.agents.knows(n)) {
+            if let Some(root) = self.in_node(node, account, at) {
+                let rel = at.rel.to_string_lossy().into_owned();
+                return self
+                    .agents
+                    .write(node, (root, rel), bytes, mode)
+                    .await
+                    .map(|_| ());
+            }
+        }
+        match crate::sys::file_write::write(&at.root, &at.rel, bytes, mode).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(NodeError {
+                code: "FileWriteFailed",
+                message: format!("writing {}: {e}", at.rel.display()),
+            }),
+        }
+    }
+
     /// How many nodes' agents this server knows.
     pub fn agents_known(&self) -> usize {
         self.agents.count()

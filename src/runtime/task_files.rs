@@ -82,6 +82,18 @@ impl TaskFiles<'_> {
         }
     }
 
+    /// Writes the file `rel` anew from `bytes`, with `mode` if given (its directories made).
+    pub async fn write(
+        &self,
+        rel: &Path,
+        bytes: ByteStream,
+        mode: Option<u32>,
+    ) -> Result<(), NodeError> {
+        let at = self.dirs.host.join(rel);
+        let on = (self.node, self.account);
+        self.runtime.write_file(on, &at, bytes, mode).await
+    }
+
     /// The answer to `op` about `rel`; None if nothing is there.
     async fn ask(&self, rel: &Path, op: FileOp) -> Result<Option<FileAnswer>, NodeError> {
         let at = self.dirs.host.join(rel);

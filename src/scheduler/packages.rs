@@ -5,18 +5,20 @@
 //! `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (and `AZ_BATCH_APP_PACKAGE_<ID>` for a reference that
 //! names no version).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use sqlx::PgPool;
 
 use super::keyed_locks::KeyedLocks;
 use super::start_task::{run_command, NodeCommand, Placement};
 use super::task_files::{Failure, Fetcher};
-use super::transfer;
+use crate::domain::agent::FileOp;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
+use crate::runtime::agents::FileAnswer;
 use crate::runtime::safe_fs::Below;
-use crate::runtime::{Runtime, TaskDirs};
+use crate::runtime::{Runtime, TaskDirs, TaskFiles};
 use crate::store::{self, tasks::AttemptRow};
 
 /// Written last by the install: a package directory without it is installed again.
@@ -121,14 +123,15 @@ impl Packages {
         let host_root = self.runtime.host_root(node_id);
         let key = (node_id.to_string(), id.to_lowercase(), version.to_string());
         let _held = self.locks.lock(key).await;
-        let marker = Path::new("applications").join(&name).join(INSTALLED);
-        let installed = Below {
+        // Asked of the node's agent, which looks inside the node.
+        let marker = Below {
             root: host_root.clone(),
-            rel: PathBuf::new(),
-        }
-        .with(move |root, _| root.metadata(&marker))
-        .await
-        .is_ok_and(|m| m.is_file());
+            rel: Path::new("applications").join(&name).join(INSTALLED),
+        };
+        let installed = matches!(
+            self.runtime.file(Some(node_id), at.account, &marker, FileOp::Stat).await,
+            Ok(FileAnswer::Info(info)) if !info.is_dir
+        );
         if installed {
             return Ok(target);
         }
@@ -142,14 +145,27 @@ impl Packages {
             node: format!("{node_root}/applications/.install/{name}"),
             node_base: node_root.clone(),
         };
+        // The package is the server's own file; the node's agent writes it into the node.
         let zip = self.runtime.layout().package_file(at.account, id, version);
-        transfer::copy_file(&zip, dirs.host.join("wd").join("package.zip"))
-            .await
-            .map_err(|e| {
-                failed(format!(
-                    "copying the package {name} to the node failed: {e:#}"
-                ))
-            })?;
+        let copied = match tokio::fs::File::open(&zip).await {
+            Ok(source) => {
+                let bytes = tokio_util::io::ReaderStream::new(source).boxed();
+                let on = TaskFiles {
+                    runtime: &self.runtime,
+                    node: Some(node_id),
+                    account: at.account,
+                    dirs: &dirs,
+                };
+                let to = Path::new("wd").join("package.zip");
+                on.write(&to, bytes, None).await.map_err(|e| e.message)
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        copied.map_err(|e| {
+            failed(format!(
+                "copying the package {name} to the node failed: {e}"
+            ))
+        })?;
         let command = NodeCommand {
             command_line: r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && unzip -o -q package.zip -d "$TARGET" && touch "$TARGET/.batchpool-installed" && rm -f package.zip"#,
             dirs,

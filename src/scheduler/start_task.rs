@@ -14,7 +14,7 @@ use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
 use crate::runtime::{
     container_label, AttemptPid, ContainerError, ExecSpec, Runtime, Started, TaskContainer,
-    TaskDirs,
+    TaskDirs, TaskFiles,
 };
 use crate::store::tasks::AttemptRow;
 
@@ -196,7 +196,13 @@ where
         on_attempt(info.clone()).await;
         spec.attempt = retry_count;
         let (files, linked) = (command.resource_files, command.linked_storage);
-        let result = match task_files::download(fetcher, &spec.dirs, files, linked).await {
+        let on = TaskFiles {
+            runtime,
+            node: Some(at.node_id),
+            account: at.account,
+            dirs: &spec.dirs,
+        };
+        let result = match task_files::download(fetcher, on, files, linked).await {
             Err(f) => Err(f),
             Ok(()) => exec(runtime, at, &spec, command.limit).await,
         };

@@ -4,12 +4,11 @@ use futures_util::StreamExt;
 use object_store::{
     Attributes, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, WriteMultipart,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
-use std::ffi::OsString;
-
-use crate::runtime::safe_fs::{Below, Dir};
-use crate::runtime::FileData;
+use crate::runtime::agents::ByteStream;
+use crate::runtime::safe_fs::Below;
+use crate::runtime::{file_write, FileData};
 use crate::storage::{self, DataReference, Roots};
 
 /// Streams a BES input into a file (made anew), through no link a task left on the way; an
@@ -22,57 +21,33 @@ pub(super) async fn download(
 ) -> anyhow::Result<()> {
     let b = storage::resolve(r, roots)?;
     b.check_host(allow_local).await?;
-    download_blob(&b, to, None).await
+    to_disk(to, blob_stream(&b).await?).await
 }
 
-/// Streams a blob into a file (made anew, with `mode` if given).
-pub(super) async fn download_blob(
-    b: &storage::Blob,
-    to: Below,
-    mode: Option<u32>,
-) -> anyhow::Result<()> {
-    let mut stream = b.store.get(&b.path).await?.into_stream();
-    let mut sink = Sink::open(to).await?;
-    while let Some(chunk) = stream.next().await {
-        sink.write(&chunk?).await?;
-    }
-    sink.finish(mode).await
+/// A blob's bytes, as they come.
+pub(super) async fn blob_stream(b: &storage::Blob) -> Result<ByteStream, object_store::Error> {
+    let stream = b.store.get(&b.path).await?.into_stream();
+    Ok(stream.map(|c| c.map_err(std::io::Error::other)).boxed())
 }
 
-/// Copies a file of the server's own (not a task's: it is opened by path) into a file made
-/// anew, through no link a task left on the way.
-pub(super) async fn copy_file(from: &std::path::Path, to: Below) -> anyhow::Result<()> {
-    let mut source = tokio::fs::File::open(from).await?;
-    let mut sink = Sink::open(to).await?;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = source.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        sink.write(&buf[..n]).await?;
-    }
-    sink.finish(None).await
+/// Writes a file on this host's disk anew (`file_write`: whole or not at all, no link followed).
+async fn to_disk(to: Below, bytes: ByteStream) -> anyhow::Result<()> {
+    file_write::write(&to.root, &to.rel, bytes, None).await?;
+    Ok(())
 }
 
-/// Streams an http(s) URL's body into a file (made anew, with `mode` if given); a status other
-/// than success is an error naming it.
-pub(super) async fn download_http(
+/// An http(s) URL's body, as it comes; a status other than success is an error naming it.
+pub(super) async fn http_stream(
     http: &reqwest::Client,
     url: &str,
-    to: Below,
-    mode: Option<u32>,
-) -> Result<(), HttpFailure> {
-    let mut response = http.get(url).send().await.map_err(HttpFailure::Request)?;
+) -> Result<ByteStream, HttpFailure> {
+    let response = http.get(url).send().await.map_err(HttpFailure::Request)?;
     let status = response.status();
     if !status.is_success() {
         return Err(HttpFailure::Status(status));
     }
-    let mut sink = Sink::open(to).await.map_err(HttpFailure::Write)?;
-    while let Some(chunk) = response.chunk().await.map_err(HttpFailure::Request)? {
-        sink.write(&chunk).await.map_err(HttpFailure::Write)?;
-    }
-    sink.finish(mode).await.map_err(HttpFailure::Write)
+    let bytes = response.bytes_stream();
+    Ok(bytes.map(|c| c.map_err(std::io::Error::other)).boxed())
 }
 
 /// Why an http download failed.
@@ -80,69 +55,6 @@ pub(super) async fn download_http(
 pub(super) enum HttpFailure {
     Status(reqwest::StatusCode),
     Request(reqwest::Error),
-    Write(anyhow::Error),
-}
-
-/// A file being written aside (`name.partial`) and renamed into place when whole, so it is
-/// there whole or not at all; its directories are made below a trusted root, never through a
-/// link.
-struct Sink {
-    dir: Dir,
-    name: OsString,
-    partial: OsString,
-    file: tokio::fs::File,
-}
-
-impl Sink {
-    async fn open(to: Below) -> anyhow::Result<Sink> {
-        let name =
-            anyhow::Context::context(to.rel.file_name(), "the path names no file")?.to_os_string();
-        let parent = to
-            .rel
-            .parent()
-            .unwrap_or(std::path::Path::new(""))
-            .to_path_buf();
-        let mut partial = name.clone();
-        partial.push(".partial");
-        let (dir, file) = Below {
-            root: to.root.clone(),
-            rel: parent,
-        }
-        .with({
-            let partial = partial.clone();
-            move |root, rel| {
-                let dir = root.create_dir_all(rel)?;
-                let file = dir.create_file(&partial)?;
-                Ok((dir, file))
-            }
-        })
-        .await?;
-        Ok(Sink {
-            dir,
-            name,
-            partial,
-            file: tokio::fs::File::from_std(file),
-        })
-    }
-
-    async fn write(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        Ok(self.file.write_all(bytes).await?)
-    }
-
-    async fn finish(mut self, mode: Option<u32>) -> anyhow::Result<()> {
-        self.file.flush().await?;
-        if let Some(mode) = mode {
-            use std::os::unix::fs::PermissionsExt;
-            self.file
-                .set_permissions(std::fs::Permissions::from_mode(mode))
-                .await?;
-        }
-        let Sink {
-            dir, name, partial, ..
-        } = self;
-        tokio::task::spawn_blocking(move || dir.rename(&partial, &name)).await??;
-        Ok(())
-    }
 }
 
 /// The last `max` bytes of a file, read from a seek: a task's log may be any size.

@@ -60,6 +60,8 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
         return Err((FileError::NotFound, "a link".into()));
     }
     match op {
+        // A write comes with its bytes: `file_write` answers it.
+        FileOp::Write { .. } => Err((FileError::Failed, "a write without its bytes".into())),
         FileOp::Stat => Ok((
             ReplyHead::Info {
                 info: FileInfo::of(name, &meta),

@@ -4,5 +4,6 @@
 //! node agent alike. Of the crate it imports only `domain`.
 
 pub mod file_answer;
+pub mod file_write;
 pub mod listing;
 pub mod safe_fs;

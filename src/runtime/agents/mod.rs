@@ -61,6 +61,8 @@ struct LinkState {
     runs: HashMap<u64, Run>,
     /// Those waiting for answers to file questions.
     replies: HashMap<u64, oneshot::Sender<ReplyBody>>,
+    /// The bytes of writes, until the agent fetches them.
+    bodies: HashMap<u64, ByteStream>,
     /// The agent's boot, once heard from: a new one means the node restarted.
     boot: Option<String>,
     last_seen: Instant,
@@ -116,6 +118,7 @@ impl Agents {
                 polls: 0,
                 runs: HashMap::new(),
                 replies: HashMap::new(),
+                bodies: HashMap::new(),
                 boot: None,
                 last_seen: Instant::now(),
             }),

@@ -2,7 +2,8 @@
 //! and answered on the replies route: a head line, then a listing or a file's bytes, streamed
 //! from the agent's request to whoever asked, so a large file costs no memory here.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -14,6 +15,9 @@ use crate::runtime::NodeError;
 
 /// Bytes as they arrive.
 pub type ByteStream = BoxStream<'static, std::io::Result<Bytes>>;
+
+/// Why an answer will not come: its node's agent is gone.
+const GONE: &str = "went away (the node restarted or was removed)";
 
 /// How long a node's agent may take to start answering a question about its files.
 pub const FILE_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
@@ -55,12 +59,9 @@ struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.link
-            .state
-            .lock()
-            .expect("lock")
-            .replies
-            .remove(&self.id);
+        let mut state = self.link.state.lock().expect("lock");
+        state.replies.remove(&self.id);
+        state.bodies.remove(&self.id);
     }
 }
 
@@ -80,12 +81,7 @@ impl Agents {
         rel: String,
         op: FileOp,
     ) -> Result<FileAnswer, NodeError> {
-        let link = self
-            .link(node)
-            .ok_or_else(|| unreachable(node, "is not connected to this server"))?;
-        let id = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (link, id) = self.connected(node)?;
         let (tx, rx) = oneshot::channel();
         {
             let mut state = link.state.lock().expect("lock");
@@ -101,10 +97,33 @@ impl Agents {
                 let secs = FILE_ANSWER_TIMEOUT.as_secs();
                 unreachable(node, format!("did not answer within {secs} s"))
             })?
-            .map_err(|_| unreachable(node, "went away (the node restarted or was removed)"))?;
+            .map_err(|_| unreachable(node, GONE))?;
         drop(waiting);
-        let ReplyBody { stream, done } = body;
-        // The route's request ends as the rest is let go.
+        body.answer(deadline, node).await
+    }
+}
+
+impl Agents {
+    /// The node's link, and an id for a question to its agent.
+    fn connected(&self, node: &str) -> Result<(Arc<Link>, u64), NodeError> {
+        let link = self
+            .link(node)
+            .ok_or_else(|| unreachable(node, "is not connected to this server"))?;
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok((link, id))
+    }
+}
+
+impl ReplyBody {
+    /// The answer as it streams in; the route's request ends as the rest is let go.
+    async fn answer(
+        self,
+        deadline: tokio::time::Instant,
+        node: &str,
+    ) -> Result<FileAnswer, NodeError> {
+        let ReplyBody { stream, done } = self;
         let stream = stream
             .map(move |chunk| {
                 let _ = &done;
@@ -112,6 +131,67 @@ impl Agents {
             })
             .boxed();
         decode(stream, deadline, node).await
+    }
+}
+
+impl Agents {
+    /// Has the node's agent write `rel` below `root` (as the node sees them) anew from `bytes`,
+    /// with `mode` if given; what the file is once written. The agent fetches the bytes from
+    /// the bodies route, for as long as they keep coming: it is given up on after
+    /// [`FILE_ANSWER_TIMEOUT`] without progress (not taken, stalled, or no answer once sent).
+    pub async fn write(
+        &self,
+        node: &str,
+        (root, rel): (String, String),
+        bytes: ByteStream,
+        mode: Option<u32>,
+    ) -> Result<FileInfo, NodeError> {
+        let (link, id) = self.connected(node)?;
+        let progress = Arc::new(Mutex::new(Instant::now()));
+        let body = {
+            let progress = Arc::clone(&progress);
+            bytes
+                .map(move |chunk| {
+                    *progress.lock().expect("lock") = Instant::now();
+                    chunk
+                })
+                .boxed()
+        };
+        let (tx, mut rx) = oneshot::channel();
+        {
+            let mut state = link.state.lock().expect("lock");
+            state.replies.insert(id, tx);
+            state.bodies.insert(id, body);
+            let op = FileOp::Write { mode };
+            state.queue.push(Work::File { id, root, rel, op });
+        }
+        link.work.notify_one();
+        let waiting = Waiting { link: &link, id };
+        let body = loop {
+            let quiet = progress.lock().expect("lock").elapsed();
+            let Some(left) = FILE_ANSWER_TIMEOUT.checked_sub(quiet) else {
+                let secs = FILE_ANSWER_TIMEOUT.as_secs();
+                return Err(unreachable(
+                    node,
+                    format!("made no progress writing a file for {secs} s"),
+                ));
+            };
+            match tokio::time::timeout(left, &mut rx).await {
+                Ok(Ok(body)) => break body,
+                Ok(Err(_)) => return Err(unreachable(node, GONE)),
+                Err(_) => continue,
+            }
+        };
+        drop(waiting);
+        let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT;
+        match body.answer(deadline, node).await? {
+            FileAnswer::Info(info) => Ok(info),
+            FileAnswer::Refused { message, .. } => Err(NodeError {
+                code: "FileWriteFailed",
+                message: format!("node {node}: {message}"),
+            }),
+            _ => Err(unreachable(node, "answered a write with something else")),
+        }
     }
 }
 
@@ -188,6 +268,11 @@ impl Link {
     /// Who waits for the answer `id`, if anyone still does.
     pub fn take_reply(&self, id: u64) -> Option<oneshot::Sender<ReplyBody>> {
         self.state.lock().expect("lock").replies.remove(&id)
+    }
+
+    /// The bytes a write (`FileOp::Write`) of this node's agent writes: handed out once.
+    pub fn take_body(&self, id: u64) -> Option<ByteStream> {
+        self.state.lock().expect("lock").bodies.remove(&id)
     }
 }
 

@@ -35,7 +35,7 @@ impl Executor {
         };
         let package_env = installed.map_err(Outcome::NotPrepared)?;
         let downloaded = tokio::select! {
-            failure = task_files::download_for(&self.fetcher, &self.db, a, dirs) => failure,
+            failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(a, node_id, dirs)) => failure,
             _ = stop.cancelled() => return Err(stopped()),
         };
         if let Some(failure) = downloaded {

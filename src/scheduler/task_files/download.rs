@@ -6,7 +6,7 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use super::{Failure, Fetcher, PARALLEL};
 use crate::domain::files::{self, ResourceFile, Source};
-use crate::runtime::TaskDirs;
+use crate::runtime::TaskFiles;
 use crate::scheduler::transfer::{self, HttpFailure};
 use crate::storage::{self, Container};
 
@@ -29,7 +29,7 @@ enum Fetch<'a> {
 /// first failure ends it.
 pub async fn download(
     fetcher: &Fetcher,
-    dirs: &TaskDirs,
+    on: TaskFiles<'_>,
     files: &[ResourceFile],
     linked_storage: Option<&str>,
 ) -> Result<(), Failure> {
@@ -66,10 +66,9 @@ pub async fn download(
             }
         }
     }
-    let wd = dirs.host.join("wd");
     // The futures are made first: a stream holding a closure over borrows is not Send.
     let http = fetcher.http();
-    let fetching: Vec<_> = fetches.into_iter().map(|f| fetch(http, &wd, f)).collect();
+    let fetching: Vec<_> = fetches.into_iter().map(|f| fetch(http, on, f)).collect();
     futures_util::stream::iter(fetching)
         .buffer_unordered(PARALLEL)
         .try_collect::<()>()
@@ -101,15 +100,12 @@ async fn listed(
     Ok(())
 }
 
-async fn fetch(
-    http: &reqwest::Client,
-    wd: &crate::runtime::safe_fs::Below,
-    f: Fetch<'_>,
-) -> Result<(), Failure> {
-    match f {
+/// Fetches one file, streamed into the working directory by the task's node's agent.
+async fn fetch(http: &reqwest::Client, on: TaskFiles<'_>, f: Fetch<'_>) -> Result<(), Failure> {
+    let (bytes, to, mode) = match f {
         Fetch::Http { url, to, mode } => {
             let shown = storage::without_query(url);
-            transfer::download_http(http, url, wd.join(&to), Some(mode))
+            let bytes = transfer::http_stream(http, url)
                 .await
                 .map_err(|e| match e {
                     HttpFailure::Status(s) if s == reqwest::StatusCode::NOT_FOUND => {
@@ -125,34 +121,35 @@ async fn fetch(
                         "BlobDownloadMiscError",
                         format!("downloading {shown} failed: {}", e.without_url()),
                     ),
-                    HttpFailure::Write(e) => write_failure(&to, e),
-                })
+                })?;
+            (bytes, to, mode)
         }
         Fetch::Blob {
             blob,
             name,
             to,
             mode,
-        } => transfer::download_blob(&blob, wd.join(&to), Some(mode))
-            .await
-            .map_err(|e| match e.downcast_ref::<object_store::Error>() {
-                Some(object_store::Error::NotFound { .. }) => {
+        } => {
+            let bytes = transfer::blob_stream(&blob).await.map_err(|e| match e {
+                object_store::Error::NotFound { .. } => {
                     Failure::new("BlobNotFound", format!("the blob {name:?} does not exist"))
                 }
-                Some(
-                    object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. },
-                ) => Failure::new(
+                object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. } => Failure::new(
                     "BlobAccessDenied",
                     format!("the blob {name:?} cannot be read with the SAS given"),
                 ),
-                Some(e) => Failure::new(
+                e => Failure::new(
                     "BlobDownloadMiscError",
                     format!("downloading the blob {name:?} failed: {e}"),
                 ),
-                None => write_failure(&to, e),
-            }),
-    }
+            })?;
+            (bytes, to, mode)
+        }
+    };
+    on.write(&Path::new("wd").join(&to), bytes, Some(mode))
+        .await
+        .map_err(|e| write_failure(&to, &e.message))
 }
 
 async fn refuse_local(fetcher: &Fetcher, url: &str) -> Result<(), Failure> {
@@ -162,11 +159,11 @@ async fn refuse_local(fetcher: &Fetcher, url: &str) -> Result<(), Failure> {
         .map_err(|why| Failure::new("BlobDownloadMiscError", why))
 }
 
-fn write_failure(to: &Path, e: anyhow::Error) -> Failure {
+fn write_failure(to: &Path, e: &str) -> Failure {
     Failure::new(
         "BlobDownloadMiscError",
         format!(
-            "writing {} in the task's working directory failed: {e:#}",
+            "writing {} in the task's working directory failed: {e}",
             to.display()
         ),
     )

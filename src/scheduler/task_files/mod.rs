@@ -9,7 +9,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::complete::Outcome;
 use crate::domain::files::is_host_local;
-use crate::runtime::{TaskDirs, TaskFiles};
+use crate::runtime::TaskFiles;
 use crate::storage::{self, BlobError};
 use crate::store::tasks::AttemptRow;
 
@@ -127,14 +127,14 @@ pub async fn download_for(
     fetcher: &Fetcher,
     db: &sqlx::PgPool,
     a: &AttemptRow,
-    dirs: &TaskDirs,
+    on: TaskFiles<'_>,
 ) -> Option<Failure> {
     let files = a.files.as_ref().filter(|f| !f.resource_files.is_empty())?;
     let linked = match linked_storage(db, &a.account, &files.resource_files).await {
         Ok(linked) => linked,
         Err(failure) => return Some(failure),
     };
-    download(fetcher, dirs, &files.resource_files, linked.as_deref())
+    download(fetcher, on, &files.resource_files, linked.as_deref())
         .await
         .err()
 }

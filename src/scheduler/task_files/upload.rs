@@ -8,7 +8,7 @@ use object_store::{Attribute, Attributes};
 
 use super::{Failure, Fetcher, PARALLEL};
 use crate::domain::files::{self, OutputFile, Pattern};
-use crate::runtime::{TaskDirs, TaskFiles};
+use crate::runtime::TaskFiles;
 use crate::scheduler::transfer;
 use crate::storage::Container;
 
@@ -84,7 +84,7 @@ pub async fn upload(
             Err(e) => report.failed(format!("Uploading {local} to {blob} failed: {e}")),
         }
     }
-    write_logs(files.dirs, report.log, report.errors).await;
+    write_logs(files, report.log, report.errors).await;
     report.first.map_or(Ok(()), Err)
 }
 
@@ -221,24 +221,18 @@ async fn matches(
 }
 
 /// `fileuploadout.txt` and `fileuploaderr.txt` in the task directory (the latter only when
-/// something failed); a failure to write them is logged, not the task's.
-async fn write_logs(dirs: &TaskDirs, log: String, errors: String) {
-    let result = dirs
-        .host
-        .with(move |root, task| {
-            let dir = root.open_dir(task)?;
-            use std::io::Write;
-            dir.create_file("fileuploadout.txt".as_ref())?
-                .write_all(log.as_bytes())?;
-            if !errors.is_empty() {
-                dir.create_file("fileuploaderr.txt".as_ref())?
-                    .write_all(errors.as_bytes())?;
-            }
-            Ok(())
-        })
-        .await;
-    if let Err(e) = result {
-        tracing::warn!(task = %dirs.node, error = %e, "writing the file upload logs failed");
+/// something failed), written by the node's agent; a failure to write them is logged, not the
+/// task's.
+async fn write_logs(files: TaskFiles<'_>, log: String, errors: String) {
+    let mut logs = vec![("fileuploadout.txt", log)];
+    if !errors.is_empty() {
+        logs.push(("fileuploaderr.txt", errors));
+    }
+    for (name, text) in logs {
+        let bytes = futures_util::stream::once(async move { Ok(bytes::Bytes::from(text)) });
+        if let Err(e) = files.write(name.as_ref(), bytes.boxed(), None).await {
+            tracing::warn!(task = %files.dirs.node, error = %e.message, "writing the file upload logs failed");
+        }
     }
 }
 
