@@ -6,10 +6,8 @@
 use std::path::Path;
 
 use super::agents::{ByteStream, FileAnswer};
-use super::safe_fs::Below;
 use super::{NodeError, Runtime, TaskDirs};
 use crate::domain::agent::{FileError, FileInfo, FileOp};
-use crate::sys::file_answer::CHUNK;
 
 /// The files below one task's directory, on the node that ran it.
 #[derive(Clone, Copy)]
@@ -25,24 +23,6 @@ pub struct TaskFiles<'a> {
 pub struct FileData {
     pub len: u64,
     pub bytes: ByteStream,
-}
-
-impl FileData {
-    /// The file at `at` on this host's disk, never through a link; None if there is none.
-    pub async fn from_disk(at: Below) -> std::io::Result<Option<FileData>> {
-        use futures_util::StreamExt;
-        use tokio::io::AsyncReadExt;
-        match at.with(|root, rel| root.open_file(rel)).await {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                let file = tokio::fs::File::from_std(file).take(len);
-                let bytes = tokio_util::io::ReaderStream::with_capacity(file, CHUNK).boxed();
-                Ok(Some(FileData { len, bytes }))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 impl TaskFiles<'_> {
@@ -92,6 +72,29 @@ impl TaskFiles<'_> {
         let at = self.dirs.host.join(rel);
         let on = (self.node, self.account);
         self.runtime.write_file(on, &at, bytes, mode).await
+    }
+
+    /// The last `max` bytes of the file `rel` (none if there is no such file): a task's log
+    /// may be any size.
+    pub async fn tail(&self, rel: &Path, max: u64) -> Result<Vec<u8>, NodeError> {
+        use futures_util::StreamExt;
+        let Some(info) = self.stat(rel).await? else {
+            return Ok(Vec::new());
+        };
+        let range = Some((info.len.saturating_sub(max), None));
+        let mut out = Vec::new();
+        if let Some(FileAnswer::Data { mut bytes, .. }) =
+            self.ask(rel, FileOp::Read { range }).await?
+        {
+            while let Some(chunk) = bytes.next().await {
+                out.extend_from_slice(&chunk.map_err(|e| self.failed(rel, e))?);
+                if out.len() as u64 >= max {
+                    break;
+                }
+            }
+        }
+        out.truncate(max as usize);
+        Ok(out)
     }
 
     /// The answer to `op` about `rel`; None if nothing is there.

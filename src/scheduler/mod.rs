@@ -218,7 +218,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     );
     let driver = bes::BesJobDriver::new(
         s.db.clone(),
-        s.runtime.layout().clone(),
+        s.runtime.clone(),
         s.bes.clone(),
         s.wake.clone(),
         cancel.clone(),

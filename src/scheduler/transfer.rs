@@ -4,7 +4,6 @@ use futures_util::StreamExt;
 use object_store::{
     Attributes, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, WriteMultipart,
 };
-use tokio::io::AsyncReadExt;
 
 use crate::runtime::agents::ByteStream;
 use crate::runtime::safe_fs::Below;
@@ -55,29 +54,6 @@ pub(super) async fn http_stream(
 pub(super) enum HttpFailure {
     Status(reqwest::StatusCode),
     Request(reqwest::Error),
-}
-
-/// The last `max` bytes of a file, read from a seek: a task's log may be any size.
-pub(super) async fn tail(file: Below, max: u64) -> std::io::Result<Vec<u8>> {
-    let file = file.with(|root, rel| root.open_file(rel)).await?;
-    let len = file.metadata()?.len();
-    let mut file = tokio::fs::File::from_std(file);
-    tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(len.saturating_sub(max)))
-        .await?;
-    let mut out = Vec::new();
-    file.take(max).read_to_end(&mut out).await?;
-    Ok(out)
-}
-
-/// Uploads a file on this host's disk (an absent one as empty); a link (a task's) is refused,
-/// never followed.
-pub(super) async fn upload(
-    http: &reqwest::Client,
-    local: Below,
-    target: &storage::Blob,
-) -> anyhow::Result<()> {
-    let data = FileData::from_disk(local).await?;
-    upload_with(http, data, target, Attributes::new()).await
 }
 
 /// Uploads a file's bytes, with blob headers (Content-Type and the like); None, an absent file,

@@ -1,6 +1,7 @@
 //! Finishing a BES job whose task has ended: the task's logs and the outputs up (under the
 //! Batch File Conventions too), then the results, or why the job failed.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -8,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{BesJobDriver, Config, TASK_ID};
 use crate::domain::bes::{Phase, Placed, CLASSIC_ACCOUNT};
+use crate::runtime::{TaskDirs, TaskFiles};
 use crate::scheduler::transfer;
 use crate::storage::{self, Blob, BlobError, DataReference, Roots};
 use crate::store;
@@ -64,7 +66,7 @@ impl BesJobDriver {
         }
         store::services::set_phase(&self.db, job.pk, &[Phase::Running], Phase::Uploading).await?;
         let outcome = store::tasks::outcome(&self.db, &job.run_account, &job.id, TASK_ID).await?;
-        let Some((_, exit_code, result, failure)) = outcome else {
+        let Some(outcome) = outcome else {
             return self
                 .fail(
                     job,
@@ -73,12 +75,25 @@ impl BesJobDriver {
                 .await;
         };
         let conventions = Conventions::new(job, &self.config);
-        self.store_logs(job, &conventions).await?;
-        if result.as_deref() != Some("success") {
-            let why = failure_reason(exit_code, failure.as_ref());
-            return self.fail_command(job, why, &conventions).await;
+        // The task's files, as its node's agent reads them (from this host's disk once the
+        // node is gone).
+        let dirs = TaskDirs {
+            host: self.task_dir(job),
+            node: format!("workitems/{}/job-1/{TASK_ID}", job.id),
+            node_base: String::new(),
+        };
+        let files = TaskFiles {
+            runtime: &self.runtime,
+            node: outcome.node_id.as_deref(),
+            account: &job.run_account,
+            dirs: &dirs,
+        };
+        self.store_logs(job, files, &conventions).await?;
+        if outcome.result.as_deref() != Some("success") {
+            let why = failure_reason(outcome.exit_code, outcome.failure_info.as_ref());
+            return self.fail_command(job, files, why, &conventions).await;
         }
-        let Some(results) = self.store_outputs(job, &conventions).await? else {
+        let Some(results) = self.store_outputs(job, files, &conventions).await? else {
             return Ok(());
         };
         if store::services::finish(
@@ -99,10 +114,12 @@ impl BesJobDriver {
     async fn fail_command(
         &self,
         job: &BesJobRow,
+        files: TaskFiles<'_>,
         why: String,
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<()> {
-        let stderr = transfer::tail(self.task_dir(job).join("stderr.txt"), 2000)
+        let stderr = files
+            .tail(Path::new("stderr.txt"), 2000)
             .await
             .unwrap_or_default();
         let tail = String::from_utf8_lossy(&stderr).trim().to_string();
@@ -121,13 +138,12 @@ impl BesJobDriver {
     async fn store_logs(
         &self,
         job: &BesJobRow,
+        files: TaskFiles<'_>,
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<()> {
         for log in ["stdout.txt", "stderr.txt"] {
             let target = conventions.blob(format!("{TASK_ID}/$TaskLog/{log}"))?;
-            if let Err(e) =
-                transfer::upload(&self.http, self.task_dir(job).join(log), &target).await
-            {
+            if let Err(e) = upload(&self.http, files, Path::new(log), &target).await {
                 tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the task log failed");
             }
         }
@@ -139,12 +155,14 @@ impl BesJobDriver {
     async fn store_outputs(
         &self,
         job: &BesJobRow,
+        files: TaskFiles<'_>,
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<Option<Map<String, Value>>> {
         let mut results = Map::new();
         let now = Utc::now();
         for (name, output) in &job.request.outputs {
-            let Some(stored) = self.store_output(job, name, output, conventions).await? else {
+            let placed = (name.as_str(), output);
+            let Some(stored) = self.store_output(job, files, placed, conventions).await? else {
                 return Ok(None);
             };
             results.insert(
@@ -160,13 +178,13 @@ impl BesJobDriver {
     async fn store_output(
         &self,
         job: &BesJobRow,
-        name: &str,
-        output: &Placed,
+        files: TaskFiles<'_>,
+        (name, output): (&str, &Placed),
         conventions: &Conventions<'_>,
     ) -> anyhow::Result<Option<Blob>> {
         let file = output.file.as_str();
-        let local = self.task_dir(job).join("wd").join(file);
-        if local.with(|root, rel| root.metadata(rel)).await.is_err() {
+        let local = Path::new("wd").join(file);
+        if !matches!(files.stat(&local).await, Ok(Some(info)) if !info.is_dir) {
             self.fail(job, format!("The command wrote no output {name:?} (expected {file} in its working directory).")).await?;
             return Ok(None);
         }
@@ -180,7 +198,7 @@ impl BesJobDriver {
             }
             None => under_conventions.clone(),
         };
-        if let Err(e) = transfer::upload(&self.http, local.clone(), &destination).await {
+        if let Err(e) = upload(&self.http, files, &local, &destination).await {
             let details = format!("Output {name:?} could not be written (InvalidBlob): {e:#}");
             self.fail(job, details).await?;
             return Ok(None);
@@ -188,7 +206,7 @@ impl BesJobDriver {
         if destination.path != under_conventions.path
             || destination.place != under_conventions.place
         {
-            if let Err(e) = transfer::upload(&self.http, local, &under_conventions).await {
+            if let Err(e) = upload(&self.http, files, &local, &under_conventions).await {
                 tracing::warn!(job = %job.id, error = %format!("{e:#}"), "storing the output under the conventions failed");
             }
         }
@@ -209,6 +227,20 @@ impl BesJobDriver {
         }
         Ok(())
     }
+}
+
+/// Uploads a file of the task's (an absent one as empty), read by its node's agent.
+async fn upload(
+    http: &reqwest::Client,
+    files: TaskFiles<'_>,
+    rel: &Path,
+    target: &Blob,
+) -> anyhow::Result<()> {
+    let data = files
+        .read(rel)
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    transfer::upload_with(http, data, target, Default::default()).await
 }
 
 /// Why the command failed, in a sentence.

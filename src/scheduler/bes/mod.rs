@@ -20,7 +20,7 @@ pub use classic::classic_pool_id;
 use super::Wakeups;
 use crate::domain::bes::Phase;
 use crate::runtime::safe_fs::Below;
-use crate::runtime::Layout;
+use crate::runtime::{Layout, Runtime};
 use crate::storage::{DataReference, Roots};
 use crate::store;
 use crate::store::services::BesJobRow;
@@ -45,6 +45,8 @@ pub struct Config {
 pub struct BesJobDriver {
     db: PgPool,
     layout: Layout,
+    /// Reaches the files of a job's task through its node's agent.
+    runtime: Arc<Runtime>,
     config: Config,
     wake: Wakeups,
     http: reqwest::Client,
@@ -58,7 +60,7 @@ pub struct BesJobDriver {
 impl BesJobDriver {
     pub fn new(
         db: PgPool,
-        layout: Layout,
+        runtime: Arc<Runtime>,
         config: Config,
         wake: Wakeups,
         cancel: CancellationToken,
@@ -66,7 +68,8 @@ impl BesJobDriver {
         crate::install_tls();
         Arc::new(Self {
             db,
-            layout,
+            layout: runtime.layout().clone(),
+            runtime,
             config,
             wake,
             http: reqwest::Client::new(),

@@ -216,8 +216,14 @@ pub async fn take_expired_files(
     .map(|rows| rows.into_iter().map(|r| (r.account, r.job_id, r.task_id)).collect())
 }
 
-/// How a task ended: (state, exit code, result, failure info).
-pub type Outcome = (TaskState, Option<i32>, Option<String>, Option<Value>);
+/// How a task ended, and on which node (None once the node is gone).
+pub struct Outcome {
+    pub state: TaskState,
+    pub exit_code: Option<i32>,
+    pub result: Option<String>,
+    pub failure_info: Option<Value>,
+    pub node_id: Option<String>,
+}
 
 /// A task's outcome, found by its job's account and id (any case) and its own id.
 pub async fn outcome(
@@ -226,8 +232,11 @@ pub async fn outcome(
     job_id: &str,
     task_id: &str,
 ) -> sqlx::Result<Option<Outcome>> {
-    sqlx::query!(
-        r#"SELECT t.state AS "state: TaskState", t.exit_code, t.result, t.failure_info FROM jobs j JOIN tasks t ON t.job_pk = j.pk
+    sqlx::query_as!(
+        Outcome,
+        r#"SELECT t.state AS "state: TaskState", t.exit_code, t.result, t.failure_info,
+                  CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id
+         FROM jobs j JOIN tasks t ON t.job_pk = j.pk
          WHERE j.account = $1 AND lower(j.id) = lower($2) AND t.id = $3"#,
         account,
         job_id,
@@ -235,7 +244,6 @@ pub async fn outcome(
     )
     .fetch_optional(db)
     .await
-    .map(|row| row.map(|r| (r.state, r.exit_code, r.result, r.failure_info)))
 }
 
 /// Replaces a task's constraints.
