@@ -125,6 +125,9 @@ pub enum FileOp {
     /// Delete it: a file, an empty directory, or with `recursive` a directory and all in it
     /// (links in it go as links). Answered with what it was.
     Remove { recursive: bool },
+    /// Make the directory, and those above it, as needed (a link in the way is replaced, never
+    /// followed). Answered with what it is.
+    MakeDir,
     /// Make the file anew from the bytes at [`BODIES_PATH`]`/{id}` (with `mode` if given): its
     /// directories are made (a link in the way is replaced, never followed), it is written aside
     /// and renamed into place, so it is there whole or not at all. Answered with what it is.

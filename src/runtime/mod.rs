@@ -11,7 +11,7 @@ mod node_runtime;
 mod task;
 mod task_files;
 
-pub use crate::sys::{file_write, safe_fs};
+pub use crate::sys::safe_fs;
 
 use std::path::{Path, PathBuf};
 

@@ -53,6 +53,14 @@ impl TaskFiles<'_> {
         }
     }
 
+    /// Makes the directory `rel`, and those above it, as needed.
+    pub async fn make_dir(&self, rel: &Path) -> Result<(), NodeError> {
+        match self.ask(rel, FileOp::MakeDir).await? {
+            Some(FileAnswer::Info(info)) if info.is_dir => Ok(()),
+            _ => Err(self.failed(rel, "not made a directory")),
+        }
+    }
+
     /// The bytes of the file `rel`; None if there is no such file.
     pub async fn read(&self, rel: &Path) -> Result<Option<FileData>, NodeError> {
         match self.ask(rel, FileOp::Read { range: None }).await? {

@@ -214,6 +214,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.server_id.clone(),
         s.wake.clone(),
         s.fetcher.clone(),
+        s.bes.clone(),
         cancel.clone(),
     );
     let driver = bes::BesJobDriver::new(

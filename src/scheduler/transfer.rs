@@ -1,4 +1,5 @@
-//! Files between blob storage and a task's directory, never through a link a task left there.
+//! Bytes between storage (blobs, http URLs) and a node's files, streamed: what goes into a node
+//! is written by its agent (`runtime::TaskFiles`), what comes out is read by it.
 
 use futures_util::StreamExt;
 use object_store::{
@@ -6,33 +7,13 @@ use object_store::{
 };
 
 use crate::runtime::agents::ByteStream;
-use crate::runtime::safe_fs::Below;
-use crate::runtime::{file_write, FileData};
-use crate::storage::{self, DataReference, Roots};
-
-/// Streams a BES input into a file (made anew), through no link a task left on the way; an
-/// input on the server's own host only if `allow_local`.
-pub(super) async fn download(
-    r: &DataReference,
-    roots: &Roots,
-    allow_local: bool,
-    to: Below,
-) -> anyhow::Result<()> {
-    let b = storage::resolve(r, roots)?;
-    b.check_host(allow_local).await?;
-    to_disk(to, blob_stream(&b).await?).await
-}
+use crate::runtime::FileData;
+use crate::storage;
 
 /// A blob's bytes, as they come.
 pub(super) async fn blob_stream(b: &storage::Blob) -> Result<ByteStream, object_store::Error> {
     let stream = b.store.get(&b.path).await?.into_stream();
     Ok(stream.map(|c| c.map_err(std::io::Error::other)).boxed())
-}
-
-/// Writes a file on this host's disk anew (`file_write`: whole or not at all, no link followed).
-async fn to_disk(to: Below, bytes: ByteStream) -> anyhow::Result<()> {
-    file_write::write(&to.root, &to.rel, bytes, None).await?;
-    Ok(())
 }
 
 /// An http(s) URL's body, as it comes; a status other than success is an error naming it.

@@ -50,6 +50,10 @@ fn refused(e: std::io::Error) -> Refusal {
 
 fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), Refusal> {
     let root = Dir::open_root(root).map_err(refused)?;
+    if let FileOp::MakeDir = op {
+        // Before the look below: the directory need not be there yet.
+        return make_dir(&root, rel);
+    }
     let name = rel
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -62,6 +66,7 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
     match op {
         // A write comes with its bytes: `file_write` answers it.
         FileOp::Write { .. } => Err((FileError::Failed, "a write without its bytes".into())),
+        FileOp::MakeDir => make_dir(&root, rel),
         FileOp::Stat => Ok((
             ReplyHead::Info {
                 info: FileInfo::of(name, &meta),
@@ -102,6 +107,14 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
             Ok((ReplyHead::Data { info, start, count }, Payload::File(file)))
         }
     }
+}
+
+fn make_dir(root: &Dir, rel: &Path) -> Result<(ReplyHead, Payload), Refusal> {
+    let made = root.create_dir_all(rel).map_err(refused)?;
+    let meta = made.metadata(Path::new("")).map_err(refused)?;
+    let name = rel.file_name().unwrap_or_default().to_string_lossy();
+    let info = FileInfo::of(name.into_owned(), &meta);
+    Ok((ReplyHead::Info { info }, Payload::None))
 }
 
 fn list(

@@ -16,6 +16,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 pub use classic::classic_pool_id;
+pub use stage::stage_inputs;
 
 use super::Wakeups;
 use crate::domain::bes::Phase;

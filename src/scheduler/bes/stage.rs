@@ -1,53 +1,46 @@
-//! Staging a started BES job: its inputs down into the task's working directory, then its Batch
-//! job and the one task that runs the service's command.
+//! Staging a started BES job: its Batch job and the one task that runs the service's command;
+//! once the task has a node, its inputs down into the task's working directory, written there
+//! by the node's agent.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{classic_pool_id, BesJobDriver, TASK_ID};
+use super::{classic_pool_id, BesJobDriver, Config, TASK_ID};
 use crate::domain::bes::Phase;
 use crate::domain::duration::IsoDuration;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
+use crate::runtime::agents::ByteStream;
+use crate::runtime::TaskFiles;
+use crate::scheduler::task_files::Failure;
 use crate::scheduler::transfer;
+use crate::storage::{self, DataReference};
 use crate::store;
 use crate::store::services::BesJobRow;
+use crate::store::tasks::AttemptRow;
 
 impl BesJobDriver {
-    /// Inputs down, then the Batch job and its task, in one transaction with the phase change.
+    /// The Batch job and its task, in one transaction with the phase change; the inputs go
+    /// down once the task has a node ([`stage_inputs`]).
     pub(super) async fn stage(self: Arc<Self>, job: &BesJobRow) -> anyhow::Result<()> {
         // A pass may hand over a job from a snapshot older than a step that just ended: go by
-        // the phase now, or a second download could rewrite inputs under a running command.
+        // the phase now.
         if !self.still_in(job, &[Phase::Staging]).await? {
             return Ok(());
         }
-        if self.download_inputs(job).await? {
-            self.queue_task(job).await?;
+        // The API accepts an input only with a readable place.
+        if let Some(name) = job
+            .request
+            .inputs
+            .iter()
+            .find_map(|(name, input)| input.reference.is_none().then_some(name))
+        {
+            return self
+                .fail(job, format!("Input {name:?} has no location."))
+                .await;
         }
-        Ok(())
-    }
-
-    /// Downloads every input into the task's working directory; false when one could not be
-    /// read, and the job has failed.
-    async fn download_inputs(&self, job: &BesJobRow) -> anyhow::Result<bool> {
-        let wd = self.task_dir(job).join("wd");
-        wd.join("inputs").create_dir_all().await?;
-        wd.join("outputs").create_dir_all().await?;
-        for (name, input) in &job.request.inputs {
-            // The API accepts an input only with a readable place.
-            let Some(r) = &input.reference else {
-                self.fail(job, format!("Input {name:?} has no location."))
-                    .await?;
-                return Ok(false);
-            };
-            let (roots, local) = (&self.config.roots, self.config.allow_local_urls);
-            if let Err(e) = transfer::download(r, roots, local, wd.join(&input.file)).await {
-                let details = format!("Input {name:?} could not be read (InvalidBlob): {e}");
-                self.fail(job, details).await?;
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        self.queue_task(job).await
     }
 
     /// Adds the Batch job and its task, and moves the BES job on to running; unless it was
@@ -135,4 +128,58 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
         kills_job: false,
         dedicated_only: false,
     }
+}
+
+/// Before a BES job's task runs on its node: its inputs down into the working directory (each
+/// streamed from its storage through this server to the node's agent), and `outputs/` made for
+/// the command to write in. The failure, if an input could not be read; nothing for a task that
+/// is no running BES job's.
+pub async fn stage_inputs(
+    db: &sqlx::PgPool,
+    config: &Config,
+    on: TaskFiles<'_>,
+    a: &AttemptRow,
+) -> Option<Failure> {
+    if a.task_id != TASK_ID {
+        return None;
+    }
+    let job = match store::services::running_job_of(db, &a.account, &a.job_id).await {
+        Ok(job) => job?,
+        Err(e) => {
+            return Some(Failure::new(
+                "BlobDownloadMiscError",
+                format!("finding the BES job's inputs failed: {e}"),
+            ))
+        }
+    };
+    let wd = Path::new("wd");
+    for (name, input) in &job.request.inputs {
+        let failed = |e: String| {
+            Failure::new(
+                "BlobDownloadMiscError",
+                format!("Input {name:?} could not be read (InvalidBlob): {e}"),
+            )
+        };
+        let Some(r) = &input.reference else {
+            return Some(failed("it has no location".into()));
+        };
+        let bytes = match input_stream(r, config).await {
+            Ok(bytes) => bytes,
+            Err(e) => return Some(failed(format!("{e:#}"))),
+        };
+        if let Err(e) = on.write(&wd.join(&input.file), bytes, None).await {
+            return Some(failed(e.message));
+        }
+    }
+    on.make_dir(&wd.join("outputs"))
+        .await
+        .err()
+        .map(|e| Failure::new("BlobDownloadMiscError", e.message))
+}
+
+/// An input's bytes, from a place under the storage roots (on this host only if allowed).
+async fn input_stream(r: &DataReference, config: &Config) -> anyhow::Result<ByteStream> {
+    let b = storage::resolve(r, &config.roots)?;
+    b.check_host(config.allow_local_urls).await?;
+    Ok(transfer::blob_stream(&b).await?)
 }

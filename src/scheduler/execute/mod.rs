@@ -41,6 +41,8 @@ pub struct Executor {
     prep: Arc<Preparations>,
     /// Application packages on nodes.
     packages: Packages,
+    /// Where BES jobs' inputs come from, for their tasks.
+    bes: super::bes::Config,
 }
 
 /// An attempt being watched.
@@ -68,6 +70,7 @@ impl Executor {
         server_id: String,
         wake: Wakeups,
         fetcher: task_files::Fetcher,
+        bes: super::bes::Config,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let (outcomes, receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -92,6 +95,7 @@ impl Executor {
                 server_id.clone(),
             ),
             fetcher,
+            bes,
         });
         tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
         this

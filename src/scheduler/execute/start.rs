@@ -41,6 +41,14 @@ impl Executor {
         if let Some(failure) = downloaded {
             return Err(Outcome::NotPrepared(failure));
         }
+        let on = self.task_files(a, node_id, dirs);
+        let staged = tokio::select! {
+            failure = super::super::bes::stage_inputs(&self.db, &self.bes, on, a) => failure,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        if let Some(failure) = staged {
+            return Err(Outcome::NotPrepared(failure));
+        }
         task_files::prepared(&self.db, a).await;
         let spec = ExecSpec {
             command_line: a.command_line.clone(),

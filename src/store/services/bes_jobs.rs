@@ -72,6 +72,21 @@ pub async fn get_job(
     .await
 }
 
+/// The running BES job whose Batch job `job_id` runs in `account`, if there is one.
+pub async fn running_job_of(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    job_id: &str,
+) -> sqlx::Result<Option<BesJobRow>> {
+    select_bes_jobs!(
+        "WHERE run_account = $1 AND id = $2 AND phase = 'running'",
+        account,
+        job_id,
+    )
+    .fetch_optional(db)
+    .await
+}
+
 pub async fn get_job_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<BesJobRow>> {
     select_bes_jobs!("WHERE pk = $1", pk,)
         .fetch_optional(db)
