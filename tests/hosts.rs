@@ -451,6 +451,10 @@ async fn hosts_are_added_and_removed_while_the_server_runs() {
     assert_eq!(s.operator(POST, "hosts", Some(&changed), None).await.0, 200);
     let listed = String::from_utf8(host_cmd(&s, &["list"]).stdout).unwrap();
     assert_eq!(listed, format!("{extra}  cpus=8  memory=-  tls=-\n"));
+    wait_for("the leader to take the added host", || async {
+        s.log_contains("a Docker host was added").then_some(())
+    })
+    .await;
     let body = json!({"id": "grow", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
     assert_eq!(s.post("/pools", &body).await.0, 201);
     s.wait_nodes("grow", 2, "idle").await;
