@@ -270,6 +270,57 @@ on_both_runtimes!(
     files_are_read_by_the_nodes_agent
 );
 
+/// Every file under `dir` named `name`.
+fn found(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            out.extend(found(&path, name));
+        } else if entry.file_name() == name {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// What the server puts in a node is written by the node's agent: with the agent stopped, a
+/// task's resource file is not written behind its back, and the task fails once the write has
+/// made no progress for 15 s; with the agent going again, the same file arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_files_are_written_by_the_nodes_agent() {
+    let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let node = s.nodes("p").await[0]["id"].as_str().unwrap().to_string();
+    let (name, url) = common::blobs::container("rl").await;
+    common::blobs::put_blob(&format!("{name}/agent-input.txt"), "input\n").await;
+    let task = |id: &str| {
+        json!({"id": id, "commandLine": "cat in/agent-input.txt",
+               "resourceFiles": [{"storageContainerUrl": url, "filePath": "in"}]})
+    };
+
+    freeze(Rt::Local, &s, &node, true);
+    s.add_tasks("j", vec![task("frozen")]).await;
+    let t = s.wait_task("j", "frozen", "completed").await;
+    let workitems = s.data_dir.path().join("workitems");
+    let written = found(&workitems, "agent-input.txt");
+    freeze(Rt::Local, &s, &node, false);
+    let failure = &t["executionInfo"]["failureInfo"];
+    assert_eq!(failure["code"], "BlobDownloadMiscError", "{t}");
+    assert!(failure.to_string().contains("no progress"), "{t}");
+    assert!(
+        written.is_empty(),
+        "written behind the agent's back: {written:?}"
+    );
+
+    s.add_tasks("j", vec![task("thawed")]).await;
+    let t = s.wait_task("j", "thawed", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    let out = s.file("/jobs/j/tasks/thawed/files/stdout.txt").await;
+    assert_eq!(out.as_deref(), Some("input\n"));
+}
+
 /// What a server reads of a task's and its node's files: the task's output, a node file, and
 /// the names in the task's listing.
 async fn files_seen_by(
