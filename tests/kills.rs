@@ -69,6 +69,8 @@ async fn ending_work_kills_its_processes(rt: Rt) {
     let m = marker(rt, 1);
     job(&s, "j").await;
     victim(&s, "j", "victim", &m).await;
+    let victim_dir = s.data_dir.path().join("workitems/batchpool/j/job-1/victim");
+    assert!(victim_dir.is_dir(), "{}", victim_dir.display());
     assert_eq!(s.delete("/jobs/j/tasks/victim").await.0, 200);
     assert_eq!(
         witnessed(&s, &node, "j", &m, 1).await,
@@ -76,6 +78,11 @@ async fn ending_work_kills_its_processes(rt: Rt) {
         "the next task ran beside the deleted one"
     );
     assert!(!s.process_running(&m).await);
+    // Its directory goes once its process has (removed by the node's agent).
+    wait_for("the deleted task's directory to go", || async {
+        (!victim_dir.exists()).then_some(())
+    })
+    .await;
 
     // Deleting a job with a running task.
     let m = marker(rt, 2);

@@ -61,6 +61,14 @@ impl TaskFiles<'_> {
         }
     }
 
+    /// Removes `rel` and everything below it (links in it go as links, never followed); what
+    /// is not there is not an error.
+    pub async fn remove(&self, rel: &Path) -> Result<(), NodeError> {
+        self.ask(rel, FileOp::Remove { recursive: true })
+            .await
+            .map(|_| ())
+    }
+
     /// The bytes of the file `rel`; None if there is no such file.
     pub async fn read(&self, rel: &Path) -> Result<Option<FileData>, NodeError> {
         match self.ask(rel, FileOp::Read { range: None }).await? {

@@ -215,7 +215,8 @@ impl Executor {
     }
 
     /// A task deleted while it ran keeps its directory until its process is killed (the API
-    /// leaves it, so nothing of the task runs on in a directory it will not see removed).
+    /// leaves it, so nothing of the task runs on in a directory it will not see removed); then
+    /// its node's agent removes it.
     async fn remove_if_deleted(&self, a: &AttemptRow) {
         match store::tasks::exists(&self.db, &a.account, &a.job_id, &a.task_id).await {
             Ok(false) => {
@@ -225,7 +226,15 @@ impl Executor {
                 let dirs = self
                     .runtime
                     .task_dirs(&a.account, node_id, &a.job_id, &a.task_id);
-                dirs.host.remove().await;
+                // By the node's agent, inside the node.
+                let on = self.task_files(a, node_id, &dirs);
+                if let Err(e) = on.remove(std::path::Path::new("")).await {
+                    // An agent that does not answer (its node is going) would leave the
+                    // directory for good: a deleted task has no retention to end it. It lies in
+                    // this host's data directory while nodes mount it, so it goes from there.
+                    tracing::warn!(task = %a.task_id, error = %e.message, "the node's agent did not remove a deleted task's directory; removing it here");
+                    dirs.host.remove().await;
+                }
             }
             Ok(true) => {}
             Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),
