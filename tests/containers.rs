@@ -17,7 +17,7 @@ fn build_task_image() {
     std::fs::write(dir.path().join("Dockerfile"), dockerfile).unwrap();
     run_ok(
         std::process::Command::new("docker")
-            .args(["build", "-q", "-t", TASK_IMAGE])
+            .args(["build", "-q", "--network", "none", "-t", TASK_IMAGE])
             .arg(dir.path()),
     );
 }

@@ -162,7 +162,9 @@ pub async fn fresh_database() -> String {
     url.to_string()
 }
 
-/// Builds the node image through the Docker API (our own `build-node-image`), once per process.
+/// Builds the node image through the Docker API (our own `build-node-image`), once per process,
+/// and tags it also as the default node image, which tests name as a task's container image: a
+/// fresh machine has neither.
 fn ensure_test_image() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -173,6 +175,11 @@ fn ensure_test_image() {
                 TEST_IMAGE,
             ]),
         );
+        run_ok(std::process::Command::new("docker").args([
+            "tag",
+            TEST_IMAGE,
+            "batchpool/node:latest",
+        ]));
     });
 }
 
