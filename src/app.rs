@@ -149,7 +149,6 @@ async fn run(
     runtime.ensure_default_image(&config.default_image).await;
 
     std::fs::create_dir_all(&layout.nodes)?;
-    std::fs::create_dir_all(&layout.workitems)?;
 
     let cancel = CancellationToken::new();
     let wake = Wakeups::new(std::time::Duration::from_millis(config.backup_tick_ms));

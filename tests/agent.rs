@@ -175,14 +175,12 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
     s.job_on("j", "p").await;
     s.add_tasks("j", vec![json!({"id": "t", "commandLine": "sleep 30"})])
         .await;
-    s.wait_task("j", "t", "running").await;
-    let record = s
-        .data_dir
-        .path()
-        .join("workitems/batchpool/j/job-1/t/.batchpool/1");
+    let running = s.wait_task("j", "t", "running").await;
+    let node = running["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    let record = "workitems/j/job-1/t/.batchpool/1";
     // The first line: the pid, and the boot of the agent that started it.
     let first = common::wait_for("the attempt's pid", || async {
-        let text = std::fs::read_to_string(&record).ok()?;
+        let text = s.on_node(&node, record).await?;
         let line = text.strip_suffix('\n')?.to_string();
         (!line.contains('\n')).then_some(line)
     })
@@ -195,7 +193,7 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
     unsafe { libc::kill(-pid, libc::SIGKILL) };
     // With no server to tell, the agent records how the command ended.
     common::wait_for("the agent to record the end", || async {
-        let text = std::fs::read_to_string(&record).ok()?;
+        let text = s.on_node(&node, record).await?;
         (text == format!("{first}\n137\n")).then_some(())
     })
     .await;
@@ -252,8 +250,8 @@ async fn files_are_read_by_the_nodes_agent(rt: Rt) {
     let names = listing["value"].to_string();
     assert!(names.contains(r#""name":"shared""#), "{names}");
     assert!(
-        !names.contains("workitems"),
-        "task directories are listed per task: {names}"
+        names.contains(r#""name":"workitems/j/job-1/t/wd/out""#),
+        "the node's task directories are its own: {names}"
     );
 
     // With its agent stopped, the node answers nothing: the files are not read behind its back.
@@ -303,8 +301,8 @@ async fn resource_files_are_written_by_the_nodes_agent() {
     freeze(Rt::Local, &s, &node, true);
     s.add_tasks("j", vec![task("frozen")]).await;
     let t = s.wait_task("j", "frozen", "completed").await;
-    let workitems = s.data_dir.path().join("workitems");
-    let written = found(&workitems, "agent-input.txt");
+    let nodes = s.data_dir.path().join("nodes");
+    let written = found(&nodes, "agent-input.txt");
     freeze(Rt::Local, &s, &node, false);
     let failure = &t["executionInfo"]["failureInfo"];
     assert_eq!(failure["code"], "BlobDownloadMiscError", "{t}");
@@ -358,7 +356,7 @@ async fn files_are_read_through_any_server(rt: Rt) {
         "the second server has no copy of the node"
     );
     // Only the installation's servers may ask.
-    let question = json!({"node": node, "account": "batchpool", "root": "node", "rel": "shared/mark", "op": {"op": "read", "range": null}});
+    let question = json!({"node": node, "rel": "shared/mark", "op": {"op": "read", "range": null}});
     let asked = reqwest::Client::new()
         .post(format!("{}/agent/v1/peer/files", first.agent_url()))
         .header("authorization", "BatchpoolPeer guess")
@@ -368,25 +366,32 @@ async fn files_are_read_through_any_server(rt: Rt) {
         .unwrap();
     assert_eq!(asked.status(), 401);
 
-    // Once the node is gone, its task's files are still the leader's to serve.
+    // A task deleted through the second server: its directory goes from its node.
+    let dir = "workitems/j/job-1/t";
+    assert!(first.exists_on_node(&node, &format!("{dir}/wd/out")).await);
+    assert_eq!(second.delete("/jobs/j/tasks/t").await.0, 200);
+    common::wait_for("the deleted task's directory to go", || async {
+        (!first.exists_on_node(&node, dir).await).then_some(())
+    })
+    .await;
+
+    // Once the node is gone, so are its tasks' files, as on Azure: both servers say so.
+    let task = json!({"id": "kept", "commandLine": "printf hello > out"});
+    second.add_tasks("j", vec![task]).await;
+    second.wait_task("j", "kept", "completed").await;
+    let file = "/jobs/j/tasks/kept/files/wd/out";
+    assert_eq!(second.file(file).await.as_deref(), Some("hello"));
     let resize = json!({"targetDedicatedNodes": 0});
     assert_eq!(second.post("/pools/p/resize", &resize).await.0, 202);
     common::wait_for("the node to go", || async {
         second.nodes("p").await.is_empty().then_some(())
     })
     .await;
-    let file = "/jobs/j/tasks/t/files/wd/out";
-    assert_eq!(second.file(file).await.as_deref(), Some("hello"));
-    assert_eq!(first.file(file).await.as_deref(), Some("hello"));
-
-    // A task deleted through the second server: its directory goes from the leader's disk.
-    let dir = first.data_dir.path().join("workitems/batchpool/j/job-1/t");
-    assert!(dir.join("wd/out").exists(), "{dir:?}");
-    assert_eq!(second.delete("/jobs/j/tasks/t").await.0, 200);
-    common::wait_for("the deleted task's directory to go", || async {
-        (!dir.exists()).then_some(())
-    })
-    .await;
+    for s in [&first, &second] {
+        let (status, body) = s.get(file).await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["code"], "NodeNotFound", "{body}");
+    }
 }
 on_both_runtimes!(
     a_nodes_files_are_read_through_any_server,

@@ -265,20 +265,6 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
     let (_, listing) = s.get("/jobs/r/tasks/chatty/files?recursive=true").await;
     assert_eq!(common::names(&listing), ["stderr.txt", "stdout.txt", "wd"]);
 
-    // Files outlive the node that ran the task.
-    assert_eq!(
-        s.post("/pools/r/resize", &json!({"targetDedicatedNodes": 0}))
-            .await
-            .0,
-        202
-    );
-    s.wait_nodes("r", 0, "idle").await;
-    assert_eq!(
-        s.file("/jobs/r/tasks/chatty/files/stdout.txt")
-            .await
-            .unwrap(),
-        "first\nsecond\n"
-    );
     let head = s
         .http
         .head(format!("{}/jobs/r/tasks/chatty/files/stdout.txt", s.base))
@@ -310,6 +296,18 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
         "a range of an empty file is an empty answer"
     );
     assert_eq!(empty.text().await.unwrap(), "");
+
+    // A task's files live on its node, and go with it, as on Azure.
+    assert_eq!(
+        s.post("/pools/r/resize", &json!({"targetDedicatedNodes": 0}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("r", 0, "idle").await;
+    let (status, body) = s.get("/jobs/r/tasks/chatty/files/stdout.txt").await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["code"], "NodeNotFound", "{body}");
 }
 on_both_runtimes!(
     retries_wall_clock_kill_and_live_stdout,

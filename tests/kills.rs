@@ -69,8 +69,8 @@ async fn ending_work_kills_its_processes(rt: Rt) {
     let m = marker(rt, 1);
     job(&s, "j").await;
     victim(&s, "j", "victim", &m).await;
-    let victim_dir = s.data_dir.path().join("workitems/batchpool/j/job-1/victim");
-    assert!(victim_dir.is_dir(), "{}", victim_dir.display());
+    let victim_dir = "workitems/j/job-1/victim";
+    assert!(s.exists_on_node(&node, victim_dir).await);
     assert_eq!(s.delete("/jobs/j/tasks/victim").await.0, 200);
     assert_eq!(
         witnessed(&s, &node, "j", &m, 1).await,
@@ -80,7 +80,7 @@ async fn ending_work_kills_its_processes(rt: Rt) {
     assert!(!s.process_running(&m).await);
     // Its directory goes once its process has (removed by the node's agent).
     wait_for("the deleted task's directory to go", || async {
-        (!victim_dir.exists()).then_some(())
+        (!s.exists_on_node(&node, victim_dir).await).then_some(())
     })
     .await;
 

@@ -108,7 +108,8 @@ async fn disabling_scheduling_drains_a_node_with_each_option() {
 }
 
 /// A reimage makes the node again from its image: a new disk (what the start task wrote is gone
-/// and written once more), the running task requeued and run again, job task files kept.
+/// and written once more, and the task files of what ran there with it), the running task
+/// requeued and run again; with retaineddata, not before the task files' retention ran out.
 async fn reimage(rt: Rt) {
     let s = TestServer::start(rt).await;
     let pool = json!({"id": "ri", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2,
@@ -154,8 +155,11 @@ async fn reimage(rt: Rt) {
     assert_eq!(s.file(&boots).await.as_deref(), Some("boot\n"), "{again}");
     let long = s.wait_task("j", "long", "running").await;
     assert_eq!(long["executionInfo"]["requeueCount"], 1, "{long}");
-    let out = s.file("/jobs/j/tasks/done/files/stdout.txt").await;
-    assert_eq!(out.as_deref(), Some("kept\n"));
+    let (status, body) = s.get("/jobs/j/tasks/done/files/stdout.txt").await;
+    assert_eq!(
+        status, 404,
+        "the task's files went with the old disk: {body}"
+    );
 
     // taskcompletion: what runs finishes first, then the node is made again.
     assert_eq!(
@@ -182,6 +186,44 @@ on_both_runtimes!(
     reimaging_gives_a_node_a_new_disk_and_requeues_its_task,
     reimage
 );
+
+/// A reimage with retaineddata keeps the node's disk until the retention of the files of the
+/// tasks that ran there has run out, then makes the node anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reimage_with_retained_data_waits_for_the_task_files_retention() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("rd").await;
+    let node = s.nodes("rd").await[0].clone();
+    let id = node["id"].as_str().unwrap().to_string();
+    s.job_on("j", "rd").await;
+    let kept =
+        json!({"id": "kept", "commandLine": "echo kept", "constraints": {"retentionTime": "PT4S"}});
+    s.add_tasks("j", vec![kept]).await;
+    let kept = s.wait_task("j", "kept", "completed").await;
+    let ended =
+        chrono::DateTime::parse_from_rfc3339(kept["executionInfo"]["endTime"].as_str().unwrap())
+            .unwrap();
+    let retain = json!({"nodeReimageOption": "retaineddata"});
+    assert_eq!(
+        s.post(&format!("/pools/rd/nodes/{id}/reimage"), &retain)
+            .await
+            .0,
+        202
+    );
+    let file = "/jobs/j/tasks/kept/files/stdout.txt";
+    assert_eq!(s.file(file).await.as_deref(), Some("kept\n"));
+    common::wait_for("the node reimaged", || async {
+        let (_, n) = s.get(&format!("/pools/rd/nodes/{id}")).await;
+        (n["state"] == "idle" && n["lastBootTime"] != node["lastBootTime"]).then_some(())
+    })
+    .await;
+    let waited = chrono::Utc::now() - ended.with_timezone(&chrono::Utc);
+    assert!(
+        waited >= chrono::Duration::milliseconds(3500),
+        "reimaged {waited} after the task ended, within its retention"
+    );
+    assert_eq!(s.get(file).await.0, 404);
+}
 
 /// What support asks for when a node misbehaves: its agent's log and the server's record of it,
 /// uploaded to a container the caller gives with a SAS URL; and the node's tasks that run now.

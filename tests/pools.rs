@@ -404,3 +404,40 @@ on_both_runtimes!(
     reboot_reruns_the_start_task_and_removenodes_takes_the_named_node,
     reboot_and_remove
 );
+
+/// A node that leaves with `retaineddata` keeps its tasks' files, readable, until their
+/// retention has run out, then goes: a task's files live on its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_leaving_with_retained_data_keeps_its_tasks_files_until_their_retention() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let task = json!({"id": "t", "commandLine": "printf kept > out",
+                      "constraints": {"retentionTime": "PT6S"}});
+    s.add_tasks("j", vec![task]).await;
+    let done = s.wait_task("j", "t", "completed").await;
+    let ended =
+        chrono::DateTime::parse_from_rfc3339(done["executionInfo"]["endTime"].as_str().unwrap())
+            .unwrap();
+    let resize = json!({"targetDedicatedNodes": 0, "nodeDeallocationOption": "retaineddata"});
+    assert_eq!(s.post("/pools/p/resize", &resize).await.0, 202);
+    let file = "/jobs/j/tasks/t/files/wd/out";
+    wait_for("the node to leave", || async {
+        let nodes = s.nodes("p").await;
+        (nodes.len() == 1 && nodes[0]["state"] == "leavingpool").then_some(())
+    })
+    .await;
+    assert_eq!(s.file(file).await.as_deref(), Some("kept"));
+    wait_for("the node to go", || async {
+        s.nodes("p").await.is_empty().then_some(())
+    })
+    .await;
+    let gone = chrono::Utc::now();
+    assert!(
+        gone - ended.with_timezone(&chrono::Utc) >= chrono::Duration::milliseconds(5500),
+        "the node went at {gone}, before the retention from {ended} ran out"
+    );
+    let (status, body) = s.get(file).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["code"], "NodeNotFound", "{body}");
+}

@@ -1,5 +1,5 @@
 //! What tasks leave in their directories cannot lead the server outside their node: links a
-//! task plants in the account's workitems or its node's root are never followed by the server,
+//! task plants in its node's task directories (workitems) or root are never followed by the server,
 //! which runs as root on the host. And reading a large file costs the server no memory.
 
 #[macro_use]

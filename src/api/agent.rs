@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::error::ApiError;
 use super::json::AzureJson;
-use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, PeerRoot, WorkBatch};
+use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, WorkBatch};
 use crate::runtime::agents::{encode, Agents, Link, Peers, ReplyBody};
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Runtime;
@@ -120,28 +120,20 @@ pub async fn peer_file(
             (Some(std::path::Component::Normal(_)), None)
         )
     };
-    let layout = state.runtime.layout();
-    let root = match (question.root, question.node.as_deref()) {
-        (PeerRoot::Node, Some(node)) if plain(node) => layout.nodes.join(node),
-        (PeerRoot::Workitems, _) if plain(&question.account) => {
-            layout.account_workitems(&question.account)
-        }
-        _ => {
-            return Err(ApiError::invalid_property(
-                "root",
-                format!("{:?}", question.root),
-                "names no node or account",
-            ))
-        }
-    };
+    if !plain(&question.node) {
+        return Err(ApiError::invalid_property(
+            "node",
+            question.node.as_str(),
+            "is not a node's id",
+        ));
+    }
     let at = Below {
-        root,
+        root: state.runtime.host_root(&question.node),
         rel: question.rel.into(),
     };
-    let node = question.node.as_deref();
     match state
         .runtime
-        .file(node, &question.account, &at, question.op)
+        .file(Some(&question.node), &at, question.op)
         .await
     {
         Ok(answer) => Ok(Body::from_stream(encode(answer)).into_response()),

@@ -113,13 +113,8 @@ pub enum Work {
 pub enum FileOp {
     /// What it is.
     Stat,
-    /// What is in the directory (and below it, if `recursive`), names relative to it; the
-    /// names in it that `skip` holds are neither listed nor entered.
-    List {
-        recursive: bool,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        skip: Vec<String>,
-    },
+    /// What is in the directory (and below it, if `recursive`), names relative to it.
+    List { recursive: bool },
     /// The file's bytes, all of them or `range` (first and last byte; no last: to the end).
     Read { range: Option<(u64, Option<u64>)> },
     /// Delete it: a file, an empty directory, or with `recursive` a directory and all in it
@@ -347,20 +342,11 @@ pub const PEER_AUTH_SCHEME: &str = "BatchpoolPeer";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerFile {
-    /// The node the files are on (None: no node holds them any more).
-    pub node: Option<String>,
-    pub account: String,
-    /// Below which directory: the node's root, or the account's workitems.
-    pub root: PeerRoot,
+    /// The node the files are on.
+    pub node: String,
+    /// The path below the node's root.
     pub rel: String,
     pub op: FileOp,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum PeerRoot {
-    Node,
-    Workitems,
 }
 
 /// The `Authorization` header's value for `node`.

@@ -1,6 +1,7 @@
-//! Where nodes live. `docker`: one container per node; `local`: one directory per node and plain
-//! processes. Both keep the same contract, including the Azure Batch directory layout under the
-//! node's root directory, which is always a directory on this host (bind-mounted into containers).
+//! Where nodes live. `docker`: one container per node, its root a volume of its own on its
+//! engine; `local`: one directory per node on this host and plain processes. Both keep the same
+//! contract, including the Azure Batch directory layout under the node's root directory, which
+//! the server reaches only through the node's agent.
 
 pub mod agents;
 pub mod docker;
@@ -15,7 +16,7 @@ pub use crate::sys::safe_fs;
 
 use std::path::{Path, PathBuf};
 
-use safe_fs::{Below, Dir};
+use safe_fs::Below;
 
 pub use docker::DockerRuntime;
 pub use layout::Layout;
@@ -88,6 +89,19 @@ pub struct NodeError {
     pub message: String,
 }
 
+/// A job task's directory below its node's root: Azure's `workitems/{job}/job-1/{task}`.
+pub fn task_dir(job_id: &str, task_id: &str) -> PathBuf {
+    Path::new("workitems")
+        .join(job_id)
+        .join("job-1")
+        .join(task_id)
+}
+
+/// A job's directory below a node's root: `workitems/{job}`.
+pub fn job_dir(job_id: &str) -> PathBuf {
+    Path::new("workitems").join(job_id)
+}
+
 /// The node runtime this server uses, with what every runtime shares.
 pub struct Runtime {
     node: Box<dyn NodeRuntime>,
@@ -107,7 +121,8 @@ impl Runtime {
         self.node.name()
     }
 
-    /// The node's root directory on this host.
+    /// The node's root directory as this host names it: a local node's directory, or for a
+    /// Docker node only a name for its volume, through whose agent every path below it goes.
     pub fn host_root(&self, node_id: &str) -> PathBuf {
         self.layout().nodes.join(node_id)
     }
@@ -150,8 +165,7 @@ impl Runtime {
     }
 
     /// A job's preparation or release task's directory on one node: `jobprep/{job}/{task}` below
-    /// the node's root. Each node has its own (the account's workitems are shared by the nodes
-    /// of a host); tasks find it through AZ_BATCH_JOB_PREP_DIR.
+    /// the node's root; tasks find it through AZ_BATCH_JOB_PREP_DIR.
     pub fn job_prep_dirs(&self, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
         TaskDirs {
             host: Below {
@@ -163,55 +177,51 @@ impl Runtime {
         }
     }
 
-    /// A job's preparation and release task directories on one node.
-    pub fn job_prep_root(&self, node_id: &str, job_id: &str) -> Below {
-        Below {
-            root: self.host_root(node_id),
-            rel: Path::new("jobprep").join(job_id),
+    /// A job task's directory on the node that runs it: Azure's `workitems/{job}/job-1/{task}`
+    /// below the node's root. As on Azure, it lives and goes with its node.
+    pub fn task_dirs(&self, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
+        let rel = task_dir(job_id, task_id);
+        TaskDirs {
+            node: format!("{}/{}", self.node_root(node_id), rel.display()),
+            host: Below {
+                root: self.host_root(node_id),
+                rel,
+            },
+            node_base: self.node_root(node_id),
         }
     }
 
-    /// A job task's directory: Azure's `workitems/{job}/job-1/{task}`. It lives in the account's
-    /// workitems directory, outside the node, so a task's files outlive the node that ran it.
-    pub fn task_dirs(&self, account: &str, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
-        let workitems = format!("{}/workitems", self.node_root(node_id));
-        TaskDirs {
-            host: self.layout().task_dir(account, job_id, task_id),
-            node: format!("{workitems}/{job_id}/job-1/{task_id}"),
-            node_base: workitems,
-        }
+    /// Removes `rel` below the node's root, and everything in it, through the node's agent
+    /// (see [`file`](Self::file)); what is not there is not an error. A directory an agent
+    /// cannot remove now stays until its node goes.
+    pub async fn remove_on_node(&self, node_id: &str, rel: &Path) {
+        let at = Below {
+            root: self.host_root(node_id),
+            rel: rel.to_path_buf(),
+        };
+        let op = crate::domain::agent::FileOp::Remove { recursive: true };
+        let refused = match self.file(Some(node_id), &at, op).await {
+            Ok(agents::FileAnswer::Refused { error, message })
+                if error != crate::domain::agent::FileError::NotFound =>
+            {
+                message
+            }
+            Ok(_) => return,
+            Err(e) => e.message,
+        };
+        tracing::warn!(node = node_id, path = %rel.display(), error = %refused, "removing a directory on a node failed");
     }
 
     /// Creates and starts the node; if it exists already (a crash mid-way), adopts it.
     pub async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
-        let root = self.host_root(&spec.node_id);
-        let workitems = self.layout().account_workitems(&spec.account);
-        let dir_failed = |e: std::io::Error| NodeError {
-            code: "NodeDirectoryFailed",
-            message: format!("cannot create the node directory {}: {e}", root.display()),
-        };
-        let (r, w) = (root.clone(), workitems.clone());
-        // The node's root and the account's workitems are the server's; below the root, a
-        // restarted node's tasks may have left links, which `safe_fs` replaces.
-        tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&r)?;
-            std::fs::create_dir_all(&w)?;
-            let node = Dir::open_root(&r)?;
-            node.create_dir_all(Path::new("shared"))?;
-            node.create_dir_all(Path::new("startup/wd"))?;
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)
-        .and_then(|r| r)
-        .map_err(dir_failed)?;
-        self.node.create_node(spec, &root, &workitems).await
+        self.node.create_node(spec).await
     }
 
     /// Removes the node and its directory. Removing a node that is already gone is not an error.
     pub async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         self.node.remove_node(server_id, node_id).await?;
-        // Links in it (a local node's workitems, any a task made) go as links.
+        // A local node's directory (or a Docker node's made by a server before nodes had
+        // volumes of their own). Links in it (any a task made) go as links.
         Below {
             root: self.layout().nodes.clone(),
             rel: PathBuf::from(node_id),
@@ -274,9 +284,18 @@ impl Runtime {
     ) -> anyhow::Result<i64> {
         match &spec.container {
             Some(container) => {
-                // A container of its own: the server makes its directories. A node's own
-                // commands have its agent make them, on the node.
-                spec.dirs.prepare(spec.attempt).await?;
+                // A container of its own, which the node's agent does not start: the agent
+                // makes its directories all the same, on the node. A node's own commands have
+                // it make them as it starts them.
+                let files = TaskFiles {
+                    runtime: self,
+                    node: Some(node_id),
+                    dirs: &spec.dirs,
+                };
+                spec.dirs
+                    .prepare_through(files, spec.attempt)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 self.node
                     .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
                     .await

@@ -1,7 +1,7 @@
 //! A node's and its tasks' files, for the files API: asked of the node's agent, which reads them
-//! from inside the node (so a link a task made can only ever lead inside it). Only files whose
-//! node is gone (a task's files outlive it, until its retentionTime) or has no agent connected
-//! to this server are read from this host's disk, through the same rules.
+//! from inside the node (so a link a task made can only ever lead inside it). Only a node with
+//! no agent connected to this server has its files read from this host's disk, through the same
+//! rules; a node that is gone has none.
 
 use futures_util::stream::StreamExt;
 
@@ -13,18 +13,17 @@ use crate::domain::agent::{FileError, FileOp, ReplyHead};
 use crate::sys::file_answer::{self, Payload};
 
 impl Runtime {
-    /// Answers `op` about `at` (a path on this host below a node's root or its account's
-    /// workitems) from the agent of `node`, the node the files are on; from this host's disk if
-    /// the node is gone (None) or its agent is not connected to this server.
+    /// Answers `op` about `at` (a path on this host below a node's root) from the agent of
+    /// `node`, the node the files are on; from this host's disk if the node is gone (None) or
+    /// its agent is not connected to this server.
     pub async fn file(
         &self,
         node: Option<&str>,
-        account: &str,
         at: &Below,
         op: FileOp,
     ) -> Result<FileAnswer, NodeError> {
         if let Some(node) = node.filter(|n| self.agents.knows(n)) {
-            if let Some(root) = self.in_node(node, account, at) {
+            if let Some(root) = self.in_node(node, at) {
                 let rel = at.rel.to_string_lossy().into_owned();
                 return self.agents.file(node, root, rel, op).await;
             }
@@ -42,7 +41,6 @@ impl Runtime {
     pub async fn attempt_record(
         &self,
         server_id: &str,
-        account: &str,
         node: &str,
         dirs: &TaskDirs,
         attempt: i32,
@@ -53,10 +51,7 @@ impl Runtime {
         let read = FileOp::Read {
             range: Some((0, Some(RECORD_MAX as u64 - 1))),
         };
-        match self
-            .file(Some(node), account, &dirs.record(attempt), read)
-            .await?
-        {
+        match self.file(Some(node), &dirs.record(attempt), read).await? {
             FileAnswer::Data { mut bytes, .. } => {
                 let mut text = Vec::with_capacity(RECORD_MAX);
                 while let Some(chunk) = bytes.next().await {
@@ -82,13 +77,13 @@ impl Runtime {
     /// its agent is not connected to this server. Whole or not at all, and no link followed.
     pub async fn write_file(
         &self,
-        (node, account): (Option<&str>, &str),
+        node: Option<&str>,
         at: &Below,
         bytes: ByteStream,
         mode: Option<u32>,
     ) -> Result<(), NodeError> {
         if let Some(node) = node.filter(|n| self.agents.knows(n)) {
-            if let Some(root) = self.in_node(node, account, at) {
+            if let Some(root) = self.in_node(node, at) {
                 let rel = at.rel.to_string_lossy().into_owned();
                 return self
                     .agents
@@ -116,14 +111,9 @@ impl Runtime {
         self.agents.knows(node)
     }
 
-    /// The directory `at` lies below, as `node` sees it; None if it is not the node's root or
-    /// its account's workitems.
-    fn in_node(&self, node: &str, account: &str, at: &Below) -> Option<String> {
-        if at.root == self.host_root(node) {
-            return Some(self.node_root(node));
-        }
-        let workitems = self.layout().account_workitems(account);
-        (at.root == workitems).then(|| self.node.node_workitems(&self.node_root(node), &workitems))
+    /// The directory `at` lies below, as `node` sees it; None if it is not the node's root.
+    fn in_node(&self, node: &str, at: &Below) -> Option<String> {
+        (at.root == self.host_root(node)).then(|| self.node_root(node))
     }
 }
 

@@ -32,10 +32,6 @@ pub trait NodeRuntime: Send + Sync {
     /// where it is on this host.
     fn node_root(&self, host_root: &Path) -> String;
 
-    /// The account's `workitems` directory as commands on the node see it, given the node's
-    /// root as they see it and where the directory is on this host.
-    fn node_workitems(&self, node_root: &str, host_workitems: &Path) -> String;
-
     /// Makes sure the default node image is there, once at start; most runtimes have none.
     fn ensure_default_image<'a>(&'a self, _image: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async {})
@@ -44,13 +40,11 @@ pub trait NodeRuntime: Send + Sync {
     /// Whether the runtime answers, for `/health/ready`.
     fn reachable(&self) -> BoxFuture<'_, bool>;
 
-    /// Creates and starts the node, whose `root` (on this host) and account's `workitems` are
-    /// made already; if the node exists already (a crash mid-way), adopts it.
+    /// Creates and starts the node, its directories with it; if the node exists already (a
+    /// crash mid-way), adopts it.
     fn create_node<'a>(
         &'a self,
         spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
     ) -> BoxFuture<'a, Result<NodeHandle, NodeError>>;
 
     /// Removes the node (not its directory); a node that is already gone is not an error.

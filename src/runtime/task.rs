@@ -96,8 +96,21 @@ impl TaskDirs {
         }
     }
 
-    /// Makes the directories the wrapper needs. One trip to the blocking pool for all of it, not
-    /// one each. The root is the server's (made with the node, unless removed since).
+    /// What [`prepare`](Self::prepare) does, through the node's agent: for a task in a
+    /// container of its own, which the agent does not start.
+    pub(super) async fn prepare_through(
+        &self,
+        files: super::TaskFiles<'_>,
+        attempt: i32,
+    ) -> Result<(), super::NodeError> {
+        files.make_dir(Path::new(STATE_DIR)).await?;
+        // A record left by an earlier run of this attempt number must not pass for this one's.
+        files.remove(&Self::state_file(attempt)).await?;
+        files.make_dir(Path::new("wd")).await
+    }
+
+    /// Makes the directories the wrapper needs, on this host, for a node that runs no agent.
+    /// One trip to the blocking pool for all of it, not one each. The root is the server's (made with the node, unless removed since).
     pub(super) async fn prepare(&self, attempt: i32) -> anyhow::Result<()> {
         self.host
             .create_then(move |task| {

@@ -15,7 +15,6 @@ pub struct TaskFiles<'a> {
     pub runtime: &'a Runtime,
     /// The node the task ran on; None if it is gone.
     pub node: Option<&'a str>,
-    pub account: &'a str,
     pub dirs: &'a TaskDirs,
 }
 
@@ -42,10 +41,7 @@ impl TaskFiles<'_> {
         rel: &Path,
         recursive: bool,
     ) -> Result<Option<Vec<FileInfo>>, NodeError> {
-        let op = FileOp::List {
-            recursive,
-            skip: Vec::new(),
-        };
+        let op = FileOp::List { recursive };
         match self.ask(rel, op).await? {
             Some(FileAnswer::Listing(infos)) => Ok(Some(infos)),
             Some(_) => Err(self.failed(rel, "an answer that is not a listing")),
@@ -86,8 +82,7 @@ impl TaskFiles<'_> {
         mode: Option<u32>,
     ) -> Result<(), NodeError> {
         let at = self.dirs.host.join(rel);
-        let on = (self.node, self.account);
-        self.runtime.write_file(on, &at, bytes, mode).await
+        self.runtime.write_file(self.node, &at, bytes, mode).await
     }
 
     /// The last `max` bytes of the file `rel` (none if there is no such file): a task's log
@@ -116,7 +111,7 @@ impl TaskFiles<'_> {
     /// The answer to `op` about `rel`; None if nothing is there.
     async fn ask(&self, rel: &Path, op: FileOp) -> Result<Option<FileAnswer>, NodeError> {
         let at = self.dirs.host.join(rel);
-        let answer = self.runtime.file(self.node, self.account, &at, op).await?;
+        let answer = self.runtime.file(self.node, &at, op).await?;
         match answer {
             FileAnswer::Refused {
                 error: FileError::NotFound,

@@ -29,7 +29,7 @@ pub async fn run(
     let mut last_prune = Utc::now();
     loop {
         let now = Utc::now();
-        if let Err(e) = remove_task_dirs(&db, runtime.layout()).await {
+        if let Err(e) = remove_task_dirs(&db, &runtime).await {
             tracing::warn!(error = %e, "removing deleted tasks' directories failed");
         }
         match crate::ops::schedules::run_due(&db, jobs, now).await {
@@ -69,17 +69,16 @@ pub async fn run(
     }
 }
 
-/// Removes the directories of tasks deleted (through any server) since the last look.
-async fn remove_task_dirs(db: &PgPool, layout: &crate::runtime::Layout) -> sqlx::Result<()> {
+/// Removes the directories of tasks deleted (through any server) since the last look, each
+/// through the agent of its node.
+async fn remove_task_dirs(db: &PgPool, runtime: &crate::runtime::Runtime) -> sqlx::Result<()> {
     let queued = store::removals::take(db, 100).await?;
     if queued.is_empty() {
         return Ok(());
     }
     for r in &queued {
-        layout
-            .task_dir(&r.account, &r.job_id, &r.task_id)
-            .remove()
-            .await;
+        let dir = crate::runtime::task_dir(&r.job_id, &r.task_id);
+        runtime.remove_on_node(&r.node_id, &dir).await;
     }
     let pks: Vec<i64> = queued.iter().map(|r| r.pk).collect();
     store::removals::done(db, &pks).await

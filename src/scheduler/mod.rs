@@ -297,29 +297,29 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
             prep.start_due_releases().await?;
             continue;
         }
-        let nodes = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
+        // Its directories are on the nodes that ran its tasks and its preparation.
+        let mut nodes = store::tasks::nodes_of_job(&s.db, job.pk).await?;
+        let prepared = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
+        nodes.extend(prepared.into_iter().map(|n| n.node_id));
+        nodes.sort();
+        nodes.dedup();
         let mut tx = s.db.begin().await?;
         // What its tasks used stays in the account's lifetime statistics.
         store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
-        for n in nodes {
-            s.runtime.job_prep_root(&n.node_id, &job.id).remove().await;
+        let prep = std::path::Path::new("jobprep").join(&job.id);
+        for node in &nodes {
+            for dir in [crate::runtime::job_dir(&job.id), prep.clone()] {
+                s.runtime.remove_on_node(node, &dir).await;
+            }
         }
-        s.runtime
-            .layout()
-            .job_dir(&job.account, &job.id)
-            .remove()
-            .await;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }
-    for (account, job_id, task_id) in store::tasks::take_expired_files(&s.db, 500).await? {
-        s.runtime
-            .layout()
-            .task_dir(&account, &job_id, &task_id)
-            .remove()
-            .await;
+    for t in store::tasks::take_expired_files(&s.db, 500).await? {
+        let dir = crate::runtime::task_dir(&t.job_id, &t.task_id);
+        s.runtime.remove_on_node(&t.node_id, &dir).await;
     }
     Ok(())
 }

@@ -129,7 +129,7 @@ impl Packages {
             rel: Path::new("applications").join(&name).join(INSTALLED),
         };
         let installed = matches!(
-            self.runtime.file(Some(node_id), at.account, &marker, FileOp::Stat).await,
+            self.runtime.file(Some(node_id), &marker, FileOp::Stat).await,
             Ok(FileAnswer::Info(info)) if !info.is_dir
         );
         if installed {
@@ -153,7 +153,6 @@ impl Packages {
                 let on = TaskFiles {
                     runtime: &self.runtime,
                     node: Some(node_id),
-                    account: at.account,
                     dirs: &dirs,
                 };
                 let to = Path::new("wd").join("package.zip");

@@ -199,7 +199,6 @@ where
         let on = TaskFiles {
             runtime,
             node: Some(at.node_id),
-            account: at.account,
             dirs: &spec.dirs,
         };
         let result = match task_files::download(fetcher, on, files, linked).await {

@@ -29,6 +29,9 @@ pub struct NodeRow {
     pub is_dedicated: bool,
     /// A preempted node is not made again before this.
     pub preempted_until: Option<DateTime<Utc>>,
+    /// It leaves (or is reimaged) with `retaineddata`: its disk stays until the retention of
+    /// its tasks' files has run out.
+    pub retain_data: bool,
 }
 
 /// Reads whole `NodeRow`s: `select_nodes!("WHERE ...", args)` is the checked query over every column.
@@ -36,7 +39,7 @@ macro_rules! select_nodes {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             NodeRow,
-            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded, scheduling_disabled, is_dedicated, preempted_until FROM nodes "# + $rest
+            r#"SELECT pk, pool_pk, id, state AS "state: _", state_transition_time, allocation_time, last_boot_time, ip_address, container_id, errors, start_task_info, running_task_slots, running_tasks, total_tasks_run, total_tasks_succeeded, scheduling_disabled, is_dedicated, preempted_until, retain_data FROM nodes "# + $rest
             $(, $arg)*
         )
     };
@@ -85,6 +88,19 @@ pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<
 /// Moves a node to `state` unless it is already leaving the pool (a removal always wins). A
 /// preempted node only leaves that state to be made again (`creating`): provisioning under way
 /// when it was preempted must not bring it back.
+/// Whether the node keeps its disk until its tasks' files' retention runs out, when it is
+/// reimaged (see [`NodeRow::retain_data`]).
+pub async fn set_retain_data(db: impl PgExecutor<'_>, pk: i64, retain: bool) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE nodes SET retain_data = $2 WHERE pk = $1",
+        pk,
+        retain
+    )
+    .execute(db)
+    .await
+    .map(drop)
+}
+
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now() \
@@ -149,11 +165,16 @@ pub async fn set_start_task_info(
 }
 
 /// Marks nodes as leaving; returns those that were not already.
-pub async fn mark_leaving(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Vec<i64>> {
+pub async fn mark_leaving(
+    db: impl PgExecutor<'_>,
+    pks: &[i64],
+    retain_data: bool,
+) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
-        "UPDATE nodes SET state = 'leavingpool', state_transition_time = now() \
+        "UPDATE nodes SET state = 'leavingpool', state_transition_time = now(), retain_data = $2 \
          WHERE pk = ANY($1) AND state <> 'leavingpool' RETURNING pk",
         pks,
+        retain_data,
     )
     .fetch_all(db)
     .await

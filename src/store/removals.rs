@@ -1,27 +1,30 @@
 //! Task directories to remove (the task_dir_removals table): queued by whichever server
-//! deletes a task, removed by the leader, whose data directory holds them.
+//! deletes a task, removed by the leader, whose nodes' agents connect to it, through the agent
+//! of the node the directory is on.
 
 use sqlx::PgExecutor;
 
 #[derive(Debug)]
 pub struct TaskDirRemoval {
     pub pk: i64,
-    pub account: String,
     pub job_id: String,
     pub task_id: String,
+    /// The node the directory is on.
+    pub node_id: String,
 }
 
 pub async fn queue(
     db: impl PgExecutor<'_>,
     account: &str,
-    job_id: &str,
-    task_id: &str,
+    (job_id, task_id): (&str, &str),
+    node_id: &str,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "INSERT INTO task_dir_removals (account, job_id, task_id) VALUES ($1, $2, $3)",
+        "INSERT INTO task_dir_removals (account, job_id, task_id, node_id) VALUES ($1, $2, $3, $4)",
         account,
         job_id,
-        task_id
+        task_id,
+        node_id
     )
     .execute(db)
     .await
@@ -39,7 +42,7 @@ pub async fn take(db: &sqlx::PgPool, limit: i64) -> sqlx::Result<Vec<TaskDirRemo
     .await?;
     sqlx::query_as!(
         TaskDirRemoval,
-        "SELECT pk, account, job_id, task_id FROM task_dir_removals ORDER BY pk LIMIT $1",
+        "SELECT pk, job_id, task_id, node_id FROM task_dir_removals ORDER BY pk LIMIT $1",
         limit
     )
     .fetch_all(db)

@@ -73,7 +73,7 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
             },
             Payload::None,
         )),
-        FileOp::List { recursive, skip } => list(&root, rel, recursive, &skip),
+        FileOp::List { recursive } => list(&root, rel, recursive),
         FileOp::Remove { recursive } => {
             let removed = match (meta.is_dir(), recursive) {
                 (true, true) => root.remove_all(rel),
@@ -117,18 +117,8 @@ fn make_dir(root: &Dir, rel: &Path) -> Result<(ReplyHead, Payload), Refusal> {
     Ok((ReplyHead::Info { info }, Payload::None))
 }
 
-fn list(
-    root: &Dir,
-    rel: &Path,
-    recursive: bool,
-    skip: &[String],
-) -> Result<(ReplyHead, Payload), Refusal> {
-    let keep = |path: &Path| {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let top = path.parent() == Some(Path::new(""));
-        let skipped = top && skip.iter().any(|s| *s == name);
-        !(is_private(&name) || skipped)
-    };
+fn list(root: &Dir, rel: &Path, recursive: bool) -> Result<(ReplyHead, Payload), Refusal> {
+    let keep = |path: &Path| !is_private(&path.file_name().unwrap_or_default().to_string_lossy());
     let entries = listing::walk(root, rel, recursive, keep, MAX_LISTING).map_err(refused)?;
     if entries.len() > MAX_LISTING {
         return Err((
@@ -192,17 +182,5 @@ mod tests {
                 ..
             }
         ));
-
-        std::fs::create_dir_all(tmp.path().join("d/skipped/x")).unwrap();
-        let op = FileOp::List {
-            recursive: true,
-            skip: vec!["skipped".into()],
-        };
-        let (head, payload) = answer(root, Path::new("d"), op);
-        assert_eq!(head, ReplyHead::Listing { count: 1 });
-        let Payload::Listing(infos) = payload else {
-            panic!()
-        };
-        assert_eq!(infos[0].name, "f");
     }
 }

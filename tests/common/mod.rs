@@ -727,6 +727,54 @@ impl TestServer {
             .await
             .unwrap_or_default()
     }
+
+    /// The text of `rel` below a node's root as the node itself holds it, behind the server's
+    /// back: a local node's directory on this host, or inside a Docker node's container. None
+    /// if it is not there (or is not a file). For what the server left on a node, not what its
+    /// API says.
+    pub async fn on_node(&self, node: &str, rel: &str) -> Option<String> {
+        match self.runtime {
+            Rt::Local => {
+                let path = self.data_dir.path().join("nodes").join(node).join(rel);
+                std::fs::read_to_string(path).ok()
+            }
+            Rt::Docker => {
+                let container = format!("batchpool-{}-{node}", self.server_id().await);
+                let out = std::process::Command::new("docker")
+                    .args([
+                        "exec",
+                        &container,
+                        "cat",
+                        &format!("/mnt/batch/tasks/{rel}"),
+                    ])
+                    .output()
+                    .expect("docker exec");
+                out.status
+                    .success()
+                    .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+            }
+        }
+    }
+
+    /// Whether anything is at `rel` below a node's root, as the node itself holds it (see
+    /// [`on_node`](Self::on_node)).
+    pub async fn exists_on_node(&self, node: &str, rel: &str) -> bool {
+        match self.runtime {
+            Rt::Local => {
+                let path = self.data_dir.path().join("nodes").join(node).join(rel);
+                path.symlink_metadata().is_ok()
+            }
+            Rt::Docker => {
+                let container = format!("batchpool-{}-{node}", self.server_id().await);
+                let path = format!("/mnt/batch/tasks/{rel}");
+                std::process::Command::new("docker")
+                    .args(["exec", &container, "test", "-e", &path])
+                    .status()
+                    .expect("docker exec")
+                    .success()
+            }
+        }
+    }
 }
 
 /// Every task of the job, following `odata.nextLink`.

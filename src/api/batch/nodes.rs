@@ -192,6 +192,12 @@ async fn restart(
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
     store::nodes::set_state(&mut *tx, node.pk, state).await?;
+    // A reimage takes the node's disk: with retaineddata, not before its tasks' files'
+    // retention has run out.
+    let retain = option == crate::domain::pool::NodeDeallocationOption::RetainedData;
+    if state == NodeState::Reimaging {
+        store::nodes::set_retain_data(&mut *tx, node.pk, retain).await?;
+    }
     tx.commit().await?;
     app.wake_allocator();
     app.wake_dispatcher();

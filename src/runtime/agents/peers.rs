@@ -47,7 +47,7 @@ impl Peers {
 
     /// Asks the server at `url` (the leader) `question`.
     pub async fn file(&self, url: &str, question: &PeerFile) -> Result<FileAnswer, NodeError> {
-        let node = question.node.as_deref().unwrap_or("-");
+        let node = &question.node;
         let failed = |why: String| NodeError {
             code: "NodeAgentUnreachable",
             message: format!("the server that runs node {node} ({url}) did not answer: {why}"),

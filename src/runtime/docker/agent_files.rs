@@ -1,35 +1,48 @@
-//! The node agent's files: this very program and the shared libraries it loads, put in a
-//! directory of the server's that nodes mount read-only, so any node image (a `FROM scratch`
-//! busybox too) runs the agent without a registry and without a copy per node.
+//! The node agent's files: this very program and the shared libraries it loads, packed once
+//! into a tar archive in the server's data directory. Each Docker host unpacks it once into a
+//! volume of its own, which its nodes mount read-only, so any node image (a `FROM scratch`
+//! busybox too) runs the agent without a registry, without a copy per node, and without a
+//! file system shared with the server.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sha2::Digest;
 
 /// Where nodes see the agent's directory.
 pub const AGENT_DIR: &str = "/opt/batchpool";
 
-/// Fills `dir` (made anew) with this program and its libraries; returns the command that
-/// starts the agent from [`AGENT_DIR`] in a node.
-pub fn prepare(dir: &Path) -> anyhow::Result<Vec<String>> {
+/// The last entry of the archive: a volume that holds it was filled to the end.
+pub const COMPLETE: &str = ".complete";
+
+/// The agent's files, packed for Docker hosts.
+#[derive(Debug)]
+pub struct AgentFiles {
+    /// The command that starts the agent from [`AGENT_DIR`] in a node.
+    pub command: Vec<String>,
+    /// The archive, to unpack at [`AGENT_DIR`].
+    pub archive: PathBuf,
+    /// Names what the archive holds (each file's name, size and time), so a host keeps one
+    /// volume per build of the agent.
+    pub digest: String,
+}
+
+/// Packs this program and its libraries into `archive` (made anew).
+pub fn prepare(archive: &Path) -> anyhow::Result<AgentFiles> {
     let exe = std::env::current_exe().context("finding this program")?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).with_context(|| format!("emptying {}", dir.display()))?;
-    }
-    let lib = dir.join("lib");
-    std::fs::create_dir_all(&lib).with_context(|| format!("making {}", lib.display()))?;
-    link_or_copy(&exe, &dir.join("batchpool"))?;
     let (loader, libraries) = shared_libraries(&exe)?;
-    for library in &libraries {
+    let mut files = vec![(exe, "batchpool".to_string())];
+    for library in libraries.iter().chain(loader.as_ref()) {
         let name = library.file_name().context("a library without a name")?;
-        link_or_copy(library, &lib.join(name))?;
+        files.push((library.clone(), format!("lib/{}", name.to_string_lossy())));
     }
+    let digest = pack(&files, archive)?;
     let program = format!("{AGENT_DIR}/batchpool");
-    Ok(match loader {
+    let command = match loader {
         // The node's own loader and libraries may differ or be missing: ours run the agent.
         Some(loader) => {
             let name = loader.file_name().context("a loader without a name")?;
-            link_or_copy(&loader, &lib.join(name))?;
             vec![
                 format!("{AGENT_DIR}/lib/{}", name.to_string_lossy()),
                 "--library-path".into(),
@@ -39,19 +52,56 @@ pub fn prepare(dir: &Path) -> anyhow::Result<Vec<String>> {
             ]
         }
         None => vec![program, "agent".into()],
+    };
+    Ok(AgentFiles {
+        command,
+        archive: archive.to_path_buf(),
+        digest,
     })
 }
 
-/// A hard link where the file system allows one (no copy of a large program), else a copy.
-fn link_or_copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    // The file itself, not a link to it (a link would point into the node's own files).
-    let from =
-        &std::fs::canonicalize(from).with_context(|| format!("finding {}", from.display()))?;
-    if std::fs::hard_link(from, to).is_err() {
-        std::fs::copy(from, to)
-            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+/// Writes `files` (each the file itself, not a link to it, under its name in the archive) and
+/// then [`COMPLETE`] into a tar archive at `archive`; returns the digest of what it holds.
+fn pack(files: &[(PathBuf, String)], archive: &Path) -> anyhow::Result<String> {
+    let mut digest = sha2::Sha256::new();
+    let out =
+        std::fs::File::create(archive).with_context(|| format!("making {}", archive.display()))?;
+    let mut tar = tar::Builder::new(std::io::BufWriter::new(out));
+    tar.mode(tar::HeaderMode::Deterministic);
+    let mut lib = tar::Header::new_gnu();
+    lib.set_entry_type(tar::EntryType::Directory);
+    lib.set_size(0);
+    lib.set_mode(0o755);
+    tar.append_data(&mut lib, "lib/", std::io::empty())?;
+    for (path, name) in files {
+        let path =
+            std::fs::canonicalize(path).with_context(|| format!("finding {}", path.display()))?;
+        let meta = std::fs::metadata(&path)?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        digest.update(format!("{name}\0{}\0{}\0", meta.len(), modified.as_nanos()));
+        let mut file =
+            std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut header = tar::Header::new_gnu();
+        header.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
+        // What runs the agent must stay runnable in the node, whoever it runs as.
+        header.set_mode(0o755);
+        tar.append_data(&mut header, name, &mut file)
+            .with_context(|| format!("packing {}", path.display()))?;
     }
-    Ok(())
+    let mut header = tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(0o644);
+    tar.append_data(&mut header, COMPLETE, std::io::empty())?;
+    tar.into_inner()?.flush()?;
+    let hex: String = digest.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(hex)
 }
 
 /// The program's loader and shared libraries, as `ldd` lists them; none for a static program.

@@ -1,7 +1,8 @@
 //! The `docker` runtime: each node is a long-lived container with the CPU and memory limits of
 //! its vmSize, never privileged, labelled with the installation, account, pool and node. Its root
-//! directory is a directory on this host bind-mounted at `/mnt/batch/tasks`, where Azure Batch
-//! puts it on Linux nodes; so the engine must share this host's filesystem (a local socket).
+//! directory is a volume of its own at `/mnt/batch/tasks`, where Azure Batch puts it on Linux
+//! nodes, made and removed with the container: the engine shares no file system with this host,
+//! and may be on another machine.
 //! Nodes of one account share a bridge network of their own, which the engine isolates from
 //! every other account's (and from the default bridge); no process in a node can gain privileges
 //! (`no-new-privileges`), and a node holds a bounded number of processes.
@@ -13,6 +14,7 @@ mod image;
 mod logs;
 mod node;
 mod task_container;
+mod volumes;
 
 use anyhow::Context;
 use bollard::Docker;
@@ -24,22 +26,24 @@ pub use image::build_busybox_image;
 use super::agents::Agents;
 use super::Layout;
 
-/// How nodes run their agent: this server's side of the agents, and the command that starts
-/// one in a node.
+/// How nodes run their agent: this server's side of the agents, and the agent's files that
+/// each host unpacks into a volume of its own.
 pub struct AgentSetup {
     pub agents: std::sync::Arc<Agents>,
-    pub command: Vec<String>,
-    /// The agent's directory on this host.
-    pub command_dir: std::path::PathBuf,
+    pub files: agent_files::AgentFiles,
 }
 
 impl AgentSetup {
-    /// Puts the agent's files in the layout's agent directory, for nodes to mount.
+    /// Packs the agent's files into the layout's agent archive, for hosts to unpack.
     pub fn prepare(agents: std::sync::Arc<Agents>, layout: &Layout) -> anyhow::Result<Self> {
+        // Servers before this one kept the files in a directory there, which nodes mounted.
+        let old = layout.agent.with_extension("");
+        if old.is_dir() {
+            let _ = std::fs::remove_dir_all(&old);
+        }
         Ok(Self {
             agents,
-            command: agent_files::prepare(&layout.agent)?,
-            command_dir: layout.agent.clone(),
+            files: agent_files::prepare(&layout.agent)?,
         })
     }
 }
@@ -58,6 +62,8 @@ fn network_name(server_id: &str, account: &str) -> String {
 
 pub struct DockerRuntime {
     docker: Docker,
+    /// The volume on this engine that holds the agent's files, once it is filled.
+    agent_volume: tokio::sync::Mutex<Option<String>>,
     layout: Layout,
     /// Held while a network is looked up and made: engines before API 1.44 make a second network
     /// of the same name when asked twice, and a name that matches two is unusable.
@@ -134,6 +140,7 @@ impl DockerRuntime {
     pub fn new(docker: Docker, layout: Layout, agent: std::sync::Arc<AgentSetup>) -> Self {
         Self {
             docker,
+            agent_volume: tokio::sync::Mutex::default(),
             layout,
             networks: tokio::sync::Mutex::default(),
             nodes: std::sync::Mutex::default(),

@@ -2,7 +2,6 @@
 //! restarted, found again after a restart, and removed.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use anyhow::Context;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
@@ -10,10 +9,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 
-use super::{
-    container_name, network_name, status_of, AgentSetup, DockerRuntime, AGENT_DIR, NODE_PIDS_LIMIT,
-    NODE_ROOT,
-};
+use super::{container_name, network_name, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT};
 use crate::domain::agent::{ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
@@ -30,12 +26,7 @@ fn failed(spec: &NodeSpec, what: &str, e: bollard::errors::Error) -> NodeError {
 }
 
 impl DockerRuntime {
-    pub(super) async fn create_node(
-        &self,
-        spec: &NodeSpec,
-        root: &Path,
-        workitems: &Path,
-    ) -> Result<NodeHandle, NodeError> {
+    pub(super) async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         // The pool's images first: with a registry, the node's own may be pulled among them.
         self.ready_task_images(spec).await?;
         self.check_image(spec).await?;
@@ -46,8 +37,11 @@ impl DockerRuntime {
             format!("{ENV_NODE}={}", spec.node_id),
             format!("{ENV_SECRET}={}", new_secret()),
         ];
-        let body = container_body(spec, (root, workitems), network, &self.agent, agent_env);
+        let agent_volume = self.agent_volume(spec).await?;
+        let command = self.agent.files.command.clone();
+        let body = container_body(spec, network, (command, &agent_volume), agent_env);
         self.create_container(spec, &name, body).await?;
+        self.make_node_dirs(spec, &name).await?;
         if let Err(e) = self.docker.start_container(&name, None).await {
             // 304: already running.
             if status_of(&e) != Some(304) {
@@ -312,12 +306,12 @@ impl DockerRuntime {
 }
 
 /// The node's container: the vmSize's limits, never privileged, labelled with whose node it is,
-/// its root and the account's workitems bind-mounted where Azure Batch puts them.
+/// its root a volume of its own (its tasks' directories, `workitems`, in it) where Azure Batch
+/// puts it, and the agent's volume mounted read-only.
 fn container_body(
     spec: &NodeSpec,
-    (root, workitems): (&Path, &Path),
     network: String,
-    agent: &AgentSetup,
+    (command, agent_volume): (Vec<String>, &str),
     agent_env: Vec<String>,
 ) -> ContainerCreateBody {
     let labels = HashMap::from([
@@ -330,11 +324,13 @@ fn container_body(
     ContainerCreateBody {
         image: Some(spec.image.clone()),
         // The agent is the node's main process: the node lives as long as it does.
-        entrypoint: Some(agent.command.clone()),
+        entrypoint: Some(command),
         cmd: Some(vec![]),
         env: Some(agent_env),
         hostname: Some(spec.node_id.replace('_', "-").chars().take(63).collect()),
         working_dir: Some(NODE_ROOT.into()),
+        // An anonymous volume: the node's disk, removed with its container.
+        volumes: Some(vec![NODE_ROOT.into()]),
         labels: Some(labels),
         host_config: Some(HostConfig {
             nano_cpus: Some((spec.vcpus * 1e9) as i64),
@@ -345,11 +341,7 @@ fn container_body(
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             pids_limit: Some(NODE_PIDS_LIMIT),
             network_mode: Some(network),
-            binds: Some(vec![
-                format!("{}:{NODE_ROOT}", root.display()),
-                format!("{}:{NODE_ROOT}/workitems", workitems.display()),
-                format!("{}:{AGENT_DIR}:ro", agent.command_dir.display()),
-            ]),
+            mounts: Some(vec![super::volumes::agent_mount(agent_volume)]),
             ..Default::default()
         }),
         ..Default::default()

@@ -62,16 +62,13 @@ impl LocalRuntime {
         serde_json::from_reader(std::io::Read::take(file, 4096)).ok()
     }
 
-    async fn create_node(
-        &self,
-        spec: &NodeSpec,
-        root: &Path,
-        workitems: &Path,
-    ) -> Result<NodeHandle, NodeError> {
+    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+        let root = &self.layout.nodes.join(&spec.node_id);
         let failed = |e: std::io::Error| NodeError {
             code: "NodeDirectoryFailed",
             message: format!("cannot create the node directory {}: {e}", root.display()),
         };
+        make_node_dirs(root).await.map_err(failed)?;
         // A node half made before a restart keeps its agent, if it runs.
         let agent = match self.labels(&spec.node_id).and_then(|l| l.agent) {
             Some(agent) if agent.alive() => agent,
@@ -91,14 +88,10 @@ impl LocalRuntime {
             agent: Some(agent),
         };
         let json = serde_json::to_vec(&labels).expect("labels serialize");
-        let (r, w) = (root.to_path_buf(), workitems.to_path_buf());
+        let r = root.to_path_buf();
         // One trip to the blocking pool; the root is read without following a task's links.
         tokio::task::spawn_blocking(move || {
             let dir = Dir::open_root(&r)?;
-            // Commands find the account's workitems below the node's root, as in a container.
-            if dir.metadata(Path::new("workitems")).is_err() {
-                std::os::unix::fs::symlink(&w, r.join("workitems"))?;
-            }
             dir.create_file(LABELS_FILE.as_ref())?.write_all(&json)
         })
         .await
@@ -179,11 +172,6 @@ impl NodeRuntime for LocalRuntime {
         host_root.display().to_string()
     }
 
-    /// Where it is on this host: the node's `workitems` is a link to it, which no walk follows.
-    fn node_workitems(&self, _node_root: &str, host_workitems: &Path) -> String {
-        host_workitems.display().to_string()
-    }
-
     fn reachable(&self) -> BoxFuture<'_, bool> {
         Box::pin(async { true })
     }
@@ -191,10 +179,8 @@ impl NodeRuntime for LocalRuntime {
     fn create_node<'a>(
         &'a self,
         spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
     ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(LocalRuntime::create_node(self, spec, root, workitems))
+        Box::pin(LocalRuntime::create_node(self, spec))
     }
 
     fn remove_node<'a>(
@@ -311,4 +297,21 @@ fn lines_between(log: &[u8], since: i64, until: i64) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Makes a local node's root and the directories it starts with. The root is the server's;
+/// below it, a restarted node's tasks may have left links, which `safe_fs` replaces.
+async fn make_node_dirs(root: &Path) -> std::io::Result<()> {
+    let r = root.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&r)?;
+        let node = Dir::open_root(&r)?;
+        for dir in ["shared", "workitems", "startup/wd"] {
+            node.create_dir_all(Path::new(dir))?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .and_then(|r| r)
 }

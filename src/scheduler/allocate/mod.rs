@@ -28,6 +28,8 @@ pub struct Allocator {
     provisioning: Mutex<HashMap<String, CancellationToken>>,
     /// Nodes whose removal (or, preempted, their container's) is under way.
     removing: Mutex<HashSet<String>>,
+    /// Until when nodes that keep their tasks' files (retaineddata) keep them, by node pk.
+    retained: Mutex<HashMap<i64, chrono::DateTime<Utc>>>,
     /// Preempted nodes whose container is gone, by pk and the time they were preempted.
     cleared: Mutex<HashSet<(i64, chrono::DateTime<Utc>)>>,
     /// When the added Docker hosts were last read.
@@ -58,6 +60,7 @@ impl Allocator {
             wake,
             provisioning: Mutex::default(),
             removing: Mutex::default(),
+            retained: Mutex::default(),
             cleared: Mutex::default(),
             hosts_synced: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
@@ -174,7 +177,7 @@ impl Allocator {
         self.resize_step(pool, nodes).await?;
         for node in nodes {
             match node.state {
-                NodeState::LeavingPool => self.ensure_removal(&node.id, node.pk),
+                NodeState::LeavingPool => self.ensure_removal(node, node.retain_data),
                 NodeState::Preempted => self.on_preempted(node, dedicated_waiting),
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
@@ -195,11 +198,12 @@ impl Allocator {
             return Ok(());
         }
         let pks: Vec<i64> = nodes.iter().map(|n| n.pk).collect();
-        store::nodes::mark_leaving(&self.db, &pks).await?;
+        store::nodes::mark_leaving(&self.db, &pks, false).await?;
         self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
             .await?;
+        // A deleted pool's nodes go with their tasks' files, whatever they left with.
         for node in nodes {
-            self.ensure_removal(&node.id, node.pk);
+            self.ensure_removal(node, false);
         }
         Ok(())
     }
@@ -228,10 +232,12 @@ impl Allocator {
         });
     }
 
-    fn ensure_removal(self: &Arc<Self>, node_id: &str, node_pk: i64) {
-        let (this, id) = (Arc::clone(self), node_id.to_string());
-        self.remove_once(node_id, async move {
-            if let Err(e) = this.remove(&id, node_pk).await {
+    /// Removes a leaving node once its tasks have ended and, if it is to `retain` its tasks'
+    /// files (retaineddata), once their retention has run out.
+    fn ensure_removal(self: &Arc<Self>, node: &NodeRow, retain: bool) {
+        let (this, id, node_pk) = (Arc::clone(self), node.id.clone(), node.pk);
+        self.remove_once(&node.id, async move {
+            if let Err(e) = this.remove(&id, node_pk, retain).await {
                 tracing::error!(node = %id, error = %format!("{e:#}"), "removing the node failed; will retry");
             }
         });
@@ -280,10 +286,10 @@ impl Allocator {
         Ok(())
     }
 
-    async fn remove(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
+    async fn remove(&self, node_id: &str, node_pk: i64, retain: bool) -> anyhow::Result<()> {
         // A node left to finish its tasks (taskcompletion) goes when the last one ends.
         let busy = store::tasks::any_running_on_node(&self.db, node_pk).await?;
-        if busy {
+        if busy || (retain && self.retains_files(node_pk).await?) {
             return Ok(());
         }
         let _permit = self.limit.acquire().await?;
@@ -292,8 +298,26 @@ impl Allocator {
         store::usage::close(&mut *tx, node_id, Utc::now()).await?;
         store::nodes::delete(&mut *tx, node_pk).await?;
         tx.commit().await?;
+        self.retained.lock().expect("lock").remove(&node_pk);
         tracing::info!(node = %node_id, "node removed");
         Ok(())
+    }
+
+    /// Whether the node, its tasks ended, still keeps files whose retention has not run out.
+    /// Asked of the database once per node (no task runs there any more), then remembered.
+    pub(super) async fn retains_files(&self, node_pk: i64) -> sqlx::Result<bool> {
+        let known = self.retained.lock().expect("lock").get(&node_pk).copied();
+        let until = match known {
+            Some(until) => until,
+            None => {
+                let until = store::tasks::files_kept_on_node_until(&self.db, node_pk)
+                    .await?
+                    .unwrap_or_else(Utc::now);
+                self.retained.lock().expect("lock").insert(node_pk, until);
+                until
+            }
+        };
+        Ok(until > Utc::now())
     }
 }
 

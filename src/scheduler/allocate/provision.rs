@@ -23,11 +23,24 @@ impl Allocator {
             return Ok(());
         }
         // A reboot or reimage with taskcompletion or retaineddata waits for the node's tasks
-        // (no new ones are placed on it meanwhile); the node's removal ends the wait.
+        // (no new ones are placed on it meanwhile); the node's removal ends the wait. A reimage
+        // with retaineddata, which takes the node's disk, also waits for its tasks' files'
+        // retention to run out.
         while matches!(node.state, NodeState::Rebooting | NodeState::Reimaging)
             && store::tasks::any_running_on_node(&self.db, node.pk).await?
         {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        if node.state == NodeState::Reimaging {
+            if node.retain_data {
+                while self.retains_files(node.pk).await? {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                store::nodes::set_retain_data(&self.db, node.pk, false).await?;
+                self.retained.lock().expect("lock").remove(&node.pk);
+            }
+            // The files of what ran there go with the old disk: nothing is retained for them.
+            store::tasks::forget_files_on_node(&self.db, node.pk).await?;
         }
         let Some(handle) = self.make_container(pool, &node).await? else {
             return Ok(());

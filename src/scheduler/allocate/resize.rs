@@ -106,7 +106,8 @@ impl Allocator {
         alive.sort_by_key(|n| (n.state.removal_rank(), std::cmp::Reverse(n.allocation_time)));
         let pks: Vec<i64> = alive.iter().take(surplus).map(|n| n.pk).collect();
         tracing::info!(pool = %pool.id, count = pks.len(), "removing nodes");
-        store::nodes::mark_leaving(&self.db, &pks).await?;
+        let retain = pool.node_deallocation_option == NodeDeallocationOption::RetainedData;
+        store::nodes::mark_leaving(&self.db, &pks, retain).await?;
         self.stop_tasks_on(&pks, pool.node_deallocation_option)
             .await?;
         self.wake.allocate.notify_one();
@@ -150,7 +151,7 @@ impl Allocator {
             "nodes lost with their Docker host; replacing them"
         );
         let pks: Vec<i64> = rows.iter().map(|n| n.pk).collect();
-        store::nodes::mark_leaving(&self.db, &pks).await?;
+        store::nodes::mark_leaving(&self.db, &pks, false).await?;
         self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)
             .await?;
         let mut pools: Vec<i64> = rows.iter().map(|n| n.pool_pk).collect();

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{BesJobDriver, Config, TASK_ID};
 use crate::domain::bes::{Phase, Placed, CLASSIC_ACCOUNT};
-use crate::runtime::{TaskDirs, TaskFiles};
+use crate::runtime::TaskFiles;
 use crate::scheduler::transfer;
 use crate::storage::{self, Blob, BlobError, DataReference, Roots};
 use crate::store;
@@ -75,17 +75,20 @@ impl BesJobDriver {
                 .await;
         };
         let conventions = Conventions::new(job, &self.config);
-        // The task's files, as its node's agent reads them (from this host's disk once the
-        // node is gone).
-        let dirs = TaskDirs {
-            host: self.task_dir(job),
-            node: format!("workitems/{}/job-1/{TASK_ID}", job.id),
-            node_base: String::new(),
+        // The task's files are on its node, as its agent reads them; a node that left its pool
+        // (or a task that never had one) took them with it.
+        let Some(node) = outcome.node_id.as_deref() else {
+            let why = match outcome.result.as_deref() {
+                Some("success") => "Its command succeeded.".to_string(),
+                _ => failure_reason(outcome.exit_code, outcome.failure_info.as_ref()),
+            };
+            let gone = "Its task's node left its pool, with the task's logs and outputs.";
+            return self.fail(job, format!("{why} {gone}")).await;
         };
+        let dirs = self.runtime.task_dirs(node, &job.id, TASK_ID);
         let files = TaskFiles {
             runtime: &self.runtime,
-            node: outcome.node_id.as_deref(),
-            account: &job.run_account,
+            node: Some(node),
             dirs: &dirs,
         };
         self.store_logs(job, files, &conventions).await?;

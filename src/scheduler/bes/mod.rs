@@ -20,8 +20,7 @@ pub use stage::stage_inputs;
 
 use super::Wakeups;
 use crate::domain::bes::Phase;
-use crate::runtime::safe_fs::Below;
-use crate::runtime::{Layout, Runtime};
+use crate::runtime::Runtime;
 use crate::storage::{DataReference, Roots};
 use crate::store;
 use crate::store::services::BesJobRow;
@@ -45,7 +44,6 @@ pub struct Config {
 
 pub struct BesJobDriver {
     db: PgPool,
-    layout: Layout,
     /// Reaches the files of a job's task through its node's agent.
     runtime: Arc<Runtime>,
     config: Config,
@@ -69,7 +67,6 @@ impl BesJobDriver {
         crate::install_tls();
         Arc::new(Self {
             db,
-            layout: runtime.layout().clone(),
             runtime,
             config,
             wake,
@@ -200,11 +197,6 @@ impl BesJobDriver {
         tx.commit().await?;
         self.wake.dispatch.notify_one();
         Ok(())
-    }
-
-    /// The task's directory, where the command (and so a task before it) writes.
-    fn task_dir(&self, job: &BesJobRow) -> Below {
-        self.layout.task_dir(&job.run_account, &job.id, TASK_ID)
     }
 
     async fn fail(&self, job: &BesJobRow, details: String) -> anyhow::Result<()> {

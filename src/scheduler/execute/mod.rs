@@ -223,18 +223,10 @@ impl Executor {
                 let Some(node_id) = a.node_id.as_deref() else {
                     return;
                 };
-                let dirs = self
-                    .runtime
-                    .task_dirs(&a.account, node_id, &a.job_id, &a.task_id);
-                // By the node's agent, inside the node.
-                let on = self.task_files(a, node_id, &dirs);
-                if let Err(e) = on.remove(std::path::Path::new("")).await {
-                    // An agent that does not answer (its node is going) would leave the
-                    // directory for good: a deleted task has no retention to end it. It lies in
-                    // this host's data directory while nodes mount it, so it goes from there.
-                    tracing::warn!(task = %a.task_id, error = %e.message, "the node's agent did not remove a deleted task's directory; removing it here");
-                    dirs.host.remove().await;
-                }
+                // By the node's agent, inside the node; one that does not answer leaves the
+                // directory to go with its node.
+                let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
+                self.runtime.remove_on_node(node_id, &dir).await;
             }
             Ok(true) => {}
             Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),
@@ -250,9 +242,7 @@ impl Executor {
         kill: &CancellationToken,
     ) -> Option<(Outcome, Option<Usage>)> {
         let node_id = a.node_id.clone()?;
-        let dirs = self
-            .runtime
-            .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
+        let dirs = self.runtime.task_dirs(&node_id, &a.job_id, &a.task_id);
         let started = a.start_time.unwrap_or_else(Utc::now);
         let deadline = a.max_wall_clock_ticks.and_then(|ticks| {
             let limit = chrono::Duration::microseconds(ticks / 10);
@@ -282,7 +272,7 @@ impl Executor {
             };
             match code {
                 Ok(code) => {
-                    let on = self.task_files(a, &node_id, &dirs);
+                    let on = self.task_files(&node_id, &dirs);
                     task_files::after_exit(&self.fetcher, on, a, code).await
                 }
                 Err(why) => Outcome::Lost(why),
@@ -370,14 +360,12 @@ impl Executor {
     /// The attempt's files on its node.
     fn task_files<'a>(
         &'a self,
-        a: &'a AttemptRow,
         node_id: &'a str,
         dirs: &'a TaskDirs,
     ) -> crate::runtime::TaskFiles<'a> {
         crate::runtime::TaskFiles {
             runtime: &self.runtime,
             node: Some(node_id),
-            account: &a.account,
             dirs,
         }
     }
@@ -389,10 +377,9 @@ impl Executor {
         node_id: &str,
         dirs: &TaskDirs,
     ) -> Result<Option<i64>, String> {
-        let (server, account) = (&self.server_id, &a.account);
         let record = self
             .runtime
-            .attempt_record(server, account, node_id, dirs, a.attempt);
+            .attempt_record(&self.server_id, node_id, dirs, a.attempt);
         match record.await {
             Ok(record) => Ok(record.and_then(|(_, code)| code)),
             Err(e) => Err(e.message),

@@ -68,14 +68,12 @@ impl Executor {
         // asking again.
         let mut unreachable: Option<String> = None;
         for a in attempts {
-            let dirs = self
-                .runtime
-                .task_dirs(&a.account, &node_id, &a.job_id, &a.task_id);
+            let dirs = self.runtime.task_dirs(&node_id, &a.job_id, &a.task_id);
             let record = match &unreachable {
                 Some(_) => None,
                 None => self
                     .runtime
-                    .attempt_record(&self.server_id, &a.account, &node_id, &dirs, a.attempt)
+                    .attempt_record(&self.server_id, &node_id, &dirs, a.attempt)
                     .await
                     .unwrap_or_else(|e| {
                         tracing::warn!(node = %node_id, error = %e.message, "recovering attempts");
@@ -86,7 +84,7 @@ impl Executor {
             let (pid, code) = record.unwrap_or_default();
             if let Some(code) = code {
                 self.remove_own_container(&a).await;
-                let on = self.task_files(&a, &node_id, &dirs);
+                let on = self.task_files(&node_id, &dirs);
                 let outcome = task_files::after_exit(&self.fetcher, on, &a, code).await;
                 complete::record(&self.db, &a, outcome).await?;
                 counts.finished += 1;

@@ -35,13 +35,13 @@ impl Executor {
         };
         let package_env = installed.map_err(Outcome::NotPrepared)?;
         let downloaded = tokio::select! {
-            failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(a, node_id, dirs)) => failure,
+            failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(node_id, dirs)) => failure,
             _ = stop.cancelled() => return Err(stopped()),
         };
         if let Some(failure) = downloaded {
             return Err(Outcome::NotPrepared(failure));
         }
-        let on = self.task_files(a, node_id, dirs);
+        let on = self.task_files(node_id, dirs);
         let staged = tokio::select! {
             failure = super::super::bes::stage_inputs(&self.db, &self.bes, on, a) => failure,
             _ = stop.cancelled() => return Err(stopped()),

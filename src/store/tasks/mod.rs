@@ -200,20 +200,48 @@ pub async fn exists(
     .await
 }
 
-/// Task directories whose retention has run out: (job pk, task id); marks them removed.
+/// A task directory to remove: on which node, of which job and task.
+pub struct TaskDirOnNode {
+    pub node_id: String,
+    pub job_id: String,
+    pub task_id: String,
+}
+
+/// Task directories whose retention has run out, on nodes still in their pools (a node that
+/// left took its directories with it); marks them all removed.
 pub async fn take_expired_files(
     db: impl PgExecutor<'_>,
     limit: i64,
-) -> sqlx::Result<Vec<(String, String, String)>> {
-    sqlx::query!(
+) -> sqlx::Result<Vec<TaskDirOnNode>> {
+    let rows = sqlx::query!(
         r#"UPDATE tasks t SET files_expire_at = NULL FROM jobs j
          WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() ORDER BY files_expire_at LIMIT $1)
-         RETURNING j.account, j.id AS job_id, t.id AS task_id"#,
+         RETURNING j.id AS job_id, t.id AS task_id,
+                   CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id"#,
         limit,
     )
     .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            Some(TaskDirOnNode {
+                node_id: r.node_id?,
+                job_id: r.job_id,
+                task_id: r.task_id,
+            })
+        })
+        .collect())
+}
+
+/// The nodes, still in their pools, that ran tasks of the job: where its directories are.
+pub async fn nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT DISTINCT n.id FROM tasks t JOIN nodes n ON n.pk = t.node_pk WHERE t.job_pk = $1",
+        job_pk
+    )
+    .fetch_all(db)
     .await
-    .map(|rows| rows.into_iter().map(|r| (r.account, r.job_id, r.task_id)).collect())
 }
 
 /// How a task ended, and on which node (None once the node is gone).

@@ -174,6 +174,31 @@ pub async fn mark_running(db: impl PgExecutor<'_>, pk: i64, attempt: i32) -> sql
 }
 
 /// Whether a task is running on the node.
+/// When the retention of the files of the last task that ran on the node runs out (None: no
+/// task's files are kept there).
+pub async fn files_kept_on_node_until(
+    db: impl PgExecutor<'_>,
+    node_pk: i64,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!(
+        "SELECT max(files_expire_at) FROM tasks WHERE node_pk = $1",
+        node_pk,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// The node's disk is gone (a reimage): no task's files are kept there any more.
+pub async fn forget_files_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE tasks SET files_expire_at = NULL WHERE node_pk = $1 AND files_expire_at IS NOT NULL",
+        node_pk,
+    )
+    .execute(db)
+    .await
+    .map(drop)
+}
+
 pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state IN ('preparing', 'running')) AS "running!""#,

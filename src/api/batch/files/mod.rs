@@ -1,9 +1,9 @@
 //! Files of tasks and nodes: list (recursive or not), download (with `ocp-range`, answered with
 //! 200 as the SDK requires) and properties (HEAD). A task's files are readable while it runs and
-//! after it ends, also after its node is gone, until its retentionTime or its job's deletion.
-//! They are asked of the agent of the node they are on, which reads them from inside the node
-//! (`Runtime::file`): everything below a node's root or an account's workitems is the tasks' to
-//! write, so nothing is followed through a link. Downloads stream, so a large file or range costs
+//! after it ends, until its retentionTime, its job's deletion, or its node's removal: they live
+//! on the node, as on Azure. They are asked of the node's agent, which reads them from inside
+//! the node (`Runtime::file`): everything below a node's root is the tasks' to write, so
+//! nothing is followed through a link. Downloads stream, so a large file or range costs
 //! no memory.
 
 use std::collections::HashMap;
@@ -39,7 +39,6 @@ pub async fn list_task_files(
         Some(place) => {
             let op = FileOp::List {
                 recursive: recursive(&query),
-                skip: Vec::new(),
             };
             list_dir(&app, &place, op, &url).await?
         }
@@ -66,10 +65,8 @@ pub async fn list_node_files(
 ) -> ApiResult<Json<Value>> {
     let place = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files");
-    // The task directories (mounted there in a Docker node) are listed per task.
     let op = FileOp::List {
         recursive: recursive(&query),
-        skip: vec!["workitems".into()],
     };
     Ok(Json(
         json!({"value": list_dir(&app, &place, op, &url).await?}),

@@ -1,6 +1,6 @@
 //! Where a file of the files API is, and who is asked about it: the agent of the node it is on
-//! (through the leader, for a server that does not lead), or this host's disk for a task whose
-//! node is gone.
+//! (through the leader, for a server that does not lead). A task's files are on the node that
+//! ran it, and go with it, as on Azure.
 
 use std::path::{Component, Path as FsPath, PathBuf};
 
@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::domain::agent::{is_private as private_name, FileError, FileOp, PeerFile, PeerRoot};
+use crate::domain::agent::{is_private as private_name, FileError, FileOp, PeerFile};
 use crate::runtime::agents::FileAnswer;
 use crate::runtime::safe_fs::Below;
 use crate::runtime::NodeError;
@@ -43,12 +43,11 @@ pub(super) fn file_not_found(path: &str) -> ApiError {
     )
 }
 
-/// Where files are: a path on this host below a node's root or an account's workitems, and the
-/// node whose agent serves them (None: no node holds them any more).
+/// Where files are: a path below a node's root (as this host names it), and the node whose
+/// agent serves them.
 pub(super) struct Place {
     pub at: Below,
-    pub node: Option<String>,
-    pub account: String,
+    pub node: String,
 }
 
 impl Place {
@@ -56,7 +55,6 @@ impl Place {
         Place {
             at: self.at.join(rel),
             node: self.node.clone(),
-            account: self.account.clone(),
         }
     }
 }
@@ -64,9 +62,9 @@ impl Place {
 /// Asks `op` of the files at `place`: of this server's runtime if the node's agent connects
 /// here or this server leads, else of the leader, whose nodes they are.
 pub(super) async fn ask(app: &Ctx, place: &Place, op: FileOp) -> ApiResult<FileAnswer> {
-    let node = place.node.as_deref();
+    let node = place.node.as_str();
     let conflict = |e: NodeError| ApiError::new(StatusCode::CONFLICT, e.code, e.message);
-    let ours = node.is_some_and(|n| app.runtime.serves(n)) || app.probes.leads();
+    let ours = app.runtime.serves(node) || app.probes.leads();
     if !ours {
         let leader = store::leader::peer_url(&app.db)
             .await
@@ -74,12 +72,6 @@ pub(super) async fn ask(app: &Ctx, place: &Place, op: FileOp) -> ApiResult<FileA
         if let Some(url) = leader.filter(|url| *url != app.peers.url) {
             let question = PeerFile {
                 node: place.node.clone(),
-                account: place.account.clone(),
-                root: if place.at.root == app.layout.account_workitems(&place.account) {
-                    PeerRoot::Workitems
-                } else {
-                    PeerRoot::Node
-                },
                 rel: place.at.rel.to_string_lossy().into_owned(),
                 op,
             };
@@ -87,7 +79,7 @@ pub(super) async fn ask(app: &Ctx, place: &Place, op: FileOp) -> ApiResult<FileA
         }
     }
     app.runtime
-        .file(node, &place.account, &place.at, op)
+        .file(Some(node), &place.at, op)
         .await
         .map_err(conflict)
 }
@@ -126,7 +118,7 @@ pub(super) fn refusal(path: &str, error: FileError, message: String) -> ApiError
 
 /// An answer that is not one to the question asked: only an agent gone wrong gives one.
 pub(super) fn odd_answer(place: &Place) -> ApiError {
-    let node = place.node.as_deref().unwrap_or("-");
+    let node = &place.node;
     ApiError::new(
         StatusCode::CONFLICT,
         "NodeAgentUnreachable",
@@ -134,7 +126,8 @@ pub(super) fn odd_answer(place: &Place) -> ApiError {
     )
 }
 
-/// The directory of a task's files, if it ran.
+/// The directory of a task's files on the node that ran it, if it ran. Once that node is gone,
+/// so are they: 404 `NodeNotFound` says so.
 pub(super) async fn task_root(
     app: &Ctx,
     job_id: &str,
@@ -142,16 +135,29 @@ pub(super) async fn task_root(
 ) -> ApiResult<(String, String, Option<Place>)> {
     let job = super::super::jobs::find(app, job_id).await?;
     let task = super::super::tasks::find(app, &job, task_id).await?;
-    let place = task.node_id.clone().map(|node| Place {
-        at: app.layout.task_dir(&job.account, &job.id, &task.id),
-        node: Some(node),
-        account: job.account.clone(),
-    });
-    Ok((job.id, task.id, place))
+    let Some(node) = task.node_id.clone() else {
+        return Ok((job.id, task.id, None));
+    };
+    if task.node_pk.is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NodeNotFound",
+            format!(
+                "The node {node:?} that ran task {:?} has left its pool, and the task's files went with it: \
+                 a task's files live on its node. Keep them with the task's outputFiles.",
+                task.id
+            ),
+        ));
+    }
+    let place = Place {
+        at: app.runtime.task_dirs(&node, &job.id, &task.id).host,
+        node,
+    };
+    Ok((job.id, task.id, Some(place)))
 }
 
-/// Where a node file lives: `workitems/...` in the account's task directories, the rest under
-/// the node's root.
+/// Where a node file lives: below the node's root, its tasks' directories (`workitems`)
+/// included.
 pub(super) async fn node_path(
     app: &Ctx,
     pool_id: &str,
@@ -160,20 +166,12 @@ pub(super) async fn node_path(
 ) -> ApiResult<Place> {
     let pool = super::super::pools::find(app, pool_id).await?;
     super::super::nodes::find_node(app, &pool, node_id).await?;
-    let mut parts = path.components();
-    let at = match parts.next() {
-        Some(first) if first.as_os_str() == "workitems" => Below {
-            root: app.layout.account_workitems(&pool.account),
-            rel: parts.as_path().to_path_buf(),
-        },
-        _ => Below {
-            root: app.layout.nodes.join(node_id),
-            rel: path.to_path_buf(),
-        },
+    let at = Below {
+        root: app.runtime.host_root(node_id),
+        rel: path.to_path_buf(),
     };
     Ok(Place {
         at,
-        node: Some(node_id.to_string()),
-        account: pool.account,
+        node: node_id.to_string(),
     })
 }

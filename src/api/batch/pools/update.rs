@@ -219,7 +219,8 @@ pub async fn remove_nodes(
     let pks: Vec<i64> = named.iter().map(|(pk, _)| *pk).collect();
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &pks, option).await?;
-    let leaving = store::nodes::mark_leaving(&mut *tx, &pks).await?;
+    let retain = option == crate::domain::pool::NodeDeallocationOption::RetainedData;
+    let leaving = store::nodes::mark_leaving(&mut *tx, &pks, retain).await?;
     // Each kind's target shrinks by the nodes of that kind that leave.
     let dedicated = named
         .iter()

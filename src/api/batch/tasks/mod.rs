@@ -224,9 +224,10 @@ pub async fn delete(
     store::tasks::delete(&mut *tx, task.pk).await?;
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     // A running task's files go once the scheduler has killed its process; a finished task's
-    // go from the leader, whose data directory they are in (this server's may be another).
-    if !was_running {
-        store::removals::queue(&mut *tx, &job.account, &job.id, &task.id).await?;
+    // go through the leader, whose nodes' agents connect to it (this server may not lead). A
+    // task whose node left took them with it.
+    if let (false, Some(_), Some(node)) = (was_running, task.node_pk, &task.node_id) {
+        store::removals::queue(&mut *tx, &job.account, (&job.id, &task.id), node).await?;
     }
     tx.commit().await?;
     app.wake_dispatcher();

@@ -6,7 +6,6 @@
 //! now the nodes' directories are bind mounts of it); see docs/nodes.md, "Docker hosts".
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -285,18 +284,9 @@ impl DockerHosts {
             .min_by_key(Vec::len)
     }
 
-    async fn create_node(
-        &self,
-        spec: &NodeSpec,
-        root: &Path,
-        workitems: &Path,
-    ) -> Result<NodeHandle, NodeError> {
+    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         let host = self.place(spec)?;
-        let made = self
-            .host(host)
-            .runtime
-            .create_node(spec, root, workitems)
-            .await;
+        let made = self.host(host).runtime.create_node(spec).await;
         if made.is_err() {
             self.placed.lock().expect("lock").remove(&spec.node_id);
         }

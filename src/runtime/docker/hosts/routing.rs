@@ -20,14 +20,9 @@ impl NodeRuntime for DockerHosts {
         &self.layout
     }
 
-    /// Every node's root is bind-mounted at the same place in its container.
+    /// Every node's root is a volume at the same place in its container.
     fn node_root(&self, _host_root: &Path) -> String {
         NODE_ROOT.to_string()
-    }
-
-    /// Mounted at `workitems` below the node's root.
-    fn node_workitems(&self, node_root: &str, _host_workitems: &Path) -> String {
-        format!("{node_root}/workitems")
     }
 
     fn ensure_default_image<'a>(&'a self, image: &'a str) -> BoxFuture<'a, ()> {
@@ -54,10 +49,8 @@ impl NodeRuntime for DockerHosts {
     fn create_node<'a>(
         &'a self,
         spec: &'a NodeSpec,
-        root: &'a Path,
-        workitems: &'a Path,
     ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(DockerHosts::create_node(self, spec, root, workitems))
+        Box::pin(DockerHosts::create_node(self, spec))
     }
 
     fn remove_node<'a>(

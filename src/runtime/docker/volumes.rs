@@ -1,0 +1,221 @@
+//! What a node's container holds on its own engine, with no file system shared with this host:
+//! the agent's files, unpacked once per engine into a volume that nodes mount read-only, and the
+//! node's root, an anonymous volume made and removed with the container, whose first
+//! directories are put in before it starts.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
+use bollard::query_parameters::{
+    ContainerArchiveInfoOptionsBuilder, CreateContainerOptionsBuilder, ListVolumesOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+
+use super::agent_files::{AGENT_DIR, COMPLETE};
+use super::{status_of, DockerRuntime, NODE_ROOT};
+use crate::runtime::{NodeError, NodeSpec, LABEL_SERVER};
+
+/// Marks the volumes that hold the agent's files, and the containers made to fill them.
+const LABEL_AGENT_FILES: &str = "batchpool.agent-files";
+
+/// The directories a node's root starts with: Azure's shared directory, its tasks' directories
+/// and the start task's.
+const NODE_DIRS: [&str; 4] = ["shared", "workitems", "startup", "startup/wd"];
+
+/// The agent's volume, mounted read-only where nodes find the agent.
+pub(super) fn agent_mount(volume: &str) -> Mount {
+    Mount {
+        target: Some(AGENT_DIR.into()),
+        source: Some(volume.into()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+impl DockerRuntime {
+    /// The volume on this engine that holds the agent's files: made and filled the first time
+    /// a node needs it (one per build of the agent), and found filled after a restart.
+    pub(super) async fn agent_volume(&self, spec: &NodeSpec) -> Result<String, NodeError> {
+        let mut known = self.agent_volume.lock().await;
+        if let Some(name) = known.as_ref() {
+            return Ok(name.clone());
+        }
+        let name = format!(
+            "batchpool-agent-{}-{}",
+            spec.server_id, self.agent.files.digest
+        );
+        self.fill_agent_volume(spec, &name)
+            .await
+            .map_err(|e| NodeError {
+                code: "NodeCreationFailed",
+                message: format!(
+                    "putting the node agent's files on the Docker host for node {}: {e:#}",
+                    spec.node_id
+                ),
+            })?;
+        self.drop_old_agent_volumes(&spec.server_id, &name).await;
+        *known = Some(name.clone());
+        Ok(name)
+    }
+
+    async fn fill_agent_volume(&self, spec: &NodeSpec, volume: &str) -> anyhow::Result<()> {
+        let labels = HashMap::from([
+            (LABEL_SERVER.to_string(), spec.server_id.clone()),
+            (LABEL_AGENT_FILES.to_string(), String::new()),
+        ]);
+        let request = VolumeCreateRequest {
+            name: Some(volume.into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        // One that exists already is returned as it is.
+        self.docker
+            .create_volume(request)
+            .await
+            .context("making the volume")?;
+        // A container that never starts, made to reach the volume through; the node's image
+        // is on the engine already.
+        let helper = format!("{volume}-fill");
+        self.remove_helper(&helper).await;
+        let mut mount = agent_mount(volume);
+        mount.read_only = Some(false);
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            entrypoint: Some(vec![format!("{AGENT_DIR}/batchpool")]),
+            labels: Some(HashMap::from([(
+                LABEL_AGENT_FILES.to_string(),
+                String::new(),
+            )])),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                mounts: Some(vec![mount]),
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&helper)
+            .build();
+        self.docker
+            .create_container(Some(options), body)
+            .await
+            .context("making a container to fill it through")?;
+        let filled = self.fill_through(&helper).await;
+        self.remove_helper(&helper).await;
+        filled
+    }
+
+    /// Unpacks the agent's archive into the volume `helper` mounts, unless it holds all of it.
+    async fn fill_through(&self, helper: &str) -> anyhow::Result<()> {
+        let complete = format!("{AGENT_DIR}/{COMPLETE}");
+        let look = ContainerArchiveInfoOptionsBuilder::default()
+            .path(&complete)
+            .build();
+        match self
+            .docker
+            .get_container_archive_info(helper, Some(look))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) => return Err(e).context("looking into the volume"),
+        }
+        let archive = tokio::fs::File::open(&self.agent.files.archive)
+            .await
+            .context("opening the agent's archive")?;
+        let bytes = tokio_util::io::ReaderStream::new(archive);
+        let options = UploadToContainerOptionsBuilder::default()
+            .path(AGENT_DIR)
+            .build();
+        self.docker
+            .upload_to_container(helper, Some(options), bollard::body_try_stream(bytes))
+            .await
+            .context("unpacking the agent's files into it")
+    }
+
+    async fn remove_helper(&self, helper: &str) {
+        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        let _ = self.docker.remove_container(helper, Some(options)).await;
+    }
+
+    /// Volumes of earlier builds of the agent go once no node mounts them (the engine refuses
+    /// while one does, and the next start tries again).
+    async fn drop_old_agent_volumes(&self, server_id: &str, current: &str) {
+        let filters = HashMap::from([(
+            "label",
+            vec![
+                format!("{LABEL_SERVER}={server_id}"),
+                LABEL_AGENT_FILES.to_string(),
+            ],
+        )]);
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let Ok(found) = self.docker.list_volumes(Some(options)).await else {
+            return;
+        };
+        for volume in found.volumes.unwrap_or_default() {
+            if volume.name != current {
+                let none: Option<bollard::query_parameters::RemoveVolumeOptions> = None;
+                let _ = self.docker.remove_volume(&volume.name, none).await;
+            }
+        }
+    }
+
+    /// Puts the node's first directories into its root, in the container made but not yet
+    /// started.
+    pub(super) async fn make_node_dirs(
+        &self,
+        spec: &NodeSpec,
+        name: &str,
+    ) -> Result<(), NodeError> {
+        let options = UploadToContainerOptionsBuilder::default()
+            .path(NODE_ROOT)
+            .build();
+        self.docker
+            .upload_to_container(
+                name,
+                Some(options),
+                bollard::body_full(dirs_archive().into()),
+            )
+            .await
+            .map_err(|e| NodeError {
+                code: "NodeCreationFailed",
+                message: format!("making node {}'s directories: {e}", spec.node_id),
+            })
+    }
+}
+
+/// A tar archive of [`NODE_DIRS`], empty directories open to the node's tasks.
+fn dirs_archive() -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for dir in NODE_DIRS {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_size(0);
+        header.set_mode(0o755);
+        tar.append_data(&mut header, format!("{dir}/"), std::io::empty())
+            .expect("a tar archive in memory");
+    }
+    tar.into_inner().expect("a tar archive in memory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_dirs_archive_holds_each_directory() {
+        let bytes = dirs_archive();
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["shared/", "workitems/", "startup/", "startup/wd/"]);
+    }
+}
