@@ -47,7 +47,7 @@ pub struct Server {
     pub key: String,
     /// Dispatch passes that placed tasks: (tasks placed, microseconds), from the server's log.
     passes: Arc<Mutex<Vec<(u64, u64)>>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// Signs a request with Shared Key, as the Azure SDKs do (the tests' own signing).
@@ -133,8 +133,13 @@ impl Server {
             http: reqwest::Client::new(),
             key,
             passes,
-            _dir: dir,
+            dir,
         }
+    }
+
+    /// The server's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Starts a server with a pool of `nodes` x `slots` on `runtime`, waits until its nodes are
