@@ -13,8 +13,8 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::domain::agent::{
-    self, Event, Events, FileOp, Hello, Work, WorkBatch, ENV_NODE, ENV_ROOT, ENV_SECRET, ENV_URL,
-    EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
+    self, Event, Events, FileOp, Hello, Work, WorkBatch, ENV_DIRS, ENV_NODE, ENV_ROOT, ENV_SECRET,
+    ENV_URL, EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
 };
 
 /// How long a command's start may wait to be told with other events. Only a kill waits on it
@@ -52,6 +52,7 @@ pub async fn run() -> anyhow::Result<()> {
             .context("making the HTTP client")?,
         streams: client().build().context("making the HTTP client")?,
     };
+    make_node_dirs();
     let procs = procs::Procs::start();
     tracing::info!(node, server = %link.url, "the node agent runs");
     let link = std::sync::Arc::new(link);
@@ -70,6 +71,25 @@ pub async fn run() -> anyhow::Result<()> {
     // The node is going away: what runs on it goes too.
     procs.kill_all();
     Ok(())
+}
+
+/// Makes the node's first directories ([`ENV_DIRS`]: the node's root, then the directories
+/// below it), before the server can ask for anything in them. A link a task left in the way
+/// (before a reboot) is replaced, never followed.
+fn make_node_dirs() {
+    let Ok(dirs) = std::env::var(ENV_DIRS) else {
+        return;
+    };
+    let mut parts = dirs.split(':');
+    let base = parts.next().unwrap_or_default().to_string();
+    let make = agent::MakeDirs {
+        base,
+        remove: Vec::new(),
+        dirs: parts.map(String::from).collect(),
+    };
+    if let Err(e) = files::make_dirs(&make) {
+        tracing::warn!(error = %e, base = %make.base, "making the node's directories failed");
+    }
 }
 
 /// Ends once the node's directory is gone (local nodes only; never, for a container).

@@ -70,6 +70,7 @@ impl Procs {
             .env_remove(agent::ENV_URL)
             .env_remove(agent::ENV_NODE)
             .env_remove(agent::ENV_ROOT)
+            .env_remove(agent::ENV_DIRS)
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

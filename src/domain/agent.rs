@@ -48,6 +48,9 @@ pub const ENV_SECRET: &str = "BATCHPOOL_AGENT_SECRET";
 /// Set for agents outside a container (local nodes): the node's directory, whose removal ends
 /// the agent and what it runs, as removing a container would.
 pub const ENV_ROOT: &str = "BATCHPOOL_AGENT_ROOT";
+/// Directories the agent makes as it starts, before it asks for work: a base directory, then
+/// directories below it, `:` between them (a Docker node's root, and its first directories).
+pub const ENV_DIRS: &str = "BATCHPOOL_AGENT_DIRS";
 
 /// Who asks for work: `boot` is new each time the agent starts, so the server knows when an
 /// agent restarted (with its node) and what it ran is gone. `got` is the last batch it received:

@@ -10,7 +10,7 @@ use bollard::query_parameters::{
 };
 
 use super::{container_name, network_name, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT};
-use crate::domain::agent::{ENV_NODE, ENV_SECRET, ENV_URL};
+use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
     FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
@@ -36,12 +36,12 @@ impl DockerRuntime {
             format!("{ENV_URL}={}", self.agent_url(spec, &network).await?),
             format!("{ENV_NODE}={}", spec.node_id),
             format!("{ENV_SECRET}={}", new_secret()),
+            format!("{ENV_DIRS}={}", super::volumes::node_dirs()),
         ];
         let agent_volume = self.agent_volume(spec).await?;
         let command = self.agent.files.command.clone();
         let body = container_body(spec, network, (command, &agent_volume), agent_env);
         self.create_container(spec, &name, body).await?;
-        self.make_node_dirs(spec, &name).await?;
         if let Err(e) = self.docker.start_container(&name, None).await {
             // 304: already running.
             if status_of(&e) != Some(304) {

@@ -1,7 +1,7 @@
 //! What a node's container holds on its own engine, with no file system shared with this host:
 //! the agent's files, unpacked once per engine into a volume that nodes mount read-only, and the
 //! node's root, an anonymous volume made and removed with the container, whose first
-//! directories are put in before it starts.
+//! directories its agent makes as it starts.
 
 use std::collections::HashMap;
 
@@ -21,7 +21,7 @@ const LABEL_AGENT_FILES: &str = "batchpool.agent-files";
 
 /// The directories a node's root starts with: Azure's shared directory, its tasks' directories
 /// and the start task's.
-const NODE_DIRS: [&str; 4] = ["shared", "workitems", "startup", "startup/wd"];
+const NODE_DIRS: [&str; 3] = ["shared", "workitems", "startup/wd"];
 
 /// The agent's volume, mounted read-only where nodes find the agent.
 pub(super) fn agent_mount(volume: &str) -> Mount {
@@ -164,43 +164,12 @@ impl DockerRuntime {
             }
         }
     }
-
-    /// Puts the node's first directories into its root, in the container made but not yet
-    /// started.
-    pub(super) async fn make_node_dirs(
-        &self,
-        spec: &NodeSpec,
-        name: &str,
-    ) -> Result<(), NodeError> {
-        let options = UploadToContainerOptionsBuilder::default()
-            .path(NODE_ROOT)
-            .build();
-        self.docker
-            .upload_to_container(
-                name,
-                Some(options),
-                bollard::body_full(dirs_archive().into()),
-            )
-            .await
-            .map_err(|e| NodeError {
-                code: "NodeCreationFailed",
-                message: format!("making node {}'s directories: {e}", spec.node_id),
-            })
-    }
 }
 
-/// A tar archive of [`NODE_DIRS`], empty directories open to the node's tasks.
-fn dirs_archive() -> Vec<u8> {
-    let mut tar = tar::Builder::new(Vec::new());
-    for dir in NODE_DIRS {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_size(0);
-        header.set_mode(0o755);
-        tar.append_data(&mut header, format!("{dir}/"), std::io::empty())
-            .expect("a tar archive in memory");
-    }
-    tar.into_inner().expect("a tar archive in memory")
+/// [`NODE_DIRS`] below the node's root, in the form of the agent's environment, for it to make
+/// as it starts.
+pub(super) fn node_dirs() -> String {
+    format!("{NODE_ROOT}:{}", NODE_DIRS.join(":"))
 }
 
 #[cfg(test)]
@@ -208,14 +177,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_node_dirs_archive_holds_each_directory() {
-        let bytes = dirs_archive();
-        let mut archive = tar::Archive::new(bytes.as_slice());
-        let names: Vec<String> = archive
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .collect();
-        assert_eq!(names, ["shared/", "workitems/", "startup/", "startup/wd/"]);
+    fn the_agent_makes_each_of_the_node_dirs_below_its_root() {
+        assert_eq!(node_dirs(), "/mnt/batch/tasks:shared:workitems:startup/wd");
     }
 }
