@@ -495,7 +495,8 @@ fn remove_labelled(engine: Option<&str>, server_id: &str) {
     };
     let label = format!("label=batchpool.server={server_id}");
     if let Some(ids) = docker(&["ps", "-aq", "--filter", &label]).filter(|ids| !ids.is_empty()) {
-        let mut args = vec!["rm", "-f"];
+        // With their volumes: a node's root is an anonymous volume of its own.
+        let mut args = vec!["rm", "-f", "-v"];
         args.extend(ids.iter().map(String::as_str));
         docker(&args);
     }

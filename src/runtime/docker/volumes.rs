@@ -14,10 +14,13 @@ use bollard::query_parameters::{
 
 use super::agent_files::{AGENT_DIR, COMPLETE};
 use super::{status_of, DockerRuntime, NODE_ROOT};
-use crate::runtime::{NodeError, NodeSpec, LABEL_SERVER};
+use crate::runtime::{NodeError, NodeSpec};
 
 /// Marks the volumes that hold the agent's files, and the containers made to fill them.
 const LABEL_AGENT_FILES: &str = "batchpool.agent-files";
+
+/// How long a filler container may stand before it is taken for one a stopped server left.
+const FILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The directories a node's root starts with: Azure's shared directory, its tasks' directories
 /// and the start task's.
@@ -36,16 +39,14 @@ pub(super) fn agent_mount(volume: &str) -> Mount {
 
 impl DockerRuntime {
     /// The volume on this engine that holds the agent's files: made and filled the first time
-    /// a node needs it (one per build of the agent), and found filled after a restart.
+    /// a node needs it, one per build of the agent (whichever server of that build, of any
+    /// installation, fills it first), and found filled after a restart.
     pub(super) async fn agent_volume(&self, spec: &NodeSpec) -> Result<String, NodeError> {
         let mut known = self.agent_volume.lock().await;
         if let Some(name) = known.as_ref() {
             return Ok(name.clone());
         }
-        let name = format!(
-            "batchpool-agent-{}-{}",
-            spec.server_id, self.agent.files.digest
-        );
+        let name = format!("batchpool-agent-{}", self.agent.files.digest);
         self.fill_agent_volume(spec, &name)
             .await
             .map_err(|e| NodeError {
@@ -55,19 +56,16 @@ impl DockerRuntime {
                     spec.node_id
                 ),
             })?;
-        self.drop_old_agent_volumes(&spec.server_id, &name).await;
+        self.drop_old_agent_volumes(&name).await;
         *known = Some(name.clone());
         Ok(name)
     }
 
     async fn fill_agent_volume(&self, spec: &NodeSpec, volume: &str) -> anyhow::Result<()> {
-        let labels = HashMap::from([
-            (LABEL_SERVER.to_string(), spec.server_id.clone()),
-            (LABEL_AGENT_FILES.to_string(), String::new()),
-        ]);
+        let labels = HashMap::from([(LABEL_AGENT_FILES.to_string(), String::new())]);
         let request = VolumeCreateRequest {
             name: Some(volume.into()),
-            labels: Some(labels),
+            labels: Some(labels.clone()),
             ..Default::default()
         };
         // One that exists already is returned as it is.
@@ -76,18 +74,14 @@ impl DockerRuntime {
             .await
             .context("making the volume")?;
         // A container that never starts, made to reach the volume through; the node's image
-        // is on the engine already.
+        // is on the engine already. Its name is the volume's: one filler at a time.
         let helper = format!("{volume}-fill");
-        self.remove_helper(&helper).await;
         let mut mount = agent_mount(volume);
         mount.read_only = Some(false);
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
             entrypoint: Some(vec![format!("{AGENT_DIR}/batchpool")]),
-            labels: Some(HashMap::from([(
-                LABEL_AGENT_FILES.to_string(),
-                String::new(),
-            )])),
+            labels: Some(labels),
             network_disabled: Some(true),
             host_config: Some(HostConfig {
                 mounts: Some(vec![mount]),
@@ -96,16 +90,36 @@ impl DockerRuntime {
             }),
             ..Default::default()
         };
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&helper)
-            .build();
-        self.docker
-            .create_container(Some(options), body)
-            .await
-            .context("making a container to fill it through")?;
+        self.take_filler(&helper, body).await?;
         let filled = self.fill_through(&helper).await;
         self.remove_helper(&helper).await;
         filled
+    }
+
+    /// Makes the filler container `helper`. While another server's filler of the same name
+    /// exists (it is filling the volume), waits for it to go; one that stays past
+    /// [`FILL_WAIT`] was left by a server that stopped mid-way, and is removed.
+    async fn take_filler(&self, helper: &str, body: ContainerCreateBody) -> anyhow::Result<()> {
+        let options = CreateContainerOptionsBuilder::default()
+            .name(helper)
+            .build();
+        let since = std::time::Instant::now();
+        loop {
+            match self
+                .docker
+                .create_container(Some(options.clone()), body.clone())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if status_of(&e) == Some(409) => {
+                    if since.elapsed() > FILL_WAIT {
+                        self.remove_helper(helper).await;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e).context("making a container to fill it through"),
+            }
+        }
     }
 
     /// Unpacks the agent's archive into the volume `helper` mounts, unless it holds all of it.
@@ -141,16 +155,10 @@ impl DockerRuntime {
         let _ = self.docker.remove_container(helper, Some(options)).await;
     }
 
-    /// Volumes of earlier builds of the agent go once no node mounts them (the engine refuses
-    /// while one does, and the next start tries again).
-    async fn drop_old_agent_volumes(&self, server_id: &str, current: &str) {
-        let filters = HashMap::from([(
-            "label",
-            vec![
-                format!("{LABEL_SERVER}={server_id}"),
-                LABEL_AGENT_FILES.to_string(),
-            ],
-        )]);
+    /// Volumes of other builds of the agent go once no container mounts them (the engine
+    /// refuses while one does, and the next start tries again).
+    async fn drop_old_agent_volumes(&self, current: &str) {
+        let filters = HashMap::from([("label", vec![LABEL_AGENT_FILES.to_string()])]);
         let options = ListVolumesOptionsBuilder::default()
             .filters(&filters)
             .build();
