@@ -143,7 +143,7 @@ async fn run(
     write_private(&data_dir.join("operator.token"), &token)?;
 
     let layout = Layout::new(&data_dir);
-    let (runtime, agent_listener) = choose_runtime(&config, layout.clone()).await?;
+    let (runtime, agent_listener) = choose_runtime(&config, layout.clone(), &server_id).await?;
     let runtime = Arc::new(runtime);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
     runtime.ensure_default_image(&config.default_image).await;
@@ -334,6 +334,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
 async fn choose_runtime(
     config: &ServeConfig,
     layout: Layout,
+    server_id: &str,
 ) -> anyhow::Result<(Runtime, agents::AgentListener)> {
     let hosts = &config.docker_hosts;
     let lost_after = std::time::Duration::from_secs(config.host_timeout);
@@ -347,7 +348,7 @@ async fn choose_runtime(
             "nodes are containers on the given Docker hosts"
         );
         let agents = listener.agents.clone();
-        return Ok((Runtime::new(runtime, agents), listener));
+        return Ok((Runtime::new(runtime, agents, server_id), listener));
     }
     let docker = match config.runtime {
         RuntimeChoice::Local => None,
@@ -367,7 +368,7 @@ async fn choose_runtime(
         let (listener, url) = agents::AgentListener::for_local(config).await?;
         let agents = listener.agents.clone();
         let runtime = LocalRuntime::new(layout, agents.clone(), url);
-        return Ok((Runtime::new(runtime, agents), listener));
+        return Ok((Runtime::new(runtime, agents, server_id), listener));
     };
     let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
     let runtime = DockerHosts::single(
@@ -376,7 +377,7 @@ async fn choose_runtime(
         lost_after,
     );
     let agents = listener.agents.clone();
-    Ok((Runtime::new(runtime, agents), listener))
+    Ok((Runtime::new(runtime, agents, server_id), listener))
 }
 
 async fn shutdown_signal() {

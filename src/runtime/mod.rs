@@ -107,13 +107,20 @@ pub struct Runtime {
     node: Box<dyn NodeRuntime>,
     /// The agents of the nodes, as this server knows them.
     agents: std::sync::Arc<agents::Agents>,
+    /// This installation's id, which names its nodes on the runtime.
+    server_id: String,
 }
 
 impl Runtime {
-    pub fn new(node: impl NodeRuntime + 'static, agents: std::sync::Arc<agents::Agents>) -> Self {
+    pub fn new(
+        node: impl NodeRuntime + 'static,
+        agents: std::sync::Arc<agents::Agents>,
+        server_id: &str,
+    ) -> Self {
         Self {
             node: Box::new(node),
             agents,
+            server_id: server_id.to_string(),
         }
     }
 

@@ -22,6 +22,11 @@ impl Runtime {
         at: &Below,
         op: FileOp,
     ) -> Result<FileAnswer, NodeError> {
+        if let Some(node) = node {
+            // After a restart, a node's agent is known again by the secret the node was made
+            // with, whether or not it has come back yet.
+            self.learn_agent(node).await;
+        }
         if let Some(node) = node.filter(|n| self.agents.knows(n)) {
             if let Some(root) = self.in_node(node, at) {
                 let rel = at.rel.to_string_lossy().into_owned();
@@ -40,14 +45,10 @@ impl Runtime {
     /// [`FILE_ANSWER_TIMEOUT`]: super::agents::FILE_ANSWER_TIMEOUT
     pub async fn attempt_record(
         &self,
-        server_id: &str,
         node: &str,
         dirs: &TaskDirs,
         attempt: i32,
     ) -> Result<Option<Record>, NodeError> {
-        // After a restart, the node's agent is known again by the secret the node was made with.
-        let secret = self.node.agent_secret(server_id, node);
-        self.agents.learn(node, secret).await;
         let read = FileOp::Read {
             range: Some((0, Some(RECORD_MAX as u64 - 1))),
         };
@@ -99,6 +100,13 @@ impl Runtime {
                 message: format!("writing {}: {e}", at.rel.display()),
             }),
         }
+    }
+
+    /// Learns the node's agent by the secret it was made with, unless known already (a node
+    /// that runs none, or is gone, has none to learn).
+    async fn learn_agent(&self, node: &str) {
+        let secret = self.node.agent_secret(&self.server_id, node);
+        self.agents.learn(node, secret).await;
     }
 
     /// How many nodes' agents this server knows.

@@ -377,9 +377,7 @@ impl Executor {
         node_id: &str,
         dirs: &TaskDirs,
     ) -> Result<Option<i64>, String> {
-        let record = self
-            .runtime
-            .attempt_record(&self.server_id, node_id, dirs, a.attempt);
+        let record = self.runtime.attempt_record(node_id, dirs, a.attempt);
         match record.await {
             Ok(record) => Ok(record.and_then(|(_, code)| code)),
             Err(e) => Err(e.message),

@@ -73,7 +73,7 @@ impl Executor {
                 Some(_) => None,
                 None => self
                     .runtime
-                    .attempt_record(&self.server_id, &node_id, &dirs, a.attempt)
+                    .attempt_record(&node_id, &dirs, a.attempt)
                     .await
                     .unwrap_or_else(|e| {
                         tracing::warn!(node = %node_id, error = %e.message, "recovering attempts");
