@@ -55,6 +55,8 @@ impl Allocator {
         let _permit = self.limit.acquire().await?;
         self.runtime.remove_node(&self.server_id, &node.id).await?;
         store::nodes::forget_container(&self.db, node.pk).await?;
+        // The files of what ran there went with its disk: nothing is retained for them.
+        store::tasks::forget_files_on_node(&self.db, node.pk).await?;
         tracing::info!(node = %node.id, "a preempted node's container was removed");
         Ok(())
     }
