@@ -36,11 +36,6 @@ pub struct AgentSetup {
 impl AgentSetup {
     /// Packs the agent's files into the layout's agent archive, for hosts to unpack.
     pub fn prepare(agents: std::sync::Arc<Agents>, layout: &Layout) -> anyhow::Result<Self> {
-        // Servers before this one kept the files in a directory there, which nodes mounted.
-        let old = layout.agent.with_extension("");
-        if old.is_dir() {
-            let _ = std::fs::remove_dir_all(&old);
-        }
         Ok(Self {
             agents,
             files: agent_files::prepare(&layout.agent)?,
