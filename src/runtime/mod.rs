@@ -102,6 +102,15 @@ pub fn job_dir(job_id: &str) -> PathBuf {
     Path::new("workitems").join(job_id)
 }
 
+/// A job's preparation and release tasks' directory below a node's root: `jobprep/{job}`.
+pub fn job_prep_dir(job_id: &str) -> PathBuf {
+    Path::new("jobprep").join(job_id)
+}
+
+/// The directories below a node's root that it starts with: Azure's shared directory, its
+/// tasks' directories and the start task's working directory.
+pub const NODE_DIRS: [&str; 3] = ["shared", "workitems", "startup/wd"];
+
 /// The node runtime this server uses, with what every runtime shares.
 pub struct Runtime {
     node: Box<dyn NodeRuntime>,
@@ -161,40 +170,32 @@ impl Runtime {
 
     /// The start task's directory on a node.
     pub fn start_task_dirs(&self, node_id: &str) -> TaskDirs {
-        TaskDirs {
-            host: Below {
-                root: self.host_root(node_id),
-                rel: PathBuf::from("startup"),
-            },
-            node: format!("{}/startup", self.node_root(node_id)),
-            node_base: self.node_root(node_id),
-        }
+        self.dirs_on_node(node_id, PathBuf::from("startup"))
     }
 
     /// A job's preparation or release task's directory on one node: `jobprep/{job}/{task}` below
     /// the node's root; tasks find it through AZ_BATCH_JOB_PREP_DIR.
     pub fn job_prep_dirs(&self, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
-        TaskDirs {
-            host: Below {
-                root: self.host_root(node_id),
-                rel: Path::new("jobprep").join(job_id).join(task_id),
-            },
-            node: format!("{}/jobprep/{job_id}/{task_id}", self.node_root(node_id)),
-            node_base: self.node_root(node_id),
-        }
+        self.dirs_on_node(node_id, job_prep_dir(job_id).join(task_id))
     }
 
     /// A job task's directory on the node that runs it: Azure's `workitems/{job}/job-1/{task}`
     /// below the node's root. As on Azure, it lives and goes with its node.
     pub fn task_dirs(&self, node_id: &str, job_id: &str, task_id: &str) -> TaskDirs {
-        let rel = task_dir(job_id, task_id);
+        self.dirs_on_node(node_id, task_dir(job_id, task_id))
+    }
+
+    /// A command's directory `rel` below the node's root, as this host names it and as the
+    /// node sees it.
+    fn dirs_on_node(&self, node_id: &str, rel: PathBuf) -> TaskDirs {
+        let node_root = self.node_root(node_id);
         TaskDirs {
-            node: format!("{}/{}", self.node_root(node_id), rel.display()),
+            node: format!("{node_root}/{}", rel.display()),
             host: Below {
                 root: self.host_root(node_id),
                 rel,
             },
-            node_base: self.node_root(node_id),
+            node_base: node_root,
         }
     }
 

@@ -110,7 +110,8 @@ impl TaskDirs {
     }
 
     /// Makes the directories the wrapper needs, on this host, for a node that runs no agent.
-    /// One trip to the blocking pool for all of it, not one each. The root is the server's (made with the node, unless removed since).
+    /// One trip to the blocking pool for all of it, not one each. The root is the server's
+    /// (made with the node, unless removed since).
     pub(super) async fn prepare(&self, attempt: i32) -> anyhow::Result<()> {
         self.host
             .create_then(move |task| {

@@ -308,9 +308,12 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
         store::jobs::delete(&mut *tx, job.pk).await?;
         tx.commit().await?;
-        let prep = std::path::Path::new("jobprep").join(&job.id);
         for node in &nodes {
-            for dir in [crate::runtime::job_dir(&job.id), prep.clone()] {
+            let job_dirs = [
+                crate::runtime::job_dir(&job.id),
+                crate::runtime::job_prep_dir(&job.id),
+            ];
+            for dir in job_dirs {
                 s.runtime.remove_on_node(node, &dir).await;
             }
         }

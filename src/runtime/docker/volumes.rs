@@ -14,17 +14,13 @@ use bollard::query_parameters::{
 
 use super::agent_files::{AGENT_DIR, COMPLETE};
 use super::{status_of, DockerRuntime, NODE_ROOT};
-use crate::runtime::{NodeError, NodeSpec};
+use crate::runtime::{NodeError, NodeSpec, NODE_DIRS};
 
 /// Marks the volumes that hold the agent's files, and the containers made to fill them.
 const LABEL_AGENT_FILES: &str = "batchpool.agent-files";
 
 /// How long a filler container may stand before it is taken for one a stopped server left.
 const FILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The directories a node's root starts with: Azure's shared directory, its tasks' directories
-/// and the start task's.
-const NODE_DIRS: [&str; 3] = ["shared", "workitems", "startup/wd"];
 
 /// The agent's volume, mounted read-only where nodes find the agent.
 pub(super) fn agent_mount(volume: &str) -> Mount {

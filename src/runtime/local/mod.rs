@@ -306,7 +306,7 @@ async fn make_node_dirs(root: &Path) -> std::io::Result<()> {
     tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&r)?;
         let node = Dir::open_root(&r)?;
-        for dir in ["shared", "workitems", "startup/wd"] {
+        for dir in crate::runtime::NODE_DIRS {
             node.create_dir_all(Path::new(dir))?;
         }
         Ok(())
