@@ -240,6 +240,9 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     listener.abort();
 }
 
+/// The least time between two runs of [`housekeeping`].
+const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
+
 async fn dispatch_loop(
     s: &Scheduler,
     executor: Arc<execute::Executor>,
@@ -252,9 +255,17 @@ async fn dispatch_loop(
             _ = tokio::time::sleep(s.wake.tick) => {}
         }
     }
+    // When housekeeping last ran: a pass comes with every freed slot, many times a second under
+    // load, and housekeeping's questions need no answer more often than this.
+    let mut kept: Option<tokio::time::Instant> = None;
     loop {
-        if let Err(e) = housekeeping(s, &executor).await {
-            tracing::error!(error = %e, "job housekeeping failed");
+        let now = tokio::time::Instant::now();
+        let due = kept.is_none_or(|k| now >= k + HOUSEKEEPING_EVERY);
+        if due {
+            kept = Some(now);
+            if let Err(e) = housekeeping(s, &executor).await {
+                tracing::error!(error = %e, "job housekeeping failed");
+            }
         }
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
@@ -268,10 +279,16 @@ async fn dispatch_loop(
             Ok(placed) => executor.start_placed(placed),
             Err(e) => tracing::error!(error = %e, "dispatch pass failed"),
         }
+        // A wake-up that came too soon after the last housekeeping (a job deleted, say) is
+        // answered once it is due, not at the next tick.
+        let mut next = tokio::time::Instant::now() + s.wake.tick;
+        if let Some(k) = kept.filter(|_| !due) {
+            next = next.min(k + HOUSEKEEPING_EVERY);
+        }
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = s.wake.dispatch.notified() => {}
-            _ = tokio::time::sleep(s.wake.tick) => {}
+            _ = tokio::time::sleep_until(next) => {}
         }
     }
 }

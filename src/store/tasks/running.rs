@@ -75,7 +75,10 @@ pub async fn running_attempts(
     .await
 }
 
-/// Of the given (task, attempt) pairs, those no longer running that attempt.
+/// Of the given (task, attempt) pairs, those no longer running that attempt. Each pair is
+/// looked up by its task's key: the partial index of running tasks, which the planner would
+/// rather scan, holds an entry for every attempt that ran lately until vacuum clears them, and
+/// this question comes with every dispatch pass.
 pub async fn stale_attempts(
     db: impl PgExecutor<'_>,
     pks: &[i64],
@@ -83,7 +86,8 @@ pub async fn stale_attempts(
 ) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
         r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
-         WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.pk = r.pk AND t.attempt = r.attempt AND t.state IN ('preparing', 'running'))"#,
+         LEFT JOIN LATERAL (SELECT t.attempt, t.state FROM tasks t WHERE t.pk = r.pk) t ON true
+         WHERE t.attempt IS DISTINCT FROM r.attempt OR t.state NOT IN ('preparing', 'running')"#,
         pks,
         attempts,
     )
