@@ -293,9 +293,11 @@ async fn dispatch_loop(
     }
 }
 
-/// Jobs past their maxWallClockTime end; deleted jobs go with their tasks and files (once
-/// their processes are killed); task directories past their retentionTime are removed.
+/// Task count changes are folded into the jobs' counts; jobs past their maxWallClockTime end;
+/// deleted jobs go with their tasks and files (once their processes are killed); task
+/// directories past their retentionTime are removed.
 async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
+    store::tasks::fold_counts(&s.db).await?;
     for pk in store::jobs::past_wall_clock(&s.db).await? {
         let mut tx = s.db.begin().await?;
         ops::jobs::terminate_job(&mut tx, pk, "MaxWallClockTimeExpiry").await?;

@@ -155,24 +155,60 @@ pub struct Counts {
     pub failed_slots: i64,
 }
 
+/// A job's task counts: its folded counts plus the changes not folded yet (migration 35), so
+/// a few rows whatever the job's size.
 pub async fn counts(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Counts> {
     sqlx::query_as!(
         Counts,
-        r#"SELECT count(*) FILTER (WHERE state = 'active') AS "active!",
-                count(*) FILTER (WHERE state IN ('preparing', 'running')) AS "running!",
-                count(*) FILTER (WHERE state = 'completed') AS "completed!",
-                count(*) FILTER (WHERE state = 'completed' AND result = 'success') AS "succeeded!",
-                count(*) FILTER (WHERE state = 'completed' AND result = 'failure') AS "failed!",
-                coalesce(sum(required_slots) FILTER (WHERE state = 'active'), 0) AS "active_slots!",
-                coalesce(sum(required_slots) FILTER (WHERE state IN ('preparing', 'running')), 0) AS "running_slots!",
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed'), 0) AS "completed_slots!",
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'success'), 0) AS "succeeded_slots!",
-                coalesce(sum(required_slots) FILTER (WHERE state = 'completed' AND result = 'failure'), 0) AS "failed_slots!"
-         FROM tasks WHERE job_pk = $1"#,
+        r#"SELECT coalesce(sum(active), 0)::bigint AS "active!", coalesce(sum(running), 0)::bigint AS "running!",
+                coalesce(sum(completed), 0)::bigint AS "completed!", coalesce(sum(succeeded), 0)::bigint AS "succeeded!",
+                coalesce(sum(failed), 0)::bigint AS "failed!",
+                coalesce(sum(active_slots), 0)::bigint AS "active_slots!", coalesce(sum(running_slots), 0)::bigint AS "running_slots!",
+                coalesce(sum(completed_slots), 0)::bigint AS "completed_slots!",
+                coalesce(sum(succeeded_slots), 0)::bigint AS "succeeded_slots!",
+                coalesce(sum(failed_slots), 0)::bigint AS "failed_slots!"
+         FROM (SELECT active, running, completed, succeeded, failed, active_slots, running_slots, completed_slots,
+                      succeeded_slots, failed_slots
+               FROM task_counts WHERE job_pk = $1
+               UNION ALL
+               SELECT active, running, completed, succeeded, failed, active_slots, running_slots, completed_slots,
+                      succeeded_slots, failed_slots
+               FROM task_count_changes WHERE job_pk = $1) c"#,
         job_pk,
     )
     .fetch_one(db)
     .await
+}
+
+/// Folds the task count changes written so far into the jobs' counts; the changes of jobs that
+/// are gone go with them. Readers see the counts before or after, the same either way.
+pub async fn fold_counts(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"WITH moved AS (DELETE FROM task_count_changes RETURNING *),
+              sums AS (SELECT job_pk, sum(active) AS active, sum(running) AS running, sum(completed) AS completed,
+                              sum(succeeded) AS succeeded, sum(failed) AS failed, sum(active_slots) AS active_slots,
+                              sum(running_slots) AS running_slots, sum(completed_slots) AS completed_slots,
+                              sum(succeeded_slots) AS succeeded_slots, sum(failed_slots) AS failed_slots
+                       FROM moved GROUP BY job_pk)
+         INSERT INTO task_counts (job_pk, active, running, completed, succeeded, failed, active_slots, running_slots,
+                                  completed_slots, succeeded_slots, failed_slots)
+         SELECT s.job_pk, s.active, s.running, s.completed, s.succeeded, s.failed, s.active_slots, s.running_slots,
+                s.completed_slots, s.succeeded_slots, s.failed_slots
+         FROM sums s
+         -- Locked, so that a job deleted meanwhile is seen gone rather than failing the key.
+         WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.pk = s.job_pk FOR KEY SHARE)
+         ON CONFLICT (job_pk) DO UPDATE SET active = task_counts.active + EXCLUDED.active,
+             running = task_counts.running + EXCLUDED.running, completed = task_counts.completed + EXCLUDED.completed,
+             succeeded = task_counts.succeeded + EXCLUDED.succeeded, failed = task_counts.failed + EXCLUDED.failed,
+             active_slots = task_counts.active_slots + EXCLUDED.active_slots,
+             running_slots = task_counts.running_slots + EXCLUDED.running_slots,
+             completed_slots = task_counts.completed_slots + EXCLUDED.completed_slots,
+             succeeded_slots = task_counts.succeeded_slots + EXCLUDED.succeeded_slots,
+             failed_slots = task_counts.failed_slots + EXCLUDED.failed_slots"#,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
