@@ -372,6 +372,21 @@ async fn dependencies(rt: Rt) {
         (409, Some("TaskNotFailed"))
     );
     assert_eq!(s.task("d", "blocked").await["state"], "active");
+
+    // The counts follow a task through its reactivation (failed, active, running, failed
+    // again) and a task's deletion, in tasks and in slots alike.
+    let counts = |completed: u64, succeeded: u64| json!({"active": 1, "running": 0, "completed": completed, "succeeded": succeeded, "failed": 2});
+    let (_, c) = s.get("/jobs/d/taskcounts").await;
+    assert_eq!(
+        (&c["taskCounts"], &c["taskSlotCounts"]),
+        (&counts(6, 4), &counts(6, 4))
+    );
+    assert_eq!(s.delete("/jobs/d/tasks/satisfied").await.0, 200);
+    let (_, c) = s.get("/jobs/d/taskcounts").await;
+    assert_eq!(
+        (&c["taskCounts"], &c["taskSlotCounts"]),
+        (&counts(5, 3), &counts(5, 3))
+    );
 }
 on_both_runtimes!(dependencies_wait_block_and_satisfy, dependencies);
 
