@@ -21,20 +21,11 @@ CREATE TABLE task_counts (
     failed_slots bigint NOT NULL
 );
 
--- No foreign key: a job's deletion removes its tasks, whose changes come after the job is gone.
+-- The same columns, without task_counts' keys (LIKE copies none): no foreign key, since a job's
+-- deletion removes its tasks, whose changes come after the job is gone.
 CREATE TABLE task_count_changes (
     id bigserial PRIMARY KEY,
-    job_pk bigint NOT NULL,
-    active bigint NOT NULL,
-    running bigint NOT NULL,
-    completed bigint NOT NULL,
-    succeeded bigint NOT NULL,
-    failed bigint NOT NULL,
-    active_slots bigint NOT NULL,
-    running_slots bigint NOT NULL,
-    completed_slots bigint NOT NULL,
-    succeeded_slots bigint NOT NULL,
-    failed_slots bigint NOT NULL
+    LIKE task_counts
 );
 CREATE INDEX task_count_changes_job ON task_count_changes (job_pk);
 
@@ -70,19 +61,17 @@ BEGIN
         FROM counted_old o, task_count_row(-1, o.state, o.result, o.required_slots) c
         GROUP BY o.job_pk;
     ELSE
-        -- Only rows whose count moved; an update that moves none (most do not) writes nothing.
+        -- Only rows whose count moved, each counted out as it was and in as it is; an update that
+        -- moves none (most do not) writes nothing.
         INSERT INTO task_count_changes (job_pk, active, running, completed, succeeded, failed,
             active_slots, running_slots, completed_slots, succeeded_slots, failed_slots)
         SELECT x.job_pk, sum(c.active), sum(c.running), sum(c.completed), sum(c.succeeded), sum(c.failed),
                sum(c.active_slots), sum(c.running_slots), sum(c.completed_slots), sum(c.succeeded_slots), sum(c.failed_slots)
-        FROM (SELECT n.job_pk, 1 AS sign, n.state, n.result, n.required_slots
-              FROM counted_new n JOIN counted_old o ON o.pk = n.pk
-              WHERE (n.state, n.result, n.required_slots, n.job_pk) IS DISTINCT FROM (o.state, o.result, o.required_slots, o.job_pk)
-              UNION ALL
-              SELECT o.job_pk, -1, o.state, o.result, o.required_slots
-              FROM counted_new n JOIN counted_old o ON o.pk = n.pk
-              WHERE (n.state, n.result, n.required_slots, n.job_pk) IS DISTINCT FROM (o.state, o.result, o.required_slots, o.job_pk)) x,
-             task_count_row(x.sign, x.state, x.result, x.required_slots) c
+        FROM counted_new n JOIN counted_old o ON o.pk = n.pk,
+             LATERAL (VALUES (n.job_pk, 1, n.state, n.result, n.required_slots),
+                             (o.job_pk, -1, o.state, o.result, o.required_slots)) x(job_pk, sign, state, result, slots),
+             task_count_row(x.sign, x.state, x.result, x.slots) c
+        WHERE (n.state, n.result, n.required_slots, n.job_pk) IS DISTINCT FROM (o.state, o.result, o.required_slots, o.job_pk)
         GROUP BY x.job_pk
         HAVING sum(c.active) <> 0 OR sum(c.running) <> 0 OR sum(c.completed) <> 0 OR sum(c.succeeded) <> 0
             OR sum(c.failed) <> 0 OR sum(c.active_slots) <> 0 OR sum(c.running_slots) <> 0
