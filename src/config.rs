@@ -198,6 +198,13 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_HOST_TIMEOUT", default_value_t = 30)]
     pub host_timeout: u64,
 
+    /// Seconds a node's agent may go without reaching this server (at least 10: a running
+    /// agent reports every 5 s): a new node whose agent never does is unusable, and a node whose
+    /// agent falls silent is lost, its tasks requeued and the node replaced (docs/nodes.md, "The
+    /// node agent").
+    #[arg(long, env = "BATCHPOOL_AGENT_TIMEOUT", default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..))]
+    pub agent_timeout: u64,
+
     /// Where nodes' agents connect to this server (docs/nodes.md, "The node agent"): agent
     /// routes only, each request authenticated as its node. Keep the port across restarts:
     /// running agents come back to it. Default: 0.0.0.0:8081 for Docker nodes, 127.0.0.1:8081

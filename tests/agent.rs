@@ -397,3 +397,58 @@ on_both_runtimes!(
     a_nodes_files_are_read_through_any_server,
     files_are_read_through_any_server
 );
+
+/// A node whose agent stops answering (hung: its process stopped, its container paused) is
+/// lost after `--agent-timeout`: its running tasks are requeued onto the other nodes, and the
+/// pool grows back to its target without it, so nothing of it runs on.
+async fn a_silent_agent_loses_its_node(rt: Rt) {
+    let database = Some(common::fresh_database().await);
+    let s = TestServer::start_with(rt, database, &["--agent-timeout", "10"]).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 2, "idle").await;
+    s.job_on("j", "p").await;
+    let tasks = (0..8)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 2"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    let hung = common::wait_for("a node with two tasks running", || async {
+        let nodes = s.nodes("p").await;
+        nodes
+            .iter()
+            .find(|n| n["runningTasksCount"] == 2)
+            .map(|n| n["id"].as_str().unwrap().to_string())
+    })
+    .await;
+    freeze(rt, &s, &hung, true);
+
+    let done = s.wait_all_completed("j", 8).await;
+    let mut requeued = 0;
+    for t in &done {
+        let info = &t["executionInfo"];
+        assert_eq!(info["result"], "success", "{t}");
+        assert_eq!(
+            info["retryCount"], 0,
+            "a lost node is no failure of the task: {t}"
+        );
+        requeued += info["requeueCount"].as_i64().unwrap();
+    }
+    assert!(
+        (2..=4).contains(&requeued),
+        "the hung node's running tasks were requeued ({requeued})"
+    );
+    let nodes = s.wait_nodes("p", 2, "idle").await;
+    let ids: Vec<&str> = nodes.iter().map(|n| n["id"].as_str().unwrap()).collect();
+    assert!(
+        !ids.contains(&hung.as_str()),
+        "{hung} was replaced: {ids:?}"
+    );
+    common::wait_for("the hung node to be removed", || async {
+        (!s.runtime_nodes().await.contains(&hung)).then_some(())
+    })
+    .await;
+}
+on_both_runtimes!(
+    a_node_whose_agent_falls_silent_is_replaced,
+    a_silent_agent_loses_its_node
+);

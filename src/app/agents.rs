@@ -33,7 +33,8 @@ impl AgentListener {
             .await
             .with_context(|| format!("binding --agent-listen {addr}"))?;
         let port = listener.local_addr()?.port();
-        let agents = Arc::new(Agents::new(config.agent_url.clone(), port));
+        let silence = std::time::Duration::from_secs(config.agent_timeout);
+        let agents = Arc::new(Agents::new(config.agent_url.clone(), port, silence));
         tracing::info!(addr = %listener.local_addr()?, url = ?config.agent_url, "node agents connect here");
         Ok(Self { listener, agents })
     }

@@ -276,6 +276,12 @@ impl Runtime {
         self.node.lost_nodes(server_id).await
     }
 
+    /// The nodes whose agents fell silent for longer than the agent timeout (see
+    /// [`agents::Agents::silent`]).
+    pub fn silent_nodes(&self) -> Vec<String> {
+        self.agents.silent()
+    }
+
     /// The nodes of this installation that exist on the runtime.
     pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         self.node.list_nodes(server_id).await

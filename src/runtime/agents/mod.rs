@@ -22,14 +22,14 @@ use crate::domain::agent::{Event, Usage, Work};
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 
-/// How long a node's agent may stay silent while commands wait on it: after this, they fail
-/// (its node is gone, or cannot reach the server).
-pub const AGENT_SILENCE: Duration = Duration::from_secs(60);
-
 /// The agents of this server's nodes, and how they reach it.
 pub struct Agents {
     links: Mutex<HashMap<String, Arc<Link>>>,
     next_id: AtomicU64,
+    /// How long a node's agent may go without reaching this server (`--agent-timeout`): a new
+    /// node's first word waits this long, commands on a silent agent fail after it, and an
+    /// agent silent for longer has lost its node ([`Agents::silent`]).
+    silence: Duration,
     /// What agents connect to; None: the address of the node's network's gateway on this host.
     pub url: Option<String>,
     /// The port this server takes agents on (the URL's, unless `url` says otherwise).
@@ -92,10 +92,11 @@ pub fn new_secret() -> String {
 }
 
 impl Agents {
-    pub fn new(url: Option<String>, port: u16) -> Self {
+    pub fn new(url: Option<String>, port: u16, silence: Duration) -> Self {
         Self {
             links: Mutex::default(),
             next_id: AtomicU64::new(1),
+            silence,
             url,
             port,
         }
@@ -140,6 +141,21 @@ impl Agents {
         self.links.lock().expect("lock").contains_key(node)
     }
 
+    /// The nodes whose agents spoke to this server and then fell silent for longer than the
+    /// agent timeout: hung, cut off, or gone with their machine. Those that never spoke are
+    /// [`Agents::await_hello`]'s to judge.
+    pub fn silent(&self) -> Vec<String> {
+        let links = self.links.lock().expect("lock");
+        links
+            .iter()
+            .filter(|(_, link)| {
+                let state = link.state.lock().expect("lock");
+                state.boot.is_some() && state.last_seen.elapsed() > self.silence
+            })
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
     /// Whether `node` runs an agent this server knows: from now, or (after a restart) by the
     /// secret `secret` finds on the node itself, asked only if the agent is not known yet.
     pub async fn learn(
@@ -177,17 +193,17 @@ impl Agents {
         (link.secret == digest(secret)).then_some(link)
     }
 
-    /// Waits for a new node's agent to say hello, up to [`AGENT_SILENCE`]: a node whose agent
+    /// Waits for a new node's agent to say hello, up to the agent timeout: a node whose agent
     /// cannot reach this server can run nothing. `advice` ends the error.
     pub async fn await_hello(&self, node: &str, advice: &str) -> Result<(), NodeError> {
-        if self.wait_heard(node, AGENT_SILENCE).await {
+        if self.wait_heard(node, self.silence).await {
             return Ok(());
         }
         Err(NodeError {
             code: "NodeAgentUnreachable",
             message: format!(
                 "node {node}'s agent did not reach this server within {} s; {advice}",
-                AGENT_SILENCE.as_secs()
+                self.silence.as_secs()
             ),
         })
     }
@@ -227,11 +243,11 @@ impl Agents {
                 }
                 () = tokio::time::sleep(Duration::from_secs(5)) => {
                     let mut state = link.state.lock().expect("lock");
-                    if state.last_seen.elapsed() > AGENT_SILENCE {
+                    if state.last_seen.elapsed() > self.silence {
                         state.runs.remove(&id);
                         anyhow::bail!(
                             "node {node}: its agent has not been heard from for {} s",
-                            AGENT_SILENCE.as_secs()
+                            self.silence.as_secs()
                         );
                     }
                 }

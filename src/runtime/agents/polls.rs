@@ -112,7 +112,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_that_never_arrived_is_sent_again_and_one_that_did_is_not() {
-        let agents = std::sync::Arc::new(Agents::new(None, 0));
+        let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
         agents.register("n", "s");
         let link = agents.authenticate("n", "s").unwrap();
         let run = ask_alive(&agents);
@@ -131,7 +131,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_latest_request_takes_work() {
-        let agents = std::sync::Arc::new(Agents::new(None, 0));
+        let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
         agents.register("n", "s");
         let link = agents.authenticate("n", "s").unwrap();
         let (old, new) = (link.clone(), link.clone());

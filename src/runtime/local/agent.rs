@@ -92,11 +92,15 @@ impl AgentProc {
         start_time(self.pid) == Some(self.start)
     }
 
-    /// Stops it; it kills what it runs on its way out.
+    /// Stops it; it kills what it runs on its way out. One that was stopped (SIGSTOP, a
+    /// debugger's detach) is continued to do so.
     pub fn stop(&self) {
         if self.pid > 1 && self.alive() {
             // SAFETY: kill(2) with plain integers.
-            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+            unsafe {
+                libc::kill(self.pid, libc::SIGTERM);
+                libc::kill(self.pid, libc::SIGCONT);
+            }
         }
     }
 }

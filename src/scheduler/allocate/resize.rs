@@ -130,26 +130,48 @@ impl Allocator {
         Ok(())
     }
 
-    /// Nodes lost with their host leave their pools: their tasks are requeued (requeueCount + 1,
-    /// as Azure does when a node fails), and their pools resize back to their targets on the
-    /// hosts that answer.
+    /// Nodes lost with their host, and usable nodes whose agent fell silent, leave their pools:
+    /// their tasks are requeued (requeueCount + 1, as Azure does when a node fails), and their
+    /// pools resize back to their targets on the hosts that answer. Removing a node ends what
+    /// still runs on it, so a hung node's tasks do not run on beside their new attempts.
     pub(super) async fn replace_lost_nodes(&self) -> anyhow::Result<()> {
         let lost = self.runtime.lost_nodes(&self.server_id).await;
-        if lost.is_empty() {
+        let silent = self.runtime.silent_nodes();
+        if lost.is_empty() && silent.is_empty() {
             return Ok(());
         }
+        // A node still being made, rebooted or reimaged has its own timeouts; an unusable one
+        // runs nothing and stays for its owner to see.
+        let was_usable = |n: &NodeRow| {
+            matches!(
+                n.state,
+                NodeState::Idle
+                    | NodeState::Running
+                    | NodeState::WaitingForStartTask
+                    | NodeState::StartTaskFailed
+                    | NodeState::Offline
+            )
+        };
         let rows: Vec<NodeRow> = store::nodes::list_all(&self.db)
             .await?
             .into_iter()
-            .filter(|n| n.state != NodeState::LeavingPool && lost.contains(&n.id))
+            .filter(|n| {
+                n.state != NodeState::LeavingPool
+                    && (lost.contains(&n.id) || (silent.contains(&n.id) && was_usable(n)))
+            })
             .collect();
         if rows.is_empty() {
             return Ok(());
         }
-        tracing::warn!(
-            count = rows.len(),
-            "nodes lost with their Docker host; replacing them"
-        );
+        for node in rows.iter().filter(|n| !lost.contains(&n.id)) {
+            tracing::warn!(node = %node.id, "the node's agent has fallen silent; replacing the node");
+        }
+        if rows.iter().any(|n| lost.contains(&n.id)) {
+            tracing::warn!(
+                count = rows.iter().filter(|n| lost.contains(&n.id)).count(),
+                "nodes lost with their Docker host; replacing them"
+            );
+        }
         let pks: Vec<i64> = rows.iter().map(|n| n.pk).collect();
         store::nodes::mark_leaving(&self.db, &pks, false).await?;
         self.stop_tasks_on(&pks, NodeDeallocationOption::Requeue)

@@ -29,8 +29,9 @@ pub struct Executor {
     runtime: Arc<Runtime>,
     server_id: String,
     wake: Wakeups,
-    /// Attempts this server watches, by task pk.
-    running: Mutex<HashMap<i64, Watched>>,
+    /// Attempts this server watches, by task pk and attempt: a requeued task's next attempt
+    /// can start while its last one's outcome is still on its way to the database.
+    running: Mutex<HashMap<(i64, i32), Watched>>,
     /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches.
@@ -47,7 +48,6 @@ pub struct Executor {
 
 /// An attempt being watched.
 struct Watched {
-    attempt: i32,
     /// Cancelled to kill it.
     kill: CancellationToken,
     /// Cancelled once it is over: killed and its process gone, or ended by itself.
@@ -126,7 +126,7 @@ impl Executor {
             {
                 let mut running = self.running.lock().expect("lock");
                 for (a, _, _) in &batch {
-                    running.remove(&a.pk);
+                    running.remove(&(a.pk, a.attempt));
                 }
             }
             batch.clear();
@@ -154,19 +154,14 @@ impl Executor {
     /// job deleted, terminated, requeued), and returns once their processes are gone: the
     /// slots the database already counts free are handed on only after that.
     pub async fn reap(&self) -> sqlx::Result<()> {
-        let (pks, attempts): (Vec<i64>, Vec<i32>) = self
-            .running
-            .lock()
-            .expect("lock")
-            .iter()
-            .map(|(pk, w)| (*pk, w.attempt))
-            .unzip();
+        let (pks, attempts): (Vec<i64>, Vec<i32>) =
+            self.running.lock().expect("lock").keys().copied().unzip();
         if pks.is_empty() {
             return Ok(());
         }
         let mut ending = Vec::new();
-        for pk in store::tasks::stale_attempts(&self.db, &pks, &attempts).await? {
-            if let Some(w) = self.running.lock().expect("lock").get(&pk) {
+        for stale in store::tasks::stale_attempts(&self.db, &pks, &attempts).await? {
+            if let Some(w) = self.running.lock().expect("lock").get(&stale) {
                 w.kill.cancel();
                 ending.push(w.over.clone());
             }
@@ -183,31 +178,34 @@ impl Executor {
         let (kill, over) = (CancellationToken::new(), CancellationToken::new());
         {
             let mut running = self.running.lock().expect("lock");
-            if running.contains_key(&a.pk) {
+            let key = (a.pk, a.attempt);
+            if running.contains_key(&key) {
                 return;
             }
             let watched = Watched {
-                attempt: a.attempt,
                 kill: kill.clone(),
                 over: over.clone(),
             };
-            running.insert(a.pk, watched);
+            running.insert(key, watched);
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let _over = over.drop_guard();
             match this.watch(&a, adopted, &kill).await {
                 Some((outcome, usage)) => {
-                    let pk = a.pk;
+                    let key = (a.pk, a.attempt);
                     if this.outcomes.send((a, outcome, usage)).is_err() {
-                        this.running.lock().expect("lock").remove(&pk);
+                        this.running.lock().expect("lock").remove(&key);
                     }
                 }
                 None => {
                     if kill.is_cancelled() {
                         this.remove_if_deleted(&a).await;
                     }
-                    this.running.lock().expect("lock").remove(&a.pk);
+                    this.running
+                        .lock()
+                        .expect("lock")
+                        .remove(&(a.pk, a.attempt));
                     this.wake.dispatch.notify_one();
                 }
             }

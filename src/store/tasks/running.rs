@@ -83,16 +83,17 @@ pub async fn stale_attempts(
     db: impl PgExecutor<'_>,
     pks: &[i64],
     attempts: &[i32],
-) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar!(
-        r#"SELECT r.pk AS "pk!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
+) -> sqlx::Result<Vec<(i64, i32)>> {
+    let rows = sqlx::query!(
+        r#"SELECT r.pk AS "pk!", r.attempt AS "attempt!" FROM unnest($1::bigint[], $2::int[]) AS r(pk, attempt)
          LEFT JOIN LATERAL (SELECT t.attempt, t.state FROM tasks t WHERE t.pk = r.pk) t ON true
          WHERE t.attempt IS DISTINCT FROM r.attempt OR t.state NOT IN ('preparing', 'running')"#,
         pks,
         attempts,
     )
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
 }
 
 /// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
