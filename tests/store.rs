@@ -150,7 +150,28 @@ async fn the_latest_migration_upgrades_a_database_with_data() {
         .unwrap();
     }
 
+    // One of them ended, as the schema before kept it (its counts moved by its triggers).
+    sqlx::query(
+        "UPDATE tasks SET state = 'completed', result = 'success', exit_code = 0, end_time = now() \
+         WHERE job_pk = $1 AND id = 'a'",
+    )
+    .bind(job_pk)
+    .execute(&db)
+    .await
+    .unwrap();
+
     store::MIGRATOR.run(&db).await.unwrap();
+    let counts = tasks::counts(&db, job_pk).await.unwrap();
+    assert_eq!(
+        (
+            counts.active,
+            counts.completed,
+            counts.succeeded,
+            counts.failed
+        ),
+        (1, 1, 1, 0),
+        "the tasks there were are counted: {counts:?}"
+    );
     let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
     assert_eq!(
         (pool.state, pool.allocation_state),

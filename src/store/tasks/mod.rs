@@ -141,7 +141,7 @@ pub async fn list(
     Ok(rows)
 }
 
-#[derive(Debug, Default, sqlx::FromRow)]
+#[derive(Debug, Default)]
 pub struct Counts {
     pub active: i64,
     pub running: i64,
@@ -155,56 +155,57 @@ pub struct Counts {
     pub failed_slots: i64,
 }
 
-/// A job's task counts: its folded counts plus the changes not folded yet (migration 35), so
-/// a few rows whatever the job's size.
+/// A job's task counts: its folded counts by state plus the moves not folded yet (migration
+/// 36), so a few rows whatever the job's size.
 pub async fn counts(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<Counts> {
-    sqlx::query_as!(
-        Counts,
-        r#"SELECT coalesce(sum(active), 0)::bigint AS "active!", coalesce(sum(running), 0)::bigint AS "running!",
-                coalesce(sum(completed), 0)::bigint AS "completed!", coalesce(sum(succeeded), 0)::bigint AS "succeeded!",
-                coalesce(sum(failed), 0)::bigint AS "failed!",
-                coalesce(sum(active_slots), 0)::bigint AS "active_slots!", coalesce(sum(running_slots), 0)::bigint AS "running_slots!",
-                coalesce(sum(completed_slots), 0)::bigint AS "completed_slots!",
-                coalesce(sum(succeeded_slots), 0)::bigint AS "succeeded_slots!",
-                coalesce(sum(failed_slots), 0)::bigint AS "failed_slots!"
-         FROM (SELECT active, running, completed, succeeded, failed, active_slots, running_slots, completed_slots,
-                      succeeded_slots, failed_slots
-               FROM task_counts WHERE job_pk = $1
+    let by_state = sqlx::query!(
+        r#"SELECT state AS "state!", result AS "result!", sum(tasks)::bigint AS "tasks!", sum(slots)::bigint AS "slots!"
+         FROM (SELECT state, result, tasks, slots FROM task_state_counts WHERE job_pk = $1
                UNION ALL
-               SELECT active, running, completed, succeeded, failed, active_slots, running_slots, completed_slots,
-                      succeeded_slots, failed_slots
-               FROM task_count_changes WHERE job_pk = $1) c"#,
+               SELECT state, result, tasks, slots FROM task_state_moves WHERE job_pk = $1) c
+         GROUP BY state, result"#,
         job_pk,
     )
-    .fetch_one(db)
-    .await
+    .fetch_all(db)
+    .await?;
+    let mut c = Counts::default();
+    for row in by_state {
+        let (tasks, slots) = (row.tasks, row.slots);
+        let add = |count: &mut i64, slot_count: &mut i64| {
+            *count += tasks;
+            *slot_count += slots;
+        };
+        match (row.state.as_str(), row.result.as_str()) {
+            ("active", _) => add(&mut c.active, &mut c.active_slots),
+            ("preparing" | "running", _) => add(&mut c.running, &mut c.running_slots),
+            ("completed", result) => {
+                add(&mut c.completed, &mut c.completed_slots);
+                match result {
+                    "success" => add(&mut c.succeeded, &mut c.succeeded_slots),
+                    "failure" => add(&mut c.failed, &mut c.failed_slots),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(c)
 }
 
-/// Folds the task count changes written so far into the jobs' counts; the changes of jobs that
+/// Folds the task moves written so far into the jobs' counts by state; the moves of jobs that
 /// are gone go with them. Readers see the counts before or after, the same either way.
 pub async fn fold_counts(db: impl PgExecutor<'_>) -> sqlx::Result<()> {
     sqlx::query!(
-        r#"WITH moved AS (DELETE FROM task_count_changes RETURNING *),
-              sums AS (SELECT job_pk, sum(active) AS active, sum(running) AS running, sum(completed) AS completed,
-                              sum(succeeded) AS succeeded, sum(failed) AS failed, sum(active_slots) AS active_slots,
-                              sum(running_slots) AS running_slots, sum(completed_slots) AS completed_slots,
-                              sum(succeeded_slots) AS succeeded_slots, sum(failed_slots) AS failed_slots
-                       FROM moved GROUP BY job_pk)
-         INSERT INTO task_counts (job_pk, active, running, completed, succeeded, failed, active_slots, running_slots,
-                                  completed_slots, succeeded_slots, failed_slots)
-         SELECT s.job_pk, s.active, s.running, s.completed, s.succeeded, s.failed, s.active_slots, s.running_slots,
-                s.completed_slots, s.succeeded_slots, s.failed_slots
+        r#"WITH moved AS (DELETE FROM task_state_moves RETURNING job_pk, state, result, tasks, slots),
+              sums AS (SELECT job_pk, state, result, sum(tasks) AS tasks, sum(slots) AS slots
+                       FROM moved GROUP BY job_pk, state, result)
+         INSERT INTO task_state_counts (job_pk, state, result, tasks, slots)
+         SELECT s.job_pk, s.state, s.result, s.tasks, s.slots
          FROM sums s
          -- Locked, so that a job deleted meanwhile is seen gone rather than failing the key.
          WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.pk = s.job_pk FOR KEY SHARE)
-         ON CONFLICT (job_pk) DO UPDATE SET active = task_counts.active + EXCLUDED.active,
-             running = task_counts.running + EXCLUDED.running, completed = task_counts.completed + EXCLUDED.completed,
-             succeeded = task_counts.succeeded + EXCLUDED.succeeded, failed = task_counts.failed + EXCLUDED.failed,
-             active_slots = task_counts.active_slots + EXCLUDED.active_slots,
-             running_slots = task_counts.running_slots + EXCLUDED.running_slots,
-             completed_slots = task_counts.completed_slots + EXCLUDED.completed_slots,
-             succeeded_slots = task_counts.succeeded_slots + EXCLUDED.succeeded_slots,
-             failed_slots = task_counts.failed_slots + EXCLUDED.failed_slots"#,
+         ON CONFLICT (job_pk, state, result) DO UPDATE SET tasks = task_state_counts.tasks + EXCLUDED.tasks,
+             slots = task_state_counts.slots + EXCLUDED.slots"#,
     )
     .execute(db)
     .await?;
