@@ -235,6 +235,20 @@ async fn dedicated_nodes_take_the_room_of_low_priority_ones() {
     s.wait_nodes("spot", 2, "idle").await;
     s.pool_of_one_idle_node("dedicated").await;
     assert_eq!(of_nodes(&s, "spot", "state").await, ["idle", "preempted"]);
+    // While there is no room, the preempted node stays preempted: it does not go `creating`
+    // (and back) each time it would try to come back, every 10 s.
+    let preempted_since = || async {
+        let nodes = s.nodes("spot").await;
+        let node = nodes.iter().find(|n| n["state"] == "preempted").cloned();
+        node.map(|n| n["stateTransitionTime"].clone())
+    };
+    let since = preempted_since().await.expect("a preempted node");
+    tokio::time::sleep(std::time::Duration::from_secs(12)).await;
+    assert_eq!(
+        preempted_since().await,
+        Some(since),
+        "no state change meanwhile"
+    );
     let p = pool(&s, "dedicated").await;
     assert_eq!(p["resizeErrors"], Value::Null, "no error: {p}");
     assert_eq!(p["currentDedicatedNodes"], 1, "{p}");

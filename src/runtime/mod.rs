@@ -265,6 +265,11 @@ impl Runtime {
         self.agents.loads()
     }
 
+    /// Whether a node of `spec` fits on a host now (see [`NodeRuntime::has_room`]).
+    pub fn has_room(&self, spec: &NodeSpec) -> bool {
+        self.node.has_room(spec)
+    }
+
     /// Low-priority nodes to preempt for a node that finds no room (see
     /// [`NodeRuntime::room_for`]).
     pub fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {

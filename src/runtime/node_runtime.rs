@@ -138,6 +138,12 @@ pub trait NodeRuntime: Send + Sync {
         Box::pin(async { Vec::new() })
     }
 
+    /// Whether a node of `spec` fits on a host now (where it is placed already, its own share
+    /// counts as free). Runtimes without caps always have room.
+    fn has_room(&self, _spec: &NodeSpec) -> bool {
+        true
+    }
+
     /// Which of `candidates` (low-priority nodes, in the order they should go) to preempt so
     /// that a node of `spec` fits on one host; None when no set of them would do, or the
     /// runtime has no caps to make room under.

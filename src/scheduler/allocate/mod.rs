@@ -178,7 +178,7 @@ impl Allocator {
         for node in nodes {
             match node.state {
                 NodeState::LeavingPool => self.ensure_removal(node, node.retain_data),
-                NodeState::Preempted => self.on_preempted(node, dedicated_waiting),
+                NodeState::Preempted => self.on_preempted(pool, node, dedicated_waiting),
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }

@@ -10,15 +10,22 @@ use chrono::{Duration, Utc};
 use super::Allocator;
 use crate::domain::pool::NodeState;
 use crate::runtime::NodeSpec;
-use crate::store::{self, nodes::NodeRow};
+use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 /// How long a preempted node that could not be made again (no room yet) waits to try again.
 const RETRY_RECOVERY: Duration = Duration::seconds(10);
 
 impl Allocator {
     /// A preempted node: its provisioning stops, its container goes (once per preemption), and
-    /// once its hold is over, and no dedicated node waits for room, it is made again.
-    pub(super) fn on_preempted(self: &Arc<Self>, node: &NodeRow, dedicated_waiting: bool) {
+    /// once its hold is over, no dedicated node waits for room and a host has room for it, it is
+    /// made again. Until then it stays `preempted`, rather than showing `creating` each time it
+    /// would try.
+    pub(super) fn on_preempted(
+        self: &Arc<Self>,
+        pool: &PoolRow,
+        node: &NodeRow,
+        dedicated_waiting: bool,
+    ) {
         let key = (node.pk, node.state_transition_time);
         if !self.cleared.lock().expect("lock").contains(&key) {
             let (this, preempted) = (Arc::clone(self), node.clone());
@@ -35,7 +42,7 @@ impl Allocator {
             return;
         }
         let held = node.preempted_until.is_some_and(|t| t > Utc::now());
-        if held || dedicated_waiting {
+        if held || dedicated_waiting || !self.runtime.has_room(&self.node_spec(pool, node)) {
             return;
         }
         let this = Arc::clone(self);

@@ -94,14 +94,9 @@ impl Allocator {
         }
     }
 
-    /// Creates and starts the node's container; None when it could not be made, and the node is
-    /// unusable (the pool's resize errors say why).
-    async fn make_container(
-        &self,
-        pool: &PoolRow,
-        node: &NodeRow,
-    ) -> anyhow::Result<Option<NodeHandle>> {
-        let spec = NodeSpec {
+    /// What the runtime makes for the pool's node.
+    pub(super) fn node_spec(&self, pool: &PoolRow, node: &NodeRow) -> NodeSpec {
+        NodeSpec {
             server_id: self.server_id.clone(),
             account: pool.account.clone(),
             pool_id: pool.id.clone(),
@@ -110,7 +105,17 @@ impl Allocator {
             vcpus: pool.vcpus,
             memory_mib: pool.memory_mib,
             containers: PoolContainers::of(pool.vm_config.as_ref()),
-        };
+        }
+    }
+
+    /// Creates and starts the node's container; None when it could not be made, and the node is
+    /// unusable (the pool's resize errors say why).
+    async fn make_container(
+        &self,
+        pool: &PoolRow,
+        node: &NodeRow,
+    ) -> anyhow::Result<Option<NodeHandle>> {
+        let spec = self.node_spec(pool, node);
         let created = {
             let _permit = self.limit.acquire().await?;
             if node.state == NodeState::Rebooting {

@@ -161,6 +161,10 @@ impl NodeRuntime for DockerHosts {
         DockerHosts::room_for(self, spec, candidates)
     }
 
+    fn has_room(&self, spec: &NodeSpec) -> bool {
+        DockerHosts::room_for(self, spec, std::slice::from_ref(&spec.node_id)).is_some()
+    }
+
     fn sync_hosts<'a>(&'a self, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
         Box::pin(DockerHosts::sync_hosts(self, hosts))
     }
