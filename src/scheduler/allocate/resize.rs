@@ -166,9 +166,10 @@ impl Allocator {
         for node in rows.iter().filter(|n| !lost.contains(&n.id)) {
             tracing::warn!(node = %node.id, "the node's agent has fallen silent; replacing the node");
         }
-        if rows.iter().any(|n| lost.contains(&n.id)) {
+        let with_host = rows.iter().filter(|n| lost.contains(&n.id)).count();
+        if with_host > 0 {
             tracing::warn!(
-                count = rows.iter().filter(|n| lost.contains(&n.id)).count(),
+                count = with_host,
                 "nodes lost with their Docker host; replacing them"
             );
         }
