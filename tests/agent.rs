@@ -177,7 +177,7 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
         .await;
     let running = s.wait_task("j", "t", "running").await;
     let node = running["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
-    let record = "workitems/j/job-1/t/.batchpool/1";
+    let record = "workitems/j/job-1/t/.batchpool.1";
     // The first line: the pid, and the boot of the agent that started it.
     let first = common::wait_for("the attempt's pid", || async {
         let text = s.on_node(&node, record).await?;

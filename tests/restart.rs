@@ -299,7 +299,7 @@ async fn lost_attempt_is_requeued(rt: Rt) {
     );
     s.add_tasks("j", vec![json!({"id": "victim", "commandLine": "echo run >> $AZ_BATCH_NODE_SHARED_DIR/runs; sleep 30"})]).await;
     s.wait_task("j", "victim", "running").await;
-    let pid_file = "workitems/j/job-1/victim/.batchpool/1";
+    let pid_file = "workitems/j/job-1/victim/.batchpool.1";
     // The attempt's record: its pid on the first line, and the boot of the agent that started it.
     let pid: i32 = common::wait_for("the attempt's pid", || async {
         let text = s.on_node(&node, pid_file).await?;

@@ -128,17 +128,23 @@ async fn post(
 }
 
 /// Makes a task's directories below a root the server made, following no link (one a task
-/// left where a directory should be is replaced): its directories are made, then what it
-/// names to remove goes, if it is there. `safe_fs` refuses a path that is not plain and
+/// left where a directory should be is replaced): what it names to remove goes, if it is
+/// there, then its directories are made. `safe_fs` refuses a path that is not plain and
 /// relative.
 pub fn make_dirs(make: &crate::domain::agent::MakeDirs) -> std::io::Result<()> {
     use std::path::Path;
     let base = crate::sys::safe_fs::Dir::open_root_in_node(Path::new(&make.base))?;
+    // What goes, first: most often its directory is not there yet (a task's first attempt),
+    // which one lookup tells. Behind a link or a file, it is not there either: making the
+    // directories replaces what is in their way with empty ones.
+    for gone in &make.remove {
+        match base.remove_all(Path::new(gone)) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {}
+            other => other?,
+        }
+    }
     for dir in &make.dirs {
         base.create_dir_all(Path::new(dir))?;
-    }
-    for gone in &make.remove {
-        base.remove_all(Path::new(gone))?;
     }
     Ok(())
 }

@@ -206,14 +206,15 @@ fn run_command(
     }
     match procs.spawn(&argv, &env, task.as_ref()) {
         Ok((pid, ended)) => {
-            let record = task.map(|t| t.record);
-            // Its record first, so a server that restarts meanwhile finds the attempt running.
-            if let Some(record) = &record {
-                // With this agent's boot: after a restart of the node, the pid is another's.
-                if let Err(e) = procs::record(record, format!("{pid} {}", link.boot)) {
-                    tracing::warn!(error = %e, "writing a task's record failed");
-                }
-            }
+            // Its record first, so a server that restarts meanwhile finds the attempt running;
+            // with this agent's boot: after a restart of the node, the pid is another's.
+            let mut record = task.and_then(|t| {
+                let written = procs::Record::open(&t.record)
+                    .and_then(|mut r| r.add(format_args!("{pid} {}", link.boot)).map(|()| r));
+                written
+                    .inspect_err(|e| tracing::warn!(error = %e, "writing a task's record failed"))
+                    .ok()
+            });
             let _ = events.send(Event::Started { id, pid });
             let events = events.clone();
             tokio::spawn(async move {
@@ -222,8 +223,8 @@ fn run_command(
                     Err(_) => (-1, None),
                 };
                 // Recorded before it is told: a server that missed the event reads it.
-                if let Some(record) = &record {
-                    if let Err(e) = procs::record(record, code) {
+                if let Some(record) = &mut record {
+                    if let Err(e) = record.add(code) {
                         tracing::warn!(error = %e, "writing a task's record failed");
                     }
                 }

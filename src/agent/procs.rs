@@ -104,15 +104,25 @@ fn output(path: &str) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Adds a line to an attempt's record (made if need be); never through a link.
-pub fn record(path: &str, line: impl std::fmt::Display) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    file.write_all(format!("{line}\n").as_bytes())
+/// An attempt's record, open from its command's start to its end: one open for both lines.
+pub struct Record(std::fs::File);
+
+impl Record {
+    /// Opens (makes, if need be) the record at `path`; never through a link.
+    pub fn open(path: &str) -> std::io::Result<Self> {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map(Self)
+    }
+
+    /// Adds a line, in one write.
+    pub fn add(&mut self, line: impl std::fmt::Display) -> std::io::Result<()> {
+        use std::io::Write;
+        self.0.write_all(format!("{line}\n").as_bytes())
+    }
 }
 
 /// Sends `signal` to `pid` (a process group, if negative; 0 only asks whether it exists);

@@ -249,9 +249,9 @@ pub struct TaskLaunch {
 }
 
 /// Directories to make below `base` (a directory the server made: a node's root, an account's
-/// workitems), following no link: each of `dirs` is made with its parents (a link in the way
-/// is replaced), then what `remove` names goes, if it is there. Every path is relative and
-/// plain (no `..`).
+/// workitems), following no link: what `remove` names goes, if it is there (not behind a
+/// link), then each of `dirs` is made with its parents (a link in the way is replaced). Every
+/// path is relative and plain (no `..`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MakeDirs {

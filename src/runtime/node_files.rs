@@ -49,10 +49,18 @@ impl Runtime {
         dirs: &TaskDirs,
         attempt: i32,
     ) -> Result<Option<Record>, NodeError> {
+        match self.read_record(node, &dirs.record(attempt)).await? {
+            None => self.read_record(node, &dirs.legacy_record(attempt)).await,
+            found => Ok(found),
+        }
+    }
+
+    /// The record at `at`, if there is one.
+    async fn read_record(&self, node: &str, at: &Below) -> Result<Option<Record>, NodeError> {
         let read = FileOp::Read {
             range: Some((0, Some(RECORD_MAX as u64 - 1))),
         };
-        match self.file(Some(node), &dirs.record(attempt), read).await? {
+        match self.file(Some(node), at, read).await? {
             FileAnswer::Data { mut bytes, .. } => {
                 let mut text = Vec::with_capacity(RECORD_MAX);
                 while let Some(chunk) = bytes.next().await {

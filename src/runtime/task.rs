@@ -70,18 +70,34 @@ pub struct TaskDirs {
 }
 
 impl TaskDirs {
-    /// Where the wrapper leaves an attempt's record, below the task directory: its pid on the
-    /// first line, and once the command has ended, its exit code on the second. One file, not a
-    /// directory of two: every file or directory a task makes costs an inode on the hot path.
+    /// Where the wrapper leaves an attempt's record, in the task directory: its pid on the
+    /// first line, and once the command has ended, its exit code on the second. One file beside
+    /// `wd`, not a directory of two, nor a file in a directory of records: every file or
+    /// directory a task makes costs an inode on the hot path, a directory a block as well.
     fn state_file(attempt: i32) -> PathBuf {
+        PathBuf::from(format!("{STATE_DIR}.{attempt}"))
+    }
+
+    /// Where builds before 2026-11-26 kept the record, in a directory of records: a node's
+    /// agent started before an upgrade still writes there.
+    fn legacy_state_file(attempt: i32) -> PathBuf {
         Path::new(STATE_DIR).join(attempt.to_string())
     }
 
     /// Where the attempt's record is on this host, below the task directory's root.
     pub(super) fn record(&self, attempt: i32) -> Below {
+        self.below(&Self::state_file(attempt))
+    }
+
+    /// Where a build before 2026-11-26 kept the attempt's record.
+    pub(super) fn legacy_record(&self, attempt: i32) -> Below {
+        self.below(&Self::legacy_state_file(attempt))
+    }
+
+    fn below(&self, rel: &Path) -> Below {
         Below {
             root: self.host.root.clone(),
-            rel: self.host.rel.join(Self::state_file(attempt)),
+            rel: self.host.rel.join(rel),
         }
     }
 
@@ -91,8 +107,11 @@ impl TaskDirs {
         let below = |p: &Path| self.host.rel.join(p).to_string_lossy().into_owned();
         MakeDirs {
             base: self.node_base.clone(),
-            remove: vec![below(&Self::state_file(attempt))],
-            dirs: vec![below(Path::new(STATE_DIR)), below(Path::new("wd"))],
+            remove: vec![
+                below(&Self::state_file(attempt)),
+                below(&Self::legacy_state_file(attempt)),
+            ],
+            dirs: vec![below(Path::new("wd"))],
         }
     }
 
@@ -103,9 +122,9 @@ impl TaskDirs {
         files: super::TaskFiles<'_>,
         attempt: i32,
     ) -> Result<(), super::NodeError> {
-        files.make_dir(Path::new(STATE_DIR)).await?;
         // A record left by an earlier run of this attempt number must not pass for this one's.
         files.remove(&Self::state_file(attempt)).await?;
+        files.remove(&Self::legacy_state_file(attempt)).await?;
         files.make_dir(Path::new("wd")).await
     }
 
@@ -115,11 +134,17 @@ impl TaskDirs {
     pub(super) async fn prepare(&self, attempt: i32) -> anyhow::Result<()> {
         self.host
             .create_then(move |task| {
-                task.create_dir_all(Path::new(STATE_DIR))?;
+                task.create_dir_all(Path::new("wd"))?;
                 // A record left by an earlier run of this attempt number must not pass for this
-                // one's.
-                task.remove_all(&TaskDirs::state_file(attempt))?;
-                task.create_dir_all(Path::new("wd")).map(|_| ())
+                // one's. One behind a link a task left is not there.
+                for record in [Self::state_file(attempt), Self::legacy_state_file(attempt)] {
+                    match task.remove_all(&record) {
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                        }
+                        other => other?,
+                    }
+                }
+                Ok(())
             })
             .await
             .with_context(|| format!("preparing the task directory {}", self.node))
@@ -141,7 +166,7 @@ pub struct NodeCommand {
 impl NodeCommand {
     /// The attempt's record, as the node sees it.
     pub fn record(&self) -> String {
-        format!("{}/{STATE_DIR}/{}", self.dirs.node, self.attempt)
+        format!("{}/{STATE_DIR}.{}", self.dirs.node, self.attempt)
     }
 
     /// Makes the directories the command needs from this server, for a node without an agent.

@@ -143,8 +143,26 @@ impl Dir {
     /// the server's directories: a link or file a task put in the place of one is removed (never
     /// followed), so a planted link can neither redirect the server nor block the job for good.
     pub fn create_dir_all(&self, rel: &Path) -> io::Result<Dir> {
-        let mut dir = Dir(self.0.try_clone()?);
-        for name in names(rel)? {
+        let parts = names(rel)?;
+        // Most of the way is there already (a task's job directory, say): the deepest
+        // directory that exists is opened in one lookup that follows no link, and only what is
+        // missing below it is made. Anything else on the way (a link, a file) takes the walk
+        // below, which replaces it.
+        let mut have = parts.len();
+        let mut dir = loop {
+            if have == 0 {
+                break Dir(self.0.try_clone()?);
+            }
+            match self.open_dir(&parts[..have].iter().collect::<PathBuf>()) {
+                Ok(dir) => break dir,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => have -= 1,
+                Err(_) => {
+                    have = 0;
+                    break Dir(self.0.try_clone()?);
+                }
+            }
+        };
+        for name in &parts[have..] {
             dir = dir.make_dir(name)?;
         }
         Ok(dir)
@@ -504,6 +522,21 @@ mod tests {
         root.create_dir_all(Path::new("x/y/z")).unwrap();
         assert!(tmp.path().join("root/x/y/z").is_dir());
         root.create_dir_all(Path::new("x/y/z")).unwrap();
+    }
+
+    #[test]
+    fn what_is_in_the_way_below_a_made_directory_is_replaced() {
+        let (tmp, root, outside) = setup();
+        // Below directories that are there (the way the first lookup takes): a link, then a
+        // file where a directory goes.
+        symlink(&outside, tmp.path().join("root/a/b/out")).unwrap();
+        root.create_dir_all(Path::new("a/b/out/wd")).unwrap();
+        assert!(!outside.join("wd").exists(), "nothing made outside");
+        assert!(!tmp.path().join("root/a/b/out").is_symlink());
+        assert!(tmp.path().join("root/a/b/out/wd").is_dir());
+        std::fs::write(tmp.path().join("root/a/b/file-here"), "x").unwrap();
+        root.create_dir_all(Path::new("a/b/file-here/wd")).unwrap();
+        assert!(tmp.path().join("root/a/b/file-here/wd").is_dir());
     }
 
     #[test]
