@@ -19,6 +19,9 @@ pub struct Ended {
     pub state: TaskState,
     pub satisfies_dependants: bool,
     pub result: Option<String>,
+    /// Whether its job lets tasks depend on others (set when the job is made, never changed):
+    /// if not, no task depends on it.
+    pub job_uses_dependencies: bool,
 }
 
 /// How an attempt ends.
@@ -98,7 +101,8 @@ pub async fn end_attempts(
             read_bytes = t.read_bytes + u.read_bytes, write_bytes = t.write_bytes + u.write_bytes
          FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
          RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state IN ('preparing', 'running') AS "was_running!", t.state AS "state: _",
-            t.satisfies_dependants, t.result"#,
+            t.satisfies_dependants, t.result,
+            (SELECT j.uses_task_dependencies FROM jobs j WHERE j.pk = t.job_pk) AS "job_uses_dependencies!""#,
         &c.pks,
         &c.attempts as _,
         &c.states as _,
@@ -200,10 +204,14 @@ async fn release_slots_of(db: impl PgExecutor<'_>, ended: &[Ended]) -> sqlx::Res
 }
 
 /// The dependants of tasks that completed and satisfy them have one unmet dependency fewer.
+/// In jobs that use no dependencies (most), no statement: even one that changes nothing costs
+/// its triggers.
 async fn count_down_dependants(db: impl PgExecutor<'_>, ended: &[Ended]) -> sqlx::Result<()> {
     let satisfied: Vec<i64> = ended
         .iter()
-        .filter(|e| e.state == TaskState::Completed && e.satisfies_dependants)
+        .filter(|e| {
+            e.state == TaskState::Completed && e.satisfies_dependants && e.job_uses_dependencies
+        })
         .map(|e| e.pk)
         .collect();
     if satisfied.is_empty() {
