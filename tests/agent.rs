@@ -170,6 +170,17 @@ async fn a_local_nodes_agent_outlives_the_server_and_ends_with_its_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
+    an_end_no_server_saw(false).await;
+}
+
+/// Builds before 2026-11-26 kept an attempt's record in `.batchpool/<attempt>`: a record an
+/// agent of theirs left there is read by the server that replaced them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_where_older_agents_kept_it_is_still_read() {
+    an_end_no_server_saw(true).await;
+}
+
+async fn an_end_no_server_saw(kept_where_older_agents_did: bool) {
     let mut s = TestServer::start(Rt::Local).await;
     s.pool_of_one_idle_node("p").await;
     s.job_on("j", "p").await;
@@ -197,6 +208,16 @@ async fn an_end_no_server_saw_is_kept_by_the_agent_and_recorded_once() {
         (text == format!("{first}\n137\n")).then_some(())
     })
     .await;
+    if kept_where_older_agents_did {
+        let task_dir = s
+            .data_dir
+            .path()
+            .join("nodes")
+            .join(&node)
+            .join("workitems/j/job-1/t");
+        std::fs::create_dir(task_dir.join(".batchpool")).unwrap();
+        std::fs::rename(task_dir.join(".batchpool.1"), task_dir.join(".batchpool/1")).unwrap();
+    }
     s.launch().await;
     let task = s.wait_task("j", "t", "completed").await;
     assert_eq!(task["executionInfo"]["exitCode"], 137, "{task}");
