@@ -138,10 +138,7 @@ pub fn make_dirs(make: &crate::domain::agent::MakeDirs) -> std::io::Result<()> {
     // which one lookup tells. Behind a link or a file, it is not there either: making the
     // directories replaces what is in their way with empty ones.
     for gone in &make.remove {
-        match base.remove_all(Path::new(gone)) {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {}
-            other => other?,
-        }
+        base.discard(Path::new(gone))?;
     }
     for dir in &make.dirs {
         base.create_dir_all(Path::new(dir))?;

@@ -138,11 +138,7 @@ impl TaskDirs {
                 // A record left by an earlier run of this attempt number must not pass for this
                 // one's. One behind a link a task left is not there.
                 for record in [Self::state_file(attempt), Self::legacy_state_file(attempt)] {
-                    match task.remove_all(&record) {
-                        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
-                        }
-                        other => other?,
-                    }
+                    task.discard(&record)?;
                 }
                 Ok(())
             })

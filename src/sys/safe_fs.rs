@@ -159,10 +159,7 @@ impl Dir {
             match self.open_dir(&parts[..have].iter().collect::<PathBuf>()) {
                 Ok(dir) => break dir,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => have -= 1,
-                Err(_) => {
-                    have = 0;
-                    break Dir(self.0.try_clone()?);
-                }
+                Err(_) => have = 0,
             }
         };
         for name in &parts[have..] {
@@ -303,6 +300,16 @@ impl Dir {
         };
         match parent.remove_entry(last, 0) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Removes `rel` as [`remove_all`](Self::remove_all) does, where it can be reached: behind
+    /// a link or a file on the way it is not there, which is no error (nor is its absence).
+    /// For what must not outlive a directory about to be made, which replaces what is in its way.
+    pub fn discard(&self, rel: &Path) -> io::Result<()> {
+        match self.remove_all(rel) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => Ok(()),
             other => other,
         }
     }
