@@ -7,12 +7,12 @@ mod common;
 use common::{docker_containers, run_ok, wait_for, Rt, TestServer};
 use serde_json::{json, Value};
 
-/// The task image: the node's busybox with a marker file in its own working directory and a
-/// default command that prints it.
-const TASK_IMAGE: &str = "batchpool-test/task-image:1";
+/// The task image: the node's busybox with a marker file in its own working directory, a
+/// default command that prints it, and a volume it declares (each container gets one of its own).
+const TASK_IMAGE: &str = "batchpool-test/task-image:2";
 
 fn build_task_image() {
-    let dockerfile = "FROM batchpool/node:latest\nWORKDIR /app\nRUN echo from-the-task-image > /app/marker\nCMD [\"cat\", \"/app/marker\"]\n";
+    let dockerfile = "FROM batchpool/node:latest\nWORKDIR /app\nRUN echo from-the-task-image > /app/marker\nVOLUME /scratch\nCMD [\"cat\", \"/app/marker\"]\n";
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("Dockerfile"), dockerfile).unwrap();
     run_ok(
@@ -44,6 +44,28 @@ fn task_containers(server_id: &str) -> Vec<Value> {
         .into_iter()
         .filter(|c| c["Config"]["Labels"]["batchpool.task"].is_string())
         .collect()
+}
+
+/// The anonymous volumes a container's image gave it.
+fn anonymous_volumes(container: &Value) -> Vec<String> {
+    let mounts = container["Mounts"].as_array().cloned().unwrap_or_default();
+    let names: Vec<String> = mounts
+        .iter()
+        .filter(|m| m["Type"] == "volume" && m["Destination"] == "/scratch")
+        .filter_map(|m| m["Name"].as_str().map(String::from))
+        .collect();
+    assert!(!names.is_empty(), "the image's volume: {container}");
+    names
+}
+
+/// Whether the engine still has the volume.
+fn volume_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .expect("docker volume inspect")
+        .status
+        .success()
 }
 
 async fn stdout(s: &TestServer, job: &str, task: &str) -> String {
@@ -176,6 +198,9 @@ async fn terminating_a_job_kills_its_task_containers() {
         task_containers(&server).is_empty().then_some(())
     })
     .await;
+    for volume in anonymous_volumes(&running[0]) {
+        assert!(!volume_exists(&volume), "the image's volume {volume} stayed after its container went");
+    }
     let queued = s.task("j", "queued").await;
     assert!(
         queued["executionInfo"]["startTime"].is_null(),
@@ -191,8 +216,9 @@ async fn a_restart_finds_a_task_container_running_and_cleans_up_after_it() {
     s.add_tasks("j", vec![json!({"id": "t", "commandLine": "sleep 5; echo finished", "containerSettings": {"imageName": TASK_IMAGE}})]).await;
     s.wait_task("j", "t", "running").await;
     let server = s.server_id().await;
-    wait_for("the task's container", || async {
-        (!task_containers(&server).is_empty()).then_some(())
+    let running = wait_for("the task's container", || async {
+        let found = task_containers(&server);
+        (!found.is_empty()).then_some(found)
     })
     .await;
     s.kill().await;
@@ -208,6 +234,9 @@ async fn a_restart_finds_a_task_container_running_and_cleans_up_after_it() {
         task_containers(&server).is_empty().then_some(())
     })
     .await;
+    for volume in anonymous_volumes(&running[0]) {
+        assert!(!volume_exists(&volume), "the image's volume {volume} stayed after its container went");
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    RemoveContainerOptions, RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
@@ -84,8 +84,7 @@ impl DockerRuntime {
         // Off the task's path: the next task need not wait for the engine to tidy up.
         let docker = self.docker.clone();
         tokio::spawn(async move {
-            let options = RemoveContainerOptionsBuilder::default().force(true).build();
-            let _ = docker.remove_container(&id, Some(options)).await;
+            let _ = docker.remove_container(&id, Some(removal())).await;
         });
         ran
     }
@@ -356,8 +355,7 @@ impl DockerRuntime {
             .build();
         for c in self.docker.list_containers(Some(options)).await? {
             if let Some(id) = c.id {
-                let options = RemoveContainerOptionsBuilder::default().force(true).build();
-                let _ = self.docker.remove_container(&id, Some(options)).await;
+                let _ = self.docker.remove_container(&id, Some(removal())).await;
             }
         }
         Ok(())
@@ -388,4 +386,13 @@ fn registry_for<'a>(
             [only] => Some(only),
             _ => None,
         })
+}
+
+/// How a task's container goes: killed if it still runs, with the anonymous volumes its image
+/// declared (`VOLUME`), which would otherwise stay on the host, one set per task.
+fn removal() -> RemoveContainerOptions {
+    RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build()
 }
