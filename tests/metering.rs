@@ -138,3 +138,41 @@ on_both_runtimes!(
     metering_starts_at_ready_and_stops_at_removal,
     metering_follows_nodes
 );
+
+/// A job's hours count every attempt of its tasks once: one for a task that succeeds, one for
+/// each try of a task that fails and is retried, one for a task terminated while it runs, and
+/// nothing for a task that never started (it waits on the task that failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_of_a_job_s_tasks_counts_once() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "usesTaskDependencies": true});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    s.add_tasks(
+        "j",
+        vec![
+            json!({"id": "ok", "commandLine": "true"}),
+            json!({"id": "retried", "commandLine": "exit 3", "constraints": {"maxTaskRetryCount": 2}}),
+            json!({"id": "long", "commandLine": "sleep 300"}),
+            json!({"id": "waits", "commandLine": "true", "dependsOn": {"taskIds": ["retried"]}}),
+        ],
+    )
+    .await;
+    s.wait_task("j", "ok", "completed").await;
+    let retried = s.wait_task("j", "retried", "completed").await;
+    assert_eq!(retried["executionInfo"]["retryCount"], 2, "{retried}");
+    s.wait_task("j", "long", "running").await;
+    let (status, body) = s.post("/jobs/j/tasks/long/terminate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    s.wait_task("j", "long", "completed").await;
+
+    let range = "/billing/jobs?startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z";
+    let (status, report) = s.get(range).await;
+    assert_eq!(status, 200, "{report}");
+    let jobs = report["value"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{report}");
+    assert_eq!(jobs[0]["jobId"], "j");
+    assert_eq!(jobs[0]["poolId"], "p");
+    assert_eq!(jobs[0]["taskAttempts"], 5, "1 + 3 + 1: {report}");
+    assert!(jobs[0]["slotHours"].as_f64().unwrap() > 0.0, "{report}");
+}
