@@ -58,14 +58,18 @@ fn anonymous_volumes(container: &Value) -> Vec<String> {
     names
 }
 
-/// Whether the engine still has the volume.
-fn volume_exists(name: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["volume", "inspect", name])
-        .output()
-        .expect("docker volume inspect")
-        .status
-        .success()
+/// The anonymous volumes of a container (as inspected while it ran) went with it.
+fn assert_volumes_gone(container: &Value) {
+    for volume in anonymous_volumes(container) {
+        let inspected = std::process::Command::new("docker")
+            .args(["volume", "inspect", &volume])
+            .output()
+            .expect("docker volume inspect");
+        assert!(
+            !inspected.status.success(),
+            "the image's volume {volume} stayed after its container went"
+        );
+    }
 }
 
 async fn stdout(s: &TestServer, job: &str, task: &str) -> String {
@@ -198,9 +202,7 @@ async fn terminating_a_job_kills_its_task_containers() {
         task_containers(&server).is_empty().then_some(())
     })
     .await;
-    for volume in anonymous_volumes(&running[0]) {
-        assert!(!volume_exists(&volume), "the image's volume {volume} stayed after its container went");
-    }
+    assert_volumes_gone(&running[0]);
     let queued = s.task("j", "queued").await;
     assert!(
         queued["executionInfo"]["startTime"].is_null(),
@@ -234,9 +236,7 @@ async fn a_restart_finds_a_task_container_running_and_cleans_up_after_it() {
         task_containers(&server).is_empty().then_some(())
     })
     .await;
-    for volume in anonymous_volumes(&running[0]) {
-        assert!(!volume_exists(&volume), "the image's volume {volume} stayed after its container went");
-    }
+    assert_volumes_gone(&running[0]);
 }
 
 #[tokio::test]
