@@ -124,6 +124,16 @@ fn container_name(server_id: &str, node_id: &str) -> String {
     format!("batchpool-{server_id}-{node_id}")
 }
 
+/// How a container of ours goes (a node, a task's own, a volume's filler): killed if it still
+/// runs, with the anonymous volumes its image declared (`VOLUME`), which would otherwise stay on
+/// the host, one set for every container made. Named volumes (the agent's) are kept.
+fn removal() -> bollard::query_parameters::RemoveContainerOptions {
+    bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build()
+}
+
 fn status_of(err: &bollard::errors::Error) -> Option<u16> {
     match err {
         bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),

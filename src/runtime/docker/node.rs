@@ -5,11 +5,11 @@ use std::collections::HashMap;
 
 use anyhow::Context;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
 
-use super::{container_name, network_name, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT};
+use super::{
+    container_name, network_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT,
+};
 use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
@@ -219,13 +219,9 @@ impl DockerRuntime {
             Err(e) if status_of(&e) == Some(404) => return Ok(()),
             Err(e) => return Err(e).context("inspecting the node's container"),
         };
-        let options = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
         match self
             .docker
-            .remove_container(&container, Some(options))
+            .remove_container(&container, Some(removal()))
             .await
         {
             Err(e) if status_of(&e) != Some(404) => {

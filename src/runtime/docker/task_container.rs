@@ -16,12 +16,12 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
-    RemoveContainerOptions, RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
 use super::exec::read_pid_to_end;
-use super::{container_name, status_of, DockerRuntime, NODE_PIDS_LIMIT};
+use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT};
 use crate::domain::container::{container_command, ContainerRegistry, WorkingDirectory};
 use crate::runtime::task::WRAPPER;
 use crate::runtime::{
@@ -386,13 +386,4 @@ fn registry_for<'a>(
             [only] => Some(only),
             _ => None,
         })
-}
-
-/// How a task's container goes: killed if it still runs, with the anonymous volumes its image
-/// declared (`VOLUME`), which would otherwise stay on the host, one set per task.
-fn removal() -> RemoveContainerOptions {
-    RemoveContainerOptionsBuilder::default()
-        .force(true)
-        .v(true)
-        .build()
 }

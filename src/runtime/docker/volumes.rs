@@ -9,11 +9,11 @@ use anyhow::Context;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptionsBuilder, CreateContainerOptionsBuilder, ListVolumesOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder,
 };
 
 use super::agent_files::{AGENT_DIR, COMPLETE};
-use super::{status_of, DockerRuntime, NODE_ROOT};
+use super::{removal, status_of, DockerRuntime, NODE_ROOT};
 use crate::runtime::{NodeError, NodeSpec, NODE_DIRS};
 
 /// Marks the volumes that hold the agent's files, and the containers made to fill them.
@@ -147,8 +147,7 @@ impl DockerRuntime {
     }
 
     async fn remove_helper(&self, helper: &str) {
-        let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        let _ = self.docker.remove_container(helper, Some(options)).await;
+        let _ = self.docker.remove_container(helper, Some(removal())).await;
     }
 
     /// Volumes of other builds of the agent go once no container mounts them (the engine
