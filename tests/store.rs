@@ -399,3 +399,61 @@ async fn rotating_one_key_leaves_the_other() {
     assert!(!created, "the same name, in any case, is replaced");
     assert_eq!(again.pk, svc.pk);
 }
+
+/// A dispatch pass claims the next ready tasks of a job by reading them, not the job's tasks
+/// that ended before them. After ANALYZE has seen a job mostly waiting, the planner had read
+/// the table in key order instead of the ready queue's index, walking every completed task
+/// (28,000 rows a claim, 12 ms, in a 100,000-task run).
+#[tokio::test]
+async fn claiming_ready_tasks_reads_past_no_completed_ones() {
+    let db = migrated().await;
+    pools::insert(&db, &new_pool("p", 1)).await.unwrap();
+    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
+    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    for chunk in 0..20 {
+        let batch: Vec<_> = (0..1000)
+            .map(|i| new_task(&format!("t{}", chunk * 1000 + i), &[]))
+            .collect();
+        let mut tx = db.begin().await.unwrap();
+        tasks::insert_many(&mut tx, job.pk, &batch).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    // The first fifth ran, as a dispatcher leaves them: in task order.
+    let done = 4000;
+    sqlx::query(
+        "UPDATE tasks SET state = 'completed', result = 'success', exit_code = 0, \
+         end_time = now() WHERE pk IN (SELECT pk FROM tasks WHERE job_pk = $1 ORDER BY pk LIMIT $2)",
+    )
+    .bind(job.pk)
+    .bind(done)
+    .execute(&db)
+    .await
+    .unwrap();
+    // As autovacuum leaves it: no dead rows, and statistics that see a job mostly waiting.
+    sqlx::query("VACUUM ANALYZE tasks")
+        .execute(&db)
+        .await
+        .unwrap();
+
+    let mut tx = db.begin().await.unwrap();
+    // More calls than PostgreSQL makes custom plans before it weighs a generic one.
+    let calls = 8;
+    for _ in 0..calls {
+        let ready = tasks::claim_ready(&mut *tx, job.pk, 1).await.unwrap();
+        assert_eq!(ready.len(), 1);
+    }
+    let (fetched, scanned): (i64, i64) = sqlx::query_as(
+        "SELECT idx_tup_fetch, seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = 'tasks'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert!(
+        fetched + scanned < calls * 50,
+        "{calls} claims of one task read {fetched} rows through indexes and {scanned} in scans \
+         ({done} tasks completed before them)"
+    );
+}

@@ -97,7 +97,8 @@ pub async fn stale_attempts(
 }
 
 /// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
-/// skipping those another pass holds: (pk, required slots).
+/// skipping those another pass holds: (pk, required slots). `pk + 0` is the order only the ready
+/// queue's index keeps (migration 39), so the planner never walks the job's ended tasks instead.
 pub async fn claim_ready(
     db: impl PgExecutor<'_>,
     job_pk: i64,
@@ -106,7 +107,7 @@ pub async fn claim_ready(
     sqlx::query_as!(
         Claimed,
         r#"SELECT pk, required_slots, dedicated_only FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
-         ORDER BY pk LIMIT $2 FOR UPDATE SKIP LOCKED"#,
+         ORDER BY pk + 0 LIMIT $2 FOR UPDATE SKIP LOCKED"#,
         job_pk,
         limit,
     )
