@@ -15,8 +15,14 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 # The full suite (CI) also checks that .sqlx/ describes the queries as they are now.
+# And that the code is formatted as rustfmt has it, where rustfmt is installed.
 if [[ $# -eq 0 ]]; then
     scripts/sqlx-prepare.sh --check
+    if cargo fmt --version >/dev/null 2>&1; then
+        cargo fmt --check
+    else
+        echo "rustfmt is not installed: formatting not checked" >&2
+    fi
 fi
 # The totals of every test binary, on one closing line.
 log=$(mktemp)
