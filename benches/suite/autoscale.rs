@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{percentile, sorted, Server};
+use super::{cpu, percentile, sorted, Server};
 
 /// A formula that follows the queue to at most 2 nodes and drops to 0 when it is empty.
 const FOLLOW: &str = "$TargetDedicatedNodes = min(2, max(0, $PendingTasks.GetSample(1))); $NodeDeallocationOption = taskcompletion;";
@@ -73,47 +73,14 @@ async fn wake_up(tries: usize) {
     );
 }
 
-/// CPU seconds (user + system) of a process and all its descendants: the server and the
-/// PostgreSQL it started.
-fn tree_cpu_seconds(root: u32) -> f64 {
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let mut stats = vec![];
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid ... utime(14) stime(15)
-        let Some(after) = text.rfind(')').map(|i| &text[i + 2..]) else {
-            continue;
-        };
-        let f: Vec<&str> = after.split_whitespace().collect();
-        let pid: u32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
-        let ppid: u32 = f[1].parse().unwrap_or(0);
-        let cpu =
-            (f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0)) / ticks;
-        stats.push((pid, ppid, cpu));
-    }
-    let mut tree = vec![root];
-    let mut total = 0.0;
-    while let Some(pid) = tree.pop() {
-        for (p, parent, cpu) in &stats {
-            if *p == pid {
-                total += cpu;
-            }
-            if *parent == pid {
-                tree.push(*p);
-            }
-        }
-    }
-    total
-}
-
-/// The share of a core the server's process tree used over `window`.
+/// The share of a core the server and its PostgreSQL used over `window`. (PostgreSQL is not the
+/// server's descendant: `pg_ctl` leaves the postmaster to init.)
 async fn core_share(s: &Server, window: Duration) -> f64 {
-    let before = tree_cpu_seconds(s.pid());
+    let before = cpu::sample(s.pid(), s.data_dir()).server_and_postgres();
     let started = Instant::now();
     tokio::time::sleep(window).await;
-    (tree_cpu_seconds(s.pid()) - before) / started.elapsed().as_secs_f64()
+    (cpu::sample(s.pid(), s.data_dir()).server_and_postgres() - before)
+        / started.elapsed().as_secs_f64()
 }
 
 async fn cost(pools: usize) {

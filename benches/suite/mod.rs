@@ -6,6 +6,7 @@ pub mod autoscale;
 #[allow(dead_code)]
 mod blobs;
 pub mod containers;
+pub mod cpu;
 pub mod data;
 pub mod docker;
 pub mod files;

@@ -4,20 +4,23 @@
 
 use std::time::Instant;
 
-use super::{add_tasks, pass_summary, timed_shell, Server};
+use super::{add_tasks, cpu, pass_summary, timed_shell, Server};
 
 pub async fn run(tasks: usize, clients: usize) {
     let s = Server::with_pool("local", "bench", 2, 16, "run").await;
     // The baseline runs before and after, so a machine that gets busier or quieter during the
     // run moves both sides of the ratio alike.
-    let before = xargs_baseline(tasks);
+    let (before, xargs_before) = cpu::children_ms(|| xargs_baseline(tasks));
+    let (pid, dir) = (s.pid(), s.data_dir().to_path_buf());
+    let cpu_before = cpu::sample(pid, &dir);
     let started = Instant::now();
     let submit = add_tasks(&s, "run", tasks, clients, "true").await;
     s.wait_completed("run", tasks).await;
     let total = started.elapsed().as_secs_f64();
+    let cpu_after = cpu::sample(pid, &dir);
     let passes = s.take_passes();
     s.stop().await;
-    let after = xargs_baseline(tasks);
+    let (after, xargs_after) = cpu::children_ms(|| xargs_baseline(tasks));
     let baseline = (before + after) / 2.0;
     println!(
         "throughput: submit while running {:.0} tasks/s ({tasks} in {submit:.1} s, {clients} clients)",
@@ -28,6 +31,11 @@ pub async fn run(tasks: usize, clients: usize) {
         tasks as f64 / total,
         tasks as f64 / baseline,
         baseline / total
+    );
+    println!(
+        "throughput: CPU ms a task: {}; xargs -P 32 with its shells {:.2}",
+        cpu_after.since(&cpu_before, tasks),
+        (xargs_before + xargs_after) / 2.0 / tasks as f64
     );
     println!("throughput: {}", pass_summary(&passes));
 }
