@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::autoscale::{self, Formula, FormulaError, Inputs, MetricHistory, Outcome};
 use crate::domain::pool::{NodeDeallocationOption, Targets};
@@ -86,7 +86,11 @@ impl PoolHistory {
 }
 
 /// The pool's history of the last hour.
-pub async fn history(db: &PgPool, pool: &PoolRow, now: DateTime<Utc>) -> sqlx::Result<PoolHistory> {
+pub async fn history(
+    db: &mut PgConnection,
+    pool: &PoolRow,
+    now: DateTime<Utc>,
+) -> sqlx::Result<PoolHistory> {
     let samples = store::autoscale::samples(db, pool.pk, now - HISTORY).await?;
     Ok(PoolHistory::from_samples(
         &samples,
@@ -164,23 +168,35 @@ pub fn interval_ticks(given: Option<&IsoDuration>) -> Result<i64, String> {
     }
 }
 
+/// How many pools' runs one transaction records: one commit (one flush of PostgreSQL's log)
+/// for them all, where each run had its own, without holding the pools' rows for long.
+const RUNS_A_COMMIT: usize = 100;
+
 /// Evaluates every autoscaled pool that is due and applies what each gives; returns how many
-/// pools had their target changed. A formula that fails leaves the pool as it is.
+/// pools had their target changed. A formula that fails leaves the pool as it is. The pools
+/// and their samples are read a chunk at a time, and each chunk's runs are recorded in one
+/// transaction.
 pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::Result<usize> {
     let mut changed = 0;
-    for pk in store::autoscale::due(db, now).await? {
-        let Some(pool) = store::pools::get_by_pk(db, pk).await? else {
-            continue;
-        };
-        let next = next_run(now, pool.auto_scale_interval_ticks);
-        let text = pool.auto_scale_formula.as_deref().unwrap_or_default();
-        let run = (autoscale::parse(text), Some(next), now);
-        match run_once(db, &pool, run, max_nodes).await? {
-            Ok(targets) => changed += usize::from(targets != pool.targets()),
-            Err(e) => {
-                tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed")
+    for pks in store::autoscale::due(db, now).await?.chunks(RUNS_A_COMMIT) {
+        let mut tx = db.begin().await?;
+        let pools = store::pools::get_many_by_pk(&mut *tx, pks).await?;
+        let samples = store::autoscale::samples_of(&mut *tx, pks, now - HISTORY).await?;
+        for pool in &pools {
+            let mine = samples.partition_point(|s| s.pool_pk < pool.pk);
+            let upto = samples.partition_point(|s| s.pool_pk <= pool.pk);
+            let history = PoolHistory::from_samples(&samples[mine..upto], pool.task_slots_per_node);
+            let next = next_run(now, pool.auto_scale_interval_ticks);
+            let text = pool.auto_scale_formula.as_deref().unwrap_or_default();
+            let run = (autoscale::parse(text), Some(next), now);
+            match record_run(&mut tx, pool, run, &history, max_nodes).await? {
+                Ok(targets) => changed += usize::from(targets != pool.targets()),
+                Err(e) => {
+                    tracing::info!(pool = %pool.id, code = e.code, message = %e.message, "autoscale formula failed")
+                }
             }
         }
+        tx.commit().await?;
     }
     Ok(changed)
 }
@@ -189,23 +205,37 @@ pub async fn run_due(db: &PgPool, max_nodes: i32, now: DateTime<Utc>) -> sqlx::R
 /// autoScaleRun (with the next run due at `next`, if given), and its targets applied. Returns
 /// the targets, or why the formula gave none (then the pool is left as it is).
 pub async fn run_once(
-    db: &PgPool,
+    db: &mut PgConnection,
     pool: &PoolRow,
-    (formula, next, now): (
+    run: (
         Result<Formula, FormulaError>,
         Option<DateTime<Utc>>,
         DateTime<Utc>,
     ),
     max_nodes: i32,
 ) -> sqlx::Result<Result<Targets, FormulaError>> {
-    let outcome = match formula {
-        Ok(formula) => {
-            let history = history(db, pool, now).await?;
-            evaluate(&formula, pool.targets(), &history, now)
-        }
-        Err(e) => Err(e),
+    let history = match run.0 {
+        Ok(_) => history(&mut *db, pool, run.2).await?,
+        // Nothing to evaluate: no samples needed.
+        Err(_) => PoolHistory::from_samples(&[], pool.task_slots_per_node),
     };
+    record_run(db, pool, run, &history, max_nodes).await
+}
+
+/// [`run_once`] with the pool's samples read already.
+async fn record_run(
+    db: &mut PgConnection,
+    pool: &PoolRow,
+    (formula, next, now): (
+        Result<Formula, FormulaError>,
+        Option<DateTime<Utc>>,
+        DateTime<Utc>,
+    ),
+    history: &PoolHistory,
+    max_nodes: i32,
+) -> sqlx::Result<Result<Targets, FormulaError>> {
+    let outcome = formula.and_then(|formula| evaluate(&formula, pool.targets(), history, now));
     let apply = outcome.as_ref().ok().map(|o| target(o, max_nodes));
-    store::autoscale::apply(db, pool.pk, &run_json(now, &outcome), next, apply).await?;
+    store::autoscale::apply(&mut *db, pool.pk, &run_json(now, &outcome), next, apply).await?;
     Ok(outcome.map(|_| apply.map_or(pool.targets(), |(targets, _)| targets)))
 }

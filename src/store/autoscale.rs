@@ -11,6 +11,7 @@ use crate::domain::pool::{NodeDeallocationOption, Targets};
 /// One sample of a pool: its tasks by state and its nodes.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Sample {
+    pub pool_pk: i64,
     pub at: DateTime<Utc>,
     pub active: i32,
     pub running: i32,
@@ -97,11 +98,30 @@ pub async fn samples(
 ) -> sqlx::Result<Vec<Sample>> {
     sqlx::query_as!(
         Sample,
-        "SELECT at, active, running, succeeded, failed, dedicated, usable, low_priority, preempted,
-            cpu_percent, memory_bytes
+        "SELECT pool_pk, at, active, running, succeeded, failed, dedicated, usable, low_priority,
+            preempted, cpu_percent, memory_bytes
          FROM pool_samples
          WHERE pool_pk = $1 AND at >= $2 ORDER BY at",
         pool_pk,
+        since,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The samples since `since` of each of `pool_pks`, by pool and oldest first, in one query.
+pub async fn samples_of(
+    db: impl PgExecutor<'_>,
+    pool_pks: &[i64],
+    since: DateTime<Utc>,
+) -> sqlx::Result<Vec<Sample>> {
+    sqlx::query_as!(
+        Sample,
+        "SELECT pool_pk, at, active, running, succeeded, failed, dedicated, usable, low_priority,
+            preempted, cpu_percent, memory_bytes
+         FROM pool_samples
+         WHERE pool_pk = ANY($1) AND at >= $2 ORDER BY pool_pk, at",
+        pool_pks,
         since,
     )
     .fetch_all(db)

@@ -164,6 +164,13 @@ pub async fn get(
     .await
 }
 
+/// The pools of `pks` that exist, in key order.
+pub async fn get_many_by_pk(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Vec<PoolRow>> {
+    select_pools!("WHERE p.pk = ANY($1) ORDER BY p.pk", pks)
+        .fetch_all(db)
+        .await
+}
+
 pub async fn get_by_pk(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<PoolRow>> {
     select_pools!("WHERE p.pk = $1", pk)
         .fetch_optional(db)

@@ -140,7 +140,9 @@ pub async fn enable(
     }
     let run = (Ok(formula), None, now);
     // A formula that fails is the pool's autoScaleRun, and the pool stays as it is.
-    let _ = run_once(&app.db, &pool, run, app.settings.max_nodes_per_pool).await?;
+    let mut db = app.db.acquire().await?;
+    let _ = run_once(&mut db, &pool, run, app.settings.max_nodes_per_pool).await?;
+    drop(db);
     app.wake_allocator();
     answer(&app, &base, &pool_id, StatusCode::OK).await
 }
@@ -182,7 +184,7 @@ pub async fn evaluate_formula(
         ));
     }
     let now = Utc::now();
-    let history = history(&app.db, &pool, now).await?;
+    let history = history(&mut *app.db.acquire().await?, &pool, now).await?;
     let outcome = evaluate(&formula, pool.targets(), &history, now);
     Ok((StatusCode::OK, axum::Json(run_json(now, &outcome))).into_response())
 }
