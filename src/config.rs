@@ -324,6 +324,11 @@ pub struct ServeConfig {
     /// Seconds a request waits for a database connection before it is answered 503.
     #[arg(long, env = "BATCHPOOL_DB_ACQUIRE_TIMEOUT", default_value_t = 5)]
     pub db_acquire_timeout: u64,
+
+    /// Threads that run the server's work (its API and its scheduler). Unset: one per CPU of
+    /// the host.
+    #[arg(long, env = "BATCHPOOL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -14,11 +14,19 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(i32::from(status));
     }
     // The node agent shares its node's CPUs and process limit with the node's tasks: one thread
-    // is plenty for it, where the server takes one per core of the host.
-    let runtime = match cli.command {
+    // is plenty for it, where the server takes one per core of the host unless
+    // `--worker-threads` says otherwise.
+    let runtime = match &cli.command {
         Command::Agent => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?,
+        Command::Serve(config) => {
+            let mut server = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = config.worker_threads {
+                server.worker_threads(usize::from(n));
+            }
+            server.enable_all().build()?
+        }
         _ => tokio::runtime::Runtime::new()?,
     };
     runtime.block_on(run(cli))

@@ -633,3 +633,27 @@ async fn a_dead_database_answers_503_within_seconds() {
     assert_eq!(body["code"], "ServerBusy", "{body}");
     assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
 }
+
+/// `--worker-threads` sets how many threads run the server's work; zero is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_threads_are_as_set_and_zero_is_refused() {
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        .args(["serve", "--worker-threads", "0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--worker-threads"), "{said}");
+
+    let s = TestServer::start_with(Rt::Local, None, &["--worker-threads", "3"]).await;
+    assert_eq!(s.get("/pools").await.0, 200);
+    let workers = std::fs::read_dir(format!("/proc/{}/task", s.pid()))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "tokio-rt-worker")
+        })
+        .count();
+    assert_eq!(workers, 3);
+}
