@@ -1,3 +1,4 @@
+// Long: every query that reads whole pool rows goes through `select_pools!`, which is local to this file.
 //! The pools table.
 
 use chrono::{DateTime, Utc};
