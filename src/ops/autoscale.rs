@@ -91,7 +91,7 @@ pub async fn history(
     pool: &PoolRow,
     now: DateTime<Utc>,
 ) -> sqlx::Result<PoolHistory> {
-    let samples = store::autoscale::samples(db, pool.pk, now - HISTORY).await?;
+    let samples = store::autoscale::samples_of(db, &[pool.pk], now - HISTORY).await?;
     Ok(PoolHistory::from_samples(
         &samples,
         pool.task_slots_per_node,

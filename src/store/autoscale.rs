@@ -90,25 +90,6 @@ pub async fn drop_samples(db: impl PgExecutor<'_>, before: DateTime<Utc>) -> sql
     Ok(())
 }
 
-/// A pool's samples since `since`, oldest first.
-pub async fn samples(
-    db: impl PgExecutor<'_>,
-    pool_pk: i64,
-    since: DateTime<Utc>,
-) -> sqlx::Result<Vec<Sample>> {
-    sqlx::query_as!(
-        Sample,
-        "SELECT pool_pk, at, active, running, succeeded, failed, dedicated, usable, low_priority,
-            preempted, cpu_percent, memory_bytes
-         FROM pool_samples
-         WHERE pool_pk = $1 AND at >= $2 ORDER BY at",
-        pool_pk,
-        since,
-    )
-    .fetch_all(db)
-    .await
-}
-
 /// The samples since `since` of each of `pool_pks`, by pool and oldest first, in one query.
 pub async fn samples_of(
     db: impl PgExecutor<'_>,
