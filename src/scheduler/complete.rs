@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use super::task_files::Failure;
 use crate::domain::agent::Usage;
@@ -56,8 +56,19 @@ pub async fn record_many(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
 
 async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
     let mut tx = db.begin().await?;
-    let nodes: Vec<i64> = batch.iter().filter_map(|(a, _, _)| a.node_pk).collect();
-    store::tasks::lock_nodes(&mut *tx, &nodes).await?;
+    store::tasks::lock_nodes(&mut *tx, &nodes_of(batch)).await?;
+    record_in(&mut tx, batch).await?;
+    tx.commit().await
+}
+
+/// The nodes a batch of outcomes frees slots on.
+pub fn nodes_of(batch: &[Finished]) -> Vec<i64> {
+    batch.iter().filter_map(|(a, _, _)| a.node_pk).collect()
+}
+
+/// Records the outcomes in `tx`, whose caller has locked their nodes ([`nodes_of`]) first:
+/// nodes before tasks, the order every writer of both takes.
+pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -> sqlx::Result<()> {
     let verdicts: Vec<Verdict> = batch.iter().map(|(a, o, _)| judge(a, o)).collect();
     let items: Vec<_> = batch
         .iter()
@@ -68,13 +79,12 @@ async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
         .iter()
         .map(|(_, _, u)| u.unwrap_or_default())
         .collect();
-    let completed: HashSet<i64> =
-        store::tasks::end_attempts(&mut tx, TaskState::ON_NODE, &items, &used)
-            .await?
-            .into_iter()
-            .filter(|e| e.state == TaskState::Completed)
-            .map(|e| e.pk)
-            .collect();
+    let completed: HashSet<i64> = store::tasks::end_attempts(tx, TaskState::ON_NODE, &items, &used)
+        .await?
+        .into_iter()
+        .filter(|e| e.state == TaskState::Completed)
+        .map(|e| e.pk)
+        .collect();
     let mut jobs = BTreeSet::new();
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
@@ -83,20 +93,16 @@ async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
         jobs.insert(a.job_pk);
         if a.kills_job {
             // A job manager task with killJobOnCompletion: its completion ends the job.
-            ops::jobs::terminate_job(&mut tx, a.job_pk, "JMComplete").await?;
+            ops::jobs::terminate_job(tx, a.job_pk, "JMComplete").await?;
         }
         if a.on_task_failure == TaskFailureMode::PerformExitOptionsJobAction {
             match v.job_action {
                 JobAction::Terminate => {
-                    ops::jobs::terminate_job(&mut tx, a.job_pk, "TaskFailed").await?;
+                    ops::jobs::terminate_job(tx, a.job_pk, "TaskFailed").await?;
                 }
                 JobAction::Disable => {
-                    ops::jobs::disable_job(
-                        &mut tx,
-                        a.job_pk,
-                        crate::domain::job::DisableTasks::Requeue,
-                    )
-                    .await?
+                    ops::jobs::disable_job(tx, a.job_pk, crate::domain::job::DisableTasks::Requeue)
+                        .await?
                 }
                 JobAction::None => {}
             }
@@ -104,11 +110,11 @@ async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
     }
     for job_pk in jobs {
         // Only a job that asks (now) to end with its tasks pays for the scan of its tasks.
-        if store::jobs::ends_with_its_tasks(&mut *tx, job_pk).await? {
-            store::jobs::complete_if_all_tasks_done(&mut *tx, job_pk).await?;
+        if store::jobs::ends_with_its_tasks(&mut **tx, job_pk).await? {
+            store::jobs::complete_if_all_tasks_done(&mut **tx, job_pk).await?;
         }
     }
-    tx.commit().await
+    Ok(())
 }
 
 /// What an outcome means for its task: how the attempt ends, and the job's action if it failed.

@@ -2,20 +2,26 @@
 //! jobs in priority order (then age), claims at most as many ready tasks as there are free slots
 //! (in task order, `FOR UPDATE SKIP LOCKED`), places them (`spread` or `pack`) and records every
 //! placement in one transaction. Its cost follows the free slots, not the queue's length.
+//!
+//! The attempts that ended since the last pass are recorded first, in the same transaction:
+//! their slots are filled by the commit that frees them, and a busy pool pays one transaction
+//! (and one wait for the disk) for each round of ends and starts, not two.
 
 use std::collections::{BTreeMap, HashMap};
 
 use sqlx::PgPool;
 
+use super::complete::{self, Finished};
 use crate::domain::placement::{place, FreeNode, Needs};
 use crate::domain::pool::NodeFillType;
 use crate::store::{self, tasks::AttemptRow};
 
-/// Claims and records placements; returns the attempts now running, as the executor starts them. Each pass logs its
-/// time at debug level (`batchpool::scheduler::dispatch=debug`), which the benchmark reads.
-pub async fn pass(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
+/// Records the outcomes `ended`, then claims and records placements; returns the attempts now
+/// running, as the executor starts them. Each pass logs its time at debug level
+/// (`batchpool::scheduler::dispatch=debug`), which the benchmark reads.
+pub async fn pass(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>> {
     let started = std::time::Instant::now();
-    let placed = claim(db).await?;
+    let placed = claim(db, ended).await?;
     crate::metrics::DISPATCH_PASS.observe(started.elapsed());
     for attempt in placed.iter().filter(|a| a.attempt == 1) {
         if let Some(start) = attempt.start_time {
@@ -48,9 +54,61 @@ fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32)>) {
     }
 }
 
-async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
+async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>> {
     let mut tx = db.begin().await?;
-    let free = store::nodes::lock_free_slots(&mut *tx).await?;
+    if !ended.is_empty() {
+        store::nodes::lock_for_pass(&mut *tx, &complete::nodes_of(ended)).await?;
+        complete::record_in(&mut tx, ended).await?;
+    }
+    let chosen = choose(&mut tx).await?;
+    if chosen.task_pks.is_empty() {
+        if ended.is_empty() {
+            // Nothing written but the nodes' row locks: a rollback ends it without waiting for
+            // a commit to reach the disk.
+            tx.rollback().await?;
+        } else {
+            tx.commit().await?;
+        }
+        return Ok(Vec::new());
+    }
+    let placed = store::tasks::start_attempts(&mut *tx, &chosen.task_pks, &chosen.node_pks).await?;
+    let (nodes, node_slots, node_tasks) = chosen.per_node();
+    store::nodes::add_placements(&mut *tx, &nodes, &node_slots, &node_tasks).await?;
+    tx.commit().await?;
+    Ok(placed)
+}
+
+/// The ready tasks a pass places, each with its node.
+#[derive(Default)]
+struct Chosen {
+    task_pks: Vec<i64>,
+    node_pks: Vec<i64>,
+    slots: Vec<i32>,
+}
+
+impl Chosen {
+    /// For each node given tasks: the slots and the tasks it was given.
+    fn per_node(&self) -> (Vec<i64>, Vec<i32>, Vec<i32>) {
+        let mut per_node: HashMap<i64, (i32, i32)> = HashMap::new();
+        for (node, s) in self.node_pks.iter().zip(&self.slots) {
+            let e = per_node.entry(*node).or_default();
+            e.0 += s;
+            e.1 += 1;
+        }
+        let mut columns = (vec![], vec![], vec![]);
+        for (n, (s, c)) in per_node {
+            columns.0.push(n);
+            columns.1.push(s);
+            columns.2.push(c);
+        }
+        columns
+    }
+}
+
+/// Locks the nodes with free slots and claims ready tasks for them, pool by pool, jobs in
+/// priority order.
+async fn choose(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> sqlx::Result<Chosen> {
+    let free = store::nodes::lock_free_slots(&mut **tx).await?;
     let mut pools: BTreeMap<i64, (String, String, NodeFillType, Vec<FreeNode>)> = BTreeMap::new();
     for row in free {
         let entry = pools.entry(row.pool_pk).or_insert_with(|| {
@@ -67,11 +125,10 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
             dedicated: row.dedicated,
         });
     }
-
-    let (mut task_pks, mut node_pks, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+    let mut chosen = Chosen::default();
     for (pool_id, account, fill, mut nodes) in pools.into_values() {
         let mut total_free: i64 = nodes.iter().map(|n| i64::from(n.free)).sum();
-        let jobs = store::jobs::active_in_pool(&mut *tx, &account, &pool_id).await?;
+        let jobs = store::jobs::active_in_pool(&mut **tx, &account, &pool_id).await?;
         for job in jobs {
             if total_free <= 0 {
                 break;
@@ -85,45 +142,21 @@ async fn claim(db: &PgPool) -> sqlx::Result<Vec<AttemptRow>> {
                 continue;
             }
             let hidden = hide(&mut nodes, &job.excluded);
-            let ready = store::tasks::claim_ready(&mut *tx, job.pk, room).await?;
+            let ready = store::tasks::claim_ready(&mut **tx, job.pk, room).await?;
             for task in ready {
                 let needs = Needs {
                     slots: task.required_slots,
                     dedicated_only: task.dedicated_only,
                 };
                 if let Some(node_pk) = place(&mut nodes, needs, fill) {
-                    task_pks.push(task.pk);
-                    node_pks.push(node_pk);
-                    slots.push(task.required_slots);
+                    chosen.task_pks.push(task.pk);
+                    chosen.node_pks.push(node_pk);
+                    chosen.slots.push(task.required_slots);
                     total_free -= i64::from(task.required_slots);
                 }
             }
             restore(&mut nodes, hidden);
         }
     }
-    if task_pks.is_empty() {
-        // Nothing written but the nodes' row locks: a rollback ends it without waiting for a
-        // commit to reach the disk.
-        tx.rollback().await?;
-        return Ok(Vec::new());
-    }
-    let placed = store::tasks::start_attempts(&mut *tx, &task_pks, &node_pks).await?;
-    let mut per_node: HashMap<i64, (i32, i32)> = HashMap::new();
-    for (node, s) in node_pks.iter().zip(&slots) {
-        let e = per_node.entry(*node).or_default();
-        e.0 += s;
-        e.1 += 1;
-    }
-    let (nodes, node_slots, node_tasks): (Vec<i64>, Vec<i32>, Vec<i32>) = per_node
-        .into_iter()
-        .map(|(n, (s, c))| (n, s, c))
-        .fold((vec![], vec![], vec![]), |mut acc, (n, s, c)| {
-            acc.0.push(n);
-            acc.1.push(s);
-            acc.2.push(c);
-            acc
-        });
-    store::nodes::add_placements(&mut *tx, &nodes, &node_slots, &node_tasks).await?;
-    tx.commit().await?;
-    Ok(placed)
+    Ok(chosen)
 }

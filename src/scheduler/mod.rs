@@ -258,6 +258,8 @@ async fn dispatch_loop(
     // When housekeeping last ran: a pass comes with every freed slot, many times a second under
     // load, and housekeeping's questions need no answer more often than this.
     let mut kept: Option<tokio::time::Instant> = None;
+    // Outcomes taken from the executor and not recorded yet.
+    let mut ended = Vec::new();
     loop {
         let now = tokio::time::Instant::now();
         let due = kept.is_none_or(|k| now >= k + HOUSEKEEPING_EVERY);
@@ -269,7 +271,8 @@ async fn dispatch_loop(
         }
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
-        let placed = dispatch::pass(&s.db).await;
+        executor.take_ended(&mut ended);
+        let placed = pass(s, &executor, &mut ended).await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
         // its process goes before the new attempts start.
         if let Err(e) = executor.reap().await {
@@ -291,6 +294,39 @@ async fn dispatch_loop(
             _ = tokio::time::sleep_until(next) => {}
         }
     }
+}
+
+/// A dispatch pass that records `ended` first. If that fails, the outcomes are recorded apart
+/// (each alone, if need be: one bad record holds back neither the others nor the pass), then
+/// the pass runs without them; outcomes that cannot be recorded at all stay in `ended` for the
+/// next pass, as the database may be back by then.
+async fn pass(
+    s: &Scheduler,
+    executor: &execute::Executor,
+    ended: &mut Vec<complete::Finished>,
+) -> sqlx::Result<Vec<store::tasks::AttemptRow>> {
+    match dispatch::pass(&s.db, ended).await {
+        Ok(placed) => {
+            executor.recorded(ended);
+            ended.clear();
+            return Ok(placed);
+        }
+        Err(e) if ended.is_empty() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, count = ended.len(), "a pass with outcomes failed; recording them apart")
+        }
+    }
+    match complete::record_many(&s.db, ended).await {
+        Ok(()) => {
+            executor.recorded(ended);
+            ended.clear();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, count = ended.len(), "recording outcomes failed; retrying");
+            return Err(e);
+        }
+    }
+    dispatch::pass(&s.db, &[]).await
 }
 
 /// Task count changes are folded into the jobs' counts; jobs past their maxWallClockTime end;

@@ -264,6 +264,24 @@ pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSl
     .await
 }
 
+/// Locks, in node order, the nodes `freeing` names (a batch of ended attempts frees slots on
+/// them) with every node [`lock_free_slots`] would lock: one transaction can then record the
+/// batch and fill the slots, having taken every node lock it needs at once, in the order every
+/// other writer takes them.
+pub async fn lock_for_pass(db: impl PgExecutor<'_>, freeing: &[i64]) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"SELECT n.pk FROM nodes n JOIN pools p ON p.pk = n.pool_pk
+         WHERE n.pk = ANY($1)
+            OR (n.state IN ('idle', 'running') AND p.state = 'active'
+                AND n.running_task_slots < p.task_slots_per_node AND NOT n.scheduling_disabled)
+         ORDER BY n.pk FOR UPDATE OF n"#,
+        freeing,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(())
+}
+
 /// Turns a node's task scheduling off or on; false if the node is gone.
 pub async fn set_scheduling(
     db: impl PgExecutor<'_>,

@@ -34,8 +34,9 @@ pub struct Executor {
     running: Mutex<HashMap<(i64, i32), Watched>>,
     /// Stops watching (not killing) at shutdown: a restarted server recovers the outcome.
     shutdown: CancellationToken,
-    /// Outcomes on their way to the database, recorded in batches.
+    /// Outcomes on their way to the database, recorded in batches by the dispatch passes.
     outcomes: tokio::sync::mpsc::UnboundedSender<complete::Finished>,
+    ended: Mutex<tokio::sync::mpsc::UnboundedReceiver<complete::Finished>>,
     /// Moves resource and output files.
     fetcher: task_files::Fetcher,
     /// Job preparation and release tasks.
@@ -73,8 +74,8 @@ impl Executor {
         bes: super::bes::Config,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let (outcomes, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let this = Arc::new(Self {
+        let (outcomes, ended) = tokio::sync::mpsc::unbounded_channel();
+        Arc::new(Self {
             db: db.clone(),
             runtime: Arc::clone(&runtime),
             server_id: server_id.clone(),
@@ -82,6 +83,7 @@ impl Executor {
             running: Mutex::default(),
             shutdown,
             outcomes,
+            ended: Mutex::new(ended),
             prep: Preparations::new(
                 db.clone(),
                 Arc::clone(&runtime),
@@ -96,41 +98,28 @@ impl Executor {
             ),
             fetcher,
             bes,
-        });
-        tokio::spawn(Arc::clone(&this).record_outcomes(receiver));
-        this
+        })
     }
 
-    /// Drains finished attempts and records them together: a busy pool's completions cost one
-    /// commit per batch, not one per task. An attempt leaves `running` (freeing its place for a
-    /// new start) only once its outcome is in the database.
-    async fn record_outcomes(
-        self: Arc<Self>,
-        mut receiver: tokio::sync::mpsc::UnboundedReceiver<complete::Finished>,
-    ) {
-        let mut batch = Vec::with_capacity(OUTCOME_BATCH);
-        // Ends with the term (this task holds the executor, so the channel alone never closes):
-        // an outcome not recorded by then is read from its attempt's record by the next leader.
-        while tokio::select! {
-            n = receiver.recv_many(&mut batch, OUTCOME_BATCH) => n > 0,
-            _ = self.shutdown.cancelled() => false,
-        } {
-            // A failed write is retried: an outcome must not be dropped while the server runs.
-            while let Err(e) = complete::record_many(&self.db, &batch).await {
-                tracing::error!(error = %e, count = batch.len(), "recording outcomes failed; retrying");
-                tokio::select! {
-                    _ = self.shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
+    /// Adds to `batch` the outcomes that came since the last call, up to [`OUTCOME_BATCH`] in
+    /// all: the next dispatch pass records them.
+    pub fn take_ended(&self, batch: &mut Vec<complete::Finished>) {
+        let mut ended = self.ended.lock().expect("lock");
+        while batch.len() < OUTCOME_BATCH {
+            match ended.try_recv() {
+                Ok(finished) => batch.push(finished),
+                Err(_) => break,
             }
-            {
-                let mut running = self.running.lock().expect("lock");
-                for (a, _, _) in &batch {
-                    running.remove(&(a.pk, a.attempt));
-                }
-            }
-            batch.clear();
-            self.wake.dispatch.notify_one();
+        }
+    }
+
+    /// The outcomes of `batch` are in the database: their attempts are no longer watched, so
+    /// their places are free for new starts. (An outcome not recorded when the term ends is
+    /// read from its attempt's record by the next leader.)
+    pub fn recorded(&self, batch: &[complete::Finished]) {
+        let mut running = self.running.lock().expect("lock");
+        for (a, _, _) in batch {
+            running.remove(&(a.pk, a.attempt));
         }
     }
 
@@ -197,6 +186,7 @@ impl Executor {
                     if this.outcomes.send((a, outcome, usage)).is_err() {
                         this.running.lock().expect("lock").remove(&key);
                     }
+                    this.wake.dispatch.notify_one();
                 }
                 None => {
                     if kill.is_cancelled() {
