@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use sqlx::PgPool;
 
 use super::complete::{self, Finished};
+use super::execute::Executor;
 use crate::domain::placement::{place, FreeNode, Needs};
 use crate::domain::pool::NodeFillType;
 use crate::store::{self, tasks::AttemptRow};
@@ -35,6 +36,39 @@ pub async fn pass(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRo
         "dispatch pass"
     );
     Ok(placed)
+}
+
+/// A dispatch pass that records `ended` first. If that fails, the outcomes are recorded apart
+/// (each alone, if need be: one bad record holds back neither the others nor the pass), then
+/// the pass runs without them; outcomes that cannot be recorded at all stay in `ended` for the
+/// next pass, as the database may be back by then.
+pub async fn record_and_pass(
+    db: &PgPool,
+    executor: &Executor,
+    ended: &mut Vec<Finished>,
+) -> sqlx::Result<Vec<AttemptRow>> {
+    match pass(db, ended).await {
+        Ok(placed) => {
+            executor.recorded(ended);
+            ended.clear();
+            return Ok(placed);
+        }
+        Err(e) if ended.is_empty() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, count = ended.len(), "a pass with outcomes failed; recording them apart")
+        }
+    }
+    match complete::record_many(db, ended).await {
+        Ok(()) => {
+            executor.recorded(ended);
+            ended.clear();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, count = ended.len(), "recording outcomes failed; retrying");
+            return Err(e);
+        }
+    }
+    pass(db, &[]).await
 }
 
 /// Nodes that failed a job's preparation task take none of its tasks: their free slots are set
