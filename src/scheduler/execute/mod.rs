@@ -36,6 +36,7 @@ pub struct Executor {
     shutdown: CancellationToken,
     /// Outcomes on their way to the database, recorded in batches by the dispatch passes.
     outcomes: tokio::sync::mpsc::UnboundedSender<complete::Finished>,
+    /// Where the dispatch loop takes them from ([`Executor::take_ended`]).
     ended: Mutex<tokio::sync::mpsc::UnboundedReceiver<complete::Finished>>,
     /// Moves resource and output files.
     fetcher: task_files::Fetcher,
@@ -182,10 +183,8 @@ impl Executor {
             let _over = over.drop_guard();
             match this.watch(&a, adopted, &kill).await {
                 Some((outcome, usage)) => {
-                    let key = (a.pk, a.attempt);
-                    if this.outcomes.send((a, outcome, usage)).is_err() {
-                        this.running.lock().expect("lock").remove(&key);
-                    }
+                    // Never refused: the receiver is this executor's own, held here by `this`.
+                    let _ = this.outcomes.send((a, outcome, usage));
                     this.wake.dispatch.notify_one();
                 }
                 None => {
