@@ -473,3 +473,52 @@ on_both_runtimes!(
     a_node_whose_agent_falls_silent_is_replaced,
     a_silent_agent_loses_its_node
 );
+
+/// A node whose agent does not answer holds up only its own new tasks: while an attempt on it
+/// is being killed (through an agent that cannot answer: 10 s to ask, up to 15 s for its end),
+/// the dispatcher goes on placing tasks, and the other node runs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_on_a_silent_node_holds_up_only_that_node() {
+    let s = TestServer::start(Rt::Local).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2, "taskSlotsPerNode": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 2, "idle").await;
+    s.job_on("a", "p").await;
+    s.add_tasks("a", vec![json!({"id": "long", "commandLine": "sleep 600"})])
+        .await;
+    let long = s.wait_task("a", "long", "running").await;
+    let node = long["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+
+    freeze(Rt::Local, &s, &node, true);
+    let (status, body) = s.post("/jobs/a/tasks/long/terminate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    s.job_on("b", "p").await;
+    let quick = (0..3).map(|i| json!({"id": format!("q{i}"), "commandLine": "true"}));
+    s.add_tasks("b", quick.collect()).await;
+    // One may be placed on the frozen node, in the slot the terminated task freed; the other
+    // two run one after the other on the other node, well before the kill gives up.
+    let completed = || async {
+        let (_, tasks) = s.get("/jobs/b/tasks").await;
+        let on_other: Vec<_> = tasks["value"]
+            .as_array()?
+            .iter()
+            .filter(|t| t["state"] == "completed" && t["nodeInfo"]["nodeId"] != node.as_str())
+            .collect();
+        (on_other.len() >= 2).then_some(())
+    };
+    let waited = std::time::Duration::from_secs(9);
+    let done = tokio::time::timeout(waited, common::wait_for("two of b's tasks", completed)).await;
+    freeze(Rt::Local, &s, &node, false);
+    assert!(
+        done.is_ok(),
+        "the other node's tasks waited for the kill on the frozen one"
+    );
+    for t in s.wait_all_completed("b", 3).await {
+        assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    }
+    let long = s.wait_task("a", "long", "completed").await;
+    assert_eq!(
+        long["executionInfo"]["failureInfo"]["code"], "TaskEnded",
+        "{long}"
+    );
+}

@@ -82,6 +82,7 @@ impl AppState {
     /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
     pub fn wake_dispatcher(&self) {
         self.wake.dispatch.notify_one();
+        self.wake.housekeep.notify_one();
         self.notify_leader("dispatch");
     }
 

@@ -18,6 +18,9 @@ pub struct Wakeups {
     pub allocate: Arc<Notify>,
     /// Tasks or slots changed: placements to make, attempts to kill.
     pub dispatch: Arc<Notify>,
+    /// Jobs or tasks changed through the API (a job deleted, say): the housekeeping the
+    /// dispatcher leaves to its own loop may have work.
+    pub housekeep: Arc<Notify>,
     /// BES jobs started or cancelled.
     pub bes: Arc<Notify>,
     /// How often the loops look even when nobody woke them.
@@ -29,6 +32,7 @@ impl Wakeups {
         Self {
             allocate: Arc::default(),
             dispatch: Arc::default(),
+            housekeep: Arc::default(),
             bes: Arc::default(),
             tick,
         }

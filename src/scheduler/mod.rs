@@ -37,7 +37,10 @@ async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
                     _ = cancel.cancelled() => return,
                     n = listener.recv() => match n {
                         Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
-                        Ok(n) if n.payload() == "dispatch" => wake.dispatch.notify_one(),
+                        Ok(n) if n.payload() == "dispatch" => {
+                            wake.dispatch.notify_one();
+                            wake.housekeep.notify_one();
+                        }
                         Ok(n) if n.payload() == "bes" => wake.bes.notify_one(),
                         Ok(_) => {}
                         Err(e) => {
@@ -231,7 +234,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
     tokio::join!(
         allocator.run(),
-        dispatch_loop(s, executor, cancel),
+        dispatch_and_keep_house(s, executor, cancel),
         driver.run(),
         each_second::run(
             s.db.clone(),
@@ -253,11 +256,16 @@ const GATHER: Duration = Duration::from_millis(2);
 /// The least time between two runs of [`housekeeping`].
 const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
 
-async fn dispatch_loop(
+/// Recovers the attempts a previous leader started, then dispatches and keeps house side by
+/// side. Housekeeping waits for kills and for agents (a deleted job's directories, expired
+/// task files); in its own loop it never holds up a pass, nor the outcomes passes record.
+async fn dispatch_and_keep_house(
     s: &Scheduler,
     executor: Arc<execute::Executor>,
     cancel: &CancellationToken,
 ) {
+    // Before housekeeping too: a job deleted now has its attempts killed only once they are
+    // watched again.
     while let Err(e) = executor.recover().await {
         tracing::error!(error = %e, "recovering running attempts failed; retrying");
         tokio::select! {
@@ -265,43 +273,38 @@ async fn dispatch_loop(
             _ = tokio::time::sleep(s.wake.tick) => {}
         }
     }
-    // When housekeeping last ran: a pass comes with every freed slot, many times a second under
-    // load, and housekeeping's questions need no answer more often than this.
-    let mut kept: Option<tokio::time::Instant> = None;
+    tokio::join!(
+        dispatch_loop(s, &executor, cancel),
+        housekeeping_loop(s, &executor, cancel)
+    );
+}
+
+async fn dispatch_loop(
+    s: &Scheduler,
+    executor: &Arc<execute::Executor>,
+    cancel: &CancellationToken,
+) {
     // Outcomes taken from the executor and not recorded yet.
     let mut ended = Vec::new();
     loop {
-        let now = tokio::time::Instant::now();
-        let due = kept.is_none_or(|k| now >= k + HOUSEKEEPING_EVERY);
-        if due {
-            kept = Some(now);
-            if let Err(e) = housekeeping(s, &executor).await {
-                tracing::error!(error = %e, "job housekeeping failed");
-            }
-        }
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
         executor.take_ended(&mut ended);
-        let placed = dispatch::record_and_pass(&s.db, &executor, &mut ended).await;
+        let placed = dispatch::record_and_pass(&s.db, executor, &mut ended).await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
-        // its process goes before the new attempts start.
-        if let Err(e) = executor.reap().await {
-            tracing::error!(error = %e, "reaping ended attempts failed");
-        }
+        // its process goes before the new attempts on its node start.
+        let killing = executor.kill_ended().await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "killing ended attempts failed");
+            Default::default()
+        });
         match placed {
-            Ok(placed) => executor.start_placed(placed),
+            Ok(placed) => executor.start_placed(placed, &killing),
             Err(e) => tracing::error!(error = %e, "dispatch pass failed"),
-        }
-        // A wake-up that came too soon after the last housekeeping (a job deleted, say) is
-        // answered once it is due, not at the next tick.
-        let mut next = tokio::time::Instant::now() + s.wake.tick;
-        if let Some(k) = kept.filter(|_| !due) {
-            next = next.min(k + HOUSEKEEPING_EVERY);
         }
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = s.wake.dispatch.notified() => {}
-            _ = tokio::time::sleep_until(next) => {}
+            _ = tokio::time::sleep(s.wake.tick) => {}
         }
         if executor.running_count() > 0 {
             // Busy: more ends are on their way. Passes that wait a moment for them record and
@@ -310,6 +313,30 @@ async fn dispatch_loop(
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(GATHER) => {}
             }
+        }
+    }
+}
+
+/// Runs [`housekeeping`] when woken (an API write: a job deleted, say) or at the tick, and
+/// never more often than [`HOUSEKEEPING_EVERY`]: under load the API wakes it many times a
+/// second, and its questions need no answer that often.
+async fn housekeeping_loop(
+    s: &Scheduler,
+    executor: &execute::Executor,
+    cancel: &CancellationToken,
+) {
+    loop {
+        if let Err(e) = housekeeping(s, executor).await {
+            tracing::error!(error = %e, "job housekeeping failed");
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(HOUSEKEEPING_EVERY) => {}
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = s.wake.housekeep.notified() => {}
+            _ = tokio::time::sleep(s.wake.tick.saturating_sub(HOUSEKEEPING_EVERY)) => {}
         }
     }
 }

@@ -3,8 +3,6 @@
 //! requeue), and, after a restart, the recovery of attempts a previous server started.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,8 +11,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{self, Outcome};
+mod kills;
 mod recover;
 mod start;
+
+use kills::gone;
+pub use kills::Killing;
 
 use super::packages::Packages;
 use super::prep::Preparations;
@@ -54,10 +56,9 @@ struct Watched {
     kill: CancellationToken,
     /// Cancelled once it is over: killed and its process gone, or ended by itself.
     over: CancellationToken,
+    /// Its node.
+    node: Option<String>,
 }
-
-/// How long a killed attempt's process may take to go before its slot is handed on anyway.
-const KILL_WAIT: Duration = Duration::from_secs(15);
 
 /// The most outcomes recorded in one transaction.
 const OUTCOME_BATCH: usize = 256;
@@ -133,38 +134,30 @@ impl Executor {
         self.running.lock().expect("lock").len()
     }
 
-    /// Starts the attempts just placed.
-    pub fn start_placed(self: &Arc<Self>, placed: Vec<AttemptRow>) {
+    /// Starts the attempts just placed. One on a node with `killing` attempts (ended
+    /// elsewhere, whose slots the pass handed on) starts once their processes are gone, or
+    /// after [`KILL_WAIT`]: a node whose agent is slow to answer holds up its own new attempts,
+    /// not the dispatcher nor other nodes.
+    pub fn start_placed(self: &Arc<Self>, placed: Vec<AttemptRow>, killing: &Killing) {
         for attempt in placed {
-            self.spawn(attempt, None);
+            let before = attempt
+                .node_id
+                .as_deref()
+                .and_then(|node| killing.get(node))
+                .cloned()
+                .unwrap_or_default();
+            self.spawn(attempt, None, before);
         }
     }
 
-    /// Kills the attempts this server runs whose attempt was ended elsewhere (the task or its
-    /// job deleted, terminated, requeued), and returns once their processes are gone: the
-    /// slots the database already counts free are handed on only after that.
-    pub async fn reap(&self) -> sqlx::Result<()> {
-        let (pks, attempts): (Vec<i64>, Vec<i32>) =
-            self.running.lock().expect("lock").keys().copied().unzip();
-        if pks.is_empty() {
-            return Ok(());
-        }
-        let mut ending = Vec::new();
-        for stale in store::tasks::stale_attempts(&self.db, &pks, &attempts).await? {
-            if let Some(w) = self.running.lock().expect("lock").get(&stale) {
-                w.kill.cancel();
-                ending.push(w.over.clone());
-            }
-        }
-        let all_over = futures_util::future::join_all(ending.iter().map(|o| o.cancelled()));
-        if tokio::time::timeout(KILL_WAIT, all_over).await.is_err() {
-            tracing::warn!("killed attempts did not end in time; their slots are handed on");
-        }
-        Ok(())
-    }
-
-    /// Watches an attempt: starts it, or with the pid a previous server recorded, adopts it.
-    fn spawn(self: &Arc<Self>, a: AttemptRow, adopted: Option<AttemptPid>) {
+    /// Watches an attempt: starts it once the attempts `before` tells of are gone, or with the
+    /// pid a previous server recorded, adopts it.
+    fn spawn(
+        self: &Arc<Self>,
+        a: AttemptRow,
+        adopted: Option<AttemptPid>,
+        before: Vec<CancellationToken>,
+    ) {
         let (kill, over) = (CancellationToken::new(), CancellationToken::new());
         {
             let mut running = self.running.lock().expect("lock");
@@ -175,12 +168,14 @@ impl Executor {
             let watched = Watched {
                 kill: kill.clone(),
                 over: over.clone(),
+                node: a.node_id.clone(),
             };
             running.insert(key, watched);
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let _over = over.drop_guard();
+            gone(&before).await;
             match this.watch(&a, adopted, &kill).await {
                 Some((outcome, usage)) => {
                     // Never refused: the receiver is this executor's own, held here by `this`.
@@ -289,33 +284,6 @@ impl Executor {
         };
         self.kill(&node_id, run, pid).await;
         timed_out.then(|| (Outcome::TimedOut, usage.try_recv().ok()))
-    }
-
-    /// Kills the attempt once its pid is known (it may be starting still), then waits for it
-    /// to end, so that its slot is free only once its process is gone.
-    async fn kill<R: Future>(
-        &self,
-        node_id: &str,
-        mut run: Pin<&mut R>,
-        pid: impl Future<Output = Option<AttemptPid>>,
-    ) {
-        let pid = tokio::select! {
-            pid = pid => pid,
-            _ = run.as_mut() => return,
-        };
-        let Some(pid) = pid else {
-            return;
-        };
-        if let Err(e) = self.runtime.kill(&self.server_id, node_id, &pid).await {
-            tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
-        }
-        if tokio::time::timeout(KILL_WAIT, run).await.is_err() {
-            tracing::warn!(
-                node = node_id,
-                pid = pid.pid,
-                "a killed task's process did not end in time"
-            );
-        }
     }
 
     async fn wait_for_exit(

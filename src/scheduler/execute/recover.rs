@@ -98,7 +98,7 @@ impl Executor {
                 _ => None,
             };
             if alive.is_some() {
-                self.spawn(a, alive);
+                self.spawn(a, alive, Vec::new());
                 counts.adopted += 1;
             } else {
                 let why = match &unreachable {
