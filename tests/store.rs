@@ -399,3 +399,103 @@ async fn rotating_one_key_leaves_the_other() {
     assert!(!created, "the same name, in any case, is replaced");
     assert_eq!(again.pk, svc.pk);
 }
+
+/// A pass whose outcomes the database refuses in part (here a trigger refuses exit code 99):
+/// the others are recorded, the refused one's task fails saying why (its slot freed, not left
+/// running for ever), and the pass still fills the free slots.
+#[tokio::test]
+async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back() {
+    use batchpool::scheduler::complete::Outcome;
+    use batchpool::scheduler::dispatch;
+    let db = migrated().await;
+    pools::insert(&db, &new_pool("p", 2)).await.unwrap();
+    let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
+    nodes::insert_creating(&db, pool.pk, &["n1".to_string()], true)
+        .await
+        .unwrap();
+    let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
+    nodes::set_started(&db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
+        .await
+        .unwrap();
+    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
+    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let three = [new_task("a", &[]), new_task("b", &[]), new_task("c", &[])];
+    tasks::insert_many(&mut tx, job.pk, &three).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut placed = dispatch::pass(&db, &[]).await.unwrap();
+    placed.sort_by(|x, y| x.task_id.cmp(&y.task_id));
+    let ids: Vec<_> = placed.iter().map(|a| a.task_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "the node's two slots");
+
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_99() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+           IF NEW.exit_code = 99 THEN RAISE EXCEPTION 'exit code 99 is refused here'; END IF;
+           RETURN NEW; END $$;
+         CREATE TRIGGER refuse_99 BEFORE UPDATE ON tasks FOR EACH ROW EXECUTE FUNCTION refuse_99();",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    let codes = [0, 99];
+    let mut ended: Vec<_> = placed
+        .into_iter()
+        .zip(codes)
+        .map(|(a, code)| (a, Outcome::Exited(code), None))
+        .collect();
+    let recorded = std::sync::Mutex::new(Vec::new());
+    let note = |done: &[_]| {
+        let ids = done
+            .iter()
+            .map(|(a, _, _): &(tasks::AttemptRow, _, _)| a.task_id.clone());
+        recorded.lock().unwrap().extend(ids)
+    };
+    let placed = dispatch::record_and_pass(&db, note, &mut ended)
+        .await
+        .unwrap();
+    assert!(ended.is_empty(), "nothing left to record");
+    let mut recorded = recorded.into_inner().unwrap();
+    recorded.sort();
+    assert_eq!(recorded, ["a", "b"]);
+    let ids: Vec<_> = placed.iter().map(|a| a.task_id.as_str()).collect();
+    assert_eq!(ids, ["c"], "the pass filled a freed slot");
+
+    let a = tasks::get(&db, job.pk, "a").await.unwrap().unwrap();
+    assert_eq!((a.state, a.exit_code), (TaskState::Completed, Some(0)));
+    assert_eq!(a.result.as_deref(), Some("success"));
+    let b = tasks::get(&db, job.pk, "b").await.unwrap().unwrap();
+    assert_eq!((b.state, b.exit_code), (TaskState::Completed, None));
+    assert_eq!(b.result.as_deref(), Some("failure"));
+    let info = b.failure_info.expect("the refused task says why");
+    assert_eq!(info["code"], "TaskOutcomeNotRecorded", "{info}");
+    assert!(
+        info["message"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 99 is refused here"),
+        "{info}"
+    );
+
+    // A message that quotes a NUL (from a storage service, say), which jsonb cannot hold, is
+    // recorded with the NUL replaced, not refused.
+    let failure = batchpool::scheduler::task_files::Failure::new("FileUploadError", "bad\0name");
+    let c = placed.into_iter().next().unwrap();
+    let outcome = Outcome::UploadFailed {
+        exit_code: 0,
+        failure,
+    };
+    dispatch::pass(&db, &[(c, outcome, None)]).await.unwrap();
+    let c = tasks::get(&db, job.pk, "c").await.unwrap().unwrap();
+    assert_eq!(c.state, TaskState::Completed);
+    let info = c.failure_info.expect("the upload failure is told");
+    assert!(
+        info["message"]
+            .as_str()
+            .unwrap()
+            .contains("bad\u{fffd}name"),
+        "{info}"
+    );
+}

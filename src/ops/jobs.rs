@@ -11,6 +11,8 @@ use crate::store::{self, tasks::Ending};
 
 /// A task's failureInfo of category usererror.
 pub fn failure(code: &str, message: String) -> Value {
+    // A message may quote what a storage service or a node said; PostgreSQL's jsonb holds no NUL.
+    let message = message.replace('\0', "\u{fffd}");
     json!({"category": "usererror", "code": code, "message": message,
            "details": [{"name": "Message", "value": message}]})
 }

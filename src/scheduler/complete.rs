@@ -32,6 +32,8 @@ pub enum Outcome {
     TimedOut,
     /// Its outcome cannot be known (its node went away, the runtime failed): run it again.
     Lost(String),
+    /// It ended, but the database refused to record how (the reason): it fails, saying so.
+    Unrecorded(String),
 }
 
 /// An attempt that ended: how, and what its command used where its node's agent measured it.
@@ -42,16 +44,35 @@ pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Resu
 }
 
 /// Records many outcomes in one transaction (one commit, and the same few statements, for the
-/// whole batch instead of some per task); if the batch fails, each is recorded alone so one bad
-/// record cannot hold the others back.
-pub async fn record_many(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
+/// whole batch instead of some per task). If the batch fails, each is recorded alone, so one
+/// bad record cannot hold the others back; one the database refuses is recorded as
+/// [`Outcome::Unrecorded`], so its task does not stay running for ever. Returns those that
+/// could not be recorded at all (the database is away, say), for the caller to try again.
+pub async fn record_many(db: &PgPool, batch: &[Finished]) -> Vec<Finished> {
     if record_together(db, batch).await.is_ok() {
-        return Ok(());
+        return Vec::new();
     }
+    let mut left = Vec::new();
     for one in batch {
-        record_together(db, std::slice::from_ref(one)).await?;
+        let refused = match record_together(db, std::slice::from_ref(one)).await {
+            Ok(()) => continue,
+            Err(sqlx::Error::Database(e)) => e.message().to_string(),
+            Err(_) => {
+                left.push(one.clone());
+                continue;
+            }
+        };
+        let (a, outcome, _) = one;
+        tracing::error!(task = %a.task_id, job = %a.job_id, ?outcome, %refused, "the database refused an outcome; recording the task as failed");
+        let plain = (a.clone(), Outcome::Unrecorded(refused), None);
+        if record_together(db, std::slice::from_ref(&plain))
+            .await
+            .is_err()
+        {
+            left.push(one.clone());
+        }
     }
-    Ok(())
+    left
 }
 
 async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
@@ -205,25 +226,36 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
                 .max_wall_clock_ticks
                 .map(|t| IsoDuration::from_ticks(t).to_string())
                 .unwrap_or_default();
-            let info = failure(
+            failed_without_code(
                 "MaxWallClockTimeExceeded",
                 format!("The task ran longer than its maxWallClockTime of {limit} and was killed"),
-            );
-            let end = End::Completed {
-                exit_code: None,
-                result: "failure",
-                satisfies_dependants: false,
-            };
-            verdict(end, Some(info), JobAction::None)
+            )
         }
         Outcome::NodeUnprepared(why) => {
             tracing::info!(task = %a.task_id, job = %a.job_id, %why, "requeueing the task for another node");
             verdict(End::Requeue, None, JobAction::None)
         }
+        Outcome::Unrecorded(why) => failed_without_code(
+            "TaskOutcomeNotRecorded",
+            format!("The task ended, but how it ended could not be recorded: {why}"),
+        ),
         Outcome::Lost(why) => {
             tracing::warn!(task = %a.task_id, job = %a.job_id, %why, "the attempt's outcome is unknown; requeueing the task");
             verdict(End::Requeue, None, JobAction::None)
         }
+    }
+}
+
+/// The task fails, with no exit code, for the reason given; no retry, no job action.
+fn failed_without_code(code: &str, message: String) -> Verdict {
+    Verdict {
+        end: End::Completed {
+            exit_code: None,
+            result: "failure",
+            satisfies_dependants: false,
+        },
+        failure_info: Some(failure(code, message)),
+        job_action: JobAction::None,
     }
 }
 

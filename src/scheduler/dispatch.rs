@@ -7,12 +7,11 @@
 //! their slots are filled by the commit that frees them, and a busy pool pays one transaction
 //! (and one wait for the disk) for each round of ends and starts, not two.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sqlx::PgPool;
 
 use super::complete::{self, Finished};
-use super::execute::Executor;
 use crate::domain::placement::{place, FreeNode, Needs};
 use crate::domain::pool::NodeFillType;
 use crate::store::{self, tasks::AttemptRow};
@@ -38,18 +37,19 @@ pub async fn pass(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRo
     Ok(placed)
 }
 
-/// A dispatch pass that records `ended` first. If that fails, the outcomes are recorded apart
-/// (each alone, if need be: one bad record holds back neither the others nor the pass), then
-/// the pass runs without them; outcomes that cannot be recorded at all stay in `ended` for the
-/// next pass, as the database may be back by then.
+/// A dispatch pass that records `ended` first, and tells `recorded` which are in the
+/// database. If that pass fails, the outcomes are recorded apart ([`complete::record_many`]:
+/// one bad record holds back neither the others nor the pass), then the pass runs without
+/// them; outcomes that could not be recorded at all stay in `ended` for the next pass, as the
+/// database may be back by then.
 pub async fn record_and_pass(
     db: &PgPool,
-    executor: &Executor,
+    recorded: impl Fn(&[Finished]),
     ended: &mut Vec<Finished>,
 ) -> sqlx::Result<Vec<AttemptRow>> {
     match pass(db, ended).await {
         Ok(placed) => {
-            executor.recorded(ended);
+            recorded(ended);
             ended.clear();
             return Ok(placed);
         }
@@ -58,16 +58,15 @@ pub async fn record_and_pass(
             tracing::warn!(error = %e, count = ended.len(), "a pass with outcomes failed; recording them apart")
         }
     }
-    match complete::record_many(db, ended).await {
-        Ok(()) => {
-            executor.recorded(ended);
-            ended.clear();
-        }
-        Err(e) => {
-            tracing::error!(error = %e, count = ended.len(), "recording outcomes failed; retrying");
-            return Err(e);
-        }
+    let left = complete::record_many(db, ended).await;
+    let key = |(a, _, _): &Finished| (a.pk, a.attempt);
+    let kept: HashSet<_> = left.iter().map(key).collect();
+    ended.retain(|f| !kept.contains(&key(f)));
+    recorded(ended);
+    if !left.is_empty() {
+        tracing::error!(count = left.len(), "recording outcomes failed; retrying");
     }
+    *ended = left;
     pass(db, &[]).await
 }
 

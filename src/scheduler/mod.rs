@@ -290,7 +290,8 @@ async fn dispatch_loop(
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
         executor.take_ended(&mut ended);
-        let placed = dispatch::record_and_pass(&s.db, executor, &mut ended).await;
+        let recorded = |done: &[_]| executor.recorded(done);
+        let placed = dispatch::record_and_pass(&s.db, recorded, &mut ended).await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
         // its process goes before the new attempts on its node start.
         let killing = executor.kill_ended().await.unwrap_or_else(|e| {
