@@ -81,8 +81,7 @@ impl AppState {
 
     /// Tells the dispatcher that tasks changed (added, ended, jobs enabled or deleted).
     pub fn wake_dispatcher(&self) {
-        self.wake.dispatch.notify_one();
-        self.wake.housekeep.notify_one();
+        self.wake.jobs_changed();
         self.notify_leader("dispatch");
     }
 

@@ -18,8 +18,8 @@ pub struct Wakeups {
     pub allocate: Arc<Notify>,
     /// Tasks or slots changed: placements to make, attempts to kill.
     pub dispatch: Arc<Notify>,
-    /// Jobs or tasks changed through the API (a job deleted, say): the housekeeping the
-    /// dispatcher leaves to its own loop may have work.
+    /// Jobs changed (a job deleted, say): housekeeping, which runs beside the dispatcher in a
+    /// loop of its own, may have work.
     pub housekeep: Arc<Notify>,
     /// BES jobs started or cancelled.
     pub bes: Arc<Notify>,
@@ -28,6 +28,12 @@ pub struct Wakeups {
 }
 
 impl Wakeups {
+    /// Jobs or tasks changed (added, ended, deleted): wakes the dispatcher and housekeeping.
+    pub fn jobs_changed(&self) {
+        self.dispatch.notify_one();
+        self.housekeep.notify_one();
+    }
+
     pub fn new(tick: Duration) -> Self {
         Self {
             allocate: Arc::default(),

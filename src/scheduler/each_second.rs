@@ -34,7 +34,7 @@ pub async fn run(
         }
         match crate::ops::schedules::run_due(&db, jobs, now).await {
             Ok(0) => {}
-            Ok(_) => wake.dispatch.notify_one(),
+            Ok(_) => wake.jobs_changed(),
             Err(e) => tracing::warn!(error = %e, "making the jobs of job schedules failed"),
         }
         if now - last_sample >= SAMPLE_PERIOD {
@@ -51,7 +51,7 @@ pub async fn run(
         }
         match store::jobs::complete_recently_set(&db).await {
             Ok(0) => {}
-            Ok(_) => wake.dispatch.notify_one(),
+            Ok(_) => wake.jobs_changed(),
             Err(e) => {
                 tracing::warn!(error = %e, "completing jobs that ended with their tasks failed")
             }

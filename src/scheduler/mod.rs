@@ -37,10 +37,7 @@ async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
                     _ = cancel.cancelled() => return,
                     n = listener.recv() => match n {
                         Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
-                        Ok(n) if n.payload() == "dispatch" => {
-                            wake.dispatch.notify_one();
-                            wake.housekeep.notify_one();
-                        }
+                        Ok(n) if n.payload() == "dispatch" => wake.jobs_changed(),
                         Ok(n) if n.payload() == "bes" => wake.bes.notify_one(),
                         Ok(_) => {}
                         Err(e) => {

@@ -226,7 +226,7 @@ impl BesJobDriver {
             store::jobs::get(&self.db, CLASSIC_ACCOUNT, &job.id, store::jobs::Lock::None).await?
         {
             store::jobs::set_state(&self.db, b.pk, crate::domain::job::JobState::Deleting).await?;
-            self.wake.dispatch.notify_one();
+            self.wake.jobs_changed();
         }
         Ok(())
     }

@@ -195,7 +195,7 @@ impl BesJobDriver {
             tracing::info!(job = %job.id, pool, "BES job failed: its pool is gone");
         }
         tx.commit().await?;
-        self.wake.dispatch.notify_one();
+        self.wake.jobs_changed();
         Ok(())
     }
 
