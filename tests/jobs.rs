@@ -735,3 +735,34 @@ async fn patch_keeps_what_it_does_not_name_and_put_resets_it() {
     );
     assert_eq!(j["priority"], 1);
 }
+
+/// A failed task's directory is due to go at the end of its retentionTime; reactivated, it runs
+/// in that directory again, which stays until the retention counted from its next end runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reactivated_task_keeps_its_directory_while_it_runs() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    // Fails the first time; the second time it outlives the first end's retention (2 s), then
+    // writes a file in its working directory.
+    let command = "test -f first || { touch first; exit 1; }; sleep 6; echo done > out";
+    let task = json!({"id": "t", "commandLine": command, "constraints": {"retentionTime": "PT2S"}});
+    s.add_tasks("j", vec![task]).await;
+    let failed = s.wait_task("j", "t", "completed").await;
+    assert_eq!(failed["executionInfo"]["exitCode"], 1, "{failed}");
+    let (status, body) = s.post("/jobs/j/tasks/t/reactivate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    wait_for("the reactivated task to end", || async {
+        let t = s.task("j", "t").await;
+        (t["state"] == "completed"
+            && t["executionInfo"]["startTime"] != failed["executionInfo"]["startTime"])
+            .then_some(())
+    })
+    .await;
+    let t = s.task("j", "t").await;
+    assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    assert_eq!(
+        s.file("/jobs/j/tasks/t/files/wd/out").await.as_deref(),
+        Some("done\n")
+    );
+}

@@ -368,11 +368,8 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         nodes.extend(prepared.into_iter().map(|n| n.node_id));
         nodes.sort();
         nodes.dedup();
-        let mut tx = s.db.begin().await?;
-        // What its tasks used stays in the account's lifetime statistics.
-        store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
-        store::jobs::delete(&mut *tx, job.pk).await?;
-        tx.commit().await?;
+        // Its directories go while it is still `deleting`: once its row goes, a new job may
+        // take its id (and so its directories' names), and dispatch runs beside this loop.
         for node in &nodes {
             let job_dirs = [
                 crate::runtime::job_dir(&job.id),
@@ -382,6 +379,11 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
                 s.runtime.remove_on_node(node, &dir).await;
             }
         }
+        let mut tx = s.db.begin().await?;
+        // What its tasks used stays in the account's lifetime statistics.
+        store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
+        store::jobs::delete(&mut *tx, job.pk).await?;
+        tx.commit().await?;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
     }

@@ -245,14 +245,16 @@ pub struct TaskDirOnNode {
 }
 
 /// Task directories whose retention has run out, on nodes still in their pools (a node that
-/// left took its directories with it); marks them all removed.
+/// left took its directories with it); marks them all removed. Only a completed task's: one
+/// made active again runs in its directory.
 pub async fn take_expired_files(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> sqlx::Result<Vec<TaskDirOnNode>> {
     let rows = sqlx::query!(
         r#"UPDATE tasks t SET files_expire_at = NULL FROM jobs j
-         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() ORDER BY files_expire_at LIMIT $1)
+         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() AND state = 'completed'
+                                            ORDER BY files_expire_at LIMIT $1)
          RETURNING j.id AS job_id, t.id AS task_id,
                    CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id"#,
         limit,
@@ -331,14 +333,15 @@ pub async fn update_constraints(
     Ok(())
 }
 
-/// Makes a task that completed with a failure active again, its retries counted afresh. `None`
+/// Makes a task that completed with a failure active again, its retries counted afresh and its
+/// directory no longer due to be removed (its retention counts from its next end). `None`
 /// if it is not such a task; else whether its failure satisfied its dependants (which then must
 /// count it as unmet again: `unsatisfy_dependants`).
 pub async fn reactivate(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Option<bool>> {
     sqlx::query_scalar!(
         "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, state = 'active', \
             state_transition_time = now(), last_modified = now(), retry_count = 0, exit_code = NULL, result = NULL, \
-            failure_info = NULL, end_time = NULL, satisfies_dependants = false \
+            failure_info = NULL, end_time = NULL, satisfies_dependants = false, files_expire_at = NULL \
          FROM (SELECT pk, satisfies_dependants FROM tasks WHERE pk = $1 FOR UPDATE) old \
          WHERE t.pk = old.pk AND t.state = 'completed' AND t.result = 'failure' \
          RETURNING old.satisfies_dependants",
