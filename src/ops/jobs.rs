@@ -9,10 +9,15 @@ use crate::domain::job::{DisableTasks, JobState, TaskState};
 use crate::domain::pool::NodeDeallocationOption;
 use crate::store::{self, tasks::Ending};
 
+/// A failure message as PostgreSQL can keep it: a message may quote what a storage service, a
+/// node or a user said, and jsonb holds no NUL, so each becomes U+FFFD.
+pub fn storable(message: &str) -> String {
+    message.replace('\0', "\u{fffd}")
+}
+
 /// A task's failureInfo of category usererror.
 pub fn failure(code: &str, message: String) -> Value {
-    // A message may quote what a storage service or a node said; PostgreSQL's jsonb holds no NUL.
-    let message = message.replace('\0', "\u{fffd}");
+    let message = storable(&message);
     json!({"category": "usererror", "code": code, "message": message,
            "details": [{"name": "Message", "value": message}]})
 }

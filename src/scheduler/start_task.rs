@@ -279,7 +279,21 @@ fn failure_info(result: &Result<i64, Failure>) -> Option<Value> {
             } else {
                 "usererror"
             };
-            Some(json!({"category": category, "code": f.code, "message": f.message}))
+            let message = crate::ops::jobs::storable(&f.message);
+            Some(json!({"category": category, "code": f.code, "message": message}))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{failure_info, Failure};
+
+    #[test]
+    fn a_start_task_failure_quoting_a_nul_is_kept_without_it() {
+        let failed = Err(Failure::new("ResourceFileDownloadFailed", "bad\0name"));
+        let info = failure_info(&failed).expect("a failure");
+        assert_eq!(info["message"], "bad\u{fffd}name");
+        assert_eq!(info["category"], "usererror");
     }
 }
