@@ -46,33 +46,39 @@ pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Resu
 /// Records many outcomes in one transaction (one commit, and the same few statements, for the
 /// whole batch instead of some per task). If the batch fails, each is recorded alone, so one
 /// bad record cannot hold the others back; one the database refuses is recorded as
-/// [`Outcome::Unrecorded`], so its task does not stay running for ever. Returns those that
-/// could not be recorded at all (the database is away, say), for the caller to try again.
-pub async fn record_many(db: &PgPool, batch: &[Finished]) -> Vec<Finished> {
-    if record_together(db, batch).await.is_ok() {
-        return Vec::new();
+/// [`Outcome::Unrecorded`], so its task does not stay running for ever. Returns those recorded,
+/// and those that could not be recorded at all (the database is away, say), for the caller to
+/// try again.
+pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, Vec<Finished>) {
+    if record_together(db, &batch).await.is_ok() {
+        return (batch, Vec::new());
     }
-    let mut left = Vec::new();
+    let (mut done, mut left) = (Vec::new(), Vec::new());
     for one in batch {
-        let refused = match record_together(db, std::slice::from_ref(one)).await {
-            Ok(()) => continue,
+        let refused = match record_together(db, std::slice::from_ref(&one)).await {
+            Ok(()) => {
+                done.push(one);
+                continue;
+            }
             Err(sqlx::Error::Database(e)) => e.message().to_string(),
             Err(_) => {
-                left.push(one.clone());
+                left.push(one);
                 continue;
             }
         };
-        let (a, outcome, _) = one;
+        let (a, outcome, _) = &one;
         tracing::error!(task = %a.task_id, job = %a.job_id, ?outcome, %refused, "the database refused an outcome; recording the task as failed");
         let plain = (a.clone(), Outcome::Unrecorded(refused), None);
         if record_together(db, std::slice::from_ref(&plain))
             .await
-            .is_err()
+            .is_ok()
         {
-            left.push(one.clone());
+            done.push(one);
+        } else {
+            left.push(one);
         }
     }
-    left
+    (done, left)
 }
 
 async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {

@@ -7,7 +7,7 @@
 //! their slots are filled by the commit that frees them, and a busy pool pays one transaction
 //! (and one wait for the disk) for each round of ends and starts, not two.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use sqlx::PgPool;
 
@@ -58,11 +58,8 @@ pub async fn record_and_pass(
             tracing::warn!(error = %e, count = ended.len(), "a pass with outcomes failed; recording them apart")
         }
     }
-    let left = complete::record_many(db, ended).await;
-    let key = |(a, _, _): &Finished| (a.pk, a.attempt);
-    let kept: HashSet<_> = left.iter().map(key).collect();
-    ended.retain(|f| !kept.contains(&key(f)));
-    recorded(ended);
+    let (done, left) = complete::record_many(db, std::mem::take(ended)).await;
+    recorded(&done);
     if !left.is_empty() {
         tracing::error!(count = left.len(), "recording outcomes failed; retrying");
     }
