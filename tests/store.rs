@@ -210,29 +210,36 @@ async fn the_database_refuses_a_state_word_no_enum_spells() {
     }
 }
 
+/// Pool `p` of one node `n1` with `slots` slots, made and started through store/, and job `j`
+/// on it.
+async fn one_node_and_a_job(db: &PgPool, slots: i32) -> (nodes::NodeRow, jobs::JobRow) {
+    pools::insert(db, &new_pool("p", slots)).await.unwrap();
+    let pool = pools::get(db, "acct", "p").await.unwrap().unwrap();
+    nodes::insert_creating(db, pool.pk, &["n1".to_string()], true)
+        .await
+        .unwrap();
+    let node = nodes::get(db, pool.pk, "n1").await.unwrap().unwrap();
+    assert_eq!(node.state, NodeState::Creating);
+    assert!(
+        nodes::set_started(db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
+            .await
+            .unwrap()
+    );
+    jobs::insert(db, &new_job("j", "p")).await.unwrap();
+    let job = jobs::get(db, "acct", "j", jobs::Lock::None)
+        .await
+        .unwrap()
+        .unwrap();
+    (node, job)
+}
+
 /// Two tasks, the second depending on the first, on a pool of one node with one slot: each is
 /// claimed, started and ended through store/, and the node's slots, the job's counts and the
 /// dependency count follow.
 #[tokio::test]
 async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
     let db = migrated().await;
-    pools::insert(&db, &new_pool("p", 1)).await.unwrap();
-    let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
-    nodes::insert_creating(&db, pool.pk, &["n1".to_string()], true)
-        .await
-        .unwrap();
-    let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
-    assert_eq!(node.state, NodeState::Creating);
-    assert!(
-        nodes::set_started(&db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
-            .await
-            .unwrap()
-    );
-    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
-    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
-        .await
-        .unwrap()
-        .unwrap();
+    let (node, job) = one_node_and_a_job(&db, 1).await;
     let mut tx = db.begin().await.unwrap();
     let added = tasks::insert_many(
         &mut tx,
@@ -408,20 +415,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
     use batchpool::scheduler::complete::Outcome;
     use batchpool::scheduler::dispatch;
     let db = migrated().await;
-    pools::insert(&db, &new_pool("p", 2)).await.unwrap();
-    let pool = pools::get(&db, "acct", "p").await.unwrap().unwrap();
-    nodes::insert_creating(&db, pool.pk, &["n1".to_string()], true)
-        .await
-        .unwrap();
-    let node = nodes::get(&db, pool.pk, "n1").await.unwrap().unwrap();
-    nodes::set_started(&db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
-        .await
-        .unwrap();
-    jobs::insert(&db, &new_job("j", "p")).await.unwrap();
-    let job = jobs::get(&db, "acct", "j", jobs::Lock::None)
-        .await
-        .unwrap()
-        .unwrap();
+    let (_, job) = one_node_and_a_job(&db, 2).await;
     let mut tx = db.begin().await.unwrap();
     let three = [new_task("a", &[]), new_task("b", &[]), new_task("c", &[])];
     tasks::insert_many(&mut tx, job.pk, &three).await.unwrap();
