@@ -9,8 +9,9 @@ use crate::domain::job::{DisableTasks, JobState, TaskState};
 use crate::domain::pool::NodeDeallocationOption;
 use crate::store::{self, tasks::Ending};
 
-/// A failure message as PostgreSQL can keep it: a message may quote what a storage service, a
-/// node or a user said, and jsonb holds no NUL, so each becomes U+FFFD.
+/// A failure message as PostgreSQL can keep it: a message may quote what a storage service or
+/// a node said (the API refuses a NUL in what users send), and jsonb holds no NUL, so each
+/// becomes U+FFFD.
 pub fn storable(message: &str) -> String {
     message.replace('\0', "\u{fffd}")
 }
