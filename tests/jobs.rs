@@ -766,3 +766,54 @@ async fn a_reactivated_task_keeps_its_directory_while_it_runs() {
         Some("done\n")
     );
 }
+
+/// A task reactivated while its expired directory is being removed starts its next attempt
+/// only once the removal is over, in a directory of its own: nothing of the new attempt goes
+/// with the old one's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_reactivated_during_its_directorys_removal_waits_for_it() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    // The first attempt leaves 20,000 directories behind (their removal takes a while) and
+    // fails; the next one prints and writes into its working directory.
+    let command = r#"test -e "$AZ_BATCH_NODE_SHARED_DIR/first" && { echo second; echo done > out; exit 0; }
+touch "$AZ_BATCH_NODE_SHARED_DIR/first"; mkdir many && cd many && seq 20000 | xargs mkdir; exit 1"#;
+    let task = json!({"id": "t", "commandLine": format!("sh -c '{command}'"),
+                      "constraints": {"retentionTime": "PT1S"}});
+    s.add_tasks("j", vec![task]).await;
+    let failed = s.wait_task("j", "t", "completed").await;
+    assert_eq!(failed["executionInfo"]["exitCode"], 1, "{failed}");
+    let node = failed["nodeInfo"]["nodeId"].as_str().unwrap();
+    let many = s.data_dir.path().join("nodes").join(node);
+    let many = many.join("workitems/j/job-1/t/wd/many");
+    let links = |p: &std::path::Path| -> Option<u64> {
+        Some(std::os::unix::fs::MetadataExt::nlink(&p.metadata().ok()?))
+    };
+    assert_eq!(
+        links(&many),
+        Some(20_002),
+        "the first attempt's directories"
+    );
+    // Once the removal has begun (the retention ran out), the task is reactivated.
+    wait_for("the expired directory's removal to begin", || async {
+        links(&many).is_none_or(|n| n < 20_002).then_some(())
+    })
+    .await;
+    let (status, body) = s.post("/jobs/j/tasks/t/reactivate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    wait_for("the reactivated task to end", || async {
+        let t = s.task("j", "t").await;
+        (t["state"] == "completed"
+            && t["executionInfo"]["startTime"] != failed["executionInfo"]["startTime"])
+            .then_some(())
+    })
+    .await;
+    let t = s.task("j", "t").await;
+    assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    let stdout = s.file("/jobs/j/tasks/t/files/stdout.txt").await;
+    assert_eq!(stdout.as_deref(), Some("second\n"));
+    let out = s.file("/jobs/j/tasks/t/files/wd/out").await;
+    assert_eq!(out.as_deref(), Some("done\n"));
+    assert!(!many.exists(), "the first attempt's files are gone");
+}

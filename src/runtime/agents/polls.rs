@@ -130,6 +130,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_question_given_up_on_before_the_agent_took_it_is_never_sent() {
+        let agents = Agents::new(None, 0, std::time::Duration::from_secs(60));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let remove = crate::domain::agent::FileOp::Remove { recursive: true };
+        let asked = agents.file("n", "/root".into(), "dir".into(), remove);
+        let short = std::time::Duration::from_millis(200);
+        assert!(tokio::time::timeout(short, asked).await.is_err());
+        let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
+        assert!(after.is_err(), "{after:?}");
+    }
+
+    #[tokio::test]
     async fn only_the_latest_request_takes_work() {
         let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
         agents.register("n", "s");

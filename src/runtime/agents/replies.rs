@@ -60,6 +60,9 @@ struct Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut state = self.link.state.lock().expect("lock");
+        // Not yet taken by the agent, it is never sent: a removal given up on here must not
+        // happen later, once the caller has moved on.
+        state.queue.retain(|w| w.id() != self.id);
         state.replies.remove(&self.id);
         state.bodies.remove(&self.id);
     }
