@@ -6,6 +6,7 @@
 mod files;
 mod load;
 mod procs;
+mod spawn;
 
 use std::time::Duration;
 
@@ -53,7 +54,7 @@ pub async fn run() -> anyhow::Result<()> {
         streams: client().build().context("making the HTTP client")?,
     };
     make_node_dirs();
-    let procs = procs::Procs::start();
+    let procs = procs::Procs::start().context("starting the reaper")?;
     tracing::info!(node, server = %link.url, "the node agent runs");
     let link = std::sync::Arc::new(link);
     let (events, outbox) = mpsc::unbounded_channel();
@@ -190,20 +191,6 @@ fn run_command(
             tracing::warn!(base = %make.base, error = %e, "making a task's directories failed");
         }
     }
-    if let Some(task) = task
-        .as_ref()
-        .filter(|t| !std::path::Path::new(&t.dir).is_dir())
-    {
-        // As the shell's `cd` would: the command cannot run where it must.
-        tracing::warn!(dir = %task.dir, "a task's working directory is missing");
-        let usage = None;
-        let _ = events.send(Event::Exited {
-            id,
-            code: 127,
-            usage,
-        });
-        return;
-    }
     match procs.spawn(&argv, &env, task.as_ref()) {
         Ok((pid, ended)) => {
             // Its record first, so a server that restarts meanwhile finds the attempt running;
@@ -231,7 +218,17 @@ fn run_command(
                 let _ = events.send(Event::Exited { id, code, usage });
             });
         }
-        Err(e) => {
+        Err(spawn::NotStarted::Dir(e)) => {
+            // As the shell's `cd` would: the command cannot run where it must.
+            tracing::warn!(error = %e, "a task's working directory cannot be entered");
+            let usage = None;
+            let _ = events.send(Event::Exited {
+                id,
+                code: 127,
+                usage,
+            });
+        }
+        Err(spawn::NotStarted::Other(e)) => {
             let _ = events.send(Event::Failed {
                 id,
                 message: format!("starting {:?}: {e}", argv.first()),

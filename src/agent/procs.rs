@@ -3,22 +3,22 @@
 //! node's init), and hands each command's exit code to whoever waits for it.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::spawn::{self, NotStarted};
 use crate::domain::agent::{self, TaskLaunch, Usage};
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Procs {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     /// Exit codes wanted, by pid. Held while a command starts, so the reaper never sees a child
     /// of ours before its pid is here.
@@ -28,20 +28,49 @@ struct Inner {
     /// CPU time (ms, user and kernel) of every child reaped so far, with the children they
     /// waited for.
     reaped_cpu_ms: std::sync::atomic::AtomicU64,
+    /// The environment every command starts from: this process's, less the agent's settings.
+    env: Vec<(OsString, OsString)>,
+    /// Every command's input, and the output of those that are not tasks.
+    null: std::fs::File,
+    /// The stack of a child until its program runs (one starts at a time, under `waiting`).
+    stack: Mutex<Box<[u8]>>,
 }
+
+/// The agent's own settings, which are not the node's.
+const AGENT_ENV: [&str; 5] = [
+    agent::ENV_SECRET,
+    agent::ENV_URL,
+    agent::ENV_NODE,
+    agent::ENV_ROOT,
+    agent::ENV_DIRS,
+];
 
 impl Procs {
     /// Starts the reaper; orphans of the node's processes are reparented to this process.
-    pub fn start() -> Self {
+    pub fn start() -> std::io::Result<Self> {
         // SAFETY: prctl with an integer argument; it only marks this process.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        let procs = Self::default();
+        let env = std::env::vars_os()
+            .filter(|(k, _)| !AGENT_ENV.iter().any(|a| k == a))
+            .collect();
+        let procs = Self {
+            inner: Arc::new(Inner {
+                waiting: Mutex::default(),
+                started: Condvar::new(),
+                reaped_cpu_ms: Default::default(),
+                env,
+                null: std::fs::File::options()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")?,
+                stack: Mutex::new(vec![0; spawn::STACK].into_boxed_slice()),
+            }),
+        };
         let inner = procs.inner.clone();
         std::thread::Builder::new()
             .name("reaper".into())
-            .spawn(move || reap(&inner))
-            .expect("starting the reaper thread");
-        procs
+            .spawn(move || reap(&inner))?;
+        Ok(procs)
     }
 
     /// Starts `argv` with this process's environment and `env`: a task's as `task` says (its
@@ -52,45 +81,60 @@ impl Procs {
         argv: &[String],
         env: &[(String, String)],
         task: Option<&TaskLaunch>,
-    ) -> std::io::Result<(i32, oneshot::Receiver<(i64, Usage)>)> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| std::io::Error::other("an empty command"))?;
-        if !std::path::Path::new(program).exists() {
-            return Err(std::io::Error::other(format!(
-                "{program} is not on the node"
-            )));
-        }
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            // The agent's own settings are not the node's.
-            .env_remove(agent::ENV_SECRET)
-            .env_remove(agent::ENV_URL)
-            .env_remove(agent::ENV_NODE)
-            .env_remove(agent::ENV_ROOT)
-            .env_remove(agent::ENV_DIRS)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(task) = task {
-            command
-                .current_dir(&task.dir)
-                .stdout(output(&task.stdout)?)
-                .stderr(output(&task.stderr)?);
-        }
+    ) -> Result<(i32, oneshot::Receiver<(i64, Usage)>), NotStarted> {
+        let other = NotStarted::Other;
+        let program = argv
+            .first()
+            .ok_or_else(|| other(std::io::Error::other("an empty command")))?;
+        let cstring = |s: &str| {
+            std::ffi::CString::new(s)
+                .map_err(|_| other(std::io::Error::other("a NUL in an argument")))
+        };
+        // Their directory missing, the task cannot run where it must (its directory made, as
+        // the agent had made it, must have been replaced since).
+        let files = task
+            .map(|t| std::io::Result::Ok((output(&t.stdout)?, output(&t.stderr)?)))
+            .transpose()
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOENT | libc::ENOTDIR) => NotStarted::Dir(e),
+                _ => other(e),
+            })?;
+        let null = self.inner.null.as_fd();
+        let (stdout, stderr) = files
+            .as_ref()
+            .map_or((null, null), |(out, err)| (out.as_fd(), err.as_fd()));
+        let launch = spawn::Launch {
+            program: cstring(program)?,
+            argv: argv.iter().map(|a| cstring(a)).collect::<Result<_, _>>()?,
+            env: self.environment(env).map_err(other)?,
+            dir: task.map(|t| cstring(&t.dir)).transpose()?,
+            stdio: [null, stdout, stderr],
+        };
         let mut waiting = self.inner.waiting.lock().expect("lock");
-        let child = command.spawn()?;
-        let pid = child.id() as i32;
-        // The reaper, not `child`, waits for it.
-        drop(child);
+        let pid = match spawn::spawn(&launch, &mut self.inner.stack.lock().expect("lock")) {
+            Ok(pid) => pid,
+            Err(NotStarted::Other(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                let missing = format!("{program} is not on the node");
+                return Err(other(std::io::Error::other(missing)));
+            }
+            Err(e) => return Err(e),
+        };
         let (tx, rx) = oneshot::channel();
         waiting.insert(pid, tx);
         drop(waiting);
         self.inner.started.notify_one();
         Ok((pid, rx))
+    }
+
+    /// This process's environment with `env` over it, less the agent's settings.
+    fn environment(&self, env: &[(String, String)]) -> std::io::Result<Vec<std::ffi::CString>> {
+        let own = |k: &str| AGENT_ENV.contains(&k);
+        let given = |k: &std::ffi::OsStr| env.iter().any(|(e, _)| k == e.as_str());
+        let base = self.inner.env.iter().filter(|(k, _)| !given(k));
+        let env = env.iter().filter(|(k, _)| !own(k));
+        base.map(|(k, v)| spawn::env_entry(k, v))
+            .chain(env.map(|(k, v)| spawn::env_entry(k.as_ref(), v.as_ref())))
+            .collect()
     }
 }
 
