@@ -75,13 +75,26 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         if !c.dir.is_null() && libc::chdir(c.dir) != 0 {
             c.in_dir = true;
         } else if libc::setpgid(0, 0) == 0
-            && (0..3).all(|to| libc::dup2(c.stdio[to as usize], to) >= 0)
+            && (0..3).all(|to| take_fd(c.stdio[to as usize], to))
             && libc::pthread_sigmask(libc::SIG_SETMASK, &c.mask, std::ptr::null_mut()) == 0
         {
             libc::execve(c.program, c.argv, c.envp);
         }
         c.err = *libc::__errno_location();
         libc::_exit(127)
+    }
+}
+
+/// Makes `from` the child's `to`, open across its `execve`; whether it could. `dup2` onto
+/// itself would leave the descriptor's close-on-exec flag as it is.
+///
+/// # Safety
+/// For the child between `clone` and `execve`: it makes system calls only.
+unsafe fn take_fd(from: libc::c_int, to: libc::c_int) -> bool {
+    if from == to {
+        libc::fcntl(to, libc::F_SETFD, 0) == 0
+    } else {
+        libc::dup2(from, to) == to
     }
 }
 
@@ -134,7 +147,15 @@ pub fn spawn(launch: &Launch, stack: &mut [u8]) -> Result<i32, NotStarted> {
     if pid < 0 {
         return Err(NotStarted::Other(cloned));
     }
-    match (c.err, c.in_dir) {
+    // Written by the child, in this memory, before this thread resumed.
+    // SAFETY: reads of plain fields of a live local.
+    let (err, in_dir) = unsafe {
+        (
+            std::ptr::read_volatile(&c.err),
+            std::ptr::read_volatile(&c.in_dir),
+        )
+    };
+    match (err, in_dir) {
         (0, false) => Ok(pid),
         (err, true) => Err(NotStarted::Dir(std::io::Error::from_raw_os_error(err))),
         (err, false) => Err(NotStarted::Other(std::io::Error::from_raw_os_error(err))),
