@@ -8,6 +8,7 @@ pub mod complete;
 pub mod dispatch;
 mod each_second;
 pub mod execute;
+mod housekeeping;
 mod keyed_locks;
 pub(crate) mod packages;
 mod prep;
@@ -250,9 +251,6 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
 /// waits for nothing while nothing runs, so a first task starts as soon as it is added.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// The least time between two runs of [`housekeeping`].
-const HOUSEKEEPING_EVERY: Duration = Duration::from_millis(200);
-
 /// Recovers the attempts a previous leader started, then dispatches and keeps house side by
 /// side. Housekeeping waits for kills and for agents (a deleted job's directories, expired
 /// task files); in its own loop it never holds up a pass, nor the outcomes passes record.
@@ -272,7 +270,7 @@ async fn dispatch_and_keep_house(
     }
     tokio::join!(
         dispatch_loop(s, &executor, cancel),
-        housekeeping_loop(s, &executor, cancel)
+        housekeeping::run(s, &executor, cancel)
     );
 }
 
@@ -313,96 +311,4 @@ async fn dispatch_loop(
             }
         }
     }
-}
-
-/// Runs [`housekeeping`] when woken (an API write: a job deleted, say) or at the tick, and
-/// never more often than [`HOUSEKEEPING_EVERY`]: under load the API wakes it many times a
-/// second, and its questions need no answer that often.
-async fn housekeeping_loop(
-    s: &Scheduler,
-    executor: &execute::Executor,
-    cancel: &CancellationToken,
-) {
-    loop {
-        if let Err(e) = housekeeping(s, executor).await {
-            tracing::error!(error = %e, "job housekeeping failed");
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(HOUSEKEEPING_EVERY) => {}
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = s.wake.housekeep.notified() => {}
-            _ = tokio::time::sleep(s.wake.tick.saturating_sub(HOUSEKEEPING_EVERY)) => {}
-        }
-    }
-}
-
-/// Task count changes are folded into the jobs' counts; jobs past their maxWallClockTime end;
-/// deleted jobs go with their tasks and files (once their processes are killed); task
-/// directories past their retentionTime are removed.
-async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
-    store::tasks::fold_counts(&s.db).await?;
-    for pk in store::jobs::past_wall_clock(&s.db).await? {
-        let mut tx = s.db.begin().await?;
-        ops::jobs::terminate_job(&mut tx, pk, "MaxWallClockTimeExpiry").await?;
-        tx.commit().await?;
-        s.wake.dispatch.notify_one();
-    }
-    let prep = executor.preparations();
-    prep.start_due_releases_now_and_then().await?;
-    for job in store::jobs::deleting(&s.db).await? {
-        let mut tx = s.db.begin().await?;
-        ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
-        tx.commit().await?;
-        executor.reap().await?;
-        // Its release tasks run (they are due now that its tasks ended) before it goes.
-        if store::preparations::releases_pending(&s.db, job.pk).await? {
-            prep.start_due_releases().await?;
-            continue;
-        }
-        // Its directories are on the nodes that ran its tasks and its preparation.
-        let mut nodes = store::tasks::nodes_of_job(&s.db, job.pk).await?;
-        let prepared = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
-        nodes.extend(prepared.into_iter().map(|n| n.node_id));
-        nodes.sort();
-        nodes.dedup();
-        // Its directories go while it is still `deleting`: once its row goes, a new job may
-        // take its id (and so its directories' names), and dispatch runs beside this loop.
-        for node in &nodes {
-            let job_dirs = [
-                crate::runtime::job_dir(&job.id),
-                crate::runtime::job_prep_dir(&job.id),
-            ];
-            for dir in job_dirs {
-                s.runtime.remove_on_node(node, &dir).await;
-            }
-        }
-        let mut tx = s.db.begin().await?;
-        // What its tasks used stays in the account's lifetime statistics.
-        store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
-        store::jobs::delete(&mut *tx, job.pk).await?;
-        tx.commit().await?;
-        tracing::info!(job = %job.id, "job deleted");
-        s.wake.dispatch.notify_one();
-    }
-    remove_expired_files(s).await
-}
-
-/// Task directories past their retentionTime go, up to 500 a run, 16 at a time. Their tasks'
-/// rows stay locked until the directories are gone: a task reactivated meanwhile waits, so its
-/// next attempt never starts in a directory that is being removed.
-async fn remove_expired_files(s: &Scheduler) -> anyhow::Result<()> {
-    use futures_util::StreamExt;
-    let mut tx = s.db.begin().await?;
-    let expired = store::tasks::take_expired_files(&mut *tx, 500).await?;
-    futures_util::stream::iter(expired)
-        .for_each_concurrent(16, |t| async move {
-            let dir = crate::runtime::task_dir(&t.job_id, &t.task_id);
-            s.runtime.remove_on_node(&t.node_id, &dir).await;
-        })
-        .await;
-    tx.commit().await?;
-    Ok(())
 }
