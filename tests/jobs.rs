@@ -736,6 +736,22 @@ async fn patch_keeps_what_it_does_not_name_and_put_resets_it() {
     assert_eq!(j["priority"], 1);
 }
 
+/// Reactivates task `j/t`, which ended as `failed` says, and waits for its next attempt to
+/// succeed.
+async fn reactivate_and_wait(s: &TestServer, failed: &Value) {
+    let (status, body) = s.post("/jobs/j/tasks/t/reactivate", &json!({})).await;
+    assert_eq!(status, 204, "{body}");
+    wait_for("the reactivated task to end", || async {
+        let t = s.task("j", "t").await;
+        (t["state"] == "completed"
+            && t["executionInfo"]["startTime"] != failed["executionInfo"]["startTime"])
+            .then_some(())
+    })
+    .await;
+    let t = s.task("j", "t").await;
+    assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+}
+
 /// A failed task's directory is due to go at the end of its retentionTime; reactivated, it runs
 /// in that directory again, which stays until the retention counted from its next end runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,17 +766,7 @@ async fn a_reactivated_task_keeps_its_directory_while_it_runs() {
     s.add_tasks("j", vec![task]).await;
     let failed = s.wait_task("j", "t", "completed").await;
     assert_eq!(failed["executionInfo"]["exitCode"], 1, "{failed}");
-    let (status, body) = s.post("/jobs/j/tasks/t/reactivate", &json!({})).await;
-    assert_eq!(status, 204, "{body}");
-    wait_for("the reactivated task to end", || async {
-        let t = s.task("j", "t").await;
-        (t["state"] == "completed"
-            && t["executionInfo"]["startTime"] != failed["executionInfo"]["startTime"])
-            .then_some(())
-    })
-    .await;
-    let t = s.task("j", "t").await;
-    assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    reactivate_and_wait(&s, &failed).await;
     assert_eq!(
         s.file("/jobs/j/tasks/t/files/wd/out").await.as_deref(),
         Some("done\n")
@@ -800,17 +806,7 @@ touch "$AZ_BATCH_NODE_SHARED_DIR/first"; mkdir many && cd many && seq 20000 | xa
         links(&many).is_none_or(|n| n < 20_002).then_some(())
     })
     .await;
-    let (status, body) = s.post("/jobs/j/tasks/t/reactivate", &json!({})).await;
-    assert_eq!(status, 204, "{body}");
-    wait_for("the reactivated task to end", || async {
-        let t = s.task("j", "t").await;
-        (t["state"] == "completed"
-            && t["executionInfo"]["startTime"] != failed["executionInfo"]["startTime"])
-            .then_some(())
-    })
-    .await;
-    let t = s.task("j", "t").await;
-    assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    reactivate_and_wait(&s, &failed).await;
     let stdout = s.file("/jobs/j/tasks/t/files/stdout.txt").await;
     assert_eq!(stdout.as_deref(), Some("second\n"));
     let out = s.file("/jobs/j/tasks/t/files/wd/out").await;
