@@ -28,8 +28,9 @@ struct Inner {
     /// CPU time (ms, user and kernel) of every child reaped so far, with the children they
     /// waited for.
     reaped_cpu_ms: std::sync::atomic::AtomicU64,
-    /// The environment every command starts from: this process's, less the agent's settings.
-    env: Vec<(OsString, OsString)>,
+    /// The environment every command starts from (each variable's name, and its `name=value`
+    /// entry): this process's, less the agent's settings. Made once.
+    env: Vec<(OsString, std::ffi::CString)>,
     /// Every command's input, and the output of those that are not tasks.
     null: std::fs::File,
     /// The stack of a child until its program runs (one starts at a time, under `waiting`).
@@ -52,7 +53,8 @@ impl Procs {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let env = std::env::vars_os()
             .filter(|(k, _)| !AGENT_ENV.iter().any(|a| k == a))
-            .collect();
+            .map(|(k, v)| Ok((k.clone(), spawn::env_entry(&k, &v)?)))
+            .collect::<std::io::Result<_>>()?;
         let procs = Self {
             inner: Arc::new(Inner {
                 waiting: Mutex::default(),
@@ -103,10 +105,16 @@ impl Procs {
         let (stdout, stderr) = files
             .as_ref()
             .map_or((null, null), |(out, err)| (out.as_fd(), err.as_fd()));
+        let given = env
+            .iter()
+            .filter(|(k, _)| !AGENT_ENV.contains(&k.as_str()))
+            .map(|(k, v)| Ok((k.as_str(), spawn::env_entry(k.as_ref(), v.as_ref())?)))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(other)?;
         let launch = spawn::Launch {
             program: cstring(program)?,
             argv: argv.iter().map(|a| cstring(a)).collect::<Result<_, _>>()?,
-            env: self.environment(env).map_err(other)?,
+            env: self.environment(&given),
             dir: task.map(|t| cstring(&t.dir)).transpose()?,
             stdio: [null, stdout, stderr],
         };
@@ -126,14 +134,15 @@ impl Procs {
         Ok((pid, rx))
     }
 
-    /// This process's environment with `env` over it, less the agent's settings.
-    fn environment(&self, env: &[(String, String)]) -> std::io::Result<Vec<std::ffi::CString>> {
-        let own = |k: &str| AGENT_ENV.contains(&k);
-        let given = |k: &std::ffi::OsStr| env.iter().any(|(e, _)| k == e.as_str());
-        let base = self.inner.env.iter().filter(|(k, _)| !given(k));
-        let env = env.iter().filter(|(k, _)| !own(k));
-        base.map(|(k, v)| spawn::env_entry(k, v))
-            .chain(env.map(|(k, v)| spawn::env_entry(k.as_ref(), v.as_ref())))
+    /// This process's environment with `given` (names and entries) over it.
+    fn environment<'a>(
+        &'a self,
+        given: &'a [(&str, std::ffi::CString)],
+    ) -> Vec<&'a std::ffi::CStr> {
+        let named = |k: &std::ffi::OsStr| given.iter().any(|(g, _)| k == *g);
+        let base = self.inner.env.iter().filter(|(k, _)| !named(k));
+        base.map(|(_, entry)| entry.as_c_str())
+            .chain(given.iter().map(|(_, entry)| entry.as_c_str()))
             .collect()
     }
 }

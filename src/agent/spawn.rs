@@ -4,7 +4,7 @@
 //! copies this process's whole environment each time. On this project's benchmark machine that
 //! was a tenth of what starting `sh -c true` cost, child included (BENCHMARKS.md).
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 
@@ -13,7 +13,7 @@ pub struct Launch<'a> {
     pub program: CString,
     pub argv: Vec<CString>,
     /// `key=value` each.
-    pub env: Vec<CString>,
+    pub env: Vec<&'a CStr>,
     /// Where the program starts; this process's own directory if None.
     pub dir: Option<CString>,
     /// Its standard input, output and error.
@@ -85,6 +85,13 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+/// The NULL-terminated array of pointers to `strings` that `execve` takes.
+fn pointers<S: AsRef<CStr>>(strings: &[S]) -> Vec<*const libc::c_char> {
+    let mut p: Vec<_> = strings.iter().map(|s| s.as_ref().as_ptr()).collect();
+    p.push(std::ptr::null());
+    p
+}
+
 /// Makes `from` the child's `to`, open across its `execve`; whether it could. `dup2` onto
 /// itself would leave the descriptor's close-on-exec flag as it is.
 ///
@@ -107,11 +114,6 @@ pub fn spawn(launch: &Launch, stack: &mut [u8]) -> Result<i32, NotStarted> {
         "a child's stack of {} bytes",
         stack.len()
     );
-    let pointers = |v: &[CString]| {
-        let mut p: Vec<*const libc::c_char> = v.iter().map(|s| s.as_ptr()).collect();
-        p.push(std::ptr::null());
-        p
-    };
     let (argv, envp) = (pointers(&launch.argv), pointers(&launch.env));
     let mut c = Child {
         program: launch.program.as_ptr(),
@@ -173,10 +175,11 @@ mod tests {
         let out = tempfile::NamedTempFile::new().unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let c = |s: &str| CString::new(s).unwrap();
+        let env: Vec<CString> = env.iter().map(|e| c(e)).collect();
         let launch = Launch {
             program: c("/bin/sh"),
             argv: vec![c("sh"), c("-c"), c(script)],
-            env: env.iter().map(|e| c(e)).collect(),
+            env: env.iter().map(CString::as_c_str).collect(),
             dir: dir.map(c),
             stdio: [null.as_fd(), out.as_file().as_fd(), out.as_file().as_fd()],
         };
