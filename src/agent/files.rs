@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -19,8 +20,15 @@ use crate::sys::file_answer::{self, Payload};
 /// An answer that does not reach the server is sent again (made again, as its body is a stream),
 /// up to three times: a pooled connection the server has just closed (it does so after refusing
 /// an answer it no longer waits for) fails the next answer sent on it. A removal is sent once:
-/// made again, it would say the file is not there.
-pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
+/// made again, it would say the file is not there. Nothing is begun after `until`, and a removal
+/// stops there (the server no longer waits for its answer then).
+pub fn answer(
+    link: Arc<Link>,
+    id: u64,
+    (root, rel): (String, String),
+    op: FileOp,
+    until: Option<Instant>,
+) {
     tokio::spawn(async move {
         let attempts = if matches!(op, FileOp::Remove { .. }) {
             1
@@ -28,7 +36,7 @@ pub fn answer(link: Arc<Link>, id: u64, root: String, rel: String, op: FileOp) {
             3
         };
         for attempt in 1..=attempts {
-            match send(&link, id, (&root, &rel), op.clone()).await {
+            match send(&link, id, (&root, &rel), op.clone(), until).await {
                 Ok(()) => return,
                 Err(e) if attempt < attempts => {
                     tracing::debug!(error = %e, id, "a file answer did not reach the server; again");
@@ -78,9 +86,16 @@ async fn written(
 }
 
 /// Makes the answer and streams it to the server.
-async fn send(link: &Link, id: u64, (root, rel): (&str, &str), op: FileOp) -> reqwest::Result<()> {
+async fn send(
+    link: &Link,
+    id: u64,
+    (root, rel): (&str, &str),
+    op: FileOp,
+    until: Option<Instant>,
+) -> reqwest::Result<()> {
     let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
-    let answered = tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
+    let answered =
+        tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op, until)).await;
     let (head, payload) = answered.unwrap_or_else(|e| {
         let error = FileError::Failed;
         let message = e.to_string();

@@ -164,8 +164,19 @@ fn start(
             root,
             rel,
             op: FileOp::Write { mode },
+            ..
         } => files::write(link.clone(), id, root, rel, mode),
-        Work::File { id, root, rel, op } => files::answer(link.clone(), id, root, rel, op),
+        Work::File {
+            id,
+            root,
+            rel,
+            op,
+            within_ms,
+            ..
+        } => {
+            let until = within_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
+            files::answer(link.clone(), id, (root, rel), op, until)
+        }
     }
 }
 

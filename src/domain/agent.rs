@@ -108,6 +108,15 @@ pub enum Work {
         root: String,
         rel: String,
         op: FileOp,
+        /// Begun only within this many ms of the agent taking it, and a removal stops there:
+        /// the server gives up on the answer soon after, and what it gave up on must not happen
+        /// later (a directory removed under a task that runs in it again, say). None: no limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        within_ms: Option<u64>,
+        /// When the server gives up on the answer, which sets `within_ms` as the question goes
+        /// out. The server's own; never sent.
+        #[serde(skip)]
+        give_up: Option<std::time::Instant>,
     },
 }
 
@@ -200,6 +209,8 @@ pub enum FileError {
     TooMany,
     /// A directory to delete that is not empty (and `recursive` was not asked for).
     NotEmpty,
+    /// A removal stopped at its question's `within_ms`, with part of it still there.
+    Unfinished,
     Failed,
 }
 
@@ -435,6 +446,8 @@ mod tests {
             op: FileOp::Read {
                 range: Some((1, None)),
             },
+            within_ms: Some(9000),
+            give_up: None,
         };
         let text = serde_json::to_string(&work).unwrap();
         assert_eq!(serde_json::from_str::<Work>(&text).unwrap(), work);

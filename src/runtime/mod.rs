@@ -201,21 +201,30 @@ impl Runtime {
 
     /// Removes `rel` below the node's root, and everything in it, through the node's agent
     /// (see [`file`](Self::file)); what is not there is not an error. A directory an agent
-    /// cannot remove now stays until its node goes.
+    /// cannot remove now stays until its node goes. One question at a time: the agent stops a
+    /// removal before this server would give up on it (so none goes on unseen, once the caller
+    /// has moved on), and the next question goes on from there.
     pub async fn remove_on_node(&self, node_id: &str, rel: &Path) {
+        use crate::domain::agent::FileError;
         let at = Below {
             root: self.host_root(node_id),
             rel: rel.to_path_buf(),
         };
-        let op = crate::domain::agent::FileOp::Remove { recursive: true };
-        let refused = match self.file(Some(node_id), &at, op).await {
-            Ok(agents::FileAnswer::Refused { error, message })
-                if error != crate::domain::agent::FileError::NotFound =>
-            {
-                message
+        let refused = loop {
+            let op = crate::domain::agent::FileOp::Remove { recursive: true };
+            match self.file(Some(node_id), &at, op).await {
+                Ok(agents::FileAnswer::Refused {
+                    error: FileError::Unfinished,
+                    ..
+                }) => continue,
+                Ok(agents::FileAnswer::Refused { error, message })
+                    if error != FileError::NotFound =>
+                {
+                    break message
+                }
+                Ok(_) => return,
+                Err(e) => break e.message,
             }
-            Ok(_) => return,
-            Err(e) => e.message,
         };
         tracing::warn!(node = node_id, path = %rel.display(), error = %refused, "removing a directory on a node failed");
     }

@@ -135,7 +135,8 @@ impl Runtime {
 
 async fn from_disk(at: &Below, op: FileOp) -> FileAnswer {
     let (root, rel) = (at.root.clone(), at.rel.clone());
-    let answered = tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op)).await;
+    let answered =
+        tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op, None)).await;
     let (head, payload) = match answered {
         Ok(answer) => answer,
         Err(e) => {

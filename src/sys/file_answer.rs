@@ -5,6 +5,7 @@
 
 use std::io::{Seek, SeekFrom};
 use std::path::Path;
+use std::time::Instant;
 
 use super::listing;
 use super::safe_fs::Dir;
@@ -28,9 +29,20 @@ pub enum Payload {
 
 type Refusal = (FileError, String);
 
-/// Answers `op` about `rel` below the directory `root`; a refusal is an answer too.
-pub fn answer(root: &Path, rel: &Path, op: FileOp) -> (ReplyHead, Payload) {
-    match prepare(root, rel, op) {
+/// Answers `op` about `rel` below the directory `root`; a refusal is an answer too. Nothing is
+/// begun after `until`, and a removal stops there, leaving the rest (`FileError::Unfinished`).
+pub fn answer(root: &Path, rel: &Path, op: FileOp, until: Option<Instant>) -> (ReplyHead, Payload) {
+    if until.is_some_and(|t| Instant::now() >= t) {
+        let message = "not begun: the time for an answer had run out".into();
+        return (
+            ReplyHead::Error {
+                error: FileError::Failed,
+                message,
+            },
+            Payload::None,
+        );
+    }
+    match prepare(root, rel, op, until) {
         Ok(answer) => answer,
         Err((error, message)) => (ReplyHead::Error { error, message }, Payload::None),
     }
@@ -48,7 +60,12 @@ fn refused(e: std::io::Error) -> Refusal {
     }
 }
 
-fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), Refusal> {
+fn prepare(
+    root: &Path,
+    rel: &Path,
+    op: FileOp,
+    until: Option<Instant>,
+) -> Result<(ReplyHead, Payload), Refusal> {
     let root = Dir::open_root(root).map_err(refused)?;
     if let FileOp::MakeDir = op {
         // Before the look below: the directory need not be there yet.
@@ -76,7 +93,7 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
         FileOp::List { recursive } => list(&root, rel, recursive),
         FileOp::Remove { recursive } => {
             let removed = match (meta.is_dir(), recursive) {
-                (true, true) => root.remove_all(rel),
+                (true, true) => root.remove_all_until(rel, until),
                 (dir, _) => root.remove(rel, dir),
             };
             match removed {
@@ -88,6 +105,9 @@ fn prepare(root: &Path, rel: &Path, op: FileOp) -> Result<(ReplyHead, Payload), 
                 )),
                 Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
                     Err((FileError::NotEmpty, "a directory with files in it".into()))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    Err((FileError::Unfinished, e.to_string()))
                 }
                 Err(e) => Err(refused(e)),
             }
@@ -142,6 +162,79 @@ mod tests {
     use std::io::Read;
 
     #[test]
+    fn a_removal_stops_at_its_time_and_the_next_goes_on_from_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("task");
+        for i in 0..200 {
+            let sub = dir.join(format!("d{i}"));
+            std::fs::create_dir_all(&sub).unwrap();
+            for j in 0..50 {
+                std::fs::write(sub.join(format!("f{j}")), "x").unwrap();
+            }
+        }
+        let count = || walkdir_count(&dir);
+        let remove = FileOp::Remove { recursive: true };
+        let rel = Path::new("task");
+
+        // Past its time before it begins: nothing is done.
+        let past = Instant::now();
+        let (head, _) = answer(tmp.path(), rel, remove.clone(), Some(past));
+        assert!(
+            matches!(
+                head,
+                ReplyHead::Error {
+                    error: FileError::Failed,
+                    ..
+                }
+            ),
+            "{head:?}"
+        );
+        assert_eq!(count(), 10_200);
+
+        // A millisecond for 10,200 entries: it stops part of the way, and says so.
+        let soon = Instant::now() + std::time::Duration::from_millis(1);
+        let (head, _) = answer(tmp.path(), rel, remove.clone(), Some(soon));
+        assert!(
+            matches!(
+                head,
+                ReplyHead::Error {
+                    error: FileError::Unfinished,
+                    ..
+                }
+            ),
+            "{head:?}"
+        );
+        let left = count();
+        assert!(left > 0 && left < 10_200, "{left} left");
+        assert!(
+            Instant::now() < soon + std::time::Duration::from_millis(500),
+            "it stopped"
+        );
+
+        let (head, _) = answer(tmp.path(), rel, remove, None);
+        assert!(matches!(head, ReplyHead::Info { .. }), "{head:?}");
+        assert!(!dir.exists());
+    }
+
+    /// Entries below `dir`, itself not counted.
+    fn walkdir_count(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| {
+                        1 + if e.path().is_dir() {
+                            walkdir_count(&e.path())
+                        } else {
+                            0
+                        }
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
     fn files_are_answered_without_following_links() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("d")).unwrap();
@@ -149,7 +242,7 @@ mod tests {
         std::fs::write(tmp.path().join("d/.batchpool-x"), "mine").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("d/l")).unwrap();
         let root = tmp.path();
-        let read = |rel: &str, range| answer(root, Path::new(rel), FileOp::Read { range });
+        let read = |rel: &str, range| answer(root, Path::new(rel), FileOp::Read { range }, None);
 
         let (head, payload) = read("d/f", Some((1, Some(3))));
         let ReplyHead::Data { start, count, info } = head else {

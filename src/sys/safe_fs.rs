@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::time::Instant;
 
 mod below;
 pub use below::Below;
@@ -286,6 +287,12 @@ impl Dir {
     /// Removes `rel` below this directory with everything in it; a link is removed, never
     /// followed. Removing what is not there is not an error.
     pub fn remove_all(&self, rel: &Path) -> io::Result<()> {
+        self.remove_all_until(rel, None)
+    }
+
+    /// [`remove_all`](Self::remove_all), which stops at `until` (an error of kind `TimedOut`)
+    /// with what it has not reached yet left in place.
+    pub fn remove_all_until(&self, rel: &Path, until: Option<Instant>) -> io::Result<()> {
         let parts = names(rel)?;
         let Some((last, dirs)) = parts.split_last() else {
             return Err(io::Error::new(
@@ -298,7 +305,7 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        match parent.remove_entry(last, 0) {
+        match parent.remove_entry(last, 0, until) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
@@ -334,7 +341,13 @@ impl Dir {
         check(unsafe { libc::unlinkat(self.0.as_raw_fd(), c.as_ptr(), flags) }).map(|_| ())
     }
 
-    fn remove_entry(&self, name: &OsStr, depth: usize) -> io::Result<()> {
+    fn remove_entry(&self, name: &OsStr, depth: usize, until: Option<Instant>) -> io::Result<()> {
+        if until.is_some_and(|t| Instant::now() >= t) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "stopped before the end: the time for an answer ran out (the rest is still there)",
+            ));
+        }
         // Opened without following: a link (even one swapped in since a look) fails to open as
         // a directory and is unlinked as the link it is.
         match open_name(
@@ -351,7 +364,7 @@ impl Dir {
                 }
                 let dir = Dir(fd);
                 for child in dir.names()? {
-                    dir.remove_entry(&child, depth + 1)?;
+                    dir.remove_entry(&child, depth + 1, until)?;
                 }
                 self.unlink(name, libc::AT_REMOVEDIR)
             }

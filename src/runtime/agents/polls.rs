@@ -9,6 +9,10 @@ use std::time::Duration;
 use super::{Link, LinkState};
 use crate::domain::agent::{Hello, Work, WorkBatch, MAX_BATCH, POLL_HOLD_SECS};
 
+/// How long before this server gives up on a file question its agent stops working on it: the
+/// agent's clock starts when the question reaches it, a little after it left.
+const ANSWER_MARGIN: Duration = Duration::from_secs(2);
+
 impl Link {
     /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
     pub async fn take_work(&self, hello: &Hello) -> WorkBatch {
@@ -51,7 +55,21 @@ impl Link {
 /// Numbers the next batch of queued work and keeps it until the agent says it got it.
 fn hand_out(state: &mut LinkState) -> WorkBatch {
     let n = state.queue.len().min(MAX_BATCH);
-    let work: Vec<Work> = state.queue.drain(..n).collect();
+    let mut work: Vec<Work> = state.queue.drain(..n).collect();
+    let now = std::time::Instant::now();
+    for w in &mut work {
+        if let Work::File {
+            within_ms,
+            give_up: Some(give_up),
+            ..
+        } = w
+        {
+            // The agent stops [`ANSWER_MARGIN`] before this server gives up, whatever the
+            // answer's way back takes.
+            let left = give_up.saturating_duration_since(now + ANSWER_MARGIN);
+            *within_ms = Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        }
+    }
     let batch = state.next_batch;
     state.next_batch = state.next_batch.wrapping_add(1);
     state.inflight = Some((batch, work.clone()));
@@ -140,6 +158,38 @@ mod tests {
         assert!(tokio::time::timeout(short, asked).await.is_err());
         let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
         assert!(after.is_err(), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_file_question_goes_out_with_less_time_than_the_server_waits() {
+        let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let asking = agents.clone();
+        let asked = tokio::spawn(async move {
+            let remove = crate::domain::agent::FileOp::Remove { recursive: true };
+            asking.file("n", "/root".into(), "dir".into(), remove).await
+        });
+        let first = link.take_work(&hello(None)).await;
+        let [Work::File { within_ms, .. }] = first.work.as_slice() else {
+            panic!("{:?}", first.work)
+        };
+        // The server waits FILE_ANSWER_TIMEOUT from the question's start; the agent stops
+        // ANSWER_MARGIN sooner, counted from when the question leaves.
+        let most = (super::super::FILE_ANSWER_TIMEOUT - super::ANSWER_MARGIN).as_millis() as u64;
+        let within = within_ms.expect("a time limit");
+        assert!(within <= most && within > most - 1000, "{within} ms");
+        // Sent again later (the batch was lost), it has less time.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let again = link.take_work(&hello(None)).await;
+        let [Work::File { within_ms, .. }] = again.work.as_slice() else {
+            panic!("{:?}", again.work)
+        };
+        assert!(
+            within_ms.expect("a time limit") <= within - 300,
+            "{within_ms:?}"
+        );
+        asked.abort();
     }
 
     #[tokio::test]

@@ -86,14 +86,23 @@ impl Agents {
     ) -> Result<FileAnswer, NodeError> {
         let (link, id) = self.connected(node)?;
         let (tx, rx) = oneshot::channel();
+        let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT;
         {
             let mut state = link.state.lock().expect("lock");
             state.replies.insert(id, tx);
-            state.queue.push(Work::File { id, root, rel, op });
+            let give_up = Some(deadline.into_std());
+            let within_ms = None;
+            state.queue.push(Work::File {
+                id,
+                root,
+                rel,
+                op,
+                within_ms,
+                give_up,
+            });
         }
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };
-        let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT;
         let body = tokio::time::timeout_at(deadline, rx)
             .await
             .map_err(|_| {
@@ -166,7 +175,15 @@ impl Agents {
             state.replies.insert(id, tx);
             state.bodies.insert(id, body);
             let op = FileOp::Write { mode };
-            state.queue.push(Work::File { id, root, rel, op });
+            let (within_ms, give_up) = (None, None);
+            state.queue.push(Work::File {
+                id,
+                root,
+                rel,
+                op,
+                within_ms,
+                give_up,
+            });
         }
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };

@@ -108,6 +108,11 @@ pub(super) fn refusal(path: &str, error: FileError, message: String) -> ApiError
             "DirectoryNotEmpty",
             format!("{path:?} is a directory with files in it; delete it with recursive=true."),
         ),
+        FileError::Unfinished => ApiError::new(
+            StatusCode::CONFLICT,
+            "OperationUnfinished",
+            format!("{path:?} was only partly deleted on its node before the time for it ran out; delete it again for the rest."),
+        ),
         FileError::Failed => ApiError::new(
             StatusCode::CONFLICT,
             "FileUnreadable",
