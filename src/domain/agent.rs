@@ -241,6 +241,24 @@ impl Work {
             | Work::File { id, .. } => *id,
         }
     }
+
+    /// A question about files, which the server gives up on at `give_up` (None: never as a
+    /// whole); its `within_ms` is set as it goes out.
+    pub fn file(
+        id: u64,
+        (root, rel): (String, String),
+        op: FileOp,
+        give_up: Option<std::time::Instant>,
+    ) -> Self {
+        Work::File {
+            id,
+            root,
+            rel,
+            op,
+            within_ms: None,
+            give_up,
+        }
+    }
 }
 
 /// How the agent launches a task's command, as Azure Batch does: `/bin/sh -c` in the task's

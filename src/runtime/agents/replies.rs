@@ -91,15 +91,7 @@ impl Agents {
             let mut state = link.state.lock().expect("lock");
             state.replies.insert(id, tx);
             let give_up = Some(deadline.into_std());
-            let within_ms = None;
-            state.queue.push(Work::File {
-                id,
-                root,
-                rel,
-                op,
-                within_ms,
-                give_up,
-            });
+            state.queue.push(Work::file(id, (root, rel), op, give_up));
         }
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };
@@ -174,16 +166,9 @@ impl Agents {
             let mut state = link.state.lock().expect("lock");
             state.replies.insert(id, tx);
             state.bodies.insert(id, body);
+            // No time limit as a whole: it is given up on once no bytes move for a while.
             let op = FileOp::Write { mode };
-            let (within_ms, give_up) = (None, None);
-            state.queue.push(Work::File {
-                id,
-                root,
-                rel,
-                op,
-                within_ms,
-                give_up,
-            });
+            state.queue.push(Work::file(id, (root, rel), op, None));
         }
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };
