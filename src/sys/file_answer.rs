@@ -32,16 +32,6 @@ type Refusal = (FileError, String);
 /// Answers `op` about `rel` below the directory `root`; a refusal is an answer too. Nothing is
 /// begun after `until`, and a removal stops there, leaving the rest (`FileError::Unfinished`).
 pub fn answer(root: &Path, rel: &Path, op: FileOp, until: Option<Instant>) -> (ReplyHead, Payload) {
-    if until.is_some_and(|t| Instant::now() >= t) {
-        let message = "not begun: the time for an answer had run out".into();
-        return (
-            ReplyHead::Error {
-                error: FileError::Failed,
-                message,
-            },
-            Payload::None,
-        );
-    }
     match prepare(root, rel, op, until) {
         Ok(answer) => answer,
         Err((error, message)) => (ReplyHead::Error { error, message }, Payload::None),
@@ -66,6 +56,10 @@ fn prepare(
     op: FileOp,
     until: Option<Instant>,
 ) -> Result<(ReplyHead, Payload), Refusal> {
+    if until.is_some_and(|t| Instant::now() >= t) {
+        let late = "not begun: the time for an answer had run out";
+        return Err((FileError::Failed, late.into()));
+    }
     let root = Dir::open_root(root).map_err(refused)?;
     if let FileOp::MakeDir = op {
         // Before the look below: the directory need not be there yet.
