@@ -258,13 +258,15 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
         // Only the task whose dependencies are met is ready.
         let ready = tasks::claim_ready(&mut *tx, job.pk, 10).await.unwrap();
         assert_eq!(ready.len(), 1, "one ready task before {id}");
-        let started = tasks::start_attempts(&mut *tx, &[ready[0].pk], &[node.pk])
+        let per_node = tasks::PerNode {
+            nodes: vec![node.pk],
+            slots: vec![1],
+            tasks: vec![1],
+        };
+        let started = tasks::start_attempts(&mut *tx, (&[ready[0].pk], &[node.pk]), &per_node)
             .await
             .unwrap();
         assert_eq!((started[0].task_id.as_str(), started[0].attempt), (id, 1));
-        nodes::add_placements(&mut *tx, &[node.pk], &[1], &[1])
-            .await
-            .unwrap();
         tx.commit().await.unwrap();
         assert_eq!(
             nodes::get_by_pk(&db, node.pk).await.unwrap().unwrap().state,

@@ -106,18 +106,22 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
         .iter()
         .map(|(_, _, u)| u.unwrap_or_default())
         .collect();
-    let completed: HashSet<i64> = store::tasks::end_attempts(tx, TaskState::ON_NODE, &items, &used)
-        .await?
-        .into_iter()
+    let ended = store::tasks::end_attempts(tx, TaskState::ON_NODE, &items, &used).await?;
+    let completed: Vec<_> = ended
+        .iter()
         .filter(|e| e.state == TaskState::Completed)
-        .map(|e| e.pk)
         .collect();
-    let mut jobs = BTreeSet::new();
+    // Only a job that asks to end with its tasks pays for the scan of its tasks.
+    let ending_jobs: BTreeSet<i64> = completed
+        .iter()
+        .filter(|e| e.job_ends_with_tasks)
+        .map(|e| e.job_pk)
+        .collect();
+    let completed: HashSet<i64> = completed.iter().map(|e| e.pk).collect();
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
             continue;
         }
-        jobs.insert(a.job_pk);
         if a.kills_job {
             // A job manager task with killJobOnCompletion: its completion ends the job.
             ops::jobs::terminate_job(tx, a.job_pk, "JMComplete").await?;
@@ -135,11 +139,8 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
             }
         }
     }
-    for job_pk in jobs {
-        // Only a job that asks (now) to end with its tasks pays for the scan of its tasks.
-        if store::jobs::ends_with_its_tasks(&mut **tx, job_pk).await? {
-            store::jobs::complete_if_all_tasks_done(&mut **tx, job_pk).await?;
-        }
+    for job_pk in ending_jobs {
+        store::jobs::complete_if_all_tasks_done(&mut **tx, job_pk).await?;
     }
     Ok(())
 }

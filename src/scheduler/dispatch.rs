@@ -14,7 +14,10 @@ use sqlx::PgPool;
 use super::complete::{self, Finished};
 use crate::domain::placement::{place, FreeNode, Needs};
 use crate::domain::pool::NodeFillType;
-use crate::store::{self, tasks::AttemptRow};
+use crate::store::{
+    self,
+    tasks::{AttemptRow, PerNode},
+};
 
 /// Records the outcomes `ended`, then claims and records placements; returns the attempts now
 /// running, as the executor starts them. Each pass logs its time at debug level
@@ -101,9 +104,12 @@ async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>>
         }
         return Ok(Vec::new());
     }
-    let placed = store::tasks::start_attempts(&mut *tx, &chosen.task_pks, &chosen.node_pks).await?;
-    let (nodes, node_slots, node_tasks) = chosen.per_node();
-    store::nodes::add_placements(&mut *tx, &nodes, &node_slots, &node_tasks).await?;
+    let placed = store::tasks::start_attempts(
+        &mut *tx,
+        (&chosen.task_pks, &chosen.node_pks),
+        &chosen.per_node(),
+    )
+    .await?;
     tx.commit().await?;
     Ok(placed)
 }
@@ -118,18 +124,18 @@ struct Chosen {
 
 impl Chosen {
     /// For each node given tasks: the slots and the tasks it was given.
-    fn per_node(&self) -> (Vec<i64>, Vec<i32>, Vec<i32>) {
+    fn per_node(&self) -> PerNode {
         let mut per_node: HashMap<i64, (i32, i32)> = HashMap::new();
         for (node, s) in self.node_pks.iter().zip(&self.slots) {
             let e = per_node.entry(*node).or_default();
             e.0 += s;
             e.1 += 1;
         }
-        let mut columns = (vec![], vec![], vec![]);
+        let mut columns = PerNode::default();
         for (n, (s, c)) in per_node {
-            columns.0.push(n);
-            columns.1.push(s);
-            columns.2.push(c);
+            columns.nodes.push(n);
+            columns.slots.push(s);
+            columns.tasks.push(c);
         }
         columns
     }

@@ -234,17 +234,6 @@ pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::R
     Ok(done.rows_affected() == 1)
 }
 
-/// Whether the job is set to complete when all its tasks have (onAllTasksComplete=terminatejob).
-pub async fn ends_with_its_tasks(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
-    let v: Option<bool> = sqlx::query_scalar!(
-        r#"SELECT on_all_tasks_complete = 'terminatejob' AS "terminates!" FROM jobs WHERE pk = $1"#,
-        pk,
-    )
-    .fetch_optional(db)
-    .await?;
-    Ok(v.unwrap_or(false))
-}
-
 /// onAllTasksComplete=terminatejob: completes the job when it has no unfinished task.
 pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
     let done = sqlx::query!(

@@ -298,27 +298,6 @@ pub async fn set_scheduling(
     Ok(done.rows_affected() == 1)
 }
 
-/// Adds placed tasks to their nodes (per node: slots taken and tasks started) and marks them
-/// running.
-pub async fn add_placements(
-    db: impl PgExecutor<'_>,
-    node_pks: &[i64],
-    slots: &[i32],
-    tasks: &[i32],
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, total_tasks_run = n.total_tasks_run + d.tasks, running_tasks = n.running_tasks + d.tasks, \
-            state = 'running', state_transition_time = CASE WHEN n.state = 'running' THEN n.state_transition_time ELSE now() END \
-         FROM unnest($1::bigint[], $2::int[], $3::int[]) AS d(pk, slots, tasks) WHERE n.pk = d.pk",
-        node_pks,
-        slots,
-        tasks,
-    )
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
 /// A node as the operator's reclaim route sees it: with its pool, account and host.
 #[derive(Debug, sqlx::FromRow)]
 pub struct HostedNode {

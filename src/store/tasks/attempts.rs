@@ -22,6 +22,8 @@ pub struct Ended {
     /// Whether its job lets tasks depend on others (set when the job is made, never changed):
     /// if not, no task depends on it.
     pub job_uses_dependencies: bool,
+    /// Whether its job ends once all its tasks have (onAllTasksComplete terminatejob).
+    pub job_ends_with_tasks: bool,
 }
 
 /// How an attempt ends.
@@ -66,8 +68,9 @@ pub async fn end_attempt(
         .pop())
 }
 
-/// `end_attempt` for many tasks in three statements, whatever their number: one update of the
-/// tasks, one release of their nodes' slots, one count-down of their dependants. Callers that
+/// `end_attempt` for many tasks in two statements, whatever their number: one that updates the
+/// tasks and gives their nodes' slots back (a node with none in use is idle again), and one
+/// count-down of their dependants, only where some are. Callers that
 /// touch several nodes lock them first (`lock_nodes`), as dispatch does. An attempt that was on
 /// its node adds its wall clock time, and `usage[i]` (what item `i`'s command used, as its
 /// node's agent measured it; none past the slice's end), to its task's totals.
@@ -86,8 +89,8 @@ pub async fn end_attempts(
                            user_ms, kernel_ms, read_bytes, write_bytes)),
               old AS (SELECT t.pk, t.state, t.node_pk FROM tasks t JOIN u ON u.pk = t.pk
                       WHERE (u.attempt IS NULL OR t.attempt = u.attempt) AND t.state = ANY($10)
-                      ORDER BY t.pk FOR UPDATE OF t)
-         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time,
+                      ORDER BY t.pk FOR UPDATE OF t),
+              ended AS (UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time,
             state = u.state, state_transition_time = now(), last_modified = now(),
             exit_code = u.exit_code, result = u.result, failure_info = u.failure_info, satisfies_dependants = u.satisfies,
             end_time = CASE WHEN u.state = 'completed' THEN clock_timestamp() ELSE t.end_time END,
@@ -100,9 +103,21 @@ pub async fn end_attempts(
             user_cpu_ms = t.user_cpu_ms + u.user_ms, kernel_cpu_ms = t.kernel_cpu_ms + u.kernel_ms,
             read_bytes = t.read_bytes + u.read_bytes, write_bytes = t.write_bytes + u.write_bytes
          FROM old JOIN u ON u.pk = old.pk WHERE t.pk = old.pk
-         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state IN ('preparing', 'running') AS "was_running!", t.state AS "state: _",
-            t.satisfies_dependants, t.result,
-            (SELECT j.uses_task_dependencies FROM jobs j WHERE j.pk = t.job_pk) AS "job_uses_dependencies!""#,
+         RETURNING t.pk, t.job_pk, old.node_pk, t.required_slots, old.state IN ('preparing', 'running') AS was_running, t.state,
+            t.satisfies_dependants, t.result),
+              freed AS (UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0),
+                    running_tasks = greatest(n.running_tasks - d.tasks, 0), total_tasks_succeeded = n.total_tasks_succeeded + d.succeeded,
+                    state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END,
+                    state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END
+                 FROM (SELECT node_pk, sum(required_slots)::int AS slots, count(*)::int AS tasks,
+                              count(*) FILTER (WHERE result = 'success')::int AS succeeded
+                       FROM ended WHERE was_running AND node_pk IS NOT NULL GROUP BY node_pk) d
+                 WHERE n.pk = d.node_pk)
+         SELECT e.pk AS "pk!", e.job_pk AS "job_pk!", e.node_pk, e.required_slots AS "required_slots!", e.was_running AS "was_running!",
+            e.state AS "state!: _", e.satisfies_dependants AS "satisfies_dependants!", e.result,
+            coalesce(j.uses_task_dependencies, false) AS "job_uses_dependencies!",
+            coalesce(j.on_all_tasks_complete = 'terminatejob', false) AS "job_ends_with_tasks!"
+         FROM ended e LEFT JOIN jobs j ON j.pk = e.job_pk"#,
         &c.pks,
         &c.attempts as _,
         &c.states as _,
@@ -120,7 +135,6 @@ pub async fn end_attempts(
     )
     .fetch_all(&mut **tx)
     .await?;
-    release_slots_of(&mut **tx, &ended).await?;
     count_down_dependants(&mut **tx, &ended).await?;
     Ok(ended)
 }
@@ -187,22 +201,6 @@ impl<'a> EndingColumns<'a> {
     }
 }
 
-/// Gives back the slots the ended attempts that were running held.
-async fn release_slots_of(db: impl PgExecutor<'_>, ended: &[Ended]) -> sqlx::Result<()> {
-    let (mut nodes, mut slots, mut succeeded) = (Vec::new(), Vec::new(), Vec::new());
-    for e in ended.iter().filter(|e| e.was_running) {
-        if let Some(node_pk) = e.node_pk {
-            nodes.push(node_pk);
-            slots.push(e.required_slots);
-            succeeded.push(e.result.as_deref() == Some("success"));
-        }
-    }
-    if nodes.is_empty() {
-        return Ok(());
-    }
-    release_slots(db, &nodes, &slots, &succeeded).await
-}
-
 /// The dependants of tasks that completed and satisfy them have one unmet dependency fewer.
 /// In jobs that use no dependencies (most), no statement: even one that changes nothing costs
 /// its triggers.
@@ -247,32 +245,6 @@ pub async fn lock_nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Re
         job_pk,
     )
     .fetch_all(db)
-    .await?;
-    Ok(())
-}
-
-/// Gives slots back to nodes, one entry per task that held them (and whether it succeeded); a
-/// node with none in use is idle again.
-pub async fn release_slots(
-    db: impl PgExecutor<'_>,
-    node_pks: &[i64],
-    slots: &[i32],
-    succeeded: &[bool],
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0), \
-            running_tasks = greatest(n.running_tasks - d.tasks, 0), \
-            total_tasks_succeeded = n.total_tasks_succeeded + d.succeeded, \
-            state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END, \
-            state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END \
-         FROM (SELECT node_pk, sum(s)::int AS slots, count(*)::int AS tasks, count(*) FILTER (WHERE ok)::int AS succeeded \
-               FROM unnest($1::bigint[], $2::int[], $3::bool[]) AS u(node_pk, s, ok) GROUP BY node_pk) d \
-         WHERE n.pk = d.node_pk",
-        node_pks,
-        slots,
-        succeeded,
-    )
-    .execute(db)
     .await?;
     Ok(())
 }

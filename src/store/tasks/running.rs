@@ -124,13 +124,19 @@ pub struct Claimed {
 }
 
 /// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.
+/// The same statement adds them to their nodes (`per_node`: each node given tasks, with the
+/// slots and the tasks it was given), which are running now.
 pub async fn start_attempts(
     db: impl PgExecutor<'_>,
-    task_pks: &[i64],
-    node_pks: &[i64],
+    (task_pks, node_pks): (&[i64], &[i64]),
+    per_node: &PerNode,
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
-        "UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
+        "WITH placed AS (UPDATE nodes n SET running_task_slots = n.running_task_slots + d.slots, \
+            total_tasks_run = n.total_tasks_run + d.tasks, running_tasks = n.running_tasks + d.tasks, \
+            state = 'running', state_transition_time = CASE WHEN n.state = 'running' THEN n.state_transition_time ELSE now() END \
+         FROM unnest($3::bigint[], $4::int[], $5::int[]) AS d(pk, slots, tasks) WHERE n.pk = d.pk) \
+         UPDATE tasks t SET previous_state = t.state, previous_state_transition_time = t.state_transition_time, \
             state = CASE WHEN t.files ?| array['resourceFiles', 'applicationPackageReferences'] THEN 'preparing' ELSE 'running' END, \
             state_transition_time = now(), last_modified = now(), attempt = t.attempt + 1, \
             node_pk = u.node_pk, node_id = n.id, pool_id = p.id, start_time = clock_timestamp(), end_time = NULL, \
@@ -142,9 +148,20 @@ pub async fn start_attempts(
         r#"p.application_packages AS "pool_packages: _", p.task_slots_per_node AS "pool_slots?", true AS "node_alive!""#,
         task_pks,
         node_pks,
+        &per_node.nodes,
+        &per_node.slots,
+        &per_node.tasks,
     )
     .fetch_all(db)
     .await
+}
+
+/// What a batch of placements adds to each node given tasks: parallel columns.
+#[derive(Debug, Default, PartialEq)]
+pub struct PerNode {
+    pub nodes: Vec<i64>,
+    pub slots: Vec<i32>,
+    pub tasks: Vec<i32>,
 }
 
 /// The container an attempt runs in (its task has containerSettings).
