@@ -9,6 +9,7 @@ mod layout;
 pub mod local;
 mod node_files;
 mod node_runtime;
+mod removing;
 mod task;
 mod task_files;
 
@@ -118,6 +119,8 @@ pub struct Runtime {
     agents: std::sync::Arc<agents::Agents>,
     /// This installation's id, which names its nodes on the runtime.
     server_id: String,
+    /// Task directories held for their removal.
+    removing: removing::Removing,
 }
 
 impl Runtime {
@@ -130,7 +133,15 @@ impl Runtime {
             node: Box::new(node),
             agents,
             server_id: server_id.to_string(),
+            removing: removing::Removing::default(),
         }
+    }
+
+    /// Task directories held for their removal (see `removing`): a deleted task's is held from
+    /// before the check that no task has its id again until it is gone, and an attempt starts
+    /// only once its own is let go.
+    pub fn removing(&self) -> &removing::Removing {
+        &self.removing
     }
 
     pub fn name(&self) -> &'static str {

@@ -7,6 +7,7 @@ use sqlx::PgExecutor;
 #[derive(Debug)]
 pub struct TaskDirRemoval {
     pub pk: i64,
+    pub account: String,
     pub job_id: String,
     pub task_id: String,
     /// The node the directory is on.
@@ -42,7 +43,7 @@ pub async fn take(db: &sqlx::PgPool, limit: i64) -> sqlx::Result<Vec<TaskDirRemo
     .await?;
     sqlx::query_as!(
         TaskDirRemoval,
-        "SELECT pk, job_id, task_id, node_id FROM task_dir_removals ORDER BY pk LIMIT $1",
+        "SELECT pk, account, job_id, task_id, node_id FROM task_dir_removals ORDER BY pk LIMIT $1",
         limit
     )
     .fetch_all(db)

@@ -176,6 +176,9 @@ impl Executor {
         tokio::spawn(async move {
             let _over = over.drop_guard();
             gone(&before).await;
+            if adopted.is_none() {
+                this.wait_for_removal(&a).await;
+            }
             match this.watch(&a, adopted, &kill).await {
                 Some((outcome, usage)) => {
                     // Never refused: the receiver is this executor's own, held here by `this`.
@@ -200,18 +203,32 @@ impl Executor {
     /// leaves it, so nothing of the task runs on in a directory it will not see removed); then
     /// its node's agent removes it.
     async fn remove_if_deleted(&self, a: &AttemptRow) {
+        let Some(node_id) = a.node_id.as_deref() else {
+            return;
+        };
+        let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
+        // Held before the check: a task added since with its id waits to start until it is gone.
+        let _held = self.runtime.removing().hold(node_id, &dir).await;
         match store::tasks::exists(&self.db, &a.account, &a.job_id, &a.task_id).await {
             Ok(false) => {
-                let Some(node_id) = a.node_id.as_deref() else {
-                    return;
-                };
                 // By the node's agent, inside the node; one that does not answer leaves the
                 // directory to go with its node.
-                let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
                 self.runtime.remove_on_node(node_id, &dir).await;
             }
             Ok(true) => {}
             Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),
+        }
+    }
+
+    /// Waits while the directory a new attempt runs in is being removed (a deleted task's of
+    /// the same id): the attempt then starts in a directory of its own.
+    async fn wait_for_removal(&self, a: &AttemptRow) {
+        let Some(node_id) = a.node_id.as_deref() else {
+            return;
+        };
+        let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
+        if let Some(removal) = self.runtime.removing().of(node_id, &dir) {
+            removal.cancelled().await;
         }
     }
 
