@@ -295,12 +295,14 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
 pub struct JobRoom {
     pub pk: i64,
     pub max_parallel_tasks: i32,
+    /// Its running tasks, if it has a maxParallelTasks (0 if not).
     pub running: i64,
     /// Nodes where the job's preparation task failed: its tasks do not go there.
     pub excluded: Vec<i64>,
 }
 
-/// A pool's active jobs, in dispatch order (priority, then age), with their running tasks.
+/// A pool's active jobs, in dispatch order (priority, then age), with their running tasks where
+/// they have a maxParallelTasks (counted only there: a job without one, most, needs no count).
 pub async fn active_in_pool(
     db: impl PgExecutor<'_>,
     account: &str,
@@ -309,7 +311,8 @@ pub async fn active_in_pool(
     sqlx::query_as!(
         JobRoom,
         r#"SELECT j.pk, j.max_parallel_tasks,
-                (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) AS "running!",
+                CASE WHEN j.max_parallel_tasks < 0 THEN 0 ELSE
+                    (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) END AS "running!",
                 CASE WHEN j.preparation_task IS NULL THEN '{}'::bigint[] ELSE
                     coalesce((SELECT array_agg(x.node_pk) FROM job_node_tasks x
                               WHERE x.job_pk = j.pk AND x.preparation->>'result' = 'failure'), '{}') END AS "excluded!"
