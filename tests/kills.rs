@@ -1,5 +1,6 @@
 //! Ending work ends its processes: deleting a running task, its job or its pool kills the
-//! process before its slot is handed on, so a 1-slot node never runs two tasks at once.
+//! process before its slot is handed on, so a 1-slot node never runs two tasks at once. And a
+//! deleted task's directory goes without taking a new task's of the same id.
 
 #[macro_use]
 mod common;
@@ -117,3 +118,55 @@ on_both_runtimes!(
     ending_work_kills_its_processes_first,
     ending_work_kills_its_processes
 );
+
+/// Any of the files `1` to `200` gone from a task's directory: it is being removed.
+async fn some_gone(s: &TestServer, node: &str, dir: &str) -> bool {
+    for i in 1..=200 {
+        if !s.exists_on_node(node, &format!("{dir}/{i}")).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// A task added with a deleted task's id while the deleted one's directory is being removed
+/// (on the node it would run on) starts once the removal is over, in a directory of its own:
+/// the removal never takes the new task's files.
+#[tokio::test]
+async fn a_task_added_again_while_its_old_directory_goes_keeps_its_files() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("one").await;
+    let node = s.nodes("one").await[0]["id"].as_str().unwrap().to_string();
+    s.job_on("j", "one").await;
+    // Enough files beside its output that removing them takes a while, and a removal that went
+    // on past the new task's start would likely take its output too. (With attempts that did not
+    // wait, this failed in each of 4 runs; with 100,000 files the removal was over too soon.)
+    let many =
+        json!({"id": "t", "commandLine": "cd $AZ_BATCH_TASK_DIR && seq 1 200000 | xargs touch"});
+    s.add_tasks("j", vec![many]).await;
+    s.wait_task("j", "t", "completed").await;
+    let dir = "workitems/j/job-1/t";
+    assert!(s.exists_on_node(&node, &format!("{dir}/200000")).await);
+
+    assert_eq!(s.delete("/jobs/j/tasks/t").await.0, 200);
+    wait_for("the deleted task's directory to be removed", || async {
+        some_gone(&s, &node, dir).await.then_some(())
+    })
+    .await;
+    let again = json!({"id": "t", "commandLine": "echo again > again.txt; echo again"});
+    s.add_tasks("j", vec![again]).await;
+    s.wait_task("j", "t", "completed").await;
+    wait_for("the old files to be gone", || async {
+        (!s.exists_on_node(&node, &format!("{dir}/200000")).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.file("/jobs/j/tasks/t/files/stdout.txt").await.as_deref(),
+        Some("again\n"),
+        "the new task's output is its own and still there"
+    );
+    assert!(
+        s.exists_on_node(&node, &format!("{dir}/wd/again.txt"))
+            .await
+    );
+}
