@@ -137,13 +137,6 @@ impl Runtime {
         }
     }
 
-    /// Task directories held for their removal (see `removing`): a deleted task's is held from
-    /// before the check that no task has its id again until it is gone, and an attempt starts
-    /// only once its own is let go.
-    pub fn removing(&self) -> &removing::Removing {
-        &self.removing
-    }
-
     pub fn name(&self) -> &'static str {
         self.node.name()
     }

@@ -6,10 +6,36 @@
 //! task's while it goes: either the check sees the new task, or the new task's start waits.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
+
+impl super::Runtime {
+    /// Removes a deleted task's directory `rel` on the node (as `remove_on_node` does) unless
+    /// `taken`, asked once the directory is held, says a task of the same id has it now.
+    pub async fn remove_unless_taken<E>(
+        &self,
+        node_id: &str,
+        rel: &Path,
+        taken: impl Future<Output = Result<bool, E>>,
+    ) -> Result<(), E> {
+        let _held = self.removing.hold(node_id, rel).await;
+        if !taken.await? {
+            self.remove_on_node(node_id, rel).await;
+        }
+        Ok(())
+    }
+
+    /// Waits while `rel` on the node is held for its removal: a new attempt then starts in a
+    /// directory of its own.
+    pub async fn wait_for_removal(&self, node_id: &str, rel: &Path) {
+        if let Some(over) = self.removing.of(node_id, rel) {
+            over.cancelled().await;
+        }
+    }
+}
 
 /// A node and a directory below its root.
 type Key = (String, PathBuf);

@@ -78,12 +78,9 @@ async fn remove_task_dirs(db: &PgPool, runtime: &crate::runtime::Runtime) -> sql
     }
     for r in &queued {
         let dir = crate::runtime::task_dir(&r.job_id, &r.task_id);
-        // Held before the check: a task added since with its id waits to start until it is
-        // gone (a task added before it is seen here, and its directory is its own now).
-        let _held = runtime.removing().hold(&r.node_id, &dir).await;
-        if !store::tasks::exists(db, &r.account, &r.job_id, &r.task_id).await? {
-            runtime.remove_on_node(&r.node_id, &dir).await;
-        }
+        // A task added with its id since `take` looked has it now, or starts once it is gone.
+        let taken = store::tasks::exists(db, &r.account, &r.job_id, &r.task_id);
+        runtime.remove_unless_taken(&r.node_id, &dir, taken).await?;
     }
     let pks: Vec<i64> = queued.iter().map(|r| r.pk).collect();
     store::removals::done(db, &pks).await

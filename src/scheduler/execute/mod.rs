@@ -176,8 +176,8 @@ impl Executor {
         tokio::spawn(async move {
             let _over = over.drop_guard();
             gone(&before).await;
-            if adopted.is_none() {
-                this.wait_for_removal(&a).await;
+            if let (None, Some((node_id, dir))) = (&adopted, dir_of(&a)) {
+                this.runtime.wait_for_removal(node_id, &dir).await;
             }
             match this.watch(&a, adopted, &kill).await {
                 Some((outcome, usage)) => {
@@ -203,32 +203,14 @@ impl Executor {
     /// leaves it, so nothing of the task runs on in a directory it will not see removed); then
     /// its node's agent removes it.
     async fn remove_if_deleted(&self, a: &AttemptRow) {
-        let Some(node_id) = a.node_id.as_deref() else {
+        let Some((node_id, dir)) = dir_of(a) else {
             return;
         };
-        let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
-        // Held before the check: a task added since with its id waits to start until it is gone.
-        let _held = self.runtime.removing().hold(node_id, &dir).await;
-        match store::tasks::exists(&self.db, &a.account, &a.job_id, &a.task_id).await {
-            Ok(false) => {
-                // By the node's agent, inside the node; one that does not answer leaves the
-                // directory to go with its node.
-                self.runtime.remove_on_node(node_id, &dir).await;
-            }
-            Ok(true) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot tell whether a killed task was deleted"),
-        }
-    }
-
-    /// Waits while the directory a new attempt runs in is being removed (a deleted task's of
-    /// the same id): the attempt then starts in a directory of its own.
-    async fn wait_for_removal(&self, a: &AttemptRow) {
-        let Some(node_id) = a.node_id.as_deref() else {
-            return;
-        };
-        let dir = crate::runtime::task_dir(&a.job_id, &a.task_id);
-        if let Some(removal) = self.runtime.removing().of(node_id, &dir) {
-            removal.cancelled().await;
+        // By the node's agent, inside the node; one that does not answer leaves the directory
+        // to go with its node.
+        let taken = store::tasks::exists(&self.db, &a.account, &a.job_id, &a.task_id);
+        if let Err(e) = self.runtime.remove_unless_taken(node_id, &dir, taken).await {
+            tracing::warn!(error = %e, "cannot tell whether a killed task was deleted");
         }
     }
 
@@ -355,4 +337,10 @@ impl Executor {
             Err(e) => Err(e.message),
         }
     }
+}
+
+/// The attempt's node and the directory it runs in there (none without a node).
+fn dir_of(a: &AttemptRow) -> Option<(&str, std::path::PathBuf)> {
+    let node_id = a.node_id.as_deref()?;
+    Some((node_id, crate::runtime::task_dir(&a.job_id, &a.task_id)))
 }
