@@ -119,19 +119,21 @@ on_both_runtimes!(
     ending_work_kills_its_processes
 );
 
-/// Any of the files `1` to `200` gone from a task's directory: it is being removed.
-async fn some_gone(s: &TestServer, node: &str, dir: &str) -> bool {
-    for i in 1..=200 {
-        if !s.exists_on_node(node, &format!("{dir}/{i}")).await {
-            return true;
-        }
-    }
-    false
+/// How many removals a local node's agent has moved aside and not finished (its trash).
+fn in_trash(s: &TestServer, node: &str) -> usize {
+    let trash = s
+        .data_dir
+        .path()
+        .join("nodes")
+        .join(node)
+        .join(".batchpool-trash");
+    std::fs::read_dir(trash).map_or(0, |d| d.count())
 }
 
 /// A task added with a deleted task's id while the deleted one's directory is being removed
-/// (on the node it would run on) starts once the removal is over, in a directory of its own:
-/// the removal never takes the new task's files.
+/// (on the node it would run on) runs in a directory of its own: the removal never takes the
+/// new task's files. The old directory leaves its path at once (moved aside by the node's
+/// agent) and its files go in the background.
 #[tokio::test]
 async fn a_task_added_again_while_its_old_directory_goes_keeps_its_files() {
     let s = TestServer::start(Rt::Local).await;
@@ -149,17 +151,24 @@ async fn a_task_added_again_while_its_old_directory_goes_keeps_its_files() {
     assert!(s.exists_on_node(&node, &format!("{dir}/200000")).await);
 
     assert_eq!(s.delete("/jobs/j/tasks/t").await.0, 200);
-    wait_for("the deleted task's directory to be removed", || async {
-        some_gone(&s, &node, dir).await.then_some(())
+    wait_for("the deleted task's directory to leave its path", || async {
+        (!s.exists_on_node(&node, dir).await).then_some(())
     })
     .await;
+    // What goes in the background is the node's own business: never listed.
+    let (status, listed) = s
+        .get(&format!("/pools/one/nodes/{node}/files?recursive=true"))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert!(!listed.to_string().contains("trash"), "{listed}");
     let again = json!({"id": "t", "commandLine": "echo again > again.txt; echo again"});
     s.add_tasks("j", vec![again]).await;
     s.wait_task("j", "t", "completed").await;
     wait_for("the old files to be gone", || async {
-        (!s.exists_on_node(&node, &format!("{dir}/200000")).await).then_some(())
+        (in_trash(&s, &node) == 0).then_some(())
     })
     .await;
+    assert!(!s.exists_on_node(&node, &format!("{dir}/200000")).await);
     assert_eq!(
         s.file("/jobs/j/tasks/t/files/stdout.txt").await.as_deref(),
         Some("again\n"),

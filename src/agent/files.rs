@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use tokio::io::AsyncReadExt;
 
-use super::Link;
+use super::{trash, Link};
 use crate::domain::agent::{FileError, FileOp, ReplyHead, BODIES_PATH, REPLIES_PATH};
 use crate::sys::file_answer::{self, Payload};
 
@@ -20,8 +20,9 @@ use crate::sys::file_answer::{self, Payload};
 /// An answer that does not reach the server is sent again (made again, as its body is a stream),
 /// up to three times: a pooled connection the server has just closed (it does so after refusing
 /// an answer it no longer waits for) fails the next answer sent on it. A removal is sent once:
-/// made again, it would say the file is not there. Nothing is begun after `until`, and a removal
-/// stops there (the server no longer waits for its answer then).
+/// made again, it would say the file is not there. A directory's removal moves it aside, out of
+/// its path, at once, and removes it in the background (`trash`). Nothing is begun after
+/// `until`, and a removal in place stops there (the server no longer waits for its answer then).
 pub fn answer(
     link: Arc<Link>,
     id: u64,
@@ -94,8 +95,16 @@ async fn send(
     until: Option<Instant>,
 ) -> reqwest::Result<()> {
     let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
-    let answered =
-        tokio::task::spawn_blocking(move || file_answer::answer(&root, &rel, op, until)).await;
+    let answered = tokio::task::spawn_blocking(move || {
+        if let FileOp::Remove { recursive: true } = op {
+            if let Some(info) = trash::move_aside(&root, &rel) {
+                trash::empty(&root);
+                return (ReplyHead::Info { info }, Payload::None);
+            }
+        }
+        file_answer::answer(&root, &rel, op, until)
+    })
+    .await;
     let (head, payload) = answered.unwrap_or_else(|e| {
         let error = FileError::Failed;
         let message = e.to_string();

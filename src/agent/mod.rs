@@ -7,6 +7,7 @@ mod files;
 mod load;
 mod procs;
 mod spawn;
+mod trash;
 
 use std::time::Duration;
 
@@ -54,6 +55,10 @@ pub async fn run() -> anyhow::Result<()> {
         streams: client().build().context("making the HTTP client")?,
     };
     make_node_dirs();
+    if let Some(root) = node_root() {
+        // What the node's last agent had not removed yet.
+        trash::empty(&root);
+    }
     let procs = procs::Procs::start().context("starting the reaper")?;
     tracing::info!(node, server = %link.url, "the node agent runs");
     let link = std::sync::Arc::new(link);
@@ -90,6 +95,16 @@ fn make_node_dirs() {
     };
     if let Err(e) = files::make_dirs(&make) {
         tracing::warn!(error = %e, base = %make.base, "making the node's directories failed");
+    }
+}
+
+/// The node's root, as its first directories name it (a container), or as a local node's.
+fn node_root() -> Option<std::path::PathBuf> {
+    let dirs = std::env::var(ENV_DIRS).ok();
+    let base = dirs.as_deref().and_then(|d| d.split(':').next());
+    match base.filter(|b| !b.is_empty()) {
+        Some(base) => Some(base.into()),
+        None => std::env::var_os(ENV_ROOT).map(std::path::PathBuf::from),
     }
 }
 

@@ -4,6 +4,8 @@
 //! added with that id meanwhile, and started on the same node, has the very same directory.
 //! Held from before that check until the removal is over, the directory cannot be the new
 //! task's while it goes: either the check sees the new task, or the new task's start waits.
+//! The wait is one request to the node's agent, which moves the directory out of its path and
+//! removes its files in the background (`agent::trash`).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -234,6 +234,20 @@ impl Dir {
         check(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) }).map(|_| ())
     }
 
+    /// Moves `rel` below this directory (a link there as the link it is) to `name` in `into`,
+    /// which must be on the same file system (EXDEV otherwise).
+    pub fn move_into(&self, rel: &Path, into: &Dir, name: &OsStr) -> io::Result<()> {
+        let parts = names(rel)?;
+        let Some((last, dirs)) = parts.split_last() else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        let parent = self.open_dir(&dirs.iter().collect::<PathBuf>())?;
+        let (from, to) = (cstr(last)?, cstr(name)?);
+        let (at, to_at) = (parent.0.as_raw_fd(), into.0.as_raw_fd());
+        // SAFETY: valid directory fds and NUL-terminated names.
+        check(unsafe { libc::renameat(at, from.as_ptr(), to_at, to.as_ptr()) }).map(|_| ())
+    }
+
     /// The names in this directory with what each is (links not followed), `.` and `..` left out.
     pub fn entries(&self) -> io::Result<Vec<(OsString, Metadata)>> {
         let mut out = Vec::new();
@@ -248,7 +262,8 @@ impl Dir {
         Ok(out)
     }
 
-    fn names(&self) -> io::Result<Vec<OsString>> {
+    /// The names in this directory, `.` and `..` left out.
+    pub fn names(&self) -> io::Result<Vec<OsString>> {
         // readdir works on its own fd (closedir closes it), from the start of the directory.
         let fd = open_name(
             self.0.as_raw_fd(),
