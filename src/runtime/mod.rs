@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod docker;
+pub mod keyed_locks;
 mod layout;
 pub mod local;
 mod node_files;
@@ -133,7 +134,7 @@ impl Runtime {
             node: Box::new(node),
             agents,
             server_id: server_id.to_string(),
-            removing: removing::Removing::default(),
+            removing: keyed_locks::KeyedLocks::new(),
         }
     }
 

@@ -9,7 +9,6 @@ pub mod dispatch;
 mod each_second;
 pub mod execute;
 mod housekeeping;
-mod keyed_locks;
 pub(crate) mod packages;
 mod prep;
 pub mod start_task;

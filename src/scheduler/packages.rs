@@ -11,12 +11,12 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use sqlx::PgPool;
 
-use super::keyed_locks::KeyedLocks;
 use super::start_task::{run_command, NodeCommand, Placement};
 use super::task_files::{Failure, Fetcher};
 use crate::domain::agent::FileOp;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
 use crate::runtime::agents::FileAnswer;
+use crate::runtime::keyed_locks::KeyedLocks;
 use crate::runtime::safe_fs::Below;
 use crate::runtime::{Runtime, TaskDirs, TaskFiles};
 use crate::store::{self, tasks::AttemptRow};

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use super::keyed_locks::KeyedLocks;
 use super::start_task::{job_command_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
 use crate::domain::container::ContainerSettings;
 use crate::domain::job_prep::JobPreparationTask;
 use crate::domain::pool::EnvironmentSetting;
+use crate::runtime::keyed_locks::KeyedLocks;
 use crate::runtime::{container_label, Runtime, TaskContainer};
 use crate::store::{self, preparations::DueRelease, tasks::AttemptRow};
 

@@ -1,5 +1,6 @@
-//! One async lock per key (a job and a node, a node and a package version): made on first use,
-//! and dropped once nobody holds it or waits for it, so the map holds only the work in flight.
+//! One async lock per key (a job and a node, a node and a package version, a directory on a
+//! node): made on first use, and dropped once nobody holds it or waits for it, so the map holds
+//! only the work in flight.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -16,6 +17,13 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
         Arc::new(Self {
             map: Mutex::default(),
         })
+    }
+
+    /// Whether the key's lock is held (or waited for) now: one look at a map that is empty
+    /// whenever nothing is in flight.
+    pub fn is_held(&self, key: &K) -> bool {
+        let map = self.map.lock().expect("lock");
+        !map.is_empty() && map.contains_key(key)
     }
 
     /// Waits for the key's lock; it is held until the returned guard is dropped.
@@ -60,7 +68,9 @@ mod tests {
     #[tokio::test]
     async fn a_key_s_lock_goes_once_nobody_holds_it() {
         let locks = KeyedLocks::new();
+        assert!(!locks.is_held(&1));
         let held = locks.lock(1).await;
+        assert!(locks.is_held(&1) && !locks.is_held(&2));
         let waiting = tokio::spawn({
             let locks = Arc::clone(&locks);
             async move { locks.lock(1).await }
@@ -71,5 +81,6 @@ mod tests {
         assert_eq!(locks.map.lock().unwrap().len(), 1, "kept while it is held");
         drop(second);
         assert!(locks.map.lock().unwrap().is_empty());
+        assert!(!locks.is_held(&1));
     }
 }
