@@ -590,3 +590,48 @@ async fn the_operators_hosts_route_checks_what_it_is_given() {
         json!([])
     );
 }
+
+/// A server of another build removes the agent volumes that no container mounts (a rolling
+/// upgrade). A server whose nodes all went still names the volume it filled: its next node on
+/// that engine must not start from the empty volume the engine would make in its place.
+#[tokio::test]
+async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() {
+    images_on_every_host();
+    let args = host_args("");
+    let engine = args.last().expect("an extra engine").clone();
+    let s = TestServer::start_with(
+        Rt::Docker,
+        Some(fresh_database().await),
+        &["--docker-host", &engine],
+    )
+    .await;
+    s.pool_of_one_idle_node("v").await;
+    let resize = |n: u32| json!({"targetDedicatedNodes": n});
+    assert_eq!(s.post("/pools/v/resize", &resize(0)).await.0, 202);
+    s.wait_nodes("v", 0, "idle").await;
+
+    // As another build's server would: every agent volume no container mounts goes. Other
+    // tests' nodes on this engine may hold one for a while.
+    let docker = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(["-H", &engine])
+            .args(args)
+            .output()
+            .expect("docker")
+    };
+    wait_for("the engine's agent volumes to be removed", || async {
+        let listed = docker(&["volume", "ls", "-q", "--filter", "label=batchpool.agent-files"]);
+        let names = String::from_utf8_lossy(&listed.stdout).into_owned();
+        if names.trim().is_empty() {
+            return Some(());
+        }
+        for name in names.split_whitespace() {
+            docker(&["volume", "rm", name]);
+        }
+        None
+    })
+    .await;
+
+    assert_eq!(s.post("/pools/v/resize", &resize(1)).await.0, 202);
+    s.wait_nodes("v", 1, "idle").await;
+}

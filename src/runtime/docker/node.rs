@@ -38,10 +38,8 @@ impl DockerRuntime {
             format!("{ENV_SECRET}={}", new_secret()),
             format!("{ENV_DIRS}={}", super::volumes::node_dirs()),
         ];
-        let agent_volume = self.agent_volume(spec).await?;
-        let command = self.agent.files.command.clone();
-        let body = container_body(spec, network, (command, &agent_volume), agent_env);
-        self.create_container(spec, &name, body).await?;
+        self.create_with_agent(spec, &name, network, agent_env)
+            .await?;
         if let Err(e) = self.docker.start_container(&name, None).await {
             // 304: already running.
             if status_of(&e) != Some(304) {
@@ -52,6 +50,40 @@ impl DockerRuntime {
         let advice = "nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")";
         self.agent.agents.await_hello(&spec.node_id, advice).await?;
         Ok(handle)
+    }
+
+    /// Creates the node's container with the agent's volume mounted, and makes sure, once the
+    /// container holds the volume (no server can remove it then), that it holds the agent. A
+    /// server of another build removes the agent volumes no container mounts (a rolling
+    /// upgrade): one this server filled, and still names, may be gone, and the engine then
+    /// makes an empty one of that name for the container. That container goes, and the volume
+    /// is filled again.
+    async fn create_with_agent(
+        &self,
+        spec: &NodeSpec,
+        name: &str,
+        network: String,
+        agent_env: Vec<String>,
+    ) -> Result<(), NodeError> {
+        for _ in 0..3 {
+            let volume = self.agent_volume(spec).await?;
+            let command = self.agent.files.command.clone();
+            let body = container_body(spec, network.clone(), (command, &volume), agent_env.clone());
+            self.create_container(spec, name, body).await?;
+            let holds = self.holds_agent(name, &volume).await;
+            if holds.map_err(|e| failed(spec, "looking into the node agent's volume", e))? {
+                return Ok(());
+            }
+            let _ = self.docker.remove_container(name, Some(removal())).await;
+            self.forget_agent_volume(&volume).await;
+        }
+        Err(NodeError {
+            code: "NodeCreationFailed",
+            message: format!(
+                "the node agent's volume on the Docker host went again and again before node {} could mount it (a server of another build removes the agent volumes no container mounts)",
+                spec.node_id
+            ),
+        })
     }
 
     /// Where the node's agent reaches this server: `--agent-url`, else this host's address on

@@ -150,6 +150,46 @@ impl DockerRuntime {
         let _ = self.docker.remove_container(helper, Some(removal())).await;
     }
 
+    /// Whether the agent's volume `volume`, which the created container `container` mounts,
+    /// holds the agent: made by a server (with its label) or filled since. One the engine made
+    /// for the container, because it was not there, is empty.
+    pub(super) async fn holds_agent(
+        &self,
+        container: &str,
+        volume: &str,
+    ) -> Result<bool, bollard::errors::Error> {
+        match self.docker.inspect_volume(volume).await {
+            Ok(info) if info.labels.contains_key(LABEL_AGENT_FILES) => return Ok(true),
+            Ok(_) => {}
+            Err(e) if status_of(&e) == Some(404) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let complete = format!("{AGENT_DIR}/{COMPLETE}");
+        let look = ContainerArchiveInfoOptionsBuilder::default()
+            .path(&complete)
+            .build();
+        match self
+            .docker
+            .get_container_archive_info(container, Some(look))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Forgets the agent's volume `volume`, which the next node fills again; an empty one the
+    /// engine made goes, unless a container holds it (it is filled as it is then).
+    pub(super) async fn forget_agent_volume(&self, volume: &str) {
+        let mut known = self.agent_volume.lock().await;
+        if known.as_deref() == Some(volume) {
+            *known = None;
+        }
+        let none: Option<bollard::query_parameters::RemoveVolumeOptions> = None;
+        let _ = self.docker.remove_volume(volume, none).await;
+    }
+
     /// Volumes of other builds of the agent go once no container mounts them (the engine
     /// refuses while one does, and the next start tries again).
     async fn drop_old_agent_volumes(&self, current: &str) {
