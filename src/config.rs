@@ -304,7 +304,8 @@ pub struct ServeConfig {
     )]
     pub classic_vm_size: String,
 
-    /// How many nodes the allocator creates or removes at once.
+    /// How many nodes the allocator creates or removes at once (a new node's wait for its
+    /// agent's hello is not counted).
     #[arg(long, env = "BATCHPOOL_NODE_CONCURRENCY", default_value_t = 16)]
     pub node_concurrency: usize,
 

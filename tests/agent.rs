@@ -522,3 +522,35 @@ async fn a_kill_on_a_silent_node_holds_up_only_that_node() {
         "{long}"
     );
 }
+
+/// A node whose agent never reaches the server is unusable once the agent timeout has passed,
+/// and the pool's resize errors say why. Its wait for the hello takes none of the engine's
+/// turns: with one node made at a time, the next is made while the first still waits.
+#[tokio::test]
+async fn a_node_whose_agent_never_says_hello_is_unusable_and_the_resize_says_why() {
+    // Inside a node's container, 127.0.0.1 is the node itself: nothing listens there.
+    let args = [
+        "--agent-url",
+        "http://127.0.0.1:9",
+        "--agent-timeout",
+        "20",
+        "--node-concurrency",
+        "1",
+    ];
+    let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &args).await;
+    let server_id = s.server_id().await;
+    let body = json!({"id": "mute", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    common::wait_for("both containers, neither node given up", || async {
+        let made = common::docker_containers(&server_id).len();
+        let nodes = s.nodes("mute").await;
+        let waiting = nodes.iter().all(|n| n["state"] != "unusable");
+        (made == 2 && waiting).then_some(())
+    })
+    .await;
+    s.wait_nodes("mute", 2, "unusable").await;
+    let (_, pool) = s.get("/pools/mute").await;
+    let errors = pool["resizeErrors"].to_string();
+    assert!(errors.contains("NodeAgentUnreachable"), "{pool}");
+    assert!(errors.contains("--agent-url"), "{pool}");
+}

@@ -620,7 +620,13 @@ async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() 
             .expect("docker")
     };
     wait_for("the engine's agent volumes to be removed", || async {
-        let listed = docker(&["volume", "ls", "-q", "--filter", "label=batchpool.agent-files"]);
+        let listed = docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            "label=batchpool.agent-files",
+        ]);
         let names = String::from_utf8_lossy(&listed.stdout).into_owned();
         if names.trim().is_empty() {
             return Some(());

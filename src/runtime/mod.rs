@@ -234,9 +234,23 @@ impl Runtime {
         tracing::warn!(node = node_id, path = %rel.display(), error = %refused, "removing a directory on a node failed");
     }
 
-    /// Creates and starts the node; if it exists already (a crash mid-way), adopts it.
+    /// Creates and starts the node, and waits for its agent to say hello; if it exists already
+    /// (a crash mid-way), adopts it.
     pub async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+        let handle = self.start_node(spec).await?;
+        self.node_ready(&spec.node_id).await?;
+        Ok(handle)
+    }
+
+    /// [`create_node`](Self::create_node) up to the node's start: what loads its host.
+    pub async fn start_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         self.node.create_node(spec).await
+    }
+
+    /// Waits for a started node's agent to say hello, up to the agent timeout.
+    pub async fn node_ready(&self, node_id: &str) -> Result<(), NodeError> {
+        let advice = self.node.agent_advice();
+        self.agents.await_hello(node_id, &advice).await
     }
 
     /// Removes the node and its directory. Removing a node that is already gone is not an error.

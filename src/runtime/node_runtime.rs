@@ -41,11 +41,17 @@ pub trait NodeRuntime: Send + Sync {
     fn reachable(&self) -> BoxFuture<'_, bool>;
 
     /// Creates and starts the node, its directories with it; if the node exists already (a
-    /// crash mid-way), adopts it.
+    /// crash mid-way), adopts it. Its agent says hello after (see [`agent_advice`]).
+    ///
+    /// [`agent_advice`]: NodeRuntime::agent_advice
     fn create_node<'a>(
         &'a self,
         spec: &'a NodeSpec,
     ) -> BoxFuture<'a, Result<NodeHandle, NodeError>>;
+
+    /// What ends the error of a new node whose agent never said hello: where it was to reach
+    /// this server.
+    fn agent_advice(&self) -> String;
 
     /// Removes the node (not its directory); a node that is already gone is not an error.
     fn remove_node<'a>(

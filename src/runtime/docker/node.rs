@@ -46,10 +46,7 @@ impl DockerRuntime {
                 return Err(failed(spec, "starting the container", e));
             }
         }
-        let handle = self.handle(spec, name).await?;
-        let advice = "nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")";
-        self.agent.agents.await_hello(&spec.node_id, advice).await?;
-        Ok(handle)
+        self.handle(spec, name).await
     }
 
     /// Creates the node's container with the agent's volume mounted, and makes sure, once the

@@ -132,18 +132,28 @@ impl Allocator {
                 store::preparations::forget_for_reboot(&self.db, node.pk).await?;
                 self.runtime.remove_node(&self.server_id, &node.id).await?;
             }
-            let created = self.runtime.create_node(&spec).await;
+            let created = self.runtime.start_node(&spec).await;
             match created {
                 // A dedicated node takes the room of low-priority ones if it must.
                 Err(e) if e.code == ALLOCATION_FAILED && node.is_dedicated => {
                     if self.make_room(&spec).await? {
-                        self.runtime.create_node(&spec).await
+                        self.runtime.start_node(&spec).await
                     } else {
                         Err(e)
                     }
                 }
                 other => other,
             }
+        };
+        // Its agent's start loads the node, not its host's engine: other nodes are made
+        // meanwhile.
+        let created = match created {
+            Ok(handle) => self
+                .runtime
+                .node_ready(&spec.node_id)
+                .await
+                .map(|()| handle),
+            failed => failed,
         };
         match created {
             Ok(handle) => Ok(Some(handle)),

@@ -53,6 +53,11 @@ impl NodeRuntime for DockerHosts {
         Box::pin(DockerHosts::create_node(self, spec))
     }
 
+    fn agent_advice(&self) -> String {
+        "nodes must reach the address --agent-url names (see docs/nodes.md, \"The node agent\")"
+            .into()
+    }
+
     fn remove_node<'a>(
         &'a self,
         server_id: &'a str,
