@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::domain::agent::FileInfo;
 use crate::sys::safe_fs::Dir;
@@ -44,17 +44,17 @@ pub fn move_aside(root: &Path, rel: &Path) -> Option<FileInfo> {
 
 /// Has the trash of the node's root `root` emptied, by the one thread that empties trash.
 pub fn empty(root: &Path) {
-    static QUEUE: OnceLock<Mutex<mpsc::Sender<PathBuf>>> = OnceLock::new();
+    static QUEUE: OnceLock<mpsc::Sender<PathBuf>> = OnceLock::new();
     let queue = QUEUE.get_or_init(|| {
         let (to, from) = mpsc::channel();
         std::thread::Builder::new()
             .name("trash".into())
             .spawn(move || emptier(from))
             .expect("starting the trash thread");
-        Mutex::new(to)
+        to
     });
     // The thread runs as long as the agent.
-    let _ = queue.lock().expect("lock").send(root.to_path_buf());
+    let _ = queue.send(root.to_path_buf());
 }
 
 fn emptier(roots: mpsc::Receiver<PathBuf>) {

@@ -234,15 +234,8 @@ impl Runtime {
         tracing::warn!(node = node_id, path = %rel.display(), error = %refused, "removing a directory on a node failed");
     }
 
-    /// Creates and starts the node, and waits for its agent to say hello; if it exists already
-    /// (a crash mid-way), adopts it.
-    pub async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
-        let handle = self.start_node(spec).await?;
-        self.node_ready(&spec.node_id).await?;
-        Ok(handle)
-    }
-
-    /// [`create_node`](Self::create_node) up to the node's start: what loads its host.
+    /// Creates and starts the node; if it exists already (a crash mid-way), adopts it. It is
+    /// ready once its agent says hello ([`node_ready`](Self::node_ready)).
     pub async fn start_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         self.node.create_node(spec).await
     }
