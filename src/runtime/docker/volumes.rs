@@ -120,18 +120,12 @@ impl DockerRuntime {
 
     /// Unpacks the agent's archive into the volume `helper` mounts, unless it holds all of it.
     async fn fill_through(&self, helper: &str) -> anyhow::Result<()> {
-        let complete = format!("{AGENT_DIR}/{COMPLETE}");
-        let look = ContainerArchiveInfoOptionsBuilder::default()
-            .path(&complete)
-            .build();
-        match self
-            .docker
-            .get_container_archive_info(helper, Some(look))
+        if self
+            .agent_complete_in(helper)
             .await
+            .context("looking into the volume")?
         {
-            Ok(_) => return Ok(()),
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => return Err(e).context("looking into the volume"),
+            return Ok(());
         }
         let archive = tokio::fs::File::open(&self.agent.files.archive)
             .await
@@ -164,6 +158,12 @@ impl DockerRuntime {
             Err(e) if status_of(&e) == Some(404) => return Ok(false),
             Err(e) => return Err(e),
         }
+        self.agent_complete_in(container).await
+    }
+
+    /// Whether the agent's volume, as the container `container` mounts it, holds the whole
+    /// archive (its last entry, [`COMPLETE`], is there).
+    async fn agent_complete_in(&self, container: &str) -> Result<bool, bollard::errors::Error> {
         let complete = format!("{AGENT_DIR}/{COMPLETE}");
         let look = ContainerArchiveInfoOptionsBuilder::default()
             .path(&complete)
