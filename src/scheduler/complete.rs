@@ -107,17 +107,17 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
         .map(|(_, _, u)| u.unwrap_or_default())
         .collect();
     let ended = store::tasks::end_attempts(tx, TaskState::ON_NODE, &items, &used).await?;
-    let completed: Vec<_> = ended
+    let done: Vec<_> = ended
         .iter()
         .filter(|e| e.state == TaskState::Completed)
         .collect();
     // Only a job that asks to end with its tasks pays for the scan of its tasks.
-    let ending_jobs: BTreeSet<i64> = completed
+    let ending_jobs: BTreeSet<i64> = done
         .iter()
         .filter(|e| e.job_ends_with_tasks)
         .map(|e| e.job_pk)
         .collect();
-    let completed: HashSet<i64> = completed.iter().map(|e| e.pk).collect();
+    let completed: HashSet<i64> = done.iter().map(|e| e.pk).collect();
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
             continue;

@@ -157,7 +157,7 @@ pub async fn start_attempts(
 }
 
 /// What a batch of placements adds to each node given tasks: parallel columns.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct PerNode {
     pub nodes: Vec<i64>,
     pub slots: Vec<i32>,
