@@ -593,12 +593,25 @@ async fn the_operators_hosts_route_checks_what_it_is_given() {
 
 /// A server of another build removes the agent volumes that no container mounts (a rolling
 /// upgrade). A server whose nodes all went still names the volume it filled: its next node on
-/// that engine must not start from the empty volume the engine would make in its place.
+/// that engine must not start from the empty volume the engine would make in its place, nor
+/// from one another server of its build has made and not yet filled.
 #[tokio::test]
 async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() {
     images_on_every_host();
     let args = host_args("");
     let engine = args.last().expect("an extra engine").clone();
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(["-H", &engine])
+            .args(args)
+            .output()
+            .expect("docker");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // What a node of an old build left when it lost its volume so: the empty one the engine
+    // made in its place, without a label. It goes with the other builds' volumes.
+    let old = "batchpool-agent-0ldbu11d";
+    docker(&["volume", "create", old]);
     let s = TestServer::start_with(
         Rt::Docker,
         Some(fresh_database().await),
@@ -606,38 +619,91 @@ async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() 
     )
     .await;
     s.pool_of_one_idle_node("v").await;
+    let volumes = docker(&["volume", "ls", "-q"]);
+    assert!(!volumes.lines().any(|v| v == old), "{volumes}");
     let resize = |n: u32| json!({"targetDedicatedNodes": n});
-    assert_eq!(s.post("/pools/v/resize", &resize(0)).await.0, 202);
-    s.wait_nodes("v", 0, "idle").await;
+    let mounts = docker(&[
+        "ps",
+        "--no-trunc",
+        "--filter",
+        "label=batchpool.node",
+        "--format",
+        "{{.Mounts}}",
+    ]);
+    let volume = mounts
+        .split([',', '\n'])
+        .find(|name| name.starts_with("batchpool-agent-"))
+        .expect("the node mounts the agent's volume")
+        .to_string();
 
     // As another build's server would: every agent volume no container mounts goes. Other
-    // tests' nodes on this engine may hold one for a while.
-    let docker = |args: &[&str]| {
-        std::process::Command::new("docker")
-            .args(["-H", &engine])
-            .args(args)
-            .output()
-            .expect("docker")
+    // tests' nodes on this engine may hold one for a while. The server still names it, and the
+    // engine makes an empty one, without a label, for the next node's container.
+    let remove_volumes = || async {
+        assert_eq!(s.post("/pools/v/resize", &resize(0)).await.0, 202);
+        s.wait_nodes("v", 0, "idle").await;
+        wait_for("the engine's agent volumes to be removed", || async {
+            let names = docker(&["volume", "ls", "-q", "--filter", "name=batchpool-agent-"]);
+            if names.is_empty() {
+                return Some(());
+            }
+            for name in names.split_whitespace() {
+                docker(&["volume", "rm", name]);
+            }
+            None
+        })
+        .await;
     };
-    wait_for("the engine's agent volumes to be removed", || async {
-        let listed = docker(&[
-            "volume",
-            "ls",
-            "-q",
+    remove_volumes().await;
+    assert_eq!(s.post("/pools/v/resize", &resize(1)).await.0, 202);
+    s.wait_nodes("v", 1, "idle").await;
+
+    // As a server of this build would leave it mid-fill: made, with its label, and held by the
+    // filler container it is unpacking the agent through, with nothing unpacked yet.
+    remove_volumes().await;
+    docker(&[
+        "volume",
+        "create",
+        "--label",
+        "batchpool.agent-files",
+        &volume,
+    ]);
+    let filler = format!("{volume}-fill");
+    let mount = format!("type=volume,src={volume},dst=/opt/batchpool");
+    let image = "batchpool/node:latest";
+    docker(&[
+        "create",
+        "--name",
+        &filler,
+        "--network",
+        "none",
+        "--mount",
+        &mount,
+        image,
+    ]);
+    let since = docker(&["info", "--format", "{{.SystemTime}}"]);
+    assert_eq!(s.post("/pools/v/resize", &resize(1)).await.0, 202);
+    // The node's container is made (it mounts the volume); then the filling server is done,
+    // here by giving up.
+    let made_by_this_server = format!("label=batchpool.server={}", s.server_id().await);
+    wait_for("the node's container to be made", || async {
+        let until = docker(&["info", "--format", "{{.SystemTime}}"]);
+        let events = [
+            "events",
+            "--since",
+            &since,
+            "--until",
+            &until,
             "--filter",
-            "label=batchpool.agent-files",
-        ]);
-        let names = String::from_utf8_lossy(&listed.stdout).into_owned();
-        if names.trim().is_empty() {
-            return Some(());
-        }
-        for name in names.split_whitespace() {
-            docker(&["volume", "rm", name]);
-        }
-        None
+            "event=create",
+            "--filter",
+            &made_by_this_server,
+            "--format",
+            "{{.ID}}",
+        ];
+        (!docker(&events).is_empty()).then_some(())
     })
     .await;
-
-    assert_eq!(s.post("/pools/v/resize", &resize(1)).await.0, 202);
+    docker(&["rm", "-f", &filler]);
     s.wait_nodes("v", 1, "idle").await;
 }

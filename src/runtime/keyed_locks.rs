@@ -19,11 +19,15 @@ impl<K: Eq + Hash + Clone> KeyedLocks<K> {
         })
     }
 
-    /// Whether the key's lock is held (or waited for) now: one look at a map that is empty
-    /// whenever nothing is in flight.
+    /// Whether any lock is held (or waited for) now: the map is empty whenever nothing is in
+    /// flight, so a caller can skip making a key it would only look up.
+    pub fn any_held(&self) -> bool {
+        !self.map.lock().expect("lock").is_empty()
+    }
+
+    /// Whether the key's lock is held (or waited for) now.
     pub fn is_held(&self, key: &K) -> bool {
-        let map = self.map.lock().expect("lock");
-        !map.is_empty() && map.contains_key(key)
+        self.map.lock().expect("lock").contains_key(key)
     }
 
     /// Waits for the key's lock; it is held until the returned guard is dropped.
@@ -68,9 +72,9 @@ mod tests {
     #[tokio::test]
     async fn a_key_s_lock_goes_once_nobody_holds_it() {
         let locks = KeyedLocks::new();
-        assert!(!locks.is_held(&1));
+        assert!(!locks.is_held(&1) && !locks.any_held());
         let held = locks.lock(1).await;
-        assert!(locks.is_held(&1) && !locks.is_held(&2));
+        assert!(locks.is_held(&1) && !locks.is_held(&2) && locks.any_held());
         let waiting = tokio::spawn({
             let locks = Arc::clone(&locks);
             async move { locks.lock(1).await }
@@ -81,6 +85,6 @@ mod tests {
         assert_eq!(locks.map.lock().unwrap().len(), 1, "kept while it is held");
         drop(second);
         assert!(locks.map.lock().unwrap().is_empty());
-        assert!(!locks.is_held(&1));
+        assert!(!locks.is_held(&1) && !locks.any_held());
     }
 }

@@ -37,8 +37,11 @@ impl super::Runtime {
     }
 
     /// Waits while `rel` on the node is held for its removal: a new attempt then starts in a
-    /// directory of its own.
+    /// directory of its own. Nothing held (the usual case), it makes no key.
     pub async fn wait_for_removal(&self, node_id: &str, rel: &Path) {
+        if !self.removing.any_held() {
+            return;
+        }
         let key = key(node_id, rel);
         if self.removing.is_held(&key) {
             drop(self.removing.lock(key).await);

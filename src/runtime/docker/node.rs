@@ -67,7 +67,7 @@ impl DockerRuntime {
             let command = self.agent.files.command.clone();
             let body = container_body(spec, network.clone(), (command, &volume), agent_env.clone());
             self.create_container(spec, name, body).await?;
-            let holds = self.holds_agent(name, &volume).await;
+            let holds = self.agent_complete_in(name).await;
             if holds.map_err(|e| failed(spec, "looking into the node agent's volume", e))? {
                 return Ok(());
             }
