@@ -16,7 +16,9 @@ use super::agent_files::{AGENT_DIR, COMPLETE};
 use super::{removal, status_of, DockerRuntime, NODE_ROOT};
 use crate::runtime::{NodeError, NodeSpec, NODE_DIRS};
 
-/// Marks the volumes that hold the agent's files, and the containers made to fill them.
+/// Marks the volumes that hold the agent's files, and the containers made to fill them. This
+/// build reads it on neither (it finds its volumes by name and looks inside them), but servers
+/// of earlier builds on the same engine find the volumes they clean up by it.
 const LABEL_AGENT_FILES: &str = "batchpool.agent-files";
 
 /// The start of an agent volume's name; the rest is the digest of the agent's files.
