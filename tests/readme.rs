@@ -1,8 +1,9 @@
-//! The README's five-minute tour, run as written: each of its shell blocks in order (with the
-//! quick start's `/var/lib/batchpool` read as this server's data directory, and `BATCH_URL`
-//! naming this server, as the tour says to), and its Python block through azure-batch 15.1.0.
-//! Each block must succeed, and print the lines the README shows after it: node ids and times
-//! are the README's only variable parts, and a progress bar is what a terminal shows, not a log.
+//! The README's five-minute tour and docs/api.md's walk, run as written: each shell block in
+//! order, in what acts as one shell (with the quick start's `/var/lib/batchpool` read as this
+//! server's data directory, and `BATCH_URL` naming this server, as the tour says to), and each
+//! Python block through azure-batch 15.1.0. Each block must succeed, and print the lines the page
+//! shows after it: ids, ETags, times and task list tokens are the pages' only variable parts,
+//! and a progress bar is what a terminal shows, not a log.
 
 mod common;
 
@@ -10,61 +11,84 @@ use std::path::Path;
 
 use common::{Rt, TestServer};
 
-/// One block of the tour: its language, its code, and the output the README shows after it.
+/// One block of a page: its language, its code, and the output the page shows after it.
 struct Block {
     lang: String,
     code: String,
     shown: Option<String>,
 }
 
-/// The fenced blocks of the README's tour, each with the plain block that follows it, if any.
-fn tour() -> Vec<Block> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
-    let start = readme.find("## A five-minute tour").expect("the tour");
-    let end = start
-        + readme[start..]
-            .find("\n## ")
-            .expect("a section after the tour");
-    let mut lines = readme[start..end].lines().peekable();
-    let mut fenced = Vec::new();
+/// The fenced blocks of `text` that run (`sh`, `python`), each with the block that opens on the
+/// line after it closes, if that one is plain or `json`: the output the page shows for it.
+fn blocks(text: &str) -> Vec<Block> {
+    let mut lines = text.lines();
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut after_code = false;
     while let Some(line) = lines.next() {
         let Some(lang) = line.strip_prefix("```") else {
+            after_code = false;
             continue;
         };
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
-        fenced.push((lang.to_string(), body.join("\n")));
-    }
-    let mut blocks: Vec<Block> = Vec::new();
-    for (lang, body) in fenced {
-        match blocks.last_mut() {
-            Some(last) if lang.is_empty() && last.shown.is_none() => last.shown = Some(body),
-            _ => blocks.push(Block {
-                lang,
+        let body = body.join("\n");
+        let shows_output = after_code && (lang.is_empty() || lang == "json");
+        after_code = false;
+        if shows_output {
+            blocks.last_mut().expect("a block before its output").shown = Some(body);
+        } else if lang == "sh" || lang == "python" {
+            after_code = true;
+            blocks.push(Block {
+                lang: lang.to_string(),
                 code: body,
                 shown: None,
-            }),
+            });
         }
     }
     blocks
 }
 
-/// `text` with its variable parts made constant: node ids (`tvmps_{32 hex}_d`) and RFC 3339
-/// times; trailing blanks go.
+fn read(doc: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).expect(doc)
+}
+
+/// The README's tour: the blocks of its section.
+fn tour() -> Vec<Block> {
+    let readme = read("README.md");
+    let start = readme.find("## A five-minute tour").expect("the tour");
+    let end = start
+        + readme[start..]
+            .find("\n## ")
+            .expect("a section after the tour");
+    blocks(&readme[start..end])
+}
+
+/// Where a variable part starts `s`, its length.
+type Matcher = fn(&str) -> Option<usize>;
+
+/// `text` with its variable parts made constant: node ids (`tvmps_{32 hex}_d`), request ids,
+/// ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
+/// number in the whole database); trailing blanks go.
 fn settled(text: &str) -> String {
+    let masks: [(&str, Matcher); 6] = [
+        ("<node>", node_id_at),
+        ("<time>", time_at),
+        ("<time>", http_date_at),
+        ("<id>", uuid_at),
+        ("<etag>", etag_at),
+        ("$skiptoken=<n>", task_token_at),
+    ];
     let mut out = String::new();
     let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if let Some(len) = node_id_at(rest) {
-            out.push_str("<node>");
-            rest = &rest[len..];
-        } else if let Some(len) = time_at(rest) {
-            out.push_str("<time>");
-            rest = &rest[len..];
-        } else {
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
+    'text: while let Some(c) = rest.chars().next() {
+        for (mask, at) in masks {
+            if let Some(len) = at(rest) {
+                out.push_str(mask);
+                rest = &rest[len..];
+                continue 'text;
+            }
         }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
     }
     out.lines()
         .map(str::trim_end)
@@ -72,27 +96,86 @@ fn settled(text: &str) -> String {
         .join("\n")
 }
 
+fn hex_run(s: &str) -> usize {
+    s.bytes().take_while(u8::is_ascii_hexdigit).count()
+}
+
 fn node_id_at(s: &str) -> Option<usize> {
     let hex = s.strip_prefix("tvmps_")?;
-    let digits = hex.bytes().take_while(u8::is_ascii_hexdigit).count();
+    let digits = hex_run(hex);
     (digits == 32 && hex[digits..].starts_with("_d")).then_some(6 + 32 + 2)
 }
 
+/// `2026-11-24T17:33:24.289575Z`, or as Python prints it, `2026-11-24 17:33:24.289575+00:00`.
 fn time_at(s: &str) -> Option<usize> {
     let b = s.as_bytes();
     let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-    let date = (0..4).all(digit) && b.get(4) == Some(&b'-') && b.get(10) == Some(&b'T');
-    if !date {
+    let date =
+        (0..4).all(digit) && b.get(4) == Some(&b'-') && matches!(b.get(10), Some(b'T' | b' '));
+    if !date || !digit(11) {
         return None;
     }
     let len = b[11..]
         .iter()
         .take_while(|c| c.is_ascii_digit() || **c == b':' || **c == b'.')
         .count();
-    (b.get(11 + len) == Some(&b'Z')).then_some(12 + len)
+    let zone = &s[11 + len..];
+    if zone.starts_with('Z') {
+        Some(12 + len)
+    } else {
+        zone.starts_with("+00:00").then_some(17 + len)
+    }
 }
 
-/// Whether every line the README shows (but a progress bar's) is in `printed`, in order.
+/// `Mon, 23 Nov 2026 05:32:11 GMT`
+fn http_date_at(s: &str) -> Option<usize> {
+    const DAYS: [&str; 7] = [
+        "Mon, ", "Tue, ", "Wed, ", "Thu, ", "Fri, ", "Sat, ", "Sun, ",
+    ];
+    if !DAYS.iter().any(|d| s.starts_with(d)) {
+        return None;
+    }
+    let end = s.find(" GMT")? + 4;
+    (end <= 30
+        && s[5..end]
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b' ' || c == b':'))
+    .then_some(end)
+}
+
+/// A request id: `95985586-fe4f-4ae3-a568-a4a447a2ea26`.
+fn uuid_at(s: &str) -> Option<usize> {
+    let mut at = 0;
+    for (i, len) in [8, 4, 4, 4, 12].into_iter().enumerate() {
+        if hex_run(&s[at..]) != len {
+            return None;
+        }
+        at += len;
+        if i < 4 {
+            s[at..].strip_prefix('-')?;
+            at += 1;
+        }
+    }
+    Some(at)
+}
+
+fn task_token_at(s: &str) -> Option<usize> {
+    let digits = s
+        .strip_prefix("$skiptoken=")?
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .count();
+    (digits > 0).then_some("$skiptoken=".len() + digits)
+}
+
+/// An ETag: `0x1DD7B0BFD1DC154`.
+fn etag_at(s: &str) -> Option<usize> {
+    let hex = s.strip_prefix("0x")?;
+    let digits = hex_run(hex);
+    (digits >= 12).then_some(2 + digits)
+}
+
+/// Whether every line a page shows (but a progress bar's) is in `printed`, in order.
 fn shows(printed: &str, shown: &str) -> bool {
     let printed = settled(printed);
     let mut lines = printed.lines();
@@ -116,68 +199,123 @@ fn the_readme_tour_is_found_whole() {
     assert!(!shows("c\nb", "b\nc"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_tour_runs_as_written() {
-    let s = TestServer::start(Rt::Docker).await;
-    // The checkout as the tour sees it: the binary in target/release, the scripts beside it.
+#[test]
+fn the_api_walk_is_found_whole() {
+    let blocks = blocks(&read("docs/api.md"));
+    assert!(blocks.len() > 20, "{} blocks", blocks.len());
+    assert!(blocks[0].code.starts_with("export BATCH_KEY=") && blocks[0].shown.is_none());
+    assert!(blocks[1..].iter().all(|b| b.shown.is_some()));
+    assert_eq!(
+        settled("etag: 0x1DD7B0BFD1DC154\ndate: Mon, 23 Nov 2026 05:32:11 GMT\nid 95985586-fe4f-4ae3-a568-a4a447a2ea26 at 2026-11-23 05:32:34.420196+00:00"),
+        "etag: <etag>\ndate: <time>\nid <id> at <time>"
+    );
+}
+
+/// The tour's checkout: the binary in `target/release`, the scripts beside it.
+fn checkout() -> tempfile::TempDir {
     let checkout = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_batchpool")).parent().unwrap();
     std::fs::create_dir(checkout.path().join("target")).unwrap();
     std::os::unix::fs::symlink(bin, checkout.path().join("target/release")).unwrap();
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
     std::os::unix::fs::symlink(scripts, checkout.path().join("scripts")).unwrap();
-    let data_dir = s.data_dir.path().to_str().unwrap().to_string();
-    let python = std::env::var("BATCHPOOL_SDK15_PYTHON")
-        .expect("BATCHPOOL_SDK15_PYTHON: run the tests through scripts/test.sh");
+    checkout
+}
 
-    // What a block exports, the next ones see: the tour runs in one shell.
-    let mut exports = String::new();
-    for block in tour() {
-        let mut command = match block.lang.as_str() {
-            "sh" => {
-                let code = block.code.replace("/var/lib/batchpool", &data_dir);
-                let mut c = tokio::process::Command::new("bash");
-                c.args(["-e", "-c", &format!("{exports}\n{code}")]);
-                for line in code.lines().filter(|l| l.starts_with("export ")) {
-                    exports.push_str(line);
-                    exports.push('\n');
-                }
-                c
-            }
-            "python" => {
-                let code = block.code.replace("http://127.0.0.1:8080", &s.base);
-                let mut c = tokio::process::Command::new("bash");
-                let run = format!("{exports}\nexec \"$PYTHON\" -c \"$CODE\"");
-                c.args(["-e", "-c", &run])
-                    .env("PYTHON", &python)
-                    .env("CODE", code);
-                c
-            }
-            other => panic!("a block of {other} in the tour"),
-        };
-        let home = tempfile::tempdir().unwrap();
-        let out = command
-            .current_dir(checkout.path())
-            .env("HOME", home.path())
-            .env("BATCH_URL", &s.base)
-            .env_remove("BATCH_ACCOUNT")
-            .env_remove("BATCH_KEY")
-            .env_remove("BATCHPOOL_PROFILE")
-            .env_remove("XDG_CONFIG_HOME")
-            .output()
-            .await
-            .expect("bash");
-        let printed = String::from_utf8_lossy(&out.stdout);
-        let said = format!(
-            "{}\n--- printed:\n{printed}\n--- stderr:\n{}",
-            block.code,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "{said}");
-        let shown = block.shown.expect("the tour shows each block's output");
-        assert!(
-            shows(&printed, &shown),
-            "{said}\n--- the README shows:\n{shown}"
-        );
+/// A shell that runs a document's blocks against one server, in order, as its reader's would.
+struct Reader<'a> {
+    server: &'a TestServer,
+    checkout: tempfile::TempDir,
+    home: tempfile::TempDir,
+    python: String,
+}
+
+/// What a block leaves for the next ones: its variables (the reader's shell is one), but bash's
+/// own.
+const KEEP_STATE: &str = r#"declare -p | grep -Ev '^declare -[^ ]*r|^declare -[^ ]* (BASH|PIPESTATUS|SHLVL|PWD|OLDPWD|SECONDS|RANDOM|SRANDOM|EPOCH|LINENO|HIST|COLUMNS|LINES|GROUPS|FUNCNAME|DIRSTACK|_=)' > .reader-state"#;
+
+impl<'a> Reader<'a> {
+    fn new(server: &'a TestServer) -> Self {
+        Reader {
+            server,
+            checkout: checkout(),
+            home: tempfile::tempdir().unwrap(),
+            python: std::env::var("BATCHPOOL_SDK15_PYTHON")
+                .expect("BATCHPOOL_SDK15_PYTHON: run the tests through scripts/test.sh"),
+        }
     }
+
+    /// Runs each block of `doc`: it must succeed and print the lines the page shows after it.
+    async fn run(&mut self, doc: &str, blocks: Vec<Block>) {
+        let data_dir = self.server.data_dir.path().to_str().unwrap().to_string();
+        let base = &self.server.base;
+        let state = "[ -e .reader-state ] && { source .reader-state || true; }";
+        for block in blocks {
+            let mut command = tokio::process::Command::new("bash");
+            match block.lang.as_str() {
+                "sh" => {
+                    let code = block.code.replace("/var/lib/batchpool", &data_dir);
+                    command.args(["-e", "-c", &format!("{state}\n{code}\n{KEEP_STATE}")]);
+                }
+                "python" => {
+                    let code = block.code.replace("http://127.0.0.1:8080", base);
+                    command
+                        .args([
+                            "-e",
+                            "-c",
+                            &format!("{state}\nexec \"$PYTHON\" -c \"$CODE\""),
+                        ])
+                        .env("PYTHON", &self.python)
+                        .env("CODE", code);
+                }
+                other => panic!("a block of {other} in {doc}"),
+            }
+            let run = command
+                .kill_on_drop(true)
+                .current_dir(self.checkout.path())
+                .env("HOME", self.home.path())
+                .env("BATCH_URL", base)
+                .env_remove("BATCH_ACCOUNT")
+                .env_remove("BATCH_KEY")
+                .env_remove("BATCHPOOL_PROFILE")
+                .env_remove("XDG_CONFIG_HOME")
+                .output();
+            // A block that waits for a state (`until ...`) must not wait for ever.
+            let out = tokio::time::timeout(std::time::Duration::from_secs(300), run)
+                .await
+                .unwrap_or_else(|_| panic!("{doc}: still running after 5 minutes:\n{}", block.code))
+                .expect("bash");
+            // The page shows the quick start's address.
+            let printed =
+                String::from_utf8_lossy(&out.stdout).replace(base, "http://127.0.0.1:8080");
+            let said = format!(
+                "{doc}:\n{}\n--- printed:\n{printed}\n--- stderr:\n{}",
+                block.code,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{said}");
+            if let Some(shown) = block.shown {
+                assert!(shows(&printed, &shown), "{said}\n--- {doc} shows:\n{shown}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_tour_runs_as_written() {
+    let s = TestServer::start(Rt::Docker).await;
+    Reader::new(&s).run("README.md", tour()).await;
+}
+
+/// docs/api.md's walk, after the tour as it says, on the local runtime its answers come from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_walk_runs_as_written_after_the_tour() {
+    // The quick start's image: the walk shows it, and local nodes run no image.
+    let extra = ["--default-image", "batchpool/node:latest"];
+    let s = TestServer::start_with(Rt::Local, Some(common::fresh_database().await), &extra).await;
+    let mut reader = Reader::new(&s);
+    reader.run("README.md", tour()).await;
+    reader
+        .run("docs/api.md", blocks(&read("docs/api.md")))
+        .await;
 }

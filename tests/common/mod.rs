@@ -238,20 +238,22 @@ impl TestServer {
             "127.0.0.1:0",
             "--runtime",
             self.runtime.name(),
-            "--default-image",
-            TEST_IMAGE,
-        ])
-        .arg("--data-dir")
-        .arg(self.data_dir.path())
-        // The same port each launch: running agents come back to it after a restart.
-        .arg("--agent-listen")
-        .arg(format!("0.0.0.0:{}", self.agent_port))
-        .args(&self.extra_args)
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "info,sqlx=warn")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .kill_on_drop(true);
+        ]);
+        // The test image, unless the test names another.
+        if !self.extra_args.iter().any(|a| a == "--default-image") {
+            cmd.args(["--default-image", TEST_IMAGE]);
+        }
+        cmd.arg("--data-dir")
+            .arg(self.data_dir.path())
+            // The same port each launch: running agents come back to it after a restart.
+            .arg("--agent-listen")
+            .arg(format!("0.0.0.0:{}", self.agent_port))
+            .args(&self.extra_args)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true);
         if let Some(url) = &self.database_url {
             cmd.arg("--database-url").arg(url);
         }
