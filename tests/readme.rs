@@ -69,13 +69,15 @@ type Matcher = fn(&str) -> Option<usize>;
 /// ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
 /// number in the whole database); trailing blanks go.
 fn settled(text: &str) -> String {
-    let masks: [(&str, Matcher); 6] = [
+    let masks: [(&str, Matcher); 8] = [
         ("<node>", node_id_at),
         ("<time>", time_at),
         ("<time>", http_date_at),
         ("<id>", uuid_at),
         ("<etag>", etag_at),
         ("$skiptoken=<n>", task_token_at),
+        ("<key>", key_at),
+        ("<time>", ls_time_at),
     ];
     let mut out = String::new();
     let mut rest = text;
@@ -168,6 +170,33 @@ fn task_token_at(s: &str) -> Option<usize> {
     (digits > 0).then_some("$skiptoken=".len() + digits)
 }
 
+/// An account key: 64 bytes in base64.
+fn key_at(s: &str) -> Option<usize> {
+    let b64 = s
+        .bytes()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+        .count();
+    (b64 == 86 && s[86..].starts_with("==")).then_some(88)
+}
+
+/// A time as `ls -l` shows it: `Nov 23 05:20`.
+fn ls_time_at(s: &str) -> Option<usize> {
+    const MONTHS: &str = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    let b = s.as_bytes();
+    let month = s
+        .get(..3)
+        .is_some_and(|m| MONTHS.as_bytes().chunks(3).any(|c| c == m.as_bytes()));
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let day = b.get(3) == Some(&b' ') && (digit(4) || b.get(4) == Some(&b' ')) && digit(5);
+    let time = b.get(6) == Some(&b' ')
+        && digit(7)
+        && digit(8)
+        && b.get(9) == Some(&b':')
+        && digit(10)
+        && digit(11);
+    (month && day && time).then_some(12)
+}
+
 /// An ETag: `0x1DD7B0BFD1DC154`.
 fn etag_at(s: &str) -> Option<usize> {
     let hex = s.strip_prefix("0x")?;
@@ -211,6 +240,10 @@ fn the_api_walk_is_found_whole() {
     );
 }
 
+fn test_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name}: run the tests through scripts/test.sh"))
+}
+
 /// The tour's checkout: the binary in `target/release`, the scripts beside it.
 fn checkout() -> tempfile::TempDir {
     let checkout = tempfile::tempdir().unwrap();
@@ -228,6 +261,7 @@ struct Reader<'a> {
     checkout: tempfile::TempDir,
     home: tempfile::TempDir,
     python: String,
+    python14: String,
 }
 
 /// What a block leaves for the next ones: its variables (the reader's shell is one), but bash's
@@ -240,9 +274,18 @@ impl<'a> Reader<'a> {
             server,
             checkout: checkout(),
             home: tempfile::tempdir().unwrap(),
-            python: std::env::var("BATCHPOOL_SDK15_PYTHON")
-                .expect("BATCHPOOL_SDK15_PYTHON: run the tests through scripts/test.sh"),
+            python: test_env("BATCHPOOL_SDK15_PYTHON"),
+            python14: test_env("BATCHPOOL_SDK14_PYTHON"),
         }
+        .with_az()
+    }
+
+    /// `az` on the reader's PATH, as the pages take it: the Azure CLI the test script installs.
+    fn with_az(self) -> Self {
+        let bin = self.checkout.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::os::unix::fs::symlink(test_env("BATCHPOOL_AZ"), bin.join("az")).unwrap();
+        self
     }
 
     /// Runs each block of `doc`: it must succeed and print the lines the page shows after it.
@@ -252,27 +295,41 @@ impl<'a> Reader<'a> {
         let state = "[ -e .reader-state ] && { source .reader-state || true; }";
         for block in blocks {
             let mut command = tokio::process::Command::new("bash");
+            let code = block
+                .code
+                .replace("/var/lib/batchpool", &data_dir)
+                .replace("http://127.0.0.1:8080", base);
             match block.lang.as_str() {
                 "sh" => {
-                    let code = block.code.replace("/var/lib/batchpool", &data_dir);
                     command.args(["-e", "-c", &format!("{state}\n{code}\n{KEEP_STATE}")]);
                 }
                 "python" => {
-                    let code = block.code.replace("http://127.0.0.1:8080", base);
+                    // azure-batch 14.x is the one with `BatchServiceClient`.
+                    let python = if code.contains("BatchServiceClient") {
+                        &self.python14
+                    } else {
+                        &self.python
+                    };
                     command
                         .args([
                             "-e",
                             "-c",
                             &format!("{state}\nexec \"$PYTHON\" -c \"$CODE\""),
                         ])
-                        .env("PYTHON", &self.python)
+                        .env("PYTHON", python)
                         .env("CODE", code);
                 }
                 other => panic!("a block of {other} in {doc}"),
             }
+            let path = format!(
+                "{}:{}",
+                self.checkout.path().join("bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
             let run = command
                 .kill_on_drop(true)
                 .current_dir(self.checkout.path())
+                .env("PATH", path)
                 .env("HOME", self.home.path())
                 .env("BATCH_URL", base)
                 .env_remove("BATCH_ACCOUNT")
@@ -285,9 +342,10 @@ impl<'a> Reader<'a> {
                 .await
                 .unwrap_or_else(|_| panic!("{doc}: still running after 5 minutes:\n{}", block.code))
                 .expect("bash");
-            // The page shows the quick start's address.
-            let printed =
-                String::from_utf8_lossy(&out.stdout).replace(base, "http://127.0.0.1:8080");
+            // The page shows the quick start's address and data directory.
+            let printed = String::from_utf8_lossy(&out.stdout)
+                .replace(base, "http://127.0.0.1:8080")
+                .replace(&data_dir, "/var/lib/batchpool");
             let said = format!(
                 "{doc}:\n{}\n--- printed:\n{printed}\n--- stderr:\n{}",
                 block.code,
@@ -307,15 +365,48 @@ async fn the_readme_tour_runs_as_written() {
     Reader::new(&s).run("README.md", tour()).await;
 }
 
-/// docs/api.md's walk, after the tour as it says, on the local runtime its answers come from.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_walk_runs_as_written_after_the_tour() {
-    // The quick start's image: the walk shows it, and local nodes run no image.
+/// `doc`'s blocks after the tour, as the pages say, on a server as the quick start's: its own
+/// PostgreSQL in its data directory, the default image, and the local runtime (the pages'
+/// answers come from it).
+async fn after_the_tour(doc: &str) {
     let extra = ["--default-image", "batchpool/node:latest"];
-    let s = TestServer::start_with(Rt::Local, Some(common::fresh_database().await), &extra).await;
+    let s = TestServer::start_with(Rt::Local, None, &extra).await;
     let mut reader = Reader::new(&s);
     reader.run("README.md", tour()).await;
-    reader
-        .run("docs/api.md", blocks(&read("docs/api.md")))
-        .await;
+    reader.run(doc, blocks(&read(doc))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_walk_runs_as_written() {
+    after_the_tour("docs/api.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authentication_page_runs_as_written() {
+    after_the_tour("docs/authentication.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_page_runs_as_written() {
+    after_the_tour("docs/clients.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metering_page_runs_as_written() {
+    after_the_tour("docs/metering.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_autoscale_page_runs_as_written() {
+    after_the_tour("docs/autoscale.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_low_priority_page_runs_as_written() {
+    after_the_tour("docs/low-priority.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_runs_as_written() {
+    after_the_tour("docs/schedules.md").await;
 }
