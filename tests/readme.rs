@@ -69,7 +69,7 @@ type Matcher = fn(&str) -> Option<usize>;
 /// ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
 /// number in the whole database); trailing blanks go.
 fn settled(text: &str) -> String {
-    let masks: [(&str, Matcher); 8] = [
+    let masks: [(&str, Matcher); 10] = [
         ("<node>", node_id_at),
         ("<time>", time_at),
         ("<time>", http_date_at),
@@ -78,6 +78,8 @@ fn settled(text: &str) -> String {
         ("$skiptoken=<n>", task_token_at),
         ("<key>", key_at),
         ("<time>", ls_time_at),
+        ("<clock>", clock_at),
+        ("<job>", job_id_at),
     ];
     let mut out = String::new();
     let mut rest = text;
@@ -197,6 +199,29 @@ fn ls_time_at(s: &str) -> Option<usize> {
     (month && day && time).then_some(12)
 }
 
+/// A time of day, as `batchpool job watch` starts a line in a log with it: `12:35:06`.
+fn clock_at(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let clock = [0, 1, 3, 4, 6, 7].into_iter().all(digit)
+        && b.get(2) == Some(&b':')
+        && b.get(5) == Some(&b':');
+    (clock && !digit(8)).then_some(8)
+}
+
+/// The id `batchpool job submit` gives a job it names: `job-20261127-123505-e8f7`.
+fn job_id_at(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let digits =
+        |from: usize, n: usize| (from..from + n).all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let id = s.starts_with("job-")
+        && digits(4, 8)
+        && b.get(12) == Some(&b'-')
+        && digits(13, 6)
+        && b.get(19) == Some(&b'-');
+    (id && hex_run(&s[20..]) == 4).then_some(24)
+}
+
 /// An ETag: `0x1DD7B0BFD1DC154`.
 fn etag_at(s: &str) -> Option<usize> {
     let hex = s.strip_prefix("0x")?;
@@ -204,13 +229,14 @@ fn etag_at(s: &str) -> Option<usize> {
     (digits >= 12).then_some(2 + digits)
 }
 
-/// Whether every line a page shows (but a progress bar's) is in `printed`, in order.
+/// Whether every line a page shows is in `printed`, in order: all but a progress bar's, and `...`
+/// (lines the page leaves out).
 fn shows(printed: &str, shown: &str) -> bool {
     let printed = settled(printed);
     let mut lines = printed.lines();
     settled(shown)
         .lines()
-        .filter(|l| !l.starts_with("[#"))
+        .filter(|l| !l.starts_with("[#") && *l != "...")
         .all(|want| lines.any(|got| got == want))
 }
 
@@ -409,4 +435,9 @@ async fn the_low_priority_page_runs_as_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedules_page_runs_as_written() {
     after_the_tour("docs/schedules.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_page_runs_as_written() {
+    after_the_tour("docs/cli.md").await;
 }

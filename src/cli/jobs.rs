@@ -221,8 +221,9 @@ pub async fn submit(client: &Client, submit: &Submit) -> CliResult<String> {
     }
     let json = json!({"jobId": job, "poolId": submit.pool, "tasks": count});
     print(client.output, &json, || {
+        let tasks = if count == 1 { "task" } else { "tasks" };
         format!(
-            "job {job}: {count} tasks submitted to pool {}\n",
+            "job {job}: {count} {tasks} submitted to pool {}\n",
             submit.pool
         )
     });
