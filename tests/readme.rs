@@ -395,7 +395,13 @@ async fn the_readme_tour_runs_as_written() {
 /// PostgreSQL in its data directory, the default image, and the local runtime (the pages'
 /// answers come from it).
 async fn after_the_tour(doc: &str) {
-    let extra = ["--default-image", "batchpool/node:latest"];
+    after_the_tour_with(doc, &[]).await;
+}
+
+/// As [`after_the_tour`], the server started with `flags` too, as the page says to.
+async fn after_the_tour_with(doc: &str, flags: &[&str]) {
+    let mut extra = vec!["--default-image", "batchpool/node:latest"];
+    extra.extend(flags);
     let s = TestServer::start_with(Rt::Local, None, &extra).await;
     let mut reader = Reader::new(&s);
     reader.run("README.md", tour()).await;
@@ -440,4 +446,9 @@ async fn the_schedules_page_runs_as_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_page_runs_as_written() {
     after_the_tour("docs/cli.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_page_runs_as_written() {
+    after_the_tour_with("docs/data.md", &["--allow-local-urls"]).await;
 }
