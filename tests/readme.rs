@@ -66,10 +66,10 @@ fn tour() -> Vec<Block> {
 type Matcher = fn(&str) -> Option<usize>;
 
 /// `text` with its variable parts made constant: node ids (`tvmps_{32 hex}_d`), request ids,
-/// ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
+/// keys, generated job ids, ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
 /// number in the whole database); trailing blanks go.
 fn settled(text: &str) -> String {
-    let masks: [(&str, Matcher); 10] = [
+    let masks: [(&str, Matcher); 11] = [
         ("<node>", node_id_at),
         ("<time>", time_at),
         ("<time>", http_date_at),
@@ -77,6 +77,7 @@ fn settled(text: &str) -> String {
         ("<etag>", etag_at),
         ("$skiptoken=<n>", task_token_at),
         ("<key>", key_at),
+        ("<key>", pool_service_key_at),
         ("<time>", ls_time_at),
         ("<clock>", clock_at),
         ("<job>", job_id_at),
@@ -179,6 +180,11 @@ fn key_at(s: &str) -> Option<usize> {
         .take_while(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
         .count();
     (b64 == 86 && s[86..].starts_with("==")).then_some(88)
+}
+
+/// A Pool Service key: 32 bytes in hex.
+fn pool_service_key_at(s: &str) -> Option<usize> {
+    (hex_run(s) == 64).then_some(64)
 }
 
 /// A time as `ls -l` shows it: `Nov 23 05:20`.
@@ -451,4 +457,9 @@ async fn the_cli_page_runs_as_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_page_runs_as_written() {
     after_the_tour_with("docs/data.md", &["--allow-local-urls"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bes_page_runs_as_written() {
+    after_the_tour_with("docs/bes.md", &["--allow-local-urls"]).await;
 }
