@@ -105,10 +105,16 @@ fn hex_run(s: &str) -> usize {
     s.bytes().take_while(u8::is_ascii_hexdigit).count()
 }
 
+/// A node id, or the host name of its container: `tvmps-{32 hex}-d`.
 fn node_id_at(s: &str) -> Option<usize> {
-    let hex = s.strip_prefix("tvmps_")?;
+    let sep = s
+        .strip_prefix("tvmps")?
+        .chars()
+        .next()
+        .filter(|c| matches!(c, '_' | '-'))?;
+    let hex = &s[6..];
     let digits = hex_run(hex);
-    (digits == 32 && hex[digits..].starts_with("_d")).then_some(6 + 32 + 2)
+    (digits == 32 && hex[digits..].starts_with(&format!("{sep}d"))).then_some(6 + 32 + 2)
 }
 
 /// `2026-11-24T17:33:24.289575Z`, or as Python prints it, `2026-11-24 17:33:24.289575+00:00`.
@@ -272,6 +278,8 @@ fn the_api_walk_is_found_whole() {
     );
 }
 
+const QUICK_START_IMAGE: &str = "batchpool/node:latest";
+
 fn test_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name}: run the tests through scripts/test.sh"))
 }
@@ -324,13 +332,20 @@ impl<'a> Reader<'a> {
     async fn run(&mut self, doc: &str, blocks: Vec<Block>) {
         let data_dir = self.server.data_dir.path().to_str().unwrap().to_string();
         let base = &self.server.base;
+        // On Docker, the test image stands in for the quick start's (which the tests do not
+        // build, to leave an engine's own copy alone).
+        let image = match self.server.runtime {
+            Rt::Docker => common::TEST_IMAGE,
+            Rt::Local => QUICK_START_IMAGE,
+        };
         let state = "[ -e .reader-state ] && { source .reader-state || true; }";
         for block in blocks {
             let mut command = tokio::process::Command::new("bash");
             let code = block
                 .code
                 .replace("/var/lib/batchpool", &data_dir)
-                .replace("http://127.0.0.1:8080", base);
+                .replace("http://127.0.0.1:8080", base)
+                .replace(QUICK_START_IMAGE, image);
             match block.lang.as_str() {
                 "sh" => {
                     command.args(["-e", "-c", &format!("{state}\n{code}\n{KEEP_STATE}")]);
@@ -377,7 +392,8 @@ impl<'a> Reader<'a> {
             // The page shows the quick start's address and data directory.
             let printed = String::from_utf8_lossy(&out.stdout)
                 .replace(base, "http://127.0.0.1:8080")
-                .replace(&data_dir, "/var/lib/batchpool");
+                .replace(&data_dir, "/var/lib/batchpool")
+                .replace(image, QUICK_START_IMAGE);
             let said = format!(
                 "{doc}:\n{}\n--- printed:\n{printed}\n--- stderr:\n{}",
                 block.code,
@@ -406,7 +422,7 @@ async fn after_the_tour(doc: &str) {
 
 /// As [`after_the_tour`], the server started with `flags` too, as the page says to.
 async fn after_the_tour_with(doc: &str, flags: &[&str]) {
-    let mut extra = vec!["--default-image", "batchpool/node:latest"];
+    let mut extra = vec!["--default-image", QUICK_START_IMAGE];
     extra.extend(flags);
     let s = TestServer::start_with(Rt::Local, None, &extra).await;
     let mut reader = Reader::new(&s);
@@ -462,4 +478,15 @@ async fn the_data_page_runs_as_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bes_page_runs_as_written() {
     after_the_tour_with("docs/bes.md", &["--allow-local-urls"]).await;
+}
+
+/// docs/nodes.md's examples need the Docker runtime: the quick start's, where an engine answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_page_runs_as_written_on_docker() {
+    let s = TestServer::start(Rt::Docker).await;
+    let mut reader = Reader::new(&s);
+    reader.run("README.md", tour()).await;
+    reader
+        .run("docs/nodes.md", blocks(&read("docs/nodes.md")))
+        .await;
 }
