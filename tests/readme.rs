@@ -490,3 +490,8 @@ async fn the_nodes_page_runs_as_written_on_docker() {
         .run("docs/nodes.md", blocks(&read("docs/nodes.md")))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configuration_page_runs_as_written() {
+    after_the_tour("docs/configuration.md").await;
+}
