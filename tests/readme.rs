@@ -1,9 +1,9 @@
-//! The README's five-minute tour and docs/api.md's walk, run as written: each shell block in
+//! The README's five-minute tour and the pages of docs/, run as written: each shell block in
 //! order, in what acts as one shell (with the quick start's `/var/lib/batchpool` read as this
 //! server's data directory, and `BATCH_URL` naming this server, as the tour says to), and each
-//! Python block through azure-batch 15.1.0. Each block must succeed, and print the lines the page
-//! shows after it: ids, ETags, times and task list tokens are the pages' only variable parts,
-//! and a progress bar is what a terminal shows, not a log.
+//! Python block through the azure-batch it imports. Each block must succeed, and print the lines
+//! the page shows after it: ids, keys, ETags, times and task list tokens are the pages' only
+//! variable parts, and a progress bar is what a terminal shows, not a log.
 
 mod common;
 
@@ -494,4 +494,28 @@ async fn the_nodes_page_runs_as_written_on_docker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_configuration_page_runs_as_written() {
     after_the_tour("docs/configuration.md").await;
+}
+
+/// Every page with commands to run is run above, but two: deploy.md's compose file pulls
+/// PostgreSQL's image from Docker Hub (`tests/deploy.rs` checks the image and the file instead),
+/// and development.md's commands are the test suite's and the benchmarks' own.
+#[test]
+fn every_page_with_commands_is_run() {
+    let this = read("tests/readme.rs");
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    for entry in std::fs::read_dir(docs).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let page = format!("docs/{name}");
+        if !name.ends_with(".md") || blocks(&read(&page)).is_empty() {
+            continue;
+        }
+        let run = this.contains(&format!("run(\"{page}\""))
+            || this.contains(&format!("tour(\"{page}\""))
+            || this.contains(&format!("tour_with(\"{page}\""));
+        let excused = ["docs/deploy.md", "docs/development.md"].contains(&page.as_str());
+        assert!(
+            run != excused,
+            "{page}: its commands are run by no test here (or run, and still excused)"
+        );
+    }
 }
