@@ -66,8 +66,8 @@ fn tour() -> Vec<Block> {
 type Matcher = fn(&str) -> Option<usize>;
 
 /// `text` with its variable parts made constant: node ids (`tvmps_{32 hex}_d`), request ids,
-/// keys, generated job ids, ETags, times (RFC 3339, RFC 1123 and Python's) and the task list's `$skiptoken` (a task's
-/// number in the whole database); trailing blanks go.
+/// keys, generated job ids, ETags, times (RFC 3339, RFC 1123, Python's, `ls -l`'s and a log's)
+/// and the task list's `$skiptoken` (a task's number in the whole database); trailing blanks go.
 fn settled(text: &str) -> String {
     let masks: [(&str, Matcher); 11] = [
         ("<node>", node_id_at),
@@ -329,7 +329,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Runs each block of `doc`: it must succeed and print the lines the page shows after it.
-    async fn run(&mut self, doc: &str, blocks: Vec<Block>) {
+    async fn run(&self, doc: &str, blocks: Vec<Block>) {
         let data_dir = self.server.data_dir.path().to_str().unwrap().to_string();
         let base = &self.server.base;
         // On Docker, the test image stands in for the quick start's (which the tests do not
@@ -413,19 +413,54 @@ async fn the_readme_tour_runs_as_written() {
     Reader::new(&s).run("README.md", tour()).await;
 }
 
-/// `doc`'s blocks after the tour, as the pages say, on a server as the quick start's: its own
-/// PostgreSQL in its data directory, the default image, and the local runtime (the pages'
-/// answers come from it).
-async fn after_the_tour(doc: &str) {
-    after_the_tour_with(doc, &[]).await;
-}
+/// The pages of docs/ run after the tour, each on a server as the quick start's (on the local
+/// runtime, its own PostgreSQL in its data directory and the default image) on a runtime, with
+/// the flags the page says to start it with. The local runtime is where the pages' answers come from; nodes.md's
+/// examples need Docker's, the quick start's where an engine answers.
+const PAGES: &[(&str, Rt, &[&str])] = &[
+    ("docs/api.md", Rt::Local, &[]),
+    ("docs/authentication.md", Rt::Local, &[]),
+    ("docs/bes.md", Rt::Local, &["--allow-local-urls"]),
+    ("docs/cli.md", Rt::Local, &[]),
+    ("docs/clients.md", Rt::Local, &[]),
+    ("docs/configuration.md", Rt::Local, &[]),
+    ("docs/data.md", Rt::Local, &["--allow-local-urls"]),
+    ("docs/low-priority.md", Rt::Local, &[]),
+    ("docs/metering.md", Rt::Local, &[]),
+    ("docs/autoscale.md", Rt::Local, &[]),
+    ("docs/nodes.md", Rt::Docker, &[]),
+    ("docs/schedules.md", Rt::Local, &[]),
+];
 
-/// As [`after_the_tour`], the server started with `flags` too, as the page says to.
-async fn after_the_tour_with(doc: &str, flags: &[&str]) {
-    let mut extra = vec!["--default-image", QUICK_START_IMAGE];
-    extra.extend(flags);
-    let s = TestServer::start_with(Rt::Local, None, &extra).await;
-    let mut reader = Reader::new(&s);
+/// Pages with commands that no test runs, and why.
+const EXCUSED: &[(&str, &str)] = &[
+    (
+        "docs/deploy.md",
+        "its compose file pulls PostgreSQL's image from Docker Hub; tests/deploy.rs checks the image and the file instead",
+    ),
+    (
+        "docs/development.md",
+        "its commands are the test suite's and the benchmarks' own",
+    ),
+];
+
+/// Runs `doc`'s blocks after the tour, on the server [`PAGES`] says.
+async fn after_the_tour(doc: &str) {
+    let &(_, runtime, flags) = PAGES
+        .iter()
+        .find(|(page, ..)| *page == doc)
+        .unwrap_or_else(|| panic!("{doc} is not in PAGES"));
+    let mut extra = flags.to_vec();
+    let database = match runtime {
+        Rt::Local => {
+            extra.extend(["--default-image", QUICK_START_IMAGE]);
+            None
+        }
+        // A database of the test's own, by which the test removes its node containers after it.
+        Rt::Docker => Some(common::fresh_database().await),
+    };
+    let s = TestServer::start_with(runtime, database, &extra).await;
+    let reader = Reader::new(&s);
     reader.run("README.md", tour()).await;
     reader.run(doc, blocks(&read(doc))).await;
 }
@@ -441,8 +476,33 @@ async fn the_authentication_page_runs_as_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bes_page_runs_as_written() {
+    after_the_tour("docs/bes.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_page_runs_as_written() {
+    after_the_tour("docs/cli.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_page_runs_as_written() {
     after_the_tour("docs/clients.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configuration_page_runs_as_written() {
+    after_the_tour("docs/configuration.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_page_runs_as_written() {
+    after_the_tour("docs/data.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_low_priority_page_runs_as_written() {
+    after_the_tour("docs/low-priority.md").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,8 +516,8 @@ async fn the_autoscale_page_runs_as_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_low_priority_page_runs_as_written() {
-    after_the_tour("docs/low-priority.md").await;
+async fn the_nodes_page_runs_as_written() {
+    after_the_tour("docs/nodes.md").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -465,40 +525,8 @@ async fn the_schedules_page_runs_as_written() {
     after_the_tour("docs/schedules.md").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_page_runs_as_written() {
-    after_the_tour("docs/cli.md").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_data_page_runs_as_written() {
-    after_the_tour_with("docs/data.md", &["--allow-local-urls"]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bes_page_runs_as_written() {
-    after_the_tour_with("docs/bes.md", &["--allow-local-urls"]).await;
-}
-
-/// docs/nodes.md's examples need the Docker runtime: the quick start's, where an engine answers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_nodes_page_runs_as_written_on_docker() {
-    let s = TestServer::start(Rt::Docker).await;
-    let mut reader = Reader::new(&s);
-    reader.run("README.md", tour()).await;
-    reader
-        .run("docs/nodes.md", blocks(&read("docs/nodes.md")))
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_configuration_page_runs_as_written() {
-    after_the_tour("docs/configuration.md").await;
-}
-
-/// Every page with commands to run is run above, but two: deploy.md's compose file pulls
-/// PostgreSQL's image from Docker Hub (`tests/deploy.rs` checks the image and the file instead),
-/// and development.md's commands are the test suite's and the benchmarks' own.
+/// Every page of docs/ with commands is in [`PAGES`] or [`EXCUSED`], and each page of
+/// [`PAGES`] has a test above.
 #[test]
 fn every_page_with_commands_is_run() {
     let this = read("tests/readme.rs");
@@ -509,13 +537,17 @@ fn every_page_with_commands_is_run() {
         if !name.ends_with(".md") || blocks(&read(&page)).is_empty() {
             continue;
         }
-        let run = this.contains(&format!("run(\"{page}\""))
-            || this.contains(&format!("tour(\"{page}\""))
-            || this.contains(&format!("tour_with(\"{page}\""));
-        let excused = ["docs/deploy.md", "docs/development.md"].contains(&page.as_str());
+        let run = PAGES.iter().any(|(p, ..)| *p == page);
+        let excused = EXCUSED.iter().any(|(p, _)| *p == page);
         assert!(
             run != excused,
             "{page}: its commands are run by no test here (or run, and still excused)"
+        );
+    }
+    for (page, ..) in PAGES {
+        assert!(
+            this.contains(&format!("    after_the_tour(\"{page}\").await;")),
+            "{page}: no test runs it"
         );
     }
 }
