@@ -284,7 +284,7 @@ fn test_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name}: run the tests through scripts/test.sh"))
 }
 
-/// The tour's checkout: the binary in `target/release`, the scripts beside it.
+/// The reader's checkout: the binary in `target/release`, the scripts beside it, and `bin/az`.
 fn checkout() -> tempfile::TempDir {
     let checkout = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_batchpool")).parent().unwrap();
@@ -292,6 +292,10 @@ fn checkout() -> tempfile::TempDir {
     std::os::unix::fs::symlink(bin, checkout.path().join("target/release")).unwrap();
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
     std::os::unix::fs::symlink(scripts, checkout.path().join("scripts")).unwrap();
+    // `az` for the reader's PATH: the Azure CLI the test script installs.
+    std::fs::create_dir(checkout.path().join("bin")).unwrap();
+    let az = test_env("BATCHPOOL_AZ");
+    std::os::unix::fs::symlink(az, checkout.path().join("bin/az")).unwrap();
     checkout
 }
 
@@ -308,6 +312,9 @@ struct Reader<'a> {
 /// own.
 const KEEP_STATE: &str = r#"declare -p | grep -Ev '^declare -[^ ]*r|^declare -[^ ]* (BASH|PIPESTATUS|SHLVL|PWD|OLDPWD|SECONDS|RANDOM|SRANDOM|EPOCH|LINENO|HIST|COLUMNS|LINES|GROUPS|FUNCNAME|DIRSTACK|_=)' > .reader-state"#;
 
+/// What the blocks before left, taken up by the next.
+const RESTORE_STATE: &str = "[ -e .reader-state ] && { source .reader-state || true; }";
+
 impl<'a> Reader<'a> {
     fn new(server: &'a TestServer) -> Self {
         Reader {
@@ -317,15 +324,6 @@ impl<'a> Reader<'a> {
             python: test_env("BATCHPOOL_SDK15_PYTHON"),
             python14: test_env("BATCHPOOL_SDK14_PYTHON"),
         }
-        .with_az()
-    }
-
-    /// `az` on the reader's PATH, as the pages take it: the Azure CLI the test script installs.
-    fn with_az(self) -> Self {
-        let bin = self.checkout.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        std::os::unix::fs::symlink(test_env("BATCHPOOL_AZ"), bin.join("az")).unwrap();
-        self
     }
 
     /// Runs each block of `doc`: it must succeed and print the lines the page shows after it.
@@ -338,7 +336,12 @@ impl<'a> Reader<'a> {
             Rt::Docker => common::TEST_IMAGE,
             Rt::Local => QUICK_START_IMAGE,
         };
-        let state = "[ -e .reader-state ] && { source .reader-state || true; }";
+        // `az`, as the pages take it, first on the reader's PATH.
+        let path = format!(
+            "{}:{}",
+            self.checkout.path().join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         for block in blocks {
             let mut command = tokio::process::Command::new("bash");
             let code = block
@@ -348,7 +351,11 @@ impl<'a> Reader<'a> {
                 .replace(QUICK_START_IMAGE, image);
             match block.lang.as_str() {
                 "sh" => {
-                    command.args(["-e", "-c", &format!("{state}\n{code}\n{KEEP_STATE}")]);
+                    command.args([
+                        "-e",
+                        "-c",
+                        &format!("{RESTORE_STATE}\n{code}\n{KEEP_STATE}"),
+                    ]);
                 }
                 "python" => {
                     // azure-batch 14.x is the one with `BatchServiceClient`.
@@ -361,22 +368,17 @@ impl<'a> Reader<'a> {
                         .args([
                             "-e",
                             "-c",
-                            &format!("{state}\nexec \"$PYTHON\" -c \"$CODE\""),
+                            &format!("{RESTORE_STATE}\nexec \"$PYTHON\" -c \"$CODE\""),
                         ])
                         .env("PYTHON", python)
                         .env("CODE", code);
                 }
                 other => panic!("a block of {other} in {doc}"),
             }
-            let path = format!(
-                "{}:{}",
-                self.checkout.path().join("bin").display(),
-                std::env::var("PATH").unwrap_or_default()
-            );
             let run = command
                 .kill_on_drop(true)
                 .current_dir(self.checkout.path())
-                .env("PATH", path)
+                .env("PATH", &path)
                 .env("HOME", self.home.path())
                 .env("BATCH_URL", base)
                 .env_remove("BATCH_ACCOUNT")
