@@ -388,3 +388,117 @@ async fn logs_follow_a_running_task_until_it_completes() {
         missing.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_terminated_and_deleted_and_a_task_says_how_it_ended() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = [
+        "pool", "create", "p", "--nodes", "1", "--slots", "4", "--wait",
+    ];
+    cli(&s, &pool).await.ok();
+    let mixed = [
+        "job", "submit", "--pool", "p", "--job", "mixed", "--", "exit 3",
+    ];
+    cli(&s, &mixed).await.ok();
+    assert_eq!(cli(&s, &["job", "watch", "mixed"]).await.status, 1);
+    let shown = cli(&s, &["task", "show", "mixed", "1"]).await.ok().stdout;
+    for line in [
+        "job        mixed",
+        "task       1",
+        "state      completed",
+        "command    exit 3",
+        "result     failure",
+        "exit code  3",
+        "failure    FailureExitCode: The task exited with exit code 3, representing a failure",
+    ] {
+        assert!(shown.lines().any(|l| l == line), "{line:?} in:\n{shown}");
+    }
+    let json = cli(&s, &["task", "show", "mixed", "1", "-o", "json"]).await;
+    assert_eq!(json.ok().json()["executionInfo"]["exitCode"], 3);
+
+    // Six tasks on four slots: four run, two wait, and the job ends under them.
+    let slow = [
+        "job",
+        "submit",
+        "--pool",
+        "p",
+        "--job",
+        "slow",
+        "--array",
+        "6",
+        "--",
+        "sleep 600",
+    ];
+    cli(&s, &slow).await.ok();
+    wait_for("four running tasks", || async {
+        let (_, counts) = s.get("/jobs/slow/taskcounts").await;
+        (counts["taskCounts"]["running"] == 4).then_some(())
+    })
+    .await;
+    let terminate = ["job", "terminate", "slow", "--reason", "not needed"];
+    let said = cli(&s, &terminate).await.ok().stdout;
+    assert_eq!(said, "job slow terminating\n");
+    // Not waited on for ever: the job ended, and its active tasks never run.
+    let watched = cli(&s, &["job", "watch", "slow", "--timeout", "60"]).await;
+    assert_eq!(watched.status, 1, "{}", watched.stdout);
+    assert!(
+        watched
+            .stdout
+            .contains("job slow: 4 of 6 tasks failed, 2 never ran (the job ended first)\n"),
+        "{}",
+        watched.stdout
+    );
+    let json = cli(&s, &["job", "watch", "slow", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(json["notRun"], 2);
+    let (_, job) = s.get("/jobs/slow").await;
+    assert_eq!(job["executionInfo"]["terminateReason"], "not needed");
+    let running = wait_for("a terminated task", || async {
+        let (_, tasks) = s
+            .get("/jobs/slow/tasks?$filter=state%20eq%20'completed'")
+            .await;
+        tasks["value"][0]["id"].as_str().map(String::from)
+    })
+    .await;
+    let shown = cli(&s, &["task", "show", "slow", &running])
+        .await
+        .ok()
+        .stdout;
+    let why = "failure   TaskEnded: The task was terminated: its job was terminated (not needed)";
+    assert!(shown.lines().any(|l| l == why), "{shown}");
+    let waiting = wait_for("a task that never ran", || async {
+        let (_, tasks) = s
+            .get("/jobs/slow/tasks?$filter=state%20eq%20'active'")
+            .await;
+        tasks["value"][0]["id"].as_str().map(String::from)
+    })
+    .await;
+    // Following the output of a task that will never run ends too.
+    let follow = ["task", "logs", "slow", &waiting, "-f"];
+    let followed = tokio::time::timeout(std::time::Duration::from_secs(60), cli(&s, &follow));
+    followed
+        .await
+        .expect("logs -f of a task that never runs ends")
+        .ok();
+
+    let deleted = cli(&s, &["job", "delete", "slow"]).await.ok().stdout;
+    assert_eq!(deleted, "job slow deleting\n");
+    wait_for("the job gone", || async {
+        let (status, _) = s.get("/jobs/slow").await;
+        (status == 404).then_some(())
+    })
+    .await;
+    let gone = cli(&s, &["job", "terminate", "slow"]).await;
+    assert!(
+        gone.error().starts_with("batchpool: JobNotFound"),
+        "{}",
+        gone.stderr
+    );
+    let missing = cli(&s, &["task", "show", "mixed", "9"]).await;
+    assert!(
+        missing.error().starts_with("batchpool: TaskNotFound"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -51,13 +51,24 @@ async fn read_from(client: &Client, path: &str, offset: u64) -> CliResult<Option
     Ok(Some(bytes.to_vec()))
 }
 
-async fn task_completed(client: &Client, job: &str, task: &str) -> CliResult<bool> {
+/// Whether the task will write no more: it completed, or it never started and its job ended
+/// (a terminated job's active tasks stay active, and never run).
+async fn task_over(client: &Client, job: &str, task: &str) -> CliResult<bool> {
     let path = format!(
         "/jobs/{}/tasks/{}?$select=state",
         segment(job),
         segment(task)
     );
-    Ok(client.get(&path).await?["state"] == "completed")
+    match client.get(&path).await?["state"].as_str() {
+        Some("completed") => Ok(true),
+        Some("active") => {
+            let job = client
+                .get(&format!("/jobs/{}?$select=state", segment(job)))
+                .await?;
+            Ok(job["state"] == "completed")
+        }
+        _ => Ok(false),
+    }
 }
 
 pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
@@ -89,8 +100,8 @@ pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
     let mut offset = 0u64;
     let mut out = std::io::stdout();
     loop {
-        // Whether the task had completed before this read: then the read has all it wrote.
-        let completed = logs.follow && task_completed(client, job, task).await?;
+        // Whether the task was over before this read: then the read has all it wrote.
+        let over = logs.follow && task_over(client, job, task).await?;
         match read_from(client, &path, offset).await? {
             Some(bytes) => {
                 offset += bytes.len() as u64;
@@ -103,7 +114,7 @@ pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
             }
             None => {}
         }
-        if !logs.follow || completed {
+        if !logs.follow || over {
             return Ok(());
         }
         tokio::time::sleep(EVERY).await;

@@ -6,6 +6,7 @@
 //! one line on stderr with the server's code and message, and exit status 1.
 
 pub mod client;
+mod control;
 mod jobs;
 mod logs;
 mod pools;
@@ -32,12 +33,24 @@ pub enum JobCommand {
         #[arg(long)]
         timeout: Option<u64>,
     },
+    /// Ends a job before its tasks are done: those not started never run, those running are
+    /// killed, and the job completes (Azure's terminate; `scancel`).
+    Terminate {
+        job: String,
+        /// Why, as the job's `terminateReason` (Azure's default: UserTerminate).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deletes a job, its tasks and their files; running tasks are killed.
+    Delete { job: String },
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum TaskCommand {
     /// A task's stdout, or stderr; `-f` follows it until the task completes.
     Logs(Logs),
+    /// A task's state, how it ended and why (exit code, failure), where and when it ran.
+    Show { job: String, task: String },
 }
 
 /// The client commands, each with where the server is and who signs (`config::Command`
@@ -52,14 +65,15 @@ pub enum ClientCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Jobs: submit tasks (an array of them, a file of commands), watch their progress.
+    /// Jobs: submit tasks (an array of them, a file of commands), watch their progress,
+    /// terminate or delete them.
     Job {
         #[command(subcommand)]
         command: JobCommand,
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Tasks: their logs.
+    /// Tasks: their logs, and how they ended.
     Task {
         #[command(subcommand)]
         command: TaskCommand,
@@ -125,6 +139,20 @@ async fn dispatch(client: &Client, command: ClientCommand) -> CliResult<u8> {
             command: JobCommand::Watch { job, timeout },
             ..
         } => watch::watch(client, &job, timeout.map(Duration::from_secs)).await,
+        ClientCommand::Job {
+            command: JobCommand::Terminate { job, reason },
+            ..
+        } => control::terminate(client, &job, reason.as_deref())
+            .await
+            .map(|()| 0),
+        ClientCommand::Job {
+            command: JobCommand::Delete { job },
+            ..
+        } => control::delete(client, &job).await.map(|()| 0),
+        ClientCommand::Task {
+            command: TaskCommand::Show { job, task },
+            ..
+        } => control::show(client, &job, &task).await.map(|()| 0),
         ClientCommand::Task {
             command: TaskCommand::Logs(l),
             ..

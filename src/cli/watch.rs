@@ -70,8 +70,9 @@ impl Counts {
     }
 }
 
-/// Watches `job` until no task of it is active or running (or the job has ended); 0 when every
-/// task succeeded, 1 when one failed, [`TIMED_OUT`] when `timeout` passed first.
+/// Watches `job` until no task of it is active or running, or the job has ended (terminated: its
+/// active tasks never run); 0 when every task succeeded, 1 when one failed or never ran,
+/// [`TIMED_OUT`] when `timeout` passed first.
 pub async fn watch(client: &Client, job: &str, timeout: Option<Duration>) -> CliResult<u8> {
     let started = Instant::now();
     let terminal = client.output == Output::Table && std::io::stdout().is_terminal();
@@ -82,8 +83,9 @@ pub async fn watch(client: &Client, job: &str, timeout: Option<Duration>) -> Cli
                 .get(&format!("/jobs/{}/taskcounts", segment(job)))
                 .await?,
         );
-        let idle = counts.active == 0 && counts.running == 0;
-        let finished = idle && (counts.total() > 0 || job_ended(client, job).await?);
+        // A job that ended (terminated, say) runs nothing more: its active tasks never will.
+        let finished = counts.running == 0
+            && ((counts.active == 0 && counts.total() > 0) || job_ended(client, job).await?);
         if client.output == Output::Table && (terminal || last != Some(counts)) {
             show(terminal, &counts);
         }
@@ -114,8 +116,8 @@ pub async fn watch(client: &Client, job: &str, timeout: Option<Duration>) -> Cli
     } else {
         Vec::new()
     };
-    let json = json!({"jobId": job, "taskCounts": counts.json(), "failedTasks": failed});
-    if counts.failed == 0 {
+    let mut json = json!({"jobId": job, "taskCounts": counts.json(), "failedTasks": failed});
+    if counts.failed == 0 && counts.active == 0 {
         say(
             client.output,
             &json,
@@ -123,11 +125,10 @@ pub async fn watch(client: &Client, job: &str, timeout: Option<Duration>) -> Cli
         );
         return Ok(0);
     }
-    let mut text = format!(
-        "job {job}: {} of {} tasks failed",
-        counts.failed,
-        counts.total()
-    );
+    if counts.active > 0 {
+        json["notRun"] = json!(counts.active);
+    }
+    let mut text = format!("job {job}: {}", verdict(&counts));
     for task in failed.iter().take(NAMED) {
         text.push_str(&format!(
             "\n  {}  {}",
@@ -140,6 +141,18 @@ pub async fn watch(client: &Client, job: &str, timeout: Option<Duration>) -> Cli
     }
     say(client.output, &json, &text);
     Ok(1)
+}
+
+/// What went wrong, for a job that did not succeed: its failed tasks, and those that never ran
+/// because the job ended first.
+fn verdict(c: &Counts) -> String {
+    let total = c.total();
+    let never = "never ran (the job ended first)";
+    match (c.failed, c.active) {
+        (failed, 0) => format!("{failed} of {total} tasks failed"),
+        (0, active) => format!("{active} of {total} tasks {never}"),
+        (failed, active) => format!("{failed} of {total} tasks failed, {active} {never}"),
+    }
 }
 
 fn show(terminal: bool, counts: &Counts) {
@@ -164,7 +177,8 @@ fn say(output: Output, json: &Value, text: &str) {
     }
 }
 
-/// Whether the job has ended (completed), so that a job with no tasks is not waited on forever.
+/// Whether the job has ended (completed): a job with no tasks, or one terminated with tasks
+/// that never ran, is not waited on forever.
 async fn job_ended(client: &Client, job: &str) -> CliResult<bool> {
     let found = client
         .get(&format!("/jobs/{}?$select=state", segment(job)))
@@ -192,4 +206,29 @@ async fn failed_tasks(client: &Client, job: &str) -> CliResult<Vec<Value>> {
             json!({"id": t["id"], "exitCode": info["exitCode"], "reason": reason})
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_names_failed_tasks_and_those_the_ended_job_never_ran() {
+        let c = |active, failed, succeeded| Counts {
+            active,
+            running: 0,
+            completed: failed + succeeded,
+            succeeded,
+            failed,
+        };
+        assert_eq!(verdict(&c(0, 1, 99)), "1 of 100 tasks failed");
+        assert_eq!(
+            verdict(&c(2, 0, 4)),
+            "2 of 6 tasks never ran (the job ended first)"
+        );
+        assert_eq!(
+            verdict(&c(2, 4, 0)),
+            "4 of 6 tasks failed, 2 never ran (the job ended first)"
+        );
+    }
 }

@@ -1,0 +1,99 @@
+//! `batchpool job terminate|delete` and `batchpool task show`: work stopped before it is done
+//! (as `scancel` does), and why a task ended (as `scontrol show job` tells).
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::client::{segment, CliResult, Client};
+use super::table::{cell, print};
+
+/// Ends a job: its tasks that have not run never will, those running are killed, and the job
+/// completes (Azure's terminate). With `reason`, the job's `terminateReason`.
+pub async fn terminate(client: &Client, job: &str, reason: Option<&str>) -> CliResult<()> {
+    let body = reason.map(|r| json!({"terminateReason": r}));
+    let path = format!("/jobs/{}/terminate", segment(job));
+    client.call(Method::POST, &path, body.as_ref()).await?;
+    print(
+        client.output,
+        &json!({"id": job, "terminated": true}),
+        || format!("job {job} terminating\n"),
+    );
+    Ok(())
+}
+
+/// Deletes a job with its tasks and their files; running tasks are killed.
+pub async fn delete(client: &Client, job: &str) -> CliResult<()> {
+    let path = format!("/jobs/{}", segment(job));
+    client.call(Method::DELETE, &path, None).await?;
+    print(client.output, &json!({"id": job, "deleted": true}), || {
+        format!("job {job} deleting\n")
+    });
+    Ok(())
+}
+
+/// A task: its state, how it ended and why, where and when it ran; with `--output json`, the
+/// task as the API answers it.
+pub async fn show(client: &Client, job: &str, task: &str) -> CliResult<()> {
+    let path = format!("/jobs/{}/tasks/{}", segment(job), segment(task));
+    let t = client.get(&path).await?;
+    print(client.output, &t, || describe(job, &t));
+    Ok(())
+}
+
+/// One `name  value` line each, the names aligned; the lines of what the task lacks left out.
+fn describe(job: &str, t: &Value) -> String {
+    let run = &t["executionInfo"];
+    let failure = &run["failureInfo"];
+    let why = failure["code"]
+        .as_str()
+        .map(|code| format!("{code}: {}", cell(&failure["message"])));
+    let mut lines: Vec<(&str, String)> = vec![
+        ("job", job.to_string()),
+        ("task", cell(&t["id"])),
+        ("state", cell(&t["state"])),
+        ("command", cell(&t["commandLine"])),
+    ];
+    let optional = [
+        ("result", &run["result"]),
+        ("exit code", &run["exitCode"]),
+        ("node", &t["nodeInfo"]["nodeId"]),
+        ("started", &run["startTime"]),
+        ("ended", &run["endTime"]),
+        ("retries", &run["retryCount"]),
+        ("requeues", &run["requeueCount"]),
+    ];
+    lines.extend(
+        optional
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(name, v)| (*name, cell(v))),
+    );
+    lines.extend(why.map(|w| ("failure", w)));
+    let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    lines
+        .iter()
+        .map(|(name, value)| format!("{name:width$}  {value}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_task_says_how_it_ended_and_why_and_leaves_out_what_it_lacks() {
+        let t = json!({
+            "id": "2", "state": "completed",
+            "commandLine": "exit 3",
+            "executionInfo": {"result": "failure", "exitCode": 3, "retryCount": 0,
+                "requeueCount": 0, "failureInfo": {"category": "UserError",
+                "code": "TaskFailedNonZeroExitCode", "message": "exit code 3"}},
+        });
+        assert_eq!(
+            describe("mixed", &t),
+            "job        mixed\ntask       2\nstate      completed\ncommand    exit 3\n\
+             result     failure\nexit code  3\nretries    0\nrequeues   0\n\
+             failure    TaskFailedNonZeroExitCode: exit code 3\n"
+        );
+    }
+}
