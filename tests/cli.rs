@@ -415,6 +415,13 @@ async fn a_job_is_terminated_and_deleted_and_a_task_says_how_it_ended() {
     }
     let json = cli(&s, &["task", "show", "mixed", "1", "-o", "json"]).await;
     assert_eq!(json.ok().json()["executionInfo"]["exitCode"], 3);
+    let listed = cli(&s, &["task", "list", "mixed", "--failed"])
+        .await
+        .ok()
+        .stdout;
+    let cells = row(&listed, "1");
+    assert_eq!(cells[..4], ["1", "completed", "failure", "3"], "{listed}");
+    assert!(cells[4].starts_with("tvmps_"), "{listed}");
 
     // Six tasks on four slots: four run, two wait, and the job ends under them.
     let slow = [
@@ -452,6 +459,18 @@ async fn a_job_is_terminated_and_deleted_and_a_task_says_how_it_ended() {
         .await
         .json();
     assert_eq!(json["notRun"], 2);
+    let state = ["task", "list", "slow", "--state", "active", "-o", "json"];
+    let active = cli(&s, &state).await.ok().json();
+    assert_eq!(active.as_array().map(Vec::len), Some(2), "{active}");
+    let all = cli(&s, &["task", "list", "slow"]).await.ok().stdout;
+    assert_eq!(all.lines().count(), 7, "a header and six tasks:\n{all}");
+    let failed = ["task", "list", "slow", "--state", "completed", "--failed"];
+    let ended = cli(&s, &failed).await.ok().stdout;
+    assert_eq!(
+        ended.lines().count(),
+        5,
+        "a header and four tasks:\n{ended}"
+    );
     let (_, job) = s.get("/jobs/slow").await;
     assert_eq!(job["executionInfo"]["terminateReason"], "not needed");
     let running = wait_for("a terminated task", || async {

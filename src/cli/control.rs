@@ -1,11 +1,21 @@
-//! `batchpool job terminate|delete` and `batchpool task show`: work stopped before it is done
-//! (as `scancel` does), and why a task ended (as `scontrol show job` tells).
+//! `batchpool job terminate|delete` and `batchpool task show|list`: work stopped before it is
+//! done (as `scancel` does), and how tasks ended and why (as `scontrol show job` and `sacct`
+//! tell).
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::client::{segment, CliResult, Client};
-use super::table::{cell, print};
+use super::table::{cell, print, render};
+
+/// A task's state, to list the tasks in it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum TaskState {
+    Active,
+    Preparing,
+    Running,
+    Completed,
+}
 
 /// Ends a job: its tasks that have not run never will, those running are killed, and the job
 /// completes (Azure's terminate). With `reason`, the job's `terminateReason`.
@@ -37,6 +47,46 @@ pub async fn show(client: &Client, job: &str, task: &str) -> CliResult<()> {
     let path = format!("/jobs/{}/tasks/{}", segment(job), segment(task));
     let t = client.get(&path).await?;
     print(client.output, &t, || describe(job, &t));
+    Ok(())
+}
+
+/// A job's tasks, one line each, in the server's order; those in `state` only, and with
+/// `failed` those that failed only.
+pub async fn list(
+    client: &Client,
+    job: &str,
+    state: Option<TaskState>,
+    failed: bool,
+) -> CliResult<()> {
+    let mut filters = Vec::new();
+    if let Some(state) = state {
+        let name = format!("{state:?}").to_lowercase();
+        filters.push(format!("state%20eq%20'{name}'"));
+    }
+    if failed {
+        filters.push("executionInfo/result%20eq%20'failure'".to_string());
+    }
+    let mut path = format!(
+        "/jobs/{}/tasks?$select=id,state,executionInfo,nodeInfo",
+        segment(job)
+    );
+    if !filters.is_empty() {
+        path.push_str(&format!("&$filter={}", filters.join("%20and%20")));
+    }
+    let tasks = client.list(&path).await?;
+    print(client.output, &json!(tasks), || {
+        let rows: Vec<Vec<String>> = tasks
+            .iter()
+            .map(|t| {
+                let run = &t["executionInfo"];
+                let cells = [&t["id"], &t["state"], &run["result"], &run["exitCode"]];
+                let mut row: Vec<String> = cells.into_iter().map(cell).collect();
+                row.push(cell(&t["nodeInfo"]["nodeId"]));
+                row
+            })
+            .collect();
+        render(&["TASK", "STATE", "RESULT", "EXIT", "NODE"], &rows)
+    });
     Ok(())
 }
 

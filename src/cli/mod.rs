@@ -51,6 +51,16 @@ pub enum TaskCommand {
     Logs(Logs),
     /// A task's state, how it ended and why (exit code, failure), where and when it ran.
     Show { job: String, task: String },
+    /// A job's tasks, one line each: state, result, exit code, node.
+    List {
+        job: String,
+        /// Only the tasks in this state.
+        #[arg(long, value_enum)]
+        state: Option<control::TaskState>,
+        /// Only the tasks that failed.
+        #[arg(long)]
+        failed: bool,
+    },
 }
 
 /// The client commands, each with where the server is and who signs (`config::Command`
@@ -73,7 +83,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Tasks: their logs, and how they ended.
+    /// Tasks: their logs, how they ended, a job's tasks by state.
     Task {
         #[command(subcommand)]
         command: TaskCommand,
@@ -153,6 +163,10 @@ async fn dispatch(client: &Client, command: ClientCommand) -> CliResult<u8> {
             command: TaskCommand::Show { job, task },
             ..
         } => control::show(client, &job, &task).await.map(|()| 0),
+        ClientCommand::Task {
+            command: TaskCommand::List { job, state, failed },
+            ..
+        } => control::list(client, &job, state, failed).await.map(|()| 0),
         ClientCommand::Task {
             command: TaskCommand::Logs(l),
             ..
