@@ -60,11 +60,11 @@ pub async fn list(
 ) -> CliResult<()> {
     let mut filters = Vec::new();
     if let Some(state) = state {
-        let name = format!("{state:?}").to_lowercase();
-        filters.push(format!("state%20eq%20'{name}'"));
+        let name = clap::ValueEnum::to_possible_value(&state).expect("every state is listed");
+        filters.push(format!("state%20eq%20'{}'", name.get_name()));
     }
     if failed {
-        filters.push("executionInfo/result%20eq%20'failure'".to_string());
+        filters.push(super::watch::FAILED.to_string());
     }
     let mut path = format!(
         "/jobs/{}/tasks?$select=id,state,executionInfo,nodeInfo",

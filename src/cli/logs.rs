@@ -61,12 +61,7 @@ async fn task_over(client: &Client, job: &str, task: &str) -> CliResult<bool> {
     );
     match client.get(&path).await?["state"].as_str() {
         Some("completed") => Ok(true),
-        Some("active") => {
-            let job = client
-                .get(&format!("/jobs/{}?$select=state", segment(job)))
-                .await?;
-            Ok(job["state"] == "completed")
-        }
+        Some("active") => super::watch::job_ended(client, job).await,
         _ => Ok(false),
     }
 }

@@ -14,6 +14,8 @@ use super::table::cell;
 const EVERY: Duration = Duration::from_millis(500);
 /// How many failed tasks the summary names.
 const NAMED: usize = 20;
+/// The `$filter` (URL-encoded) of the tasks that failed.
+pub(super) const FAILED: &str = "executionInfo/result%20eq%20'failure'";
 /// The exit status when `--timeout` passes first, as `timeout(1)` gives.
 pub const TIMED_OUT: u8 = 124;
 
@@ -179,7 +181,7 @@ fn say(output: Output, json: &Value, text: &str) {
 
 /// Whether the job has ended (completed): a job with no tasks, or one terminated with tasks
 /// that never ran, is not waited on forever.
-async fn job_ended(client: &Client, job: &str) -> CliResult<bool> {
+pub(super) async fn job_ended(client: &Client, job: &str) -> CliResult<bool> {
     let found = client
         .get(&format!("/jobs/{}?$select=state", segment(job)))
         .await?;
@@ -188,9 +190,8 @@ async fn job_ended(client: &Client, job: &str) -> CliResult<bool> {
 
 /// The failed tasks, each with why: its exit code or its failure's message.
 async fn failed_tasks(client: &Client, job: &str) -> CliResult<Vec<Value>> {
-    let filter = "executionInfo/result%20eq%20'failure'";
     let path = format!(
-        "/jobs/{}/tasks?$filter={filter}&$select=id,executionInfo",
+        "/jobs/{}/tasks?$filter={FAILED}&$select=id,executionInfo",
         segment(job)
     );
     let tasks = client.list(&path).await?;
