@@ -289,6 +289,63 @@ on_both_runtimes!(
     files_are_read_by_the_nodes_agent
 );
 
+/// A listing longer than a page comes in pages that each keep the request's `recursive`,
+/// `$filter` and `$select`, for a task's files and for its node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_file_listing_is_paged_with_its_options() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("j", "p").await;
+    let make = "mkdir many && for i in $(seq 1 1200); do : > many/f$i; done";
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": make})])
+        .await;
+    let done = s.wait_task("j", "t", "completed").await;
+    assert_eq!(done["executionInfo"]["exitCode"], 0, "{done}");
+    let node = done["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    let made: Vec<String> = (1..=1200).map(|i| format!("f{i}")).collect();
+
+    let task_pages = common::pages(&s, "/jobs/j/tasks/t/files?recursive=true&maxresults=500").await;
+    let names = page_names(&task_pages);
+    assert_eq!(
+        task_pages.len(),
+        3,
+        "1,204 entries in pages of 500, not {}",
+        names.len()
+    );
+    for file in &made {
+        assert!(names.contains(&format!("wd/many/{file}")), "{file} listed");
+    }
+    assert!(names.contains(&"stdout.txt".to_string()), "{names:?}");
+
+    let prefix = "workitems/j/job-1/t/wd/many/";
+    let filter = format!("startswith(name,%27{prefix}%27)");
+    let first = format!(
+        "/pools/p/nodes/{node}/files?recursive=true&maxresults=400&$filter={filter}&$select=name"
+    );
+    let node_pages = common::pages(&s, &first).await;
+    assert_eq!(node_pages.len(), 3, "1,200 files in pages of 400");
+    for item in node_pages.iter().flatten() {
+        assert_eq!(item.as_object().unwrap().len(), 1, "only the name: {item}");
+    }
+    let mut names = page_names(&node_pages);
+    names.sort();
+    let mut wanted: Vec<String> = made.iter().map(|f| format!("{prefix}{f}")).collect();
+    wanted.sort();
+    assert_eq!(names, wanted);
+}
+
+/// The names of every page's files, each once: a name on two pages fails.
+fn page_names(pages: &[Vec<serde_json::Value>]) -> Vec<String> {
+    let names: Vec<String> = pages
+        .iter()
+        .flatten()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "a name on two pages: {names:?}");
+    names
+}
+
 /// Every file under `dir` named `name`.
 fn found(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -16,6 +16,8 @@ pub struct ListQuery {
     select: Option<Vec<String>>,
     select_text: Option<String>,
     api_version: Option<String>,
+    /// Options of the list's own that its `odata.nextLink` carries on (a file list's `recursive`).
+    carried: Vec<(&'static str, String)>,
 }
 
 /// How many rows one request may scan for a filtered page before it answers with what it has
@@ -57,7 +59,21 @@ impl ListQuery {
             select: odata::parse_select(select_text.as_deref()),
             select_text,
             api_version: query.get("api-version").cloned(),
+            carried: Vec::new(),
         })
+    }
+
+    /// Carries `name`, when the request has it, into the `odata.nextLink` of each page, so the
+    /// next page is of the same list.
+    pub fn carrying(
+        mut self,
+        query: &std::collections::HashMap<String, String>,
+        name: &'static str,
+    ) -> Self {
+        if let Some(value) = query.get(name) {
+            self.carried.push((name, value.clone()));
+        }
+        self
     }
 
     pub fn filter(&self) -> Option<&odata::Filter> {
@@ -155,6 +171,7 @@ impl ListQuery {
                 pairs.push(("api-version", v.clone()));
             }
             pairs.push(("maxresults", self.max_results.to_string()));
+            pairs.extend(self.carried.iter().cloned());
             if let Some(f) = &self.filter_text {
                 pairs.push(("$filter", f.clone()));
             }

@@ -783,15 +783,22 @@ impl TestServer {
 
 /// Every task of the job, following `odata.nextLink`.
 pub async fn all_tasks(s: &TestServer, job: &str) -> Vec<Value> {
-    let mut tasks = Vec::new();
-    let mut path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
+    let first = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
+    pages(s, &first).await.into_iter().flatten().collect()
+}
+
+/// The items of each page of a list, from `first` on through each page's `odata.nextLink`
+/// (which must lead back to this server).
+pub async fn pages(s: &TestServer, first: &str) -> Vec<Vec<Value>> {
+    let mut out = Vec::new();
+    let mut path = first.to_string();
     loop {
         let (status, page) = s.get(&path).await;
-        assert_eq!(status, 200, "{page}");
-        tasks.extend(page["value"].as_array().unwrap().iter().cloned());
+        assert_eq!(status, 200, "{path}: {page}");
+        out.push(page["value"].as_array().unwrap().clone());
         match page["odata.nextLink"].as_str() {
             Some(next) => path = next.strip_prefix(&s.base).unwrap().to_string(),
-            None => return tasks,
+            None => return out,
         }
     }
 }

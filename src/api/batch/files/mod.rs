@@ -33,28 +33,14 @@ pub async fn list_task_files(
     Path((job_id, task_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    let list = list_query(&query)?;
     let (job_id, task_id, place) = task_root(&app, &job_id, &task_id).await?;
-    let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files");
+    let path = format!("/jobs/{job_id}/tasks/{task_id}/files");
     let entries = match place {
-        Some(place) => {
-            let op = FileOp::List {
-                recursive: recursive(&query),
-            };
-            list_dir(&app, &place, op, &url).await?
-        }
+        Some(place) => list_dir(&app, &place, &query, &format!("{base}{path}")).await?,
         None => Vec::new(),
     };
-    let list = ListQuery::from_query(&query, odata::FILE_PROPERTIES)?;
-    let path = format!("/jobs/{job_id}/tasks/{task_id}/files");
-    Ok(Json(
-        list.page_of(
-            &base,
-            &path,
-            entries
-                .into_iter()
-                .map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e)),
-        ),
-    ))
+    Ok(Json(page(&list, &base, &path, entries)))
 }
 
 pub async fn list_node_files(
@@ -63,14 +49,25 @@ pub async fn list_node_files(
     Path((pool_id, node_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
+    let list = list_query(&query)?;
     let place = node_path(&app, &pool_id, &node_id, FsPath::new("")).await?;
-    let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files");
-    let op = FileOp::List {
-        recursive: recursive(&query),
-    };
-    Ok(Json(
-        json!({"value": list_dir(&app, &place, op, &url).await?}),
-    ))
+    let path = format!("/pools/{pool_id}/nodes/{node_id}/files");
+    let entries = list_dir(&app, &place, &query, &format!("{base}{path}")).await?;
+    Ok(Json(page(&list, &base, &path, entries)))
+}
+
+/// A file list's OData options; its pages' links keep `recursive`, so every page is of the
+/// same listing.
+fn list_query(query: &HashMap<String, String>) -> ApiResult<ListQuery> {
+    Ok(ListQuery::from_query(query, odata::FILE_PROPERTIES)?.carrying(query, "recursive"))
+}
+
+/// One page of a listing sorted by name, the name being the page's token.
+fn page(list: &ListQuery, base: &str, path: &str, entries: Vec<Value>) -> Value {
+    let named = entries
+        .into_iter()
+        .map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e));
+    list.page_of(base, path, named)
 }
 
 fn recursive(query: &HashMap<String, String>) -> bool {
@@ -79,9 +76,17 @@ fn recursive(query: &HashMap<String, String>) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// Azure's BatchNodeFile entries below `place`, names relative to it with `/`; none if it is
-/// not there.
-async fn list_dir(app: &Ctx, place: &Place, op: FileOp, url: &str) -> ApiResult<Vec<Value>> {
+/// Azure's BatchNodeFile entries below `place` (all of them with `recursive=true`), names
+/// relative to it with `/`, sorted by name; none if it is not there.
+async fn list_dir(
+    app: &Ctx,
+    place: &Place,
+    query: &HashMap<String, String>,
+    url: &str,
+) -> ApiResult<Vec<Value>> {
+    let op = FileOp::List {
+        recursive: recursive(query),
+    };
     let mut out: Vec<Value> = match ask(app, place, op).await? {
         FileAnswer::Listing(infos) => infos.iter().map(|info| file_entry(info, url)).collect(),
         FileAnswer::Refused {
