@@ -59,7 +59,8 @@ if hasattr(m, "BatchPoolCreateOptions"):
               "job schedule add": [m.BatchJobScheduleCreateOptions],
               "job schedule update": [m.BatchJobScheduleUpdateOptions],
               "schedule": [m.BatchJobScheduleConfiguration],
-              "job specification": [m.BatchJobSpecification]}
+              "job specification": [m.BatchJobSpecification],
+              "virtual machine configuration": [m.VirtualMachineConfiguration]}
 else:
     sdk, read = "14.2.0", properties_14
     bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
@@ -72,7 +73,8 @@ else:
               "job schedule add": [m.JobScheduleAddParameter],
               "job schedule update": [m.JobSchedulePatchParameter, m.JobScheduleUpdateParameter],
               "schedule": [m.Schedule],
-              "job specification": [m.JobSpecification]}
+              "job specification": [m.JobSpecification],
+              "virtual machine configuration": [m.VirtualMachineConfiguration]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})

@@ -47,6 +47,11 @@ const BODIES: &[(&str, Table, &str)] = &[
     ("schedule", support::SCHEDULE, "schedule."),
     // A job add body without the id: the schedule names its jobs.
     ("job specification", support::JOB_ADD, "jobSpecification."),
+    (
+        "virtual machine configuration",
+        support::VM_CONFIGURATION,
+        "virtualMachineConfiguration.",
+    ),
 ];
 
 fn sdk_properties() -> Value {
@@ -153,6 +158,16 @@ fn request_with(
             with(pool, &[(prop, value)]),
             "/pools/made",
         ),
+        "virtual machine configuration" => {
+            let config = json!({"nodeAgentSKUId": "batch.node.ubuntu 22.04"});
+            let config = with(config, &[(prop, value)]);
+            (
+                Method::POST,
+                "/pools",
+                with(pool, &[("virtualMachineConfiguration", config)]),
+                "/pools/made",
+            )
+        }
         "start task" => {
             let start_task = with(json!({"commandLine": "true"}), &[(prop, value)]);
             (

@@ -441,3 +441,66 @@ async fn a_node_leaving_with_retained_data_keeps_its_tasks_files_until_their_ret
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["code"], "NodeNotFound", "{body}");
 }
+
+/// A pool's `imageReference` chooses its nodes' image through `--image-map`: by
+/// publisher/offer/sku regardless of case, or by `virtualMachineImageId`; one the map lacks gets
+/// the default image, and `containerConfiguration`'s first image wins over either.
+/// `nodeAgentSKUId` is taken whatever it names and returned as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
+    const MAPPED: &str = "batchpool-test/mapped-node:1";
+    const GALLERY: &str = "/subscriptions/s/galleries/g/images/tools/versions/1.0.0";
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("images.json");
+    let entries = json!({"Canonical/Ubuntu/22_04-LTS": MAPPED, GALLERY: MAPPED});
+    std::fs::write(&map, entries.to_string()).unwrap();
+    let flags = ["--image-map", map.to_str().unwrap()];
+    let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &flags).await;
+    common::run_ok(std::process::Command::new("docker").args(["tag", common::TEST_IMAGE, MAPPED]));
+
+    let sku = "batch.node.ubuntu 22.04";
+    let unmapped = json!({"publisher": "other", "offer": "os", "sku": "1"});
+    let pools = [
+        (
+            "by-name",
+            json!({"imageReference": {"publisher": "canonical", "offer": "ubuntu", "sku": "22_04-lts", "version": "latest"}, "nodeAgentSKUId": sku}),
+            MAPPED,
+        ),
+        (
+            "by-id",
+            json!({"imageReference": {"virtualMachineImageId": GALLERY}, "nodeAgentSKUId": sku}),
+            MAPPED,
+        ),
+        (
+            "unmapped",
+            json!({"imageReference": unmapped, "nodeAgentSKUId": sku}),
+            common::TEST_IMAGE,
+        ),
+        (
+            "named",
+            json!({"imageReference": unmapped, "nodeAgentSKUId": sku,
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [MAPPED]}}),
+            MAPPED,
+        ),
+    ];
+    for (id, config, _) in &pools {
+        let body = json!({"id": id, "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+            "virtualMachineConfiguration": config});
+        let (status, answer) = s.post("/pools", &body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    for (id, config, _) in &pools {
+        s.wait_nodes(id, 1, "idle").await;
+        let (_, pool) = s.get(&format!("/pools/{id}")).await;
+        assert_eq!(&pool["virtualMachineConfiguration"], config, "{pool}");
+    }
+    let containers = docker_containers(&s.server_id().await);
+    for (id, _, image) in &pools {
+        let images: Vec<&Value> = containers
+            .iter()
+            .filter(|c| c["Config"]["Labels"]["batchpool.pool"] == *id)
+            .map(|c| &c["Config"]["Image"])
+            .collect();
+        assert_eq!(images, [image], "the node of {id}");
+    }
+}

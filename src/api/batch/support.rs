@@ -90,6 +90,53 @@ pub const POOL_ADD: Table = &[
     ("vmSize", Works("pools.rs::pool_lifecycle")),
 ];
 
+/// A pool's `virtualMachineConfiguration`: what chooses the node image works; what shapes a
+/// virtual machine that a Docker node does not have is refused.
+pub const VM_CONFIGURATION: Table = &[
+    (
+        "containerConfiguration",
+        Works("pools.rs::an_image_reference_chooses_the_node_image_through_the_image_map"),
+    ),
+    (
+        "dataDisks",
+        Refused("data disks (a node's disk is its container's)"),
+    ),
+    (
+        "diskEncryptionConfiguration",
+        Refused("disk encryption of nodes"),
+    ),
+    (
+        "extensions",
+        Refused("VM extensions (use the start task or the image)"),
+    ),
+    (
+        "imageReference",
+        Works("pools.rs::an_image_reference_chooses_the_node_image_through_the_image_map"),
+    ),
+    ("licenseType", Refused("Windows license types")),
+    (
+        "nodeAgentSKUId",
+        Works("pools.rs::an_image_reference_chooses_the_node_image_through_the_image_map"),
+    ),
+    (
+        "nodePlacementConfiguration",
+        Refused("node placement policies (nodes are spread over the server's Docker hosts)"),
+    ),
+    (
+        "osDisk",
+        Refused("OS disk settings (a node's disk is its container's)"),
+    ),
+    (
+        "securityProfile",
+        Refused("security profiles (trusted launch, confidential VMs)"),
+    ),
+    (
+        "serviceArtifactReference",
+        Refused("service artifact references (use imageReference through --image-map)"),
+    ),
+    ("windowsConfiguration", Refused("Windows nodes")),
+];
+
 pub const START_TASK: Table = &[
     ("commandLine", Works("pools.rs::start_task")),
     (

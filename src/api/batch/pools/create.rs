@@ -9,7 +9,7 @@ use super::checks::{
     check_resize_timeout, check_start_task, check_targets, refuse_start_task_container,
 };
 use super::MetadataItem;
-use crate::api::batch::support::{refuse_unsupported, POOL_ADD};
+use crate::api::batch::support::{refuse_unsupported, POOL_ADD, VM_CONFIGURATION};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{created, BaseUrl, Ctx};
@@ -221,6 +221,9 @@ fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
     let Some(raw) = vm_config else {
         return Ok(app.settings.default_image.clone());
     };
+    if let Some(fields) = raw.as_object() {
+        refuse_unsupported(VM_CONFIGURATION, "virtualMachineConfiguration.", fields)?;
+    }
     let config: VmConfig = serde_json::from_value(raw.clone()).map_err(|e| {
         ApiError::invalid_property(
             "virtualMachineConfiguration",
