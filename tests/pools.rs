@@ -443,16 +443,18 @@ async fn a_node_leaving_with_retained_data_keeps_its_tasks_files_until_their_ret
 }
 
 /// A pool's `imageReference` chooses its nodes' image through `--image-map`: by
-/// publisher/offer/sku regardless of case, or by `virtualMachineImageId`; one the map lacks gets
+/// publisher/offer/sku regardless of case, or by `virtualMachineImageId` or a gallery's image id;
+/// one the map lacks gets
 /// the default image, and `containerConfiguration`'s first image wins over either.
 /// `nodeAgentSKUId` is taken whatever it names and returned as sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
     const MAPPED: &str = "batchpool-test/mapped-node:1";
     const GALLERY: &str = "/subscriptions/s/galleries/g/images/tools/versions/1.0.0";
+    const SHARED: &str = "/SharedGalleries/g/Images/tools/Versions/2";
     let dir = tempfile::tempdir().unwrap();
     let map = dir.path().join("images.json");
-    let entries = json!({"Canonical/Ubuntu/22_04-LTS": MAPPED, GALLERY: MAPPED});
+    let entries = json!({"Canonical/Ubuntu/22_04-LTS": MAPPED, GALLERY: MAPPED, SHARED: MAPPED});
     std::fs::write(&map, entries.to_string()).unwrap();
     let flags = ["--image-map", map.to_str().unwrap()];
     let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &flags).await;

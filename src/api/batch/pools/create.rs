@@ -70,6 +70,8 @@ struct ImageReference {
     offer: Option<String>,
     sku: Option<String>,
     virtual_machine_image_id: Option<String>,
+    shared_gallery_image_id: Option<String>,
+    community_gallery_image_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -247,7 +249,11 @@ fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
         }
     }
     if let Some(r) = config.image_reference {
-        let key = match r.virtual_machine_image_id {
+        let gallery_id = r
+            .virtual_machine_image_id
+            .or(r.shared_gallery_image_id)
+            .or(r.community_gallery_image_id);
+        let key = match gallery_id {
             Some(id) => id,
             None => [r.publisher, r.offer, r.sku]
                 .map(Option::unwrap_or_default)
