@@ -110,6 +110,12 @@ async fn bad_pool_requests_are_refused_and_change_nothing() {
             ("PropertyName", "taskSchedulingPolicy.nodeFillType"),
         ),
         (
+            json!({"taskSchedulingPolicy": {"jobDefaultOrder": "fifo"}}),
+            400,
+            "InvalidPropertyValue",
+            ("PropertyName", "taskSchedulingPolicy.jobDefaultOrder"),
+        ),
+        (
             json!({"startTask": {"waitForSuccess": true}}),
             400,
             "MissingRequiredProperty",

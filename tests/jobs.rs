@@ -36,17 +36,19 @@ fn task(id: &str, command: &str) -> Value {
 /// Appends "job:task" to the node's shared `order` file.
 const RECORD: &str = "echo $AZ_BATCH_JOB_ID:$AZ_BATCH_TASK_ID >> $AZ_BATCH_NODE_SHARED_DIR/order";
 
-async fn priority_then_age_then_task_order(rt: Rt) {
+/// The order four jobs' tasks ran in, one at a time on a pool of one slot with
+/// `jobDefaultOrder` `order`: "low" (priority -5), "older" and "newer" (10, made in that
+/// order, their tasks added the other way round) and "high" (500), three tasks each, all queued
+/// before the pool has a node.
+async fn run_order(rt: Rt, order: &str) -> Vec<String> {
     let s = TestServer::start(rt).await;
-    // No nodes yet: everything queues, and runs once the pool grows.
+    let pool = json!({"id": "prio", "vmSize": "standard_a1", "targetDedicatedNodes": 0,
+        "taskSchedulingPolicy": {"jobDefaultOrder": order}});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let (_, got) = s.get("/pools/prio").await;
     assert_eq!(
-        s.post(
-            "/pools",
-            &json!({"id": "prio", "vmSize": "standard_a1", "targetDedicatedNodes": 0})
-        )
-        .await
-        .0,
-        201
+        got["taskSchedulingPolicy"]["jobDefaultOrder"], order,
+        "{got}"
     );
     job(&s, "low", "prio", json!({"priority": -5})).await;
     job(&s, "older", "prio", json!({"priority": 10})).await;
@@ -74,18 +76,24 @@ async fn priority_then_age_then_task_order(rt: Rt) {
     for j in ["low", "newer", "older", "high"] {
         s.wait_all_completed(j, 3).await;
     }
-    let order: Vec<String> = s
-        .shared_file("prio", &node, "order")
+    s.shared_file("prio", &node, "order")
         .await
         .lines()
         .map(String::from)
-        .collect();
-    let expected: Vec<String> = ["high", "older", "newer", "low"]
-        .iter()
+        .collect()
+}
+
+/// Each job's tasks, in task order, job after job.
+fn job_after_job(jobs: &[&str]) -> Vec<String> {
+    jobs.iter()
         .flat_map(|j| (1..=3).map(move |i| format!("{j}:t{i}")))
-        .collect();
+        .collect()
+}
+
+async fn priority_then_age_then_task_order(rt: Rt) {
     assert_eq!(
-        order, expected,
+        run_order(rt, "creationtime").await,
+        job_after_job(&["high", "older", "newer", "low"]),
         "job priority, then job age, then task order"
     );
 }
@@ -93,6 +101,59 @@ on_both_runtimes!(
     tasks_run_by_priority_then_age_then_order,
     priority_then_age_then_task_order
 );
+
+/// Azure's default jobDefaultOrder, `none`: jobs of equal priority take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_of_equal_priority_take_turns() {
+    let mut expected = job_after_job(&["high"]);
+    expected.extend((1..=3).flat_map(|i| [format!("older:t{i}"), format!("newer:t{i}")]));
+    expected.extend(job_after_job(&["low"]));
+    assert_eq!(run_order(Rt::Local, "none").await, expected);
+}
+
+/// Free slots are shared out in rounds: a job with fewer ready tasks than its share leaves the
+/// rest to the others, which claim it after the tasks they already hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_left_by_one_job_goes_to_the_others() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "share", "vmSize": "standard_a1", "targetDedicatedNodes": 0,
+        "taskSlotsPerNode": 4, "taskSchedulingPolicy": {"jobDefaultOrder": "none"}});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    for (j, count) in [("few", 1), ("many", 6)] {
+        job(&s, j, "share", json!({})).await;
+        let tasks = (1..=count).map(|i| task(&format!("t{i}"), "sleep 600"));
+        s.add_tasks(j, tasks.collect()).await;
+    }
+    let resize = json!({"targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools/share/resize", &resize).await.0, 202);
+    let running = |j: &'static str| {
+        let s = &s;
+        async move {
+            s.get(&format!("/jobs/{j}/taskcounts")).await.1["taskCounts"]["running"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let counts = wait_for("four running tasks", || async {
+        let counts = (running("few").await, running("many").await);
+        (counts.0 + counts.1 == 4).then_some(counts)
+    })
+    .await;
+    assert_eq!(counts, (1, 3), "(few, many) running");
+    let started: Vec<String> = common::all_tasks(&s, "many")
+        .await
+        .into_iter()
+        .filter(|t| t["state"] == "running")
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(started, ["t1", "t2", "t3"], "in task order, each once");
+    for j in ["few", "many"] {
+        assert_eq!(
+            s.post(&format!("/jobs/{j}/terminate"), &json!({})).await.0,
+            202
+        );
+    }
+}
 
 /// Each task records how many tasks run on its node at its start; none may exceed the slots.
 const CONCURRENCY: &str =

@@ -37,6 +37,10 @@ async fn pool_lifecycle(rt: Rt) {
     assert_eq!(pool["targetDedicatedNodes"], 2);
     assert_eq!(pool["taskSlotsPerNode"], 1);
     assert_eq!(pool["taskSchedulingPolicy"]["nodeFillType"], "spread");
+    assert_eq!(
+        pool["taskSchedulingPolicy"]["jobDefaultOrder"], "creationtime",
+        "the default: the oldest of jobs of equal priority first"
+    );
     assert_eq!(pool["resizeTimeout"], "PT15M");
     assert_eq!(pool["metadata"], json!([{"name": "team", "value": "ml"}]));
     assert!(pool["eTag"].as_str().unwrap().starts_with("0x"));

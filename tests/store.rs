@@ -7,7 +7,9 @@ mod common;
 use std::borrow::Cow;
 
 use batchpool::domain::job::{AllTasksComplete, TaskFailureMode, TaskState};
-use batchpool::domain::pool::{AllocationState, NodeFillType, NodeState, PoolState};
+use batchpool::domain::pool::{
+    AllocationState, JobDefaultOrder, NodeFillType, NodeState, PoolState,
+};
 use batchpool::store::{self, jobs, nodes, pools, tasks};
 use serde_json::json;
 use sqlx::migrate::Migrator;
@@ -34,6 +36,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         start_task: None,
         task_slots_per_node: slots,
         node_fill_type: NodeFillType::Pack,
+        job_default_order: JobDefaultOrder::CreationTime,
         target_dedicated_nodes: 0,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: 9_000_000_000,
@@ -256,7 +259,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
         let free = nodes::lock_free_slots(&mut *tx).await.unwrap();
         assert_eq!(free.len(), 1, "the node has its one slot free before {id}");
         // Only the task whose dependencies are met is ready.
-        let ready = tasks::claim_ready(&mut *tx, job.pk, 10).await.unwrap();
+        let ready = tasks::claim_ready(&mut *tx, (job.pk, 0), 10).await.unwrap();
         assert_eq!(ready.len(), 1, "one ready task before {id}");
         let per_node = tasks::PerNode {
             nodes: vec![node.pk],

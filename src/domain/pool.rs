@@ -10,6 +10,15 @@ wire_enum!(AllocationState { Steady = "steady", Resizing = "resizing", Stopping 
 wire_enum!(NodeFillType { Spread = "spread", Pack = "pack" });
 
 wire_enum!(
+    /// How a pool's jobs of equal priority share its free slots: evenly, in turns (`none`), or
+    /// the oldest job first (`creationtime`, the default here; Azure's is `none`).
+    JobDefaultOrder {
+        None = "none",
+        CreationTime = "creationtime",
+    }
+);
+
+wire_enum!(
     /// What happens to a node's running tasks when a resize removes it.
     NodeDeallocationOption {
         Requeue = "requeue",

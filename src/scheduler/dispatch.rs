@@ -1,5 +1,6 @@
 //! Tasks -> slots. One pass reads the free slots of every usable node, walks each pool's active
-//! jobs in priority order (then age), claims at most as many ready tasks as there are free slots
+//! jobs in priority order (jobs of equal priority sharing the slots evenly, or the oldest first,
+//! by the pool's jobDefaultOrder), claims at most as many ready tasks as there are free slots
 //! (in task order, `FOR UPDATE SKIP LOCKED`), places them (`spread` or `pack`) and records every
 //! placement in one transaction. Its cost follows the free slots, not the queue's length.
 //!
@@ -8,16 +9,20 @@
 //! (and one wait for the disk) for each round of ends and starts, not two.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use sqlx::PgPool;
 
 use super::complete::{self, Finished};
 use crate::domain::placement::{place, FreeNode, Needs};
-use crate::domain::pool::NodeFillType;
+use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::store::{
     self,
+    jobs::JobRoom,
     tasks::{AttemptRow, PerNode},
 };
+
+type Tx<'t> = sqlx::Transaction<'t, sqlx::Postgres>;
 
 /// Records the outcomes `ended`, then claims and records placements; returns the attempts now
 /// running, as the executor starts them. Each pass logs its time at debug level
@@ -141,58 +146,171 @@ impl Chosen {
     }
 }
 
-/// Locks the nodes with free slots and claims ready tasks for them, pool by pool, jobs in
-/// priority order.
-async fn choose(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> sqlx::Result<Chosen> {
+/// A pool's free slots as a pass fills them.
+struct Filling<'c> {
+    nodes: Vec<FreeNode>,
+    fill: NodeFillType,
+    /// Free slots left in the pool.
+    free: i64,
+    chosen: &'c mut Chosen,
+}
+
+/// What one claim of a job's ready tasks gave: how many it claimed and placed, and the last
+/// task it claimed (the next claim of the job starts after it).
+struct Took {
+    claimed: i64,
+    placed: i64,
+    last: i64,
+}
+
+/// For each pool and priority shared out by [`Filling::share`], the job that was given the first
+/// task the last time: the next share starts with the job after it. The leader's memory only (a
+/// new leader starts over), cleared if it ever holds more than [`MAX_TURNS`] entries.
+static TURNS: Mutex<BTreeMap<(i64, i32), i64>> = Mutex::new(BTreeMap::new());
+const MAX_TURNS: usize = 10_000;
+
+/// Locks the nodes with free slots and claims ready tasks for them, pool by pool: jobs in
+/// priority order, and jobs of equal priority by the pool's jobDefaultOrder.
+async fn choose(tx: &mut Tx<'_>) -> sqlx::Result<Chosen> {
     let free = store::nodes::lock_free_slots(&mut **tx).await?;
-    let mut pools: BTreeMap<i64, (String, String, NodeFillType, Vec<FreeNode>)> = BTreeMap::new();
+    let mut pools: BTreeMap<i64, (String, String, NodeFillType, JobDefaultOrder, Vec<FreeNode>)> =
+        BTreeMap::new();
     for row in free {
         let entry = pools.entry(row.pool_pk).or_insert_with(|| {
-            (
-                row.pool_id.clone(),
-                row.account.clone(),
-                row.fill,
-                Vec::new(),
-            )
+            let (id, account) = (row.pool_id.clone(), row.account.clone());
+            (id, account, row.fill, row.order, Vec::new())
         });
-        entry.3.push(FreeNode {
+        entry.4.push(FreeNode {
             node_pk: row.node_pk,
             free: row.free,
             dedicated: row.dedicated,
         });
     }
     let mut chosen = Chosen::default();
-    for (pool_id, account, fill, mut nodes) in pools.into_values() {
-        let mut total_free: i64 = nodes.iter().map(|n| i64::from(n.free)).sum();
+    for (pool_pk, (pool_id, account, fill, order, nodes)) in pools {
+        let free = nodes.iter().map(|n| i64::from(n.free)).sum();
+        let mut filling = Filling {
+            nodes,
+            fill,
+            free,
+            chosen: &mut chosen,
+        };
         let jobs = store::jobs::active_in_pool(&mut **tx, &account, &pool_id).await?;
-        for job in jobs {
-            if total_free <= 0 {
+        for equals in jobs.chunk_by(|a, b| a.priority == b.priority) {
+            if filling.free <= 0 {
                 break;
             }
-            let room = if job.max_parallel_tasks < 0 {
-                total_free
+            if order == JobDefaultOrder::None && equals.len() > 1 {
+                filling.share(tx, pool_pk, equals).await?;
             } else {
-                total_free.min(i64::from(job.max_parallel_tasks) - job.running)
-            };
-            if room <= 0 {
-                continue;
-            }
-            let hidden = hide(&mut nodes, &job.excluded);
-            let ready = store::tasks::claim_ready(&mut **tx, job.pk, room).await?;
-            for task in ready {
-                let needs = Needs {
-                    slots: task.required_slots,
-                    dedicated_only: task.dedicated_only,
-                };
-                if let Some(node_pk) = place(&mut nodes, needs, fill) {
-                    chosen.task_pks.push(task.pk);
-                    chosen.node_pks.push(node_pk);
-                    chosen.slots.push(task.required_slots);
-                    total_free -= i64::from(task.required_slots);
+                for job in equals {
+                    filling.take(tx, job, filling.room(job, 0), 0).await?;
                 }
             }
-            restore(&mut nodes, hidden);
         }
     }
     Ok(chosen)
+}
+
+impl Filling<'_> {
+    /// How many more tasks `job` may start now, having been given `placed` in this pass: the
+    /// free slots, within its maxParallelTasks.
+    fn room(&self, job: &JobRoom, placed: i64) -> i64 {
+        if job.max_parallel_tasks < 0 {
+            self.free
+        } else {
+            self.free
+                .min(i64::from(job.max_parallel_tasks) - job.running - placed)
+        }
+    }
+
+    /// Claims up to `want` of `job`'s ready tasks after task `after`, and places those that fit.
+    async fn take(
+        &mut self,
+        tx: &mut Tx<'_>,
+        job: &JobRoom,
+        want: i64,
+        after: i64,
+    ) -> sqlx::Result<Took> {
+        let mut took = Took {
+            claimed: 0,
+            placed: 0,
+            last: after,
+        };
+        if want <= 0 {
+            return Ok(took);
+        }
+        let hidden = hide(&mut self.nodes, &job.excluded);
+        let ready = store::tasks::claim_ready(&mut **tx, (job.pk, after), want).await?;
+        took.claimed = ready.len() as i64;
+        for task in ready {
+            took.last = task.pk;
+            let needs = Needs {
+                slots: task.required_slots,
+                dedicated_only: task.dedicated_only,
+            };
+            if let Some(node_pk) = place(&mut self.nodes, needs, self.fill) {
+                self.chosen.task_pks.push(task.pk);
+                self.chosen.node_pks.push(node_pk);
+                self.chosen.slots.push(task.required_slots);
+                self.free -= i64::from(task.required_slots);
+                took.placed += 1;
+            }
+        }
+        restore(&mut self.nodes, hidden);
+        Ok(took)
+    }
+
+    /// Shares the free slots evenly among `jobs`, of equal priority in pool `pool_pk`
+    /// (jobDefaultOrder `none`): in rounds, each job that may still take tasks claims its share
+    /// of what is free, until the slots or the jobs' ready tasks run out. The job that claims
+    /// first turns from one share to the next ([`TURNS`]), so slots that do not divide evenly,
+    /// or come free one at a time, go to each job in turn.
+    async fn share(&mut self, tx: &mut Tx<'_>, pool_pk: i64, jobs: &[JobRoom]) -> sqlx::Result<()> {
+        let key = (pool_pk, jobs[0].priority);
+        let start = first_turn(key, jobs);
+        // Each job that may take more: its index, the tasks it was given, its last claimed task.
+        let mut open: Vec<(usize, i64, i64)> = (0..jobs.len())
+            .map(|i| ((i + start) % jobs.len(), 0, 0))
+            .collect();
+        let mut first_given = None;
+        while self.free > 0 && !open.is_empty() {
+            let share = (self.free + open.len() as i64 - 1) / open.len() as i64;
+            let mut next = Vec::with_capacity(open.len());
+            for (i, placed, after) in open {
+                let want = share.min(self.room(&jobs[i], placed));
+                let took = self.take(tx, &jobs[i], want, after).await?;
+                if took.placed > 0 && first_given.is_none() {
+                    first_given = Some(jobs[i].pk);
+                }
+                if want > 0 && took.claimed == want && took.placed == want {
+                    next.push((i, placed + took.placed, took.last));
+                }
+            }
+            open = next;
+        }
+        if let Some(job_pk) = first_given {
+            let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+            if turns.len() >= MAX_TURNS {
+                turns.clear();
+            }
+            turns.insert(key, job_pk);
+        }
+        Ok(())
+    }
+}
+
+/// Where a share of `jobs` starts: after the job given the first task last time, or, if that
+/// job has left the group, at the first job made after it.
+fn first_turn(key: (i64, i32), jobs: &[JobRoom]) -> usize {
+    let last = TURNS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+        .copied();
+    let Some(last) = last else { return 0 };
+    match jobs.iter().position(|j| j.pk == last) {
+        Some(at) => (at + 1) % jobs.len(),
+        None => jobs.iter().position(|j| j.pk > last).unwrap_or(0),
+    }
 }

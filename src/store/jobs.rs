@@ -294,6 +294,7 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
 #[derive(sqlx::FromRow)]
 pub struct JobRoom {
     pub pk: i64,
+    pub priority: i32,
     pub max_parallel_tasks: i32,
     /// Its running tasks, if it has a maxParallelTasks (0 if not).
     pub running: i64,
@@ -310,7 +311,7 @@ pub async fn active_in_pool(
 ) -> sqlx::Result<Vec<JobRoom>> {
     sqlx::query_as!(
         JobRoom,
-        r#"SELECT j.pk, j.max_parallel_tasks,
+        r#"SELECT j.pk, j.priority, j.max_parallel_tasks,
                 CASE WHEN j.max_parallel_tasks < 0 THEN 0 ELSE
                     (SELECT count(*) FROM tasks t WHERE t.job_pk = j.pk AND t.state IN ('preparing', 'running')) END AS "running!",
                 CASE WHEN j.preparation_task IS NULL THEN '{}'::bigint[] ELSE

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 
-use crate::domain::pool::{NodeFillType, NodeState};
+use crate::domain::pool::{JobDefaultOrder, NodeFillType, NodeState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct NodeRow {
@@ -244,6 +244,7 @@ pub struct FreeSlots {
     pub account: String,
     pub free: i32,
     pub fill: NodeFillType,
+    pub order: JobDefaultOrder,
     pub dedicated: bool,
 }
 
@@ -254,7 +255,7 @@ pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSl
         FreeSlots,
         r#"SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account,
                 p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _",
-                n.is_dedicated AS dedicated
+                p.job_default_order AS "order: _", n.is_dedicated AS dedicated
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk
          WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node
            AND NOT n.scheduling_disabled

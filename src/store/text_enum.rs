@@ -10,7 +10,7 @@ use sqlx::{Decode, Encode, Postgres, Type};
 use crate::domain::bes::Phase;
 use crate::domain::job::{AllTasksComplete, JobState, TaskFailureMode, TaskState};
 use crate::domain::pool::{
-    AllocationState, NodeDeallocationOption, NodeFillType, NodeState, PoolState,
+    AllocationState, JobDefaultOrder, NodeDeallocationOption, NodeFillType, NodeState, PoolState,
 };
 use crate::domain::schedule::JobScheduleState;
 
@@ -58,6 +58,7 @@ text_enum!(
     PoolState,
     AllocationState,
     NodeFillType,
+    JobDefaultOrder,
     NodeDeallocationOption,
     NodeState,
     Phase,

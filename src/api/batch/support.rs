@@ -210,10 +210,7 @@ pub const JOB_ADD: Table = &[
             refuses: r#"{"autoPoolSpecification": {"poolLifetimeOption": "job"}}"#,
         },
     ),
-    (
-        "priority",
-        Works("jobs.rs::priority_then_age_then_task_order"),
-    ),
+    ("priority", Works("jobs.rs::run_order")),
     ("usesTaskDependencies", Works("jobs.rs::dependencies")),
 ];
 

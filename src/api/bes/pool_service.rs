@@ -18,7 +18,7 @@ use crate::api::state::AppState;
 use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
 use crate::domain::duration::IsoDuration;
-use crate::domain::pool::{AllocationState, NodeFillType, PoolState, Targets};
+use crate::domain::pool::{AllocationState, JobDefaultOrder, NodeFillType, PoolState, Targets};
 use crate::domain::vm_size::VmSize;
 use crate::store;
 use crate::store::pools::{NewPool, PoolRow, Refused};
@@ -206,6 +206,7 @@ async fn new_pool(
         start_task: None,
         task_slots_per_node: slots,
         node_fill_type: NodeFillType::Spread,
+        job_default_order: JobDefaultOrder::CreationTime,
         target_dedicated_nodes: target,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: IsoDuration::from_secs(

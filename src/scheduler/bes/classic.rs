@@ -8,7 +8,7 @@ use serde_json::json;
 use super::BesJobDriver;
 use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
 use crate::domain::duration::IsoDuration;
-use crate::domain::pool::{NodeFillType, Targets};
+use crate::domain::pool::{JobDefaultOrder, NodeFillType, Targets};
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -99,6 +99,7 @@ impl BesJobDriver {
             start_task: None,
             task_slots_per_node: 1,
             node_fill_type: NodeFillType::Spread,
+            job_default_order: JobDefaultOrder::CreationTime,
             target_dedicated_nodes: nodes,
             target_low_priority_nodes: 0,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),

@@ -96,20 +96,22 @@ pub async fn stale_attempts(
     Ok(rows.into_iter().map(|r| (r.pk, r.attempt)).collect())
 }
 
-/// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) in task order,
-/// skipping those another pass holds: (pk, required slots). `pk + 0` is the order only the ready
+/// Locks up to `limit` of a job's ready tasks (active, no unmet dependencies) after task `after`
+/// (0: from the first) in task order, skipping those another pass holds: (pk, required slots). `pk + 0` is the order only the ready
 /// queue's index keeps (migration 39), so the planner never walks the job's ended tasks instead.
 pub async fn claim_ready(
     db: impl PgExecutor<'_>,
-    job_pk: i64,
+    (job_pk, after): (i64, i64),
     limit: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as!(
         Claimed,
         r#"SELECT pk, required_slots, dedicated_only FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
+           AND pk + 0 > $3
          ORDER BY pk + 0 LIMIT $2 FOR UPDATE SKIP LOCKED"#,
         job_pk,
         limit,
+        after,
     )
     .fetch_all(db)
     .await

@@ -15,7 +15,7 @@ use crate::api::json::AzureJson;
 use crate::api::{created, BaseUrl, Ctx};
 use crate::domain::files::PackageReference;
 use crate::domain::ids::check_id;
-use crate::domain::pool::NodeFillType;
+use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::domain::vm_size::VmSize;
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::NewPool};
@@ -53,6 +53,7 @@ pub struct PoolCreate {
 #[serde(rename_all = "camelCase")]
 struct SchedulingPolicy {
     node_fill_type: Option<String>,
+    job_default_order: Option<String>,
 }
 
 /// The parts of virtualMachineConfiguration that choose the node image.
@@ -145,7 +146,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
             app.settings.max_nodes_per_pool,
         )?,
     };
-    let fill = node_fill_type(body.task_scheduling_policy)?;
+    let (fill, order) = scheduling_policy(body.task_scheduling_policy)?;
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
     let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
     let start_task = body.start_task.map(check_start_task).transpose()?;
@@ -165,6 +166,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         start_task,
         task_slots_per_node: slots,
         node_fill_type: fill,
+        job_default_order: order,
         target_dedicated_nodes: targets.dedicated,
         target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,
@@ -205,17 +207,36 @@ fn task_slots(given: Option<i32>) -> ApiResult<i32> {
     Ok(slots)
 }
 
-fn node_fill_type(policy: Option<SchedulingPolicy>) -> ApiResult<NodeFillType> {
-    match policy.and_then(|p| p.node_fill_type) {
-        None => Ok(NodeFillType::Spread),
+/// `taskSchedulingPolicy`: its nodeFillType (default `spread`) and jobDefaultOrder (default
+/// `creationtime`, the design's dispatch order; Azure's default is `none`).
+fn scheduling_policy(
+    policy: Option<SchedulingPolicy>,
+) -> ApiResult<(NodeFillType, JobDefaultOrder)> {
+    let policy = policy.unwrap_or(SchedulingPolicy {
+        node_fill_type: None,
+        job_default_order: None,
+    });
+    let fill = match policy.node_fill_type {
+        None => NodeFillType::Spread,
         Some(f) => NodeFillType::parse(&f).ok_or_else(|| {
             ApiError::invalid_property(
                 "taskSchedulingPolicy.nodeFillType",
                 &f,
                 "must be spread or pack",
             )
-        }),
-    }
+        })?,
+    };
+    let order = match policy.job_default_order {
+        None => JobDefaultOrder::CreationTime,
+        Some(o) => JobDefaultOrder::parse(&o).ok_or_else(|| {
+            ApiError::invalid_property(
+                "taskSchedulingPolicy.jobDefaultOrder",
+                &o,
+                "must be none or creationtime",
+            )
+        })?,
+    };
+    Ok((fill, order))
 }
 
 /// The Docker image a pool's nodes run. See README, "Node images".

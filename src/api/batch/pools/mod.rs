@@ -139,7 +139,10 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
         "enableAutoScale": p.enable_auto_scale,
         "enableInterNodeCommunication": false,
         "taskSlotsPerNode": p.task_slots_per_node,
-        "taskSchedulingPolicy": {"nodeFillType": p.node_fill_type},
+        "taskSchedulingPolicy": {
+            "nodeFillType": p.node_fill_type,
+            "jobDefaultOrder": p.job_default_order,
+        },
     });
     if p.enable_auto_scale {
         pool["autoScaleFormula"] = json!(p.auto_scale_formula);
