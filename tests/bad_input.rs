@@ -59,6 +59,17 @@ async fn bad_pool_requests_are_refused_and_change_nothing() {
         assert_eq!(value_of(&body, "PropertyName"), Some("id"), "{body}");
     }
 
+    // A value of the wrong type: the error repeats it, as the API's own checks do.
+    let (status, body) = s
+        .post(
+            "/pools",
+            &json!({"id": "p", "vmSize": "standard_a1", "metadata": [{"name": "n", "value": 7}]}),
+        )
+        .await;
+    azure_error(status, &body, 400, "InvalidPropertyValue");
+    assert_eq!(value_of(&body, "PropertyName"), Some("metadata[0].value"));
+    assert_eq!(value_of(&body, "PropertyValue"), Some("7"), "{body}");
+
     let (status, body) = s
         .post("/pools", &json!({"id": "p", "vmSize": "standard_huge"}))
         .await;

@@ -43,7 +43,13 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let inner = e.inner();
         match inner.classify() {
             serde_json::error::Category::Data if path != "." => {
-                ApiError::invalid_property(&path, "", inner.to_string())
+                let reason = inner.to_string();
+                // A missing field's path is the object it is missing from: nothing to repeat.
+                let value = match reason.starts_with("missing field") {
+                    true => None,
+                    false => value_at(bytes, e.path()),
+                };
+                ApiError::invalid_property(&path, value.unwrap_or_default(), reason)
             }
             _ => ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -53,6 +59,36 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             .with("Reason", inner.to_string()),
         }
     })
+}
+
+/// The longest `PropertyValue` an error repeats of what was sent.
+const MAX_SHOWN: usize = 200;
+
+/// The value at `path` in a JSON body, as an error shows it: a string as it is, anything else as
+/// JSON, cut to [`MAX_SHOWN`] bytes. None if the body has nothing there (a missing property).
+fn value_at(bytes: &[u8], path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Seq { index } => value.get_mut(*index)?.take(),
+            Segment::Map { key } => value.get_mut(key.as_str())?.take(),
+            Segment::Enum { .. } | Segment::Unknown => return None,
+        };
+    }
+    let mut shown = match value {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    };
+    if shown.len() > MAX_SHOWN {
+        let mut end = MAX_SHOWN;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push_str("...");
+    }
+    Some(shown)
 }
 
 /// Why a string with a NUL is refused: PostgreSQL text cannot hold one.
@@ -126,7 +162,47 @@ fn unstorable_in(value: &serde_json::Value, path: String) -> Option<(String, &'s
 
 #[cfg(test)]
 mod tests {
-    use super::{unstorable, HUGE_REASON, NUL_REASON};
+    use super::{parse, unstorable, HUGE_REASON, NUL_REASON};
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    #[serde(rename_all = "camelCase")]
+    struct Body {
+        count: Option<i32>,
+        items: Option<Vec<Item>>,
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Item {
+        name: String,
+    }
+
+    /// The error's PropertyName and PropertyValue for `body`.
+    fn named(body: &str) -> (String, String) {
+        let error = parse::<Body>(body.as_bytes()).unwrap_err();
+        let of = |key: &str| {
+            let found = error.values.iter().find(|(k, _)| k == key);
+            found.map(|(_, v)| v.clone()).unwrap()
+        };
+        (of("PropertyName"), of("PropertyValue"))
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_repeated_in_the_error() {
+        let name = named;
+        assert_eq!(
+            name(r#"{"count": "many"}"#),
+            ("count".into(), "many".into())
+        );
+        assert_eq!(name(r#"{"count": 1.5}"#), ("count".into(), "1.5".into()));
+        let nested = name(r#"{"items": [{"name": "a"}, {"name": [1, 2]}]}"#);
+        assert_eq!(nested, ("items[1].name".into(), "[1,2]".into()));
+        let (_, long) = name(&format!(r#"{{"count": "{}"}}"#, "é".repeat(300)));
+        assert!(long.len() <= 203 && long.ends_with("..."), "{long}");
+        // A missing property has no value to show.
+        assert_eq!(name(r#"{"items": [{}]}"#).1, "");
+    }
 
     fn nul_path(bytes: &[u8]) -> Option<String> {
         unstorable(bytes).map(|(path, reason)| {
