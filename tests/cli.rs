@@ -521,3 +521,77 @@ async fn a_job_is_terminated_and_deleted_and_a_task_says_how_it_ended() {
         missing.stderr
     );
 }
+
+/// `pool create --job-order` and `job submit --priority --max-parallel` reach the pool and the
+/// job; given again for a job that exists, they change it. Two jobs of equal priority on a
+/// pool whose jobs take turns both run, the limited one never more than its limit at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_limits_and_turns_are_set_from_the_command_line() {
+    let s = TestServer::start(Rt::Local).await;
+    let args = ["pool", "create", "shared", "--nodes", "1", "--slots", "4"];
+    cli(
+        &s,
+        &[&args[..], &["--job-order", "none", "--wait"]].concat(),
+    )
+    .await
+    .ok();
+    let (_, pool) = s.get("/pools/shared").await;
+    assert_eq!(pool["taskSchedulingPolicy"]["jobDefaultOrder"], "none");
+
+    // Each task notes how many of its job's tasks run beside it, itself included.
+    let note =
+        "d=$AZ_BATCH_NODE_SHARED_DIR/$AZ_BATCH_JOB_ID; mkdir -p $d; touch $d/$AZ_BATCH_TASK_ID; \
+        ls $d | wc -l >> $d.most; sleep 0.5; rm $d/$AZ_BATCH_TASK_ID";
+    let submit = ["job", "submit", "--pool", "shared", "--array", "1-6"];
+    let limited = [
+        &submit[..],
+        &["--job", "slow", "--priority", "-5", "--max-parallel", "1"],
+    ];
+    cli(&s, &[&limited.concat()[..], &["--", note]].concat())
+        .await
+        .ok();
+    let (_, job) = s.get("/jobs/slow").await;
+    assert_eq!(
+        (job["priority"].as_i64(), job["maxParallelTasks"].as_i64()),
+        (Some(-5), Some(1))
+    );
+    let more = [
+        "job", "submit", "--pool", "shared", "--job", "slow", "--array", "7-8",
+    ];
+    cli(
+        &s,
+        &[
+            &more[..],
+            &["--priority", "0", "--max-parallel", "2", "--", note],
+        ]
+        .concat(),
+    )
+    .await
+    .ok();
+    let (_, job) = s.get("/jobs/slow").await;
+    assert_eq!(
+        (job["priority"].as_i64(), job["maxParallelTasks"].as_i64()),
+        (Some(0), Some(2))
+    );
+    let other = [&submit[..], &["--job", "fast", "--", note]];
+    cli(&s, &other.concat()).await.ok();
+    for job in ["slow", "fast"] {
+        cli(&s, &["job", "watch", job, "--timeout", "120"])
+            .await
+            .ok();
+    }
+    let node = s.nodes("shared").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let most = |text: String| {
+        text.lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .max()
+    };
+    let slow = most(s.shared_file("shared", &node, "slow.most").await);
+    assert!(
+        slow.is_some_and(|n| n <= 2),
+        "at most 2 of slow at once: {slow:?}"
+    );
+}

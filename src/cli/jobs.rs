@@ -40,6 +40,14 @@ pub struct Submit {
     /// Times a failed task is retried.
     #[arg(long)]
     pub retries: Option<u32>,
+    /// The job's priority, -1000 to 1000 (default 0): a pool runs the tasks of a job of higher
+    /// priority first. Given for a job that exists, it changes the job's.
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// The most tasks of the job that run at once (Azure's maxParallelTasks), as Slurm's
+    /// `--array=...%N`. Given for a job that exists, it changes the job's.
+    #[arg(long, value_name = "N")]
+    pub max_parallel: Option<u32>,
     /// Then watch the job, as `batchpool job watch` does.
     #[arg(long)]
     pub watch: bool,
@@ -125,9 +133,24 @@ fn tasks_of(submit: &Submit) -> CliResult<Vec<(String, String, Option<u64>)>> {
     })
 }
 
-/// Makes the job, or finds it on the same pool.
-async fn ensure_job(client: &Client, job: &str, pool: &str) -> CliResult<()> {
-    let body = json!({"id": job, "poolInfo": {"poolId": pool}});
+/// The job settings `submit` gives: its priority and maxParallelTasks, where given.
+fn job_settings(submit: &Submit) -> Value {
+    let mut settings = json!({});
+    if let Some(priority) = submit.priority {
+        settings["priority"] = json!(priority);
+    }
+    if let Some(most) = submit.max_parallel {
+        settings["maxParallelTasks"] = json!(most);
+    }
+    settings
+}
+
+/// Makes the job with `settings`, or finds it on the same pool and gives it `settings`.
+async fn ensure_job(client: &Client, job: &str, pool: &str, settings: Value) -> CliResult<()> {
+    let mut body = json!({"id": job, "poolInfo": {"poolId": pool}});
+    for (name, value) in settings.as_object().into_iter().flatten() {
+        body[name] = value.clone();
+    }
     let response = client.send(Method::POST, "/jobs", Some(&body), &[]).await?;
     let status = response.status();
     if status.is_success() {
@@ -146,6 +169,10 @@ async fn ensure_job(client: &Client, job: &str, pool: &str) -> CliResult<()> {
             "job {job} exists on pool {}, not {pool}",
             cell(&found["poolInfo"]["poolId"])
         ));
+    }
+    if settings.as_object().is_some_and(|s| !s.is_empty()) {
+        let path = format!("/jobs/{}", segment(job));
+        client.call(Method::PATCH, &path, Some(&settings)).await?;
     }
     Ok(())
 }
@@ -179,7 +206,7 @@ pub async fn submit(client: &Client, submit: &Submit) -> CliResult<String> {
             &uuid::Uuid::new_v4().simple().to_string()[..4]
         )
     });
-    ensure_job(client, &job, &submit.pool).await?;
+    ensure_job(client, &job, &submit.pool, job_settings(submit)).await?;
     let bodies: Vec<Value> = tasks
         .into_iter()
         .map(|(id, line, index)| {

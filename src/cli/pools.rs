@@ -31,6 +31,10 @@ pub enum PoolCommand {
         /// Azure's start task; a node whose start task fails takes none).
         #[arg(long, value_name = "COMMAND")]
         start_task: Option<String>,
+        /// How jobs of equal priority share the pool's slots (Azure's jobDefaultOrder): the
+        /// oldest first (the default), or in turns (`none`: for a pool several users share).
+        #[arg(long, value_enum)]
+        job_order: Option<JobOrder>,
         /// Wait until the pool has its nodes, all ready for tasks.
         #[arg(long)]
         wait: bool,
@@ -51,6 +55,13 @@ pub enum PoolCommand {
     Delete { id: String },
 }
 
+/// Azure's jobDefaultOrder, by its wire names.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum JobOrder {
+    Creationtime,
+    None,
+}
+
 pub async fn run(client: &Client, command: PoolCommand) -> CliResult<()> {
     match command {
         PoolCommand::Create {
@@ -60,6 +71,7 @@ pub async fn run(client: &Client, command: PoolCommand) -> CliResult<()> {
             slots,
             image,
             start_task,
+            job_order,
             wait,
         } => {
             let mut body = json!({"id": id, "vmSize": vm_size, "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots});
@@ -71,6 +83,13 @@ pub async fn run(client: &Client, command: PoolCommand) -> CliResult<()> {
             }
             if let Some(command) = start_task {
                 body["startTask"] = json!({"commandLine": command, "waitForSuccess": true});
+            }
+            if let Some(order) = job_order {
+                let order = match order {
+                    JobOrder::Creationtime => "creationtime",
+                    JobOrder::None => "none",
+                };
+                body["taskSchedulingPolicy"] = json!({"jobDefaultOrder": order});
             }
             client.call(Method::POST, "/pools", Some(&body)).await?;
             done(client, &id, wait, &format!("pool {id} created ({vm_size})")).await
