@@ -298,22 +298,37 @@ pub async fn mark_deleting(
 }
 
 /// Replaces the metadata and/or start task; `None` leaves a field as it is.
+/// What a PATCH or an updateproperties changes of a pool; `None` keeps it as it is.
+#[derive(Default)]
+pub struct PoolChanges<'a> {
+    pub metadata: Option<&'a Value>,
+    /// `Some(None)` removes the start task.
+    pub start_task: Option<Option<&'a Value>>,
+    pub display_name: Option<&'a str>,
+    pub fill: Option<NodeFillType>,
+    pub order: Option<JobDefaultOrder>,
+}
+
 pub async fn update_properties(
     db: &sqlx::PgPool,
     account: &str,
     id: &str,
-    metadata: Option<&Value>,
-    start_task: Option<Option<&Value>>,
+    changes: PoolChanges<'_>,
 ) -> sqlx::Result<Result<(), Refused>> {
     let done = sqlx::query!(
         "UPDATE pools SET metadata = coalesce($3, metadata), \
-            start_task = CASE WHEN $4 THEN $5 ELSE start_task END, last_modified = now() \
+            start_task = CASE WHEN $4 THEN $5 ELSE start_task END, \
+            display_name = coalesce($6, display_name), node_fill_type = coalesce($7, node_fill_type), \
+            job_default_order = coalesce($8, job_default_order), last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
         account,
         id,
-        metadata,
-        start_task.is_some(),
-        start_task.flatten(),
+        changes.metadata,
+        changes.start_task.is_some(),
+        changes.start_task.flatten(),
+        changes.display_name,
+        changes.fill.map(NodeFillType::as_str),
+        changes.order.map(JobDefaultOrder::as_str),
     )
     .execute(db)
     .await?;

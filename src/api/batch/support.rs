@@ -299,7 +299,10 @@ pub const POOL_PATCH: Table = &[
         Refused("changing a pool's application packages"),
     ),
     ("certificateReferences", Refused("certificates")),
-    ("displayName", Refused("changing a pool's displayName")),
+    (
+        "displayName",
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
+    ),
     (
         "enableInterNodeCommunication",
         Refused("inter-node communication (multi-instance tasks)"),
@@ -323,7 +326,7 @@ pub const POOL_PATCH: Table = &[
     ),
     (
         "taskSchedulingPolicy",
-        Refused("changing a pool's taskSchedulingPolicy"),
+        Works("pools.rs::pool_metadata_and_start_task_can_be_updated"),
     ),
     (
         "taskSlotsPerNode",

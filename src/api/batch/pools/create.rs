@@ -51,7 +51,7 @@ pub struct PoolCreate {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SchedulingPolicy {
+pub(super) struct SchedulingPolicy {
     node_fill_type: Option<String>,
     job_default_order: Option<String>,
 }
@@ -212,30 +212,38 @@ fn task_slots(given: Option<i32>) -> ApiResult<i32> {
 fn scheduling_policy(
     policy: Option<SchedulingPolicy>,
 ) -> ApiResult<(NodeFillType, JobDefaultOrder)> {
-    let policy = policy.unwrap_or(SchedulingPolicy {
-        node_fill_type: None,
-        job_default_order: None,
-    });
-    let fill = match policy.node_fill_type {
-        None => NodeFillType::Spread,
-        Some(f) => NodeFillType::parse(&f).ok_or_else(|| {
-            ApiError::invalid_property(
-                "taskSchedulingPolicy.nodeFillType",
-                &f,
-                "must be spread or pack",
-            )
-        })?,
+    let (fill, order) = match policy {
+        Some(policy) => scheduling_changes(policy)?,
+        None => (None, None),
     };
-    let order = match policy.job_default_order {
-        None => JobDefaultOrder::CreationTime,
-        Some(o) => JobDefaultOrder::parse(&o).ok_or_else(|| {
-            ApiError::invalid_property(
-                "taskSchedulingPolicy.jobDefaultOrder",
-                &o,
-                "must be none or creationtime",
-            )
-        })?,
-    };
+    Ok((
+        fill.unwrap_or(NodeFillType::Spread),
+        order.unwrap_or(JobDefaultOrder::CreationTime),
+    ))
+}
+
+/// The nodeFillType and jobDefaultOrder a `taskSchedulingPolicy` gives, checked.
+pub(super) fn scheduling_changes(
+    policy: SchedulingPolicy,
+) -> ApiResult<(Option<NodeFillType>, Option<JobDefaultOrder>)> {
+    let fill = policy
+        .node_fill_type
+        .map(|f| {
+            NodeFillType::parse(&f).ok_or_else(|| {
+                let name = "taskSchedulingPolicy.nodeFillType";
+                ApiError::invalid_property(name, &f, "must be spread or pack")
+            })
+        })
+        .transpose()?;
+    let order = policy
+        .job_default_order
+        .map(|o| {
+            JobDefaultOrder::parse(&o).ok_or_else(|| {
+                let name = "taskSchedulingPolicy.jobDefaultOrder";
+                ApiError::invalid_property(name, &o, "must be none or creationtime")
+            })
+        })
+        .transpose()?;
     Ok((fill, order))
 }
 

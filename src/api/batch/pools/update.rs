@@ -10,6 +10,7 @@ use super::checks::{
     check_resize_timeout, check_start_task, check_targets, deallocation_option,
     refuse_start_task_container_on, refuse_unlinked_storage,
 };
+use super::create::{scheduling_changes, SchedulingPolicy};
 use super::{answer, check_write, find, refusal, MetadataItem};
 use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
@@ -17,7 +18,7 @@ use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState, Targets};
 use crate::domain::IsoDuration;
-use crate::store::{self, pools::PoolRow, pools::Refused};
+use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::Refused};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -88,6 +89,8 @@ pub async fn stop_resize(
 pub struct PoolPatch {
     metadata: Option<Vec<MetadataItem>>,
     start_task: Option<Value>,
+    display_name: Option<String>,
+    task_scheduling_policy: Option<SchedulingPolicy>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -108,14 +111,18 @@ pub async fn patch(
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage(&app, start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
-    let outcome = store::pools::update_properties(
-        &app.db,
-        &app.account,
-        &pool_id,
-        metadata.as_ref(),
-        start_task.as_ref().map(Some),
-    )
-    .await?;
+    let (fill, order) = match body.task_scheduling_policy {
+        Some(policy) => scheduling_changes(policy)?,
+        None => (None, None),
+    };
+    let changes = PoolChanges {
+        metadata: metadata.as_ref(),
+        start_task: start_task.as_ref().map(Some),
+        display_name: body.display_name.as_deref(),
+        fill,
+        order,
+    };
+    let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
     answer(&app, &base, &pool_id, StatusCode::OK).await
 }
@@ -148,14 +155,12 @@ pub async fn update_properties(
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage(&app, start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
-    let outcome = store::pools::update_properties(
-        &app.db,
-        &app.account,
-        &pool_id,
-        Some(&metadata),
-        Some(start_task.as_ref()),
-    )
-    .await?;
+    let changes = PoolChanges {
+        metadata: Some(&metadata),
+        start_task: Some(start_task.as_ref()),
+        ..PoolChanges::default()
+    };
+    let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
     answer(&app, &base, &pool_id, StatusCode::NO_CONTENT).await
 }
