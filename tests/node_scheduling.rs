@@ -1,6 +1,6 @@
 //! Node operations as an operator uses them: draining a node (`disablescheduling` with each
 //! `nodeDisableSchedulingOption`: requeue, the default; terminate; taskcompletion; and
-//! `enablescheduling`), and reimaging one.
+//! `enablescheduling`), and reimaging one; and a task's affinity for a node.
 
 #[macro_use]
 mod common;
@@ -283,3 +283,46 @@ on_both_runtimes!(
     service_logs_are_uploaded_and_a_node_shows_its_tasks,
     service_logs
 );
+
+/// A task's `affinityInfo` names a node (its `affinityId`, as a node reports it): the task runs
+/// there while that node has room, and elsewhere, at once, when it has none. Each node is named
+/// in turn, so the first node in the dispatcher's order cannot pass for the named one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_runs_on_the_node_its_affinity_names_when_it_has_room() {
+    let s = TestServer::start(Rt::Local).await;
+    let pool = json!({"id": "near", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let nodes = s.wait_nodes("near", 2, "idle").await;
+    let affinity: Vec<String> = nodes
+        .iter()
+        .map(|n| n["affinityId"].as_str().unwrap().to_string())
+        .collect();
+    let node_ids: Vec<&str> = nodes.iter().map(|n| n["id"].as_str().unwrap()).collect();
+    s.job_on("j", "near").await;
+    let near = |id: &str, command: &str, at: &str| json!({"id": id, "commandLine": command, "affinityInfo": {"affinityId": at}});
+    for (i, at) in affinity.iter().enumerate() {
+        let id = format!("on{i}");
+        s.add_tasks("j", vec![near(&id, "true", at)]).await;
+        let done = s.wait_task("j", &id, "completed").await;
+        assert_eq!(done["nodeInfo"]["nodeId"], node_ids[i], "{done}");
+        assert_eq!(done["affinityInfo"]["affinityId"], *at, "answered as given");
+    }
+    // The named node busy: the task goes to the other one rather than wait.
+    s.add_tasks("j", vec![near("busy", "sleep 600", &affinity[0])])
+        .await;
+    let busy = s.wait_task("j", "busy", "running").await;
+    assert_eq!(busy["nodeInfo"]["nodeId"], node_ids[0], "{busy}");
+    s.add_tasks("j", vec![near("elsewhere", "true", &affinity[0])])
+        .await;
+    let done = s.wait_task("j", "elsewhere", "completed").await;
+    assert_eq!(done["nodeInfo"]["nodeId"], node_ids[1], "{done}");
+    // An affinityInfo without its affinityId is refused.
+    let (status, body) = s
+        .post(
+            "/jobs/j/tasks",
+            &json!({"id": "x", "commandLine": "true", "affinityInfo": {}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
+}

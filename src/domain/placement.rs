@@ -6,6 +6,7 @@ use super::pool::NodeFillType;
 #[derive(Clone, Debug)]
 pub struct FreeNode {
     pub node_pk: i64,
+    pub id: String,
     pub free: i32,
     /// False for a low-priority node.
     pub dedicated: bool,
@@ -16,6 +17,29 @@ pub struct FreeNode {
 pub struct Needs {
     pub slots: i32,
     pub dedicated_only: bool,
+}
+
+/// Picks a node for a task and takes its slots from it: the node `affinity` names (Azure's
+/// affinityId, `TVM:<node id>`) if it has room, as a hint only; otherwise as [`place`] does.
+pub fn place_near(
+    nodes: &mut [FreeNode],
+    needs: Needs,
+    fill: NodeFillType,
+    affinity: Option<&str>,
+) -> Option<i64> {
+    let wanted = affinity.and_then(|a| a.strip_prefix("TVM:"));
+    let near = wanted.and_then(|id| {
+        nodes
+            .iter_mut()
+            .find(|n| n.id == id && n.free >= needs.slots && (n.dedicated || !needs.dedicated_only))
+    });
+    match near {
+        Some(node) => {
+            node.free -= needs.slots;
+            Some(node.node_pk)
+        }
+        None => place(nodes, needs, fill),
+    }
 }
 
 /// Picks a node for a task and takes its slots from it. `spread`: the node with the most free
@@ -42,6 +66,7 @@ mod tests {
             .enumerate()
             .map(|(i, &free)| FreeNode {
                 node_pk: i as i64,
+                id: format!("n{i}"),
                 free,
                 dedicated: true,
             })
@@ -82,6 +107,17 @@ mod tests {
         assert_eq!(place(&mut n, any(1), NodeFillType::Pack), Some(1));
         assert_eq!(place(&mut n, any(1), NodeFillType::Spread), None);
         assert!(n.iter().all(|n| n.free == 0));
+    }
+
+    #[test]
+    fn affinity_is_a_hint_taken_while_its_node_has_room() {
+        let mut n = nodes(&[1, 1, 1]);
+        let spread = NodeFillType::Spread;
+        assert_eq!(place_near(&mut n, any(1), spread, Some("TVM:n2")), Some(2));
+        // Full, or named wrong: placed as without it.
+        assert_eq!(place_near(&mut n, any(1), spread, Some("TVM:n2")), Some(0));
+        assert_eq!(place_near(&mut n, any(1), spread, Some("n1x")), Some(1));
+        assert_eq!(place_near(&mut n, any(1), spread, Some("TVM:n0")), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use sqlx::PgPool;
 
 use super::complete::{self, Finished};
-use crate::domain::placement::{place, FreeNode, Needs};
+use crate::domain::placement::{place_near, FreeNode, Needs};
 use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::store::{
     self,
@@ -182,6 +182,7 @@ async fn choose(tx: &mut Tx<'_>) -> sqlx::Result<Chosen> {
         });
         entry.4.push(FreeNode {
             node_pk: row.node_pk,
+            id: row.node_id,
             free: row.free,
             dedicated: row.dedicated,
         });
@@ -249,7 +250,8 @@ impl Filling<'_> {
                 slots: task.required_slots,
                 dedicated_only: task.dedicated_only,
             };
-            if let Some(node_pk) = place(&mut self.nodes, needs, self.fill) {
+            let near = task.affinity.as_deref();
+            if let Some(node_pk) = place_near(&mut self.nodes, needs, self.fill, near) {
                 self.chosen.task_pks.push(task.pk);
                 self.chosen.node_pks.push(node_pk);
                 self.chosen.slots.push(task.required_slots);

@@ -239,6 +239,7 @@ pub async fn delete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
 #[derive(sqlx::FromRow)]
 pub struct FreeSlots {
     pub node_pk: i64,
+    pub node_id: String,
     pub pool_pk: i64,
     pub pool_id: String,
     pub account: String,
@@ -253,7 +254,7 @@ pub struct FreeSlots {
 pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSlots>> {
     sqlx::query_as!(
         FreeSlots,
-        r#"SELECT n.pk AS node_pk, p.pk AS pool_pk, p.id AS pool_id, p.account,
+        r#"SELECT n.pk AS node_pk, n.id AS node_id, p.pk AS pool_pk, p.id AS pool_id, p.account,
                 p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _",
                 p.job_default_order AS "order: _", n.is_dedicated AS dedicated
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk

@@ -245,7 +245,10 @@ const SCHEDULE_ROUTES: &str =
     "schedules.rs::schedule_routes_change_disable_terminate_and_delete_it";
 
 pub const TASK_ADD: Table = &[
-    ("affinityInfo", Refused("node affinity")),
+    (
+        "affinityInfo",
+        Works("node_scheduling.rs::a_task_runs_on_the_node_its_affinity_names_when_it_has_room"),
+    ),
     (
         "applicationPackageReferences",
         Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),

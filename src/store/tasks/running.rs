@@ -106,7 +106,8 @@ pub async fn claim_ready(
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as!(
         Claimed,
-        r#"SELECT pk, required_slots, dedicated_only FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
+        r#"SELECT pk, required_slots, dedicated_only, extra->'affinityInfo'->>'affinityId' AS affinity
+         FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0
            AND pk + 0 > $3
          ORDER BY pk + 0 LIMIT $2 FOR UPDATE SKIP LOCKED"#,
         job_pk,
@@ -123,6 +124,8 @@ pub struct Claimed {
     pub pk: i64,
     pub required_slots: i32,
     pub dedicated_only: bool,
+    /// The affinityId of the node it prefers (affinityInfo), if any.
+    pub affinity: Option<String>,
 }
 
 /// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.

@@ -10,8 +10,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::deps::in_ranges;
 use super::task_url;
-use super::validate::{in_ranges, known_ids, validate, TaskCreate};
+use super::validate::{known_ids, validate, TaskCreate};
 use crate::api::batch::jobs::job_not_found;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};

@@ -1,6 +1,7 @@
 //! A task as Azure's `BatchTask` JSON.
 
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
 
 use super::task_url;
 use crate::api::{etag, rfc3339};
@@ -125,4 +126,21 @@ fn node_info_json(job: &JobRow, t: &TaskRow, base: &str) -> Option<Value> {
         "taskRootDirectory": format!("workitems/{}/job-1/{}", job.id, t.id),
         "taskRootDirectoryUrl": format!("{base}/pools/{pool_id}/nodes/{node_id}/files/workitems/{}/job-1/{}", job.id, t.id),
     }))
+}
+
+/// Azure's AffinityInfo: a node's `affinityId` (`TVM:<node id>`, as a node and a task's
+/// `nodeInfo` give it) that the task prefers when that node has room.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct AffinityInfo {
+    affinity_id: String,
+}
+
+/// What a task keeps beside its columns and answers as it was given: its affinityInfo.
+pub(super) fn affinity_extra(affinity: Option<AffinityInfo>) -> Value {
+    let mut extra = Map::new();
+    if let Some(a) = affinity {
+        extra.insert("affinityInfo".into(), json!({"affinityId": a.affinity_id}));
+    }
+    Value::Object(extra)
 }

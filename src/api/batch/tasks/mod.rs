@@ -1,6 +1,7 @@
 //! `/jobs/{job}/tasks`: add one or a collection, get, list, update, terminate, reactivate, delete.
 
 mod add;
+mod deps;
 mod files;
 mod json;
 mod validate;

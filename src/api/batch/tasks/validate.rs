@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::deps::{dependencies, in_ranges, task_number, Dependencies};
 use super::files::{container_settings, refuse_auto_storage, task_files, FileContext};
 use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
@@ -50,80 +51,6 @@ impl TaskConstraints {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DependsOn {
-    #[serde(default)]
-    task_ids: Vec<String>,
-    #[serde(default)]
-    task_id_ranges: Vec<IdRange>,
-}
-
-#[derive(Deserialize)]
-pub struct IdRange {
-    start: i64,
-    end: i64,
-}
-
-/// A task's dependencies, checked: ids as sent, and ranges merged (sorted, disjoint). A range is
-/// never expanded: a few bytes can name billions of ids.
-#[derive(Default)]
-struct Dependencies {
-    ids: Vec<String>,
-    ranges: Vec<(i64, i64)>,
-}
-
-/// Azure's rules for `taskIdRanges`: start and end not negative, start <= end.
-fn dependencies(raw: &Value) -> ApiResult<Dependencies> {
-    let deps: DependsOn = serde_json::from_value(raw.clone())
-        .map_err(|e| ApiError::invalid_property("dependsOn", raw.to_string(), e.to_string()))?;
-    let mut ranges = Vec::with_capacity(deps.task_id_ranges.len());
-    for (i, r) in deps.task_id_ranges.iter().enumerate() {
-        for (end, value) in [("start", r.start), ("end", r.end)] {
-            if value < 0 {
-                return Err(ApiError::invalid_property(
-                    &format!("dependsOn.taskIdRanges[{i}].{end}"),
-                    value.to_string(),
-                    "must not be negative",
-                ));
-            }
-        }
-        if r.start > r.end {
-            return Err(ApiError::invalid_property(
-                &format!("dependsOn.taskIdRanges[{i}]"),
-                format!("{}-{}", r.start, r.end),
-                "start must not be greater than end",
-            ));
-        }
-        ranges.push((r.start, r.end));
-    }
-    ranges.sort_unstable();
-    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
-    for (lo, hi) in ranges {
-        match merged.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-            _ => merged.push((lo, hi)),
-        }
-    }
-    Ok(Dependencies {
-        ids: deps.task_ids,
-        ranges: merged,
-    })
-}
-
-/// The number a task id stands for in a range: decimal, without sign or leading zeros (the
-/// `task_number` of the migrations).
-fn task_number(id: &str) -> Option<i64> {
-    let canonical = id.len() <= 18
-        && id.bytes().all(|b| b.is_ascii_digit())
-        && (id == "0" || !id.starts_with('0'));
-    canonical.then(|| id.parse().ok()).flatten()
-}
-
-pub(super) fn in_ranges(ranges: &[(i64, i64)], id: &str) -> bool {
-    task_number(id).is_some_and(|n| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&n)))
-}
-
 /// What a batch may name: for its dependencies, the ids of the job's tasks and of the batch, and
 /// for each range the first number in it that is no such id; for its resource files, whether the
 /// account has a linked storage account.
@@ -149,6 +76,7 @@ pub struct TaskCreate {
     output_files: Option<Vec<OutputFile>>,
     application_package_references: Option<Vec<PackageReference>>,
     container_settings: Option<Value>,
+    affinity_info: Option<super::json::AffinityInfo>,
     /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -207,7 +135,7 @@ pub(super) fn validate(
         dependency_ids: deps.ids,
         dependency_ranges: deps.ranges,
         exit_conditions,
-        extra: Value::Object(Map::new()),
+        extra: super::json::affinity_extra(t.affinity_info),
         files,
         kills_job: false,
         dedicated_only: false,
