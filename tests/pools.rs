@@ -299,14 +299,14 @@ async fn pool_metadata_and_start_task_can_be_updated() {
         201
     );
     let (_, before) = s.get("/pools/upd").await;
-    let resp = s
-        .http
-        .patch(format!("{}/pools/upd", s.base))
-        .json(&json!({"metadata": [{"name": "a", "value": "1"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let patched = s
+        .request(
+            reqwest::Method::PATCH,
+            "/pools/upd",
+            Some(&json!({"metadata": [{"name": "a", "value": "1"}]})),
+        )
+        .await;
+    assert_eq!(patched.0, 200, "{}", patched.1);
     let (_, after) = s.get("/pools/upd").await;
     assert_eq!(after["metadata"], json!([{"name": "a", "value": "1"}]));
     assert_ne!(after["eTag"], before["eTag"], "a change makes a new eTag");
@@ -314,40 +314,28 @@ async fn pool_metadata_and_start_task_can_be_updated() {
     // The display name and the scheduling policy change too; what the PATCH leaves out stays.
     let patch =
         json!({"displayName": "Renamed", "taskSchedulingPolicy": {"jobDefaultOrder": "none"}});
-    let resp = s
-        .http
-        .patch(format!("{}/pools/upd", s.base))
-        .json(&patch)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let patched = s
+        .request(reqwest::Method::PATCH, "/pools/upd", Some(&patch))
+        .await;
+    assert_eq!(patched.0, 200, "{}", patched.1);
     let (_, after) = s.get("/pools/upd").await;
     assert_eq!(after["displayName"], "Renamed");
     let policy = json!({"nodeFillType": "spread", "jobDefaultOrder": "none"});
     assert_eq!(after["taskSchedulingPolicy"], policy);
     assert_eq!(after["metadata"], json!([{"name": "a", "value": "1"}]));
     let patch = json!({"taskSchedulingPolicy": {"nodeFillType": "pack"}});
-    let resp = s
-        .http
-        .patch(format!("{}/pools/upd", s.base))
-        .json(&patch)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let patched = s
+        .request(reqwest::Method::PATCH, "/pools/upd", Some(&patch))
+        .await;
+    assert_eq!(patched.0, 200, "{}", patched.1);
     let policy = json!({"nodeFillType": "pack", "jobDefaultOrder": "none"});
     assert_eq!(s.get("/pools/upd").await.1["taskSchedulingPolicy"], policy);
     let patch =
         json!({"taskSchedulingPolicy": {"nodeFillType": "pack", "jobDefaultOrder": "fifo"}});
-    let resp = s
-        .http
-        .patch(format!("{}/pools/upd", s.base))
-        .json(&patch)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400, "a bad value changes nothing");
+    let patched = s
+        .request(reqwest::Method::PATCH, "/pools/upd", Some(&patch))
+        .await;
+    assert_eq!(patched.0, 400, "a bad value changes nothing: {}", patched.1);
     assert_eq!(s.get("/pools/upd").await.1["taskSchedulingPolicy"], policy);
 
     let (status, _) = s

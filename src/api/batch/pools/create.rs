@@ -226,25 +226,35 @@ fn scheduling_policy(
 pub(super) fn scheduling_changes(
     policy: SchedulingPolicy,
 ) -> ApiResult<(Option<NodeFillType>, Option<JobDefaultOrder>)> {
-    let fill = policy
-        .node_fill_type
-        .map(|f| {
-            NodeFillType::parse(&f).ok_or_else(|| {
-                let name = "taskSchedulingPolicy.nodeFillType";
-                ApiError::invalid_property(name, &f, "must be spread or pack")
-            })
-        })
-        .transpose()?;
-    let order = policy
-        .job_default_order
-        .map(|o| {
-            JobDefaultOrder::parse(&o).ok_or_else(|| {
-                let name = "taskSchedulingPolicy.jobDefaultOrder";
-                ApiError::invalid_property(name, &o, "must be none or creationtime")
-            })
-        })
-        .transpose()?;
+    let fill = word(
+        policy.node_fill_type,
+        ("taskSchedulingPolicy.nodeFillType", "spread or pack"),
+        NodeFillType::parse,
+    )?;
+    let order = word(
+        policy.job_default_order,
+        (
+            "taskSchedulingPolicy.jobDefaultOrder",
+            "none or creationtime",
+        ),
+        JobDefaultOrder::parse,
+    )?;
     Ok((fill, order))
+}
+
+/// `given`, if any, as one of the words `parse` knows; if not, a 400 naming the property and
+/// the words it takes.
+fn word<T>(
+    given: Option<String>,
+    (name, words): (&str, &str),
+    parse: fn(&str) -> Option<T>,
+) -> ApiResult<Option<T>> {
+    given
+        .map(|w| {
+            parse(&w)
+                .ok_or_else(|| ApiError::invalid_property(name, &w, format!("must be {words}")))
+        })
+        .transpose()
 }
 
 /// The Docker image a pool's nodes run. See README, "Node images".
