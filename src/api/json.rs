@@ -190,18 +190,17 @@ mod tests {
 
     #[test]
     fn a_value_of_the_wrong_type_is_repeated_in_the_error() {
-        let name = named;
         assert_eq!(
-            name(r#"{"count": "many"}"#),
+            named(r#"{"count": "many"}"#),
             ("count".into(), "many".into())
         );
-        assert_eq!(name(r#"{"count": 1.5}"#), ("count".into(), "1.5".into()));
-        let nested = name(r#"{"items": [{"name": "a"}, {"name": [1, 2]}]}"#);
+        assert_eq!(named(r#"{"count": 1.5}"#), ("count".into(), "1.5".into()));
+        let nested = named(r#"{"items": [{"name": "a"}, {"name": [1, 2]}]}"#);
         assert_eq!(nested, ("items[1].name".into(), "[1,2]".into()));
-        let (_, long) = name(&format!(r#"{{"count": "{}"}}"#, "é".repeat(300)));
+        let (_, long) = named(&format!(r#"{{"count": "{}"}}"#, "é".repeat(300)));
         assert!(long.len() <= 203 && long.ends_with("..."), "{long}");
         // A missing property has no value to show.
-        assert_eq!(name(r#"{"items": [{}]}"#).1, "");
+        assert_eq!(named(r#"{"items": [{}]}"#).1, "");
     }
 
     fn nul_path(bytes: &[u8]) -> Option<String> {

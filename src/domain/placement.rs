@@ -28,11 +28,7 @@ pub fn place_near(
     affinity: Option<&str>,
 ) -> Option<i64> {
     let wanted = affinity.and_then(|a| a.strip_prefix("TVM:"));
-    let near = wanted.and_then(|id| {
-        nodes
-            .iter_mut()
-            .find(|n| n.id == id && n.free >= needs.slots && (n.dedicated || !needs.dedicated_only))
-    });
+    let near = wanted.and_then(|id| nodes.iter_mut().find(|n| n.id == id && fits(n, needs)));
     match near {
         Some(node) => {
             node.free -= needs.slots;
@@ -45,16 +41,19 @@ pub fn place_near(
 /// Picks a node for a task and takes its slots from it. `spread`: the node with the most free
 /// slots (ties: the first); `pack`: the fullest node that still fits.
 pub fn place(nodes: &mut [FreeNode], needs: Needs, fill: NodeFillType) -> Option<i64> {
-    let slots = needs.slots;
-    let fits = nodes
-        .iter_mut()
-        .filter(|n| n.free >= slots && (n.dedicated || !needs.dedicated_only));
+    let fitting = nodes.iter_mut().filter(|n| fits(n, needs));
     let chosen = match fill {
-        NodeFillType::Spread => fits.reduce(|best, n| if n.free > best.free { n } else { best }),
-        NodeFillType::Pack => fits.reduce(|best, n| if n.free < best.free { n } else { best }),
+        NodeFillType::Spread => fitting.reduce(|best, n| if n.free > best.free { n } else { best }),
+        NodeFillType::Pack => fitting.reduce(|best, n| if n.free < best.free { n } else { best }),
     }?;
-    chosen.free -= slots;
+    chosen.free -= needs.slots;
     Some(chosen.node_pk)
+}
+
+/// Whether `node` can take a task that `needs` this: enough free slots, and dedicated if the
+/// task must have a dedicated node.
+fn fits(node: &FreeNode, needs: Needs) -> bool {
+    node.free >= needs.slots && (node.dedicated || !needs.dedicated_only)
 }
 
 #[cfg(test)]
