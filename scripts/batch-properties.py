@@ -60,7 +60,9 @@ if hasattr(m, "BatchPoolCreateOptions"):
               "job schedule update": [m.BatchJobScheduleUpdateOptions],
               "schedule": [m.BatchJobScheduleConfiguration],
               "job specification": [m.BatchJobSpecification],
-              "virtual machine configuration": [m.VirtualMachineConfiguration]}
+              "virtual machine configuration": [m.VirtualMachineConfiguration],
+              "auto pool specification": [m.BatchAutoPoolSpecification],
+              "pool specification": [m.BatchPoolSpecification]}
 else:
     sdk, read = "14.2.0", properties_14
     bodies = {"pool add": [m.PoolAddParameter], "job add": [m.JobAddParameter], "task add": [m.TaskAddParameter],
@@ -74,7 +76,9 @@ else:
               "job schedule update": [m.JobSchedulePatchParameter, m.JobScheduleUpdateParameter],
               "schedule": [m.Schedule],
               "job specification": [m.JobSpecification],
-              "virtual machine configuration": [m.VirtualMachineConfiguration]}
+              "virtual machine configuration": [m.VirtualMachineConfiguration],
+              "auto pool specification": [m.AutoPoolSpecification],
+              "pool specification": [m.PoolSpecification]}
 
 doc = json.loads(PATH.read_text()) if PATH.exists() else {"sdks": [], "bodies": {}}
 doc["sdks"] = sorted(set(doc["sdks"]) | {f"azure-batch {sdk}"})

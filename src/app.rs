@@ -6,7 +6,7 @@ mod agents;
 mod host;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -131,17 +131,22 @@ fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
         .write_all(secret.as_bytes())
 }
 
+/// The installation's server id, with its account made and the operator's token written out.
+async fn installation(db: &PgPool, account: &str, data_dir: &Path) -> anyhow::Result<String> {
+    let server_id = store::server_id(db).await?;
+    ensure_account(db, account, data_dir).await?;
+    let token = store::operator_token(db).await?;
+    write_private(&data_dir.join("operator.token"), &token)?;
+    Ok(server_id)
+}
+
 async fn run(
     config: ServeConfig,
     data_dir: PathBuf,
     settings: Settings,
     db: PgPool,
 ) -> anyhow::Result<()> {
-    let server_id = store::server_id(&db).await?;
-    ensure_account(&db, &settings.account, &data_dir).await?;
-    let token = store::operator_token(&db).await?;
-    write_private(&data_dir.join("operator.token"), &token)?;
-
+    let server_id = installation(&db, &settings.account, &data_dir).await?;
     let layout = Layout::new(&data_dir);
     let (runtime, agent_listener) = choose_runtime(&config, layout.clone(), &server_id).await?;
     let runtime = Arc::new(runtime);
@@ -165,30 +170,32 @@ async fn run(
         limits.clone(),
         cancel.clone(),
     );
-    let scheduler = tokio::spawn(scheduler::run(
-        Scheduler {
-            db: db.clone(),
-            runtime,
-            leading: probes.leading.clone(),
-            peer_url: peers.url.clone(),
-            server_id,
-            wake: wake.clone(),
-            node_concurrency: config.node_concurrency,
-            max_nodes_per_pool: config.max_nodes_per_pool,
-            bes: bes_config(&config, &settings)?,
-            fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
-            job_maker: Arc::new(api::batch::schedules::SpecJobs),
-        },
-        cancel.clone(),
-    ));
-
+    let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
+    let bes = bes_config(&config, &settings)?;
     let state = Arc::new(AppState::new(
         db.clone(),
         settings,
         (layout, peers),
         probes,
-        wake,
+        wake.clone(),
     ));
+    let scheduler = tokio::spawn(scheduler::run(
+        Scheduler {
+            db: db.clone(),
+            runtime,
+            leading,
+            peer_url,
+            server_id,
+            wake,
+            node_concurrency: config.node_concurrency,
+            max_nodes_per_pool: config.max_nodes_per_pool,
+            bes,
+            fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
+            job_maker: Arc::new(api::batch::schedules::SpecJobs(state.clone())),
+        },
+        cancel.clone(),
+    ));
+
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -52,6 +52,17 @@ const BODIES: &[(&str, Table, &str)] = &[
         support::VM_CONFIGURATION,
         "virtualMachineConfiguration.",
     ),
+    (
+        "auto pool specification",
+        support::AUTO_POOL,
+        "poolInfo.autoPoolSpecification.",
+    ),
+    // A pool add body without the id: the server names auto pools.
+    (
+        "pool specification",
+        support::POOL_ADD,
+        "poolInfo.autoPoolSpecification.pool.",
+    ),
 ];
 
 fn sdk_properties() -> Value {
@@ -124,7 +135,9 @@ fn every_sdk_property_works_or_is_refused() {
             }
         }
         for (name, _) in table.iter() {
-            if !props.contains_key(*name) && (*body, *name) != ("job specification", "id") {
+            let named_by_server =
+                *name == "id" && ["job specification", "pool specification"].contains(body);
+            if !props.contains_key(*name) && !named_by_server {
                 wrong.push(format!(
                     "{body}: {name} is in the table but no SDK sends it"
                 ));
@@ -167,6 +180,11 @@ fn request_with(
                 with(pool, &[("virtualMachineConfiguration", config)]),
                 "/pools/made",
             )
+        }
+        "pool specification" => {
+            let spec = json!({"poolLifetimeOption": "job", "pool": with(json!({"vmSize": "standard_a1"}), &[(prop, value)])});
+            let job = json!({"id": "made", "poolInfo": {"autoPoolSpecification": spec}});
+            (Method::POST, "/jobs", job, "/jobs/made")
         }
         "start task" => {
             let start_task = with(json!({"commandLine": "true"}), &[(prop, value)]);

@@ -62,6 +62,7 @@ fn new_job(id: &str, pool: &str) -> jobs::NewJob {
             max_wall_clock_ticks: None,
             max_task_retry_count: 0,
             pool_id: pool.into(),
+            auto_pool: None,
             on_all_tasks_complete: AllTasksComplete::NoAction,
             on_task_failure: TaskFailureMode::NoAction,
             metadata: json!([]),

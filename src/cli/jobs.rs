@@ -162,12 +162,16 @@ async fn ensure_job(client: &Client, job: &str, pool: &str, settings: Value) -> 
         return Err(server_error(status, &text));
     }
     let found = client
-        .get(&format!("/jobs/{}?$select=poolInfo,state", segment(job)))
+        .get(&format!(
+            "/jobs/{}?$select=executionInfo,state",
+            segment(job)
+        ))
         .await?;
-    if found["poolInfo"]["poolId"].as_str() != Some(pool) {
+    // executionInfo names the pool of a job that made its own (an auto pool) too.
+    if found["executionInfo"]["poolId"].as_str() != Some(pool) {
         return fail(format!(
             "job {job} exists on pool {}, not {pool}",
-            cell(&found["poolInfo"]["poolId"])
+            cell(&found["executionInfo"]["poolId"])
         ));
     }
     if settings.as_object().is_some_and(|s| !s.is_empty()) {
@@ -259,14 +263,14 @@ pub async fn submit(client: &Client, submit: &Submit) -> CliResult<String> {
 
 /// `batchpool queue`: jobs not completed (all with `all`), with their tasks by state.
 pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
-    let jobs = client.list("/jobs?$select=id,state,poolInfo").await?;
+    let jobs = client.list("/jobs?$select=id,state,executionInfo").await?;
     let mut out = Vec::new();
     for job in jobs.iter().filter(|j| all || j["state"] != "completed") {
         let id = job["id"].as_str().unwrap_or_default();
         let counts = client
             .get(&format!("/jobs/{}/taskcounts", segment(id)))
             .await?;
-        out.push(json!({"id": id, "state": job["state"], "poolId": job["poolInfo"]["poolId"], "taskCounts": counts["taskCounts"]}));
+        out.push(json!({"id": id, "state": job["state"], "poolId": job["executionInfo"]["poolId"], "taskCounts": counts["taskCounts"]}));
     }
     print(client.output, &json!(out), || {
         let rows: Vec<Vec<String>> = out

@@ -13,12 +13,13 @@ use crate::store;
 /// Makes a job from a schedule's `jobSpecification`, as a job add would (the API's checks and
 /// inserts, which the scheduler cannot import: `app` hands them over).
 pub trait JobMaker: Send + Sync {
-    /// Makes job `job_id` of `account` in `tx`: its pk, or why it could not be made.
+    /// Makes job `job_id` of `account` in `tx` for the schedule whose pk is given: its pk, or
+    /// why it could not be made.
     fn make<'a, 'c: 'a>(
         &'a self,
         tx: &'a mut Transaction<'c, Postgres>,
         account: &'a str,
-        job_id: &'a str,
+        job: (&'a str, i64),
         spec: &'a Value,
     ) -> BoxFuture<'a, Result<i64, String>>;
 }
@@ -50,7 +51,7 @@ pub async fn run_due(
                 let job_id = format!("{}:job-{}", s.id, s.jobs_made + 1);
                 let mut job = sqlx::Connection::begin(&mut *tx).await?;
                 match maker
-                    .make(&mut job, &s.account, &job_id, &s.job_specification)
+                    .make(&mut job, &s.account, (&job_id, pk), &s.job_specification)
                     .await
                 {
                     Ok(job_pk) => {

@@ -34,7 +34,11 @@ pub async fn run(
         }
         match crate::ops::schedules::run_due(&db, jobs, now).await {
             Ok(0) => {}
-            Ok(_) => wake.jobs_changed(),
+            Ok(_) => {
+                wake.jobs_changed();
+                // A job may have made an auto pool.
+                wake.allocate.notify_one();
+            }
             Err(e) => tracing::warn!(error = %e, "making the jobs of job schedules failed"),
         }
         if now - last_sample >= SAMPLE_PERIOD {

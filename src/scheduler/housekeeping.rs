@@ -1,6 +1,7 @@
 //! Housekeeping, beside the dispatcher in a loop of its own: task counts folded into their jobs,
-//! jobs past their maxWallClockTime ended, deleted jobs removed with their tasks and files, and
-//! task directories past their retentionTime removed. It waits for kills and for agents, and
+//! jobs past their maxWallClockTime ended, deleted jobs removed with their tasks and files, auto
+//! pools deleted when their lifetime is over, and task directories past their retentionTime
+//! removed. It waits for kills and for agents, and
 //! never holds up a pass.
 
 use std::time::Duration;
@@ -34,8 +35,8 @@ pub(super) async fn run(s: &Scheduler, executor: &execute::Executor, cancel: &Ca
 }
 
 /// Task count changes are folded into the jobs' counts; jobs past their maxWallClockTime end;
-/// deleted jobs go with their tasks and files (once their processes are killed); task
-/// directories past their retentionTime are removed.
+/// deleted jobs go with their tasks and files (once their processes are killed); auto pools
+/// whose owner has completed go; task directories past their retentionTime are removed.
 async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
     store::tasks::fold_counts(&s.db).await?;
     for pk in store::jobs::past_wall_clock(&s.db).await? {
@@ -80,6 +81,10 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
         tx.commit().await?;
         tracing::info!(job = %job.id, "job deleted");
         s.wake.dispatch.notify_one();
+    }
+    // Auto pools whose job or job schedule has completed, or gone, go too.
+    if store::auto_pools::expire(&s.db).await? > 0 {
+        s.wake.allocate.notify_one();
     }
     remove_expired_files(s).await
 }

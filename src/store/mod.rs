@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod applications;
+pub mod auto_pools;
 pub mod autoscale;
 pub mod hosts;
 pub mod jobs;

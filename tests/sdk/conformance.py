@@ -131,6 +131,7 @@ def run_15():
     assert c.get_pool(POOL).target_dedicated_nodes == 1
 
     schedules_15(c, models)
+    auto_pool_15(c, models)
     c.begin_terminate_job(JOB, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
     job = c.get_job(JOB)
     assert job.state == models.BatchJobState.COMPLETED and job.execution_info.termination_reason == "done", job
@@ -206,6 +207,45 @@ def schedules_15(c, models):
     wait("the schedules' jobs to go", lambda: not any(j.id.startswith("every2s:") for j in c.list_jobs()))
 
 
+def auto_pool_15(c, models):
+    """A job that makes its own pool: its task runs there, and the pool goes with the job."""
+    from azure.batch.models._models import BatchJobTerminateOptions
+
+    job = f"auto-{SUFFIX}"
+    spec = models.BatchAutoPoolSpecification(
+        auto_pool_id_prefix=f"auto{MAJOR}", pool_lifetime_option=models.BatchPoolLifetimeOption.JOB,
+        pool=models.BatchPoolSpecification(vm_size="standard_a1", target_dedicated_nodes=1))
+    c.create_job(models.BatchJobCreateOptions(id=job, pool_info=models.BatchPoolInfo(auto_pool_specification=spec)))
+    got = c.get_job(job)
+    pool = got.execution_info.pool_id
+    assert pool.startswith(f"auto{MAJOR}_"), got.execution_info
+    assert got.pool_info.auto_pool_specification.pool_lifetime_option == models.BatchPoolLifetimeOption.JOB
+    assert c.get_pool(pool).vm_size == "standard_a1"
+    c.create_task(job, models.BatchTaskCreateOptions(id="where", command_line="/bin/sh -c 'echo $AZ_BATCH_POOL_ID'"))
+    wait("the auto pool's task", lambda: c.get_task(job, "where").state == models.BatchTaskState.COMPLETED, timeout=120)
+    assert b"".join(c.download_task_file(job, "where", "stdout.txt")) == f"{pool}\n".encode()
+    c.begin_terminate_job(job, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
+    wait("the auto pool to go", lambda: pool not in [p.id for p in c.list_pools()], timeout=120)
+    c.begin_delete_job(job, polling_interval=0.2).result()
+
+
+def auto_pool_14(c, m):
+    job = f"auto-{SUFFIX}"
+    spec = m.AutoPoolSpecification(auto_pool_id_prefix=f"auto{MAJOR}", pool_lifetime_option=m.PoolLifetimeOption.job,
+                                   pool=m.PoolSpecification(vm_size="standard_a1", target_dedicated_nodes=1))
+    c.job.add(m.JobAddParameter(id=job, pool_info=m.PoolInformation(auto_pool_specification=spec)))
+    got = c.job.get(job)
+    pool = got.execution_info.pool_id
+    assert pool.startswith(f"auto{MAJOR}_") and c.pool.exists(pool) is True, got.execution_info
+    assert got.pool_info.auto_pool_specification.pool.vm_size == "standard_a1"
+    c.task.add(job, m.TaskAddParameter(id="where", command_line="/bin/sh -c 'echo $AZ_BATCH_POOL_ID'"))
+    wait("the auto pool's task", lambda: c.task.get(job, "where").state == m.TaskState.completed, timeout=120)
+    assert b"".join(c.file.get_from_task(job, "where", "stdout.txt")) == f"{pool}\n".encode()
+    c.job.terminate(job)
+    wait("the auto pool to go", lambda: not c.pool.exists(pool), timeout=120)
+    c.job.delete(job)
+
+
 def schedules_14(c, m):
     """Job schedules through the 14.x SDK's operations."""
     import datetime
@@ -275,6 +315,7 @@ def run_14():
     c.task.terminate(JOB, "long")
     wait("the terminated task", lambda: c.task.get(JOB, "long").state == m.TaskState.completed)
     schedules_14(c, m)
+    auto_pool_14(c, m)
     node = next(iter(c.compute_node.list(POOL))).id
     logs = os.environ.get("BATCHPOOL_LOGS_URL")
     if logs:

@@ -205,13 +205,31 @@ pub const JOB_ADD: Table = &[
     ),
     (
         "poolInfo",
-        Partly {
-            works: "jobs.rs::patch_keeps_what_it_does_not_name_and_put_resets_it",
-            refuses: r#"{"autoPoolSpecification": {"poolLifetimeOption": "job"}}"#,
-        },
+        Works("auto_pools.rs::a_job_makes_its_own_pool_which_goes_when_the_job_completes"),
     ),
     ("priority", Works("jobs.rs::run_order")),
     ("usesTaskDependencies", Works("jobs.rs::dependencies")),
+];
+
+/// A job's `poolInfo.autoPoolSpecification`. Its `pool` is a pool add body without the id,
+/// checked against [`POOL_ADD`] with the prefix `poolInfo.autoPoolSpecification.pool.`.
+pub const AUTO_POOL: Table = &[
+    (
+        "autoPoolIdPrefix",
+        Works("auto_pools.rs::a_job_makes_its_own_pool_which_goes_when_the_job_completes"),
+    ),
+    (
+        "keepAlive",
+        Works("auto_pools.rs::a_kept_alive_auto_pool_stays_until_keep_alive_is_turned_off"),
+    ),
+    (
+        "pool",
+        Works("auto_pools.rs::a_job_makes_its_own_pool_which_goes_when_the_job_completes"),
+    ),
+    (
+        "poolLifetimeOption",
+        Works("auto_pools.rs::a_schedules_jobs_share_one_auto_pool_until_the_schedule_ends"),
+    ),
 ];
 
 /// `POST /jobschedules`. Its `jobSpecification` is a job add body without the id (the schedule

@@ -98,6 +98,7 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
             max_wall_clock_ticks: None,
             max_task_retry_count: 0,
             pool_id,
+            auto_pool: None,
             on_all_tasks_complete: AllTasksComplete::TerminateJob,
             on_task_failure: TaskFailureMode::NoAction,
             metadata: json!([{"name": "besJobId", "value": job.id}]),

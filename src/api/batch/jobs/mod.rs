@@ -1,5 +1,6 @@
 //! `/jobs`: create, get, list, update, replace, disable, enable, terminate, delete, task counts.
 
+mod auto_pool;
 mod manager;
 mod prep;
 mod props;
@@ -205,7 +206,10 @@ pub fn job_json(j: &JobRow, base: &str) -> Value {
         "allowTaskPreemption": false,
         "usesTaskDependencies": j.uses_task_dependencies,
         "constraints": constraints,
-        "poolInfo": {"poolId": j.pool_id},
+        "poolInfo": match &j.auto_pool {
+            Some(spec) => json!({"autoPoolSpecification": spec}),
+            None => json!({"poolId": j.pool_id}),
+        },
         "onAllTasksComplete": j.on_all_tasks_complete,
         "onTaskFailure": j.on_task_failure,
         "executionInfo": execution,

@@ -3,12 +3,15 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::auto_pool::{keep_alive_change, AutoPool};
 use crate::api::batch::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::state::Settings;
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
 use crate::domain::pool::EnvironmentSetting;
 use crate::domain::IsoDuration;
+use crate::store::jobs::JobRow;
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -61,18 +64,44 @@ pub fn check_retry_count(name: &str, n: i32) -> ApiResult<i32> {
     }
 }
 
-pub(super) fn check_pool_info(info: Option<PoolInfo>) -> ApiResult<String> {
+/// Where a job runs, as its poolInfo says.
+pub(super) enum JobPool {
+    /// A pool that exists, by its id.
+    Named(String),
+    /// A pool the job makes for itself.
+    Auto(Box<AutoPool>),
+}
+
+/// A job add's poolInfo, checked; `in_schedule`: whether a job schedule makes the job.
+pub(super) fn check_pool_info(
+    info: Option<PoolInfo>,
+    settings: &Settings,
+    in_schedule: bool,
+) -> ApiResult<JobPool> {
     let info = info.ok_or_else(|| ApiError::missing_property("poolInfo"))?;
-    if info.auto_pool_specification.is_some() {
-        return Err(ApiError::invalid_property(
-            "poolInfo.autoPoolSpecification",
-            "",
-            "auto pools are not supported; create a pool and give its poolId",
-        ));
+    if let Some(spec) = info.auto_pool_specification {
+        return AutoPool::check(spec, settings, in_schedule).map(|a| JobPool::Auto(Box::new(a)));
     }
-    let pool_id = info
-        .pool_id
-        .ok_or_else(|| ApiError::missing_property("poolInfo.poolId"))?;
+    Ok(JobPool::Named(check_pool_id(info.pool_id)?))
+}
+
+/// The poolId a PATCH or PUT moves a job to; or, for one that sends the job's own auto pool
+/// specification, the job's pool as it is and the keepAlive it changes to, if it does.
+pub(super) fn updated_pool_info(
+    info: PoolInfo,
+    job: &JobRow,
+) -> ApiResult<(String, Option<Value>, Option<bool>)> {
+    match info.auto_pool_specification {
+        Some(spec) => {
+            let change = keep_alive_change(job.auto_pool.as_ref(), &spec)?;
+            Ok((job.pool_id.clone(), Some(spec), change))
+        }
+        None => Ok((check_pool_id(info.pool_id)?, None, None)),
+    }
+}
+
+fn check_pool_id(pool_id: Option<String>) -> ApiResult<String> {
+    let pool_id = pool_id.ok_or_else(|| ApiError::missing_property("poolInfo.poolId"))?;
     check_id(&pool_id)
         .map_err(|why| ApiError::invalid_property("poolInfo.poolId", &pool_id, why))?;
     Ok(pool_id)

@@ -6,19 +6,23 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::auto_pool::AutoPool;
 use super::props::{
     check_max_parallel, check_pool_info, check_priority, check_retry_count, env_json,
-    metadata_json, on_all_tasks_complete, on_task_failure, Constraints, PoolInfo,
+    metadata_json, on_all_tasks_complete, on_task_failure, updated_pool_info, Constraints, JobPool,
+    PoolInfo,
 };
 use super::{check_write, find, lock_open_job};
 use crate::api::batch::pools::MetadataItem;
 use crate::api::batch::support::{refuse_unsupported, JOB_ADD, JOB_UPDATE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
+use crate::api::state::Settings;
 use crate::api::{created, resource_headers, BaseUrl, Conditions, Ctx};
 use crate::domain::ids::check_id;
 use crate::domain::pool::EnvironmentSetting;
 use crate::domain::IsoDuration;
+use crate::store::auto_pools::Owner;
 use crate::store::{self, jobs::JobProps, jobs::JobRow, jobs::NewJob};
 
 #[derive(Deserialize)]
@@ -75,8 +79,10 @@ pub async fn create(
         .ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
     let mut tx = app.db.begin().await?;
-    let row = insert(&mut tx, &app.account, id, body).await?;
+    let row = insert(&mut tx, (&app.settings, &app.account), (id, None), body).await?;
     tx.commit().await?;
+    // Its auto pool, if it made one, is to be allocated.
+    app.wake_allocator();
     Ok(created(
         &format!("{base}/jobs/{}", row.id),
         row.last_modified,
@@ -107,24 +113,28 @@ pub fn specification(spec: &Value) -> ApiResult<JobCreate> {
 
 /// Checks a job schedule's `jobSpecification` as a job add's body is checked, before the
 /// database: what the pool decides is checked as each job is made.
-pub fn check_specification(spec: &Value) -> ApiResult<()> {
+pub fn check_specification(spec: &Value, settings: &Settings) -> ApiResult<()> {
     let prefixed = |e: ApiError| e.prefixed("jobSpecification.");
     let mut body = specification(spec)?;
     super::manager::parse(body.job_manager_task.take()).map_err(prefixed)?;
-    new_job("", String::new(), body).map_err(prefixed)?;
+    new_job(settings, ("", String::new(), true), body).map_err(prefixed)?;
     Ok(())
 }
 
-/// Makes, in `tx`, the job `id` that `body` describes, with its job manager task.
+/// Makes, in `tx`, the job `id` that `body` describes, with its job manager task and its auto
+/// pool, if it asks for one; `schedule`: the job schedule that makes it, if one does.
 pub(crate) async fn insert(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    account: &str,
-    id: String,
+    (settings, account): (&Settings, &str),
+    (id, schedule): (String, Option<i64>),
     mut body: JobCreate,
 ) -> ApiResult<JobRow> {
     let manager = super::manager::parse(body.job_manager_task.take())?;
-    let mut job = new_job(account, id, body)?;
+    let (mut job, auto) = new_job(settings, (account, id, schedule.is_some()), body)?;
     job.manager_task = manager.as_ref().map(|m| m.shown.clone());
+    if let Some(auto) = &auto {
+        job.props.pool_id = auto.pool_for(tx, (settings, account), schedule).await?;
+    }
     super::prep::refuse_containers_off_container_pools(
         &mut **tx,
         account,
@@ -158,6 +168,9 @@ pub(crate) async fn insert(
     let row = store::jobs::get(&mut **tx, account, &job.id, store::jobs::Lock::None)
         .await?
         .ok_or_else(|| ApiError::internal("job vanished"))?;
+    if let Some(auto) = auto {
+        auto.own(tx, (account, &row.pool_id), row.pk).await?;
+    }
     if let Some(m) = manager {
         let task = crate::api::batch::tasks::manager_task(
             tx,
@@ -173,10 +186,20 @@ pub(crate) async fn insert(
     Ok(row)
 }
 
-/// The job a create request describes, checked (its id already is).
-fn new_job(account: &str, id: String, body: JobCreate) -> ApiResult<NewJob> {
+/// The job a create request describes, checked (its id already is), and the auto pool it
+/// asks for, if it does (its `pool_id` is left to be filled in). `in_schedule`: whether a job
+/// schedule makes it.
+fn new_job(
+    settings: &Settings,
+    (account, id, in_schedule): (&str, String, bool),
+    body: JobCreate,
+) -> ApiResult<(NewJob, Option<Box<AutoPool>>)> {
     refuse_unsupported(JOB_ADD, "", &body.rest)?;
     let constraints = body.constraints.unwrap_or_default();
+    let (pool_id, auto) = match check_pool_info(body.pool_info, settings, in_schedule)? {
+        JobPool::Named(id) => (id, None),
+        JobPool::Auto(auto) => (String::new(), Some(auto)),
+    };
     let props = JobProps {
         priority: check_priority(body.priority.unwrap_or(0))?,
         max_parallel_tasks: check_max_parallel(body.max_parallel_tasks.unwrap_or(-1))?,
@@ -185,14 +208,15 @@ fn new_job(account: &str, id: String, body: JobCreate) -> ApiResult<NewJob> {
             "constraints.maxTaskRetryCount",
             constraints.max_task_retry_count.unwrap_or(0),
         )?,
-        pool_id: check_pool_info(body.pool_info)?,
+        pool_id,
+        auto_pool: auto.as_ref().map(|a| a.shown.clone()),
         on_all_tasks_complete: on_all_tasks_complete(body.on_all_tasks_complete)?,
         on_task_failure: on_task_failure(body.on_task_failure)?,
         metadata: metadata_json(body.metadata),
     };
     let (preparation_task, release_task) =
         super::prep::check(body.job_preparation_task, body.job_release_task)?;
-    Ok(NewJob {
+    let job = NewJob {
         account: account.to_string(),
         id,
         display_name: body.display_name,
@@ -205,7 +229,8 @@ fn new_job(account: &str, id: String, body: JobCreate) -> ApiResult<NewJob> {
         preparation_task,
         release_task,
         manager_task: None,
-    })
+    };
+    Ok((job, auto))
 }
 
 pub async fn patch(
@@ -232,8 +257,11 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
     refuse_unsupported(JOB_UPDATE, "", &body.rest)?;
     let mut tx = app.db.begin().await?;
     let job = lock_open_job(&mut tx, app, job_id).await?;
-    let props = updated_props(&job, body, replace)?;
+    let (props, keep_alive) = updated_props(&job, body, replace)?;
     store::jobs::set_props(&mut *tx, job.pk, &props).await?;
+    if let Some(keep_alive) = keep_alive {
+        store::auto_pools::set_keep_alive(&mut *tx, Owner::Job(job.pk), keep_alive).await?;
+    }
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     tx.commit().await?;
     app.wake_dispatcher();
@@ -241,11 +269,21 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
     Ok((StatusCode::OK, resource_headers(job.last_modified)).into_response())
 }
 
-/// The job's properties after a PATCH (`replace` false) or a PUT.
-fn updated_props(job: &JobRow, body: JobUpdate, replace: bool) -> ApiResult<JobProps> {
+/// The job's properties after a PATCH (`replace` false) or a PUT, and its auto pool's
+/// keepAlive, if that changes.
+fn updated_props(
+    job: &JobRow,
+    body: JobUpdate,
+    replace: bool,
+) -> ApiResult<(JobProps, Option<bool>)> {
     let keep = |current: i32, default: i32| if replace { default } else { current };
     let constraints = body.constraints;
-    Ok(JobProps {
+    let (pool_id, auto_pool, keep_alive) = match body.pool_info {
+        Some(info) => updated_pool_info(info, job)?,
+        None if replace => return Err(ApiError::missing_property("poolInfo")),
+        None => (job.pool_id.clone(), job.auto_pool.clone(), None),
+    };
+    let props = JobProps {
         priority: check_priority(body.priority.unwrap_or(keep(job.priority, 0)))?,
         max_parallel_tasks: check_max_parallel(
             body.max_parallel_tasks
@@ -264,11 +302,8 @@ fn updated_props(job: &JobRow, body: JobUpdate, replace: bool) -> ApiResult<JobP
                 .and_then(|c| c.max_task_retry_count)
                 .unwrap_or(keep(job.max_task_retry_count, 0)),
         )?,
-        pool_id: match body.pool_info {
-            Some(info) => check_pool_info(Some(info))?,
-            None if replace => return Err(ApiError::missing_property("poolInfo")),
-            None => job.pool_id.clone(),
-        },
+        pool_id,
+        auto_pool,
         on_all_tasks_complete: match body.on_all_tasks_complete {
             None if !replace => job.on_all_tasks_complete,
             v => on_all_tasks_complete(v)?,
@@ -281,5 +316,6 @@ fn updated_props(job: &JobRow, body: JobUpdate, replace: bool) -> ApiResult<JobP
             None if !replace => job.metadata.clone(),
             m => metadata_json(m),
         },
-    })
+    };
+    Ok((props, keep_alive))
 }

@@ -73,7 +73,7 @@ pub(super) fn deallocation_option(o: &str) -> ApiResult<NodeDeallocationOption> 
 
 /// A start task's resource files may name the account's linked storage only when it has one.
 pub(super) async fn refuse_unlinked_storage(
-    app: &Ctx,
+    (db, account): (impl sqlx::PgExecutor<'_>, &str),
     start_task: Option<&Value>,
 ) -> ApiResult<()> {
     let Some(task) = start_task else {
@@ -86,11 +86,7 @@ pub(super) async fn refuse_unlinked_storage(
         .resource_files
         .iter()
         .any(|r| r.auto_storage_container_name.is_some());
-    if names_it
-        && store::accounts::storage(&app.db, &app.account)
-            .await?
-            .is_none()
-    {
+    if names_it && store::accounts::storage(db, account).await?.is_none() {
         crate::api::batch::tasks::refuse_auto_storage(
             "startTask.resourceFiles",
             &task.resource_files,

@@ -12,6 +12,7 @@ use super::MetadataItem;
 use crate::api::batch::support::{refuse_unsupported, POOL_ADD, VM_CONFIGURATION};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
+use crate::api::state::Settings;
 use crate::api::{created, BaseUrl, Ctx};
 use crate::domain::files::PackageReference;
 use crate::domain::ids::check_id;
@@ -86,30 +87,11 @@ pub async fn create(
     BaseUrl(base): BaseUrl,
     AzureJson(body): AzureJson<PoolCreate>,
 ) -> ApiResult<Response> {
-    let mut body = body;
-    let packages = body
-        .application_package_references
-        .take()
-        .unwrap_or_default();
-    let mut new = new_pool(&app, body)?;
-    super::checks::refuse_unlinked_storage(&app, new.start_task.as_ref()).await?;
-    if !packages.is_empty() {
-        let apps = store::applications::list(&app.db, &app.account, None).await?;
-        let resolved = crate::api::batch::tasks::checked_packages(&packages, &apps)?;
-        new.application_packages = Some(sqlx::types::Json(resolved));
-    }
-    match store::pools::insert(&app.db, &new).await {
-        Err(e) if store::is_unique_violation(&e) => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "PoolExists",
-                format!("The specified pool {:?} already exists.", new.id),
-            ))
-        }
-        other => other?,
-    }
+    let mut conn = app.db.acquire().await?;
+    let id = insert(&mut conn, (&app.settings, &app.account), body).await?;
+    drop(conn);
     app.wake_allocator();
-    let pool = store::pools::get(&app.db, &app.account, &new.id)
+    let pool = store::pools::get(&app.db, &app.account, &id)
         .await?
         .ok_or_else(|| ApiError::internal("pool vanished after insert"))?;
     Ok(created(
@@ -118,12 +100,40 @@ pub async fn create(
     ))
 }
 
+/// Makes, through `db`, the pool of `account` that `body` describes, checked as a pool add is
+/// (a job's auto pool is made this way too). Returns its id.
+pub(crate) async fn insert(
+    db: &mut sqlx::PgConnection,
+    (settings, account): (&Settings, &str),
+    mut body: PoolCreate,
+) -> ApiResult<String> {
+    let packages = body
+        .application_package_references
+        .take()
+        .unwrap_or_default();
+    let mut new = new_pool(settings, account, body)?;
+    super::checks::refuse_unlinked_storage((&mut *db, account), new.start_task.as_ref()).await?;
+    if !packages.is_empty() {
+        let apps = store::applications::list(&mut *db, account, None).await?;
+        let resolved = crate::api::batch::tasks::checked_packages(&packages, &apps)?;
+        new.application_packages = Some(sqlx::types::Json(resolved));
+    }
+    match store::pools::insert(&mut *db, &new).await {
+        Err(e) if store::is_unique_violation(&e) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "PoolExists",
+            format!("The specified pool {:?} already exists.", new.id),
+        )),
+        other => Ok(other.map(|()| new.id)?),
+    }
+}
+
 /// The pool a create request describes, checked.
-fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
+pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> ApiResult<NewPool> {
     let id = body.id.ok_or_else(|| ApiError::missing_property("id"))?;
     check_id(&id).map_err(|why| ApiError::invalid_property("id", &id, why))?;
     refuse_unsupported(POOL_ADD, "", &body.rest)?;
-    let (vm_size, size) = vm_size(app, body.vm_size)?;
+    let (vm_size, size) = vm_size(settings, body.vm_size)?;
     let slots = task_slots(body.task_slots_per_node)?;
     let auto_scale = super::autoscale::at_create(
         body.enable_auto_scale,
@@ -135,7 +145,7 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
                 ("targetLowPriorityNodes", body.target_low_priority_nodes),
             ],
             slots,
-            app.settings.max_nodes_per_pool,
+            settings.max_nodes_per_pool,
         ),
     )?;
     let targets = match &auto_scale {
@@ -143,19 +153,19 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
         None => check_targets(
             body.target_dedicated_nodes,
             body.target_low_priority_nodes,
-            app.settings.max_nodes_per_pool,
+            settings.max_nodes_per_pool,
         )?,
     };
     let (fill, order) = scheduling_policy(body.task_scheduling_policy)?;
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
-    let image = resolve_image(app, body.virtual_machine_configuration.as_ref())?;
+    let image = resolve_image(settings, body.virtual_machine_configuration.as_ref())?;
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_start_task_container(
         start_task.as_ref(),
         body.virtual_machine_configuration.as_ref(),
     )?;
     Ok(NewPool {
-        account: app.account.clone(),
+        account: account.to_string(),
         id,
         display_name: body.display_name,
         vm_size,
@@ -181,15 +191,15 @@ fn new_pool(app: &Ctx, body: PoolCreate) -> ApiResult<NewPool> {
 }
 
 /// The size's name as the table keeps it, and its CPU and memory.
-fn vm_size(app: &Ctx, given: Option<String>) -> ApiResult<(String, VmSize)> {
+fn vm_size(settings: &Settings, given: Option<String>) -> ApiResult<(String, VmSize)> {
     let vm_size = given.ok_or_else(|| ApiError::missing_property("vmSize"))?;
-    app.settings.vm_sizes.get(&vm_size).ok_or_else(|| {
+    settings.vm_sizes.get(&vm_size).ok_or_else(|| {
         ApiError::invalid_property(
             "vmSize",
             &vm_size,
             format!(
                 "unknown vmSize; the known sizes are: {}",
-                app.settings.vm_sizes.names().join(", ")
+                settings.vm_sizes.names().join(", ")
             ),
         )
     })
@@ -258,9 +268,9 @@ fn word<T>(
 }
 
 /// The Docker image a pool's nodes run. See README, "Node images".
-fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
+fn resolve_image(settings: &Settings, vm_config: Option<&Value>) -> ApiResult<String> {
     let Some(raw) = vm_config else {
-        return Ok(app.settings.default_image.clone());
+        return Ok(settings.default_image.clone());
     };
     if let Some(fields) = raw.as_object() {
         refuse_unsupported(VM_CONFIGURATION, "virtualMachineConfiguration.", fields)?;
@@ -298,9 +308,9 @@ fn resolve_image(app: &Ctx, vm_config: Option<&Value>) -> ApiResult<String> {
                 .map(Option::unwrap_or_default)
                 .join("/"),
         };
-        if let Some(image) = app.settings.image_map.get(&key.to_ascii_lowercase()) {
+        if let Some(image) = settings.image_map.get(&key.to_ascii_lowercase()) {
             return Ok(image.clone());
         }
     }
-    Ok(app.settings.default_image.clone())
+    Ok(settings.default_image.clone())
 }

@@ -20,7 +20,8 @@ use crate::api::{
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolRow, pools::Refused};
 pub use autoscale::{disable as disable_auto_scale, enable as enable_auto_scale, evaluate_formula};
-pub use create::create;
+pub use create::{create, PoolCreate};
+pub(crate) use create::{insert as insert_pool, new_pool};
 pub use update::{patch, remove_nodes, resize, stop_resize, update_properties};
 
 /// Azure's default resizeTimeout.

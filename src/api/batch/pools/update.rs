@@ -109,7 +109,7 @@ pub async fn patch(
         .metadata
         .map(|m| serde_json::to_value(m).expect("metadata serializes"));
     let start_task = body.start_task.map(check_start_task).transpose()?;
-    refuse_unlinked_storage(&app, start_task.as_ref()).await?;
+    refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
     let (fill, order) = match body.task_scheduling_policy {
         Some(policy) => scheduling_changes(policy)?,
@@ -153,7 +153,7 @@ pub async fn update_properties(
     )
     .expect("metadata serializes");
     let start_task = body.start_task.map(check_start_task).transpose()?;
-    refuse_unlinked_storage(&app, start_task.as_ref()).await?;
+    refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
     let changes = PoolChanges {
         metadata: Some(&metadata),

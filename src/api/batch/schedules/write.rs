@@ -1,6 +1,8 @@
 //! Creating a job schedule (POST), changing it (PATCH, PUT), and its state by request:
 //! disable, enable, terminate. And [`SpecJobs`], which makes each job when it is due.
 
+use std::sync::Arc;
+
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +15,7 @@ use crate::api::batch::jobs::{check_specification, insert_job, specification};
 use crate::api::batch::pools::MetadataItem;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
+use crate::api::state::{AppState, Settings};
 use crate::api::{created, resource_headers, BaseUrl, Conditions, Ctx};
 use crate::domain::ids::check_id;
 use crate::domain::schedule::{JobScheduleState, Timing, MIN_INTERVAL};
@@ -91,9 +94,9 @@ fn metadata_json(m: Option<Vec<MetadataItem>>) -> Value {
     serde_json::to_value(m.unwrap_or_default()).expect("metadata serializes")
 }
 
-fn checked_spec(spec: Option<Value>) -> ApiResult<Value> {
+fn checked_spec(spec: Option<Value>, settings: &Settings) -> ApiResult<Value> {
     let spec = spec.ok_or_else(|| ApiError::missing_property("jobSpecification"))?;
-    check_specification(&spec)?;
+    check_specification(&spec, settings)?;
     Ok(spec)
 }
 
@@ -111,7 +114,7 @@ pub async fn create(
     let props = ScheduleProps {
         next_run_time: timing.first_run(Utc::now()),
         timing,
-        job_specification: checked_spec(body.job_specification)?,
+        job_specification: checked_spec(body.job_specification, &app.settings)?,
         metadata: metadata_json(body.metadata),
     };
     let name = body.display_name.as_deref();
@@ -172,7 +175,7 @@ async fn update(
     };
     let job_specification = match body.job_specification {
         None if !replace => s.job_specification.clone(),
-        given => checked_spec(given)?,
+        given => checked_spec(given, &app.settings)?,
     };
     let metadata = match body.metadata {
         None if !replace => s.metadata.clone(),
@@ -251,21 +254,23 @@ pub async fn terminate(
     Ok((StatusCode::ACCEPTED, resource_headers(s.last_modified)).into_response())
 }
 
-/// Makes a schedule's jobs through the job add's own checks and inserts.
-pub struct SpecJobs;
+/// Makes a schedule's jobs through the job add's own checks and inserts, with the server's
+/// settings (for auto pools).
+pub struct SpecJobs(pub Arc<AppState>);
 
 impl JobMaker for SpecJobs {
     fn make<'a, 'c: 'a>(
         &'a self,
         tx: &'a mut sqlx::Transaction<'c, sqlx::Postgres>,
         account: &'a str,
-        job_id: &'a str,
+        (job_id, schedule): (&'a str, i64),
         spec: &'a Value,
     ) -> BoxFuture<'a, Result<i64, String>> {
         Box::pin(async move {
             let why = |e: ApiError| format!("{}: {}", e.code, e.message);
             let body = specification(spec).map_err(why)?;
-            let job = insert_job(tx, account, job_id.to_string(), body).await;
+            let at = (job_id.to_string(), Some(schedule));
+            let job = insert_job(tx, (&self.0.settings, account), at, body).await;
             job.map(|row| row.pk).map_err(why)
         })
     }
