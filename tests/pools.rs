@@ -537,3 +537,86 @@ async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
         assert_eq!(images, [image], "the node of {id}");
     }
 }
+
+/// As on Azure, a PATCH changes `vmSize`, `taskSlotsPerNode` and `virtualMachineConfiguration`
+/// only while the pool has no nodes; the nodes made after it have the new size, slots and image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_pool_changes_its_node_size_slots_and_image() {
+    const RETAGGED: &str = "batchpool-test/reshaped-node:1";
+    let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &[]).await;
+    common::run_ok(std::process::Command::new("docker").args([
+        "tag",
+        common::TEST_IMAGE,
+        RETAGGED,
+    ]));
+    let body = json!({"id": "reshaped", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("reshaped", 1, "idle").await;
+    let config = json!({"nodeAgentSKUId": "batch.node.ubuntu 22.04", "containerConfiguration":
+        {"type": "dockerCompatible", "containerImageNames": [RETAGGED]}});
+    let reshape = json!({"vmSize": "standard_d1_v2", "taskSlotsPerNode": 3,
+        "virtualMachineConfiguration": config});
+    let patch = |body: Value| {
+        let s = &s;
+        async move {
+            s.request(reqwest::Method::PATCH, "/pools/reshaped", Some(&body))
+                .await
+        }
+    };
+    let (status, answer) = patch(reshape.clone()).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["code"], "OperationInvalidForCurrentState");
+    let (_, pool) = s.get("/pools/reshaped").await;
+    assert_eq!(
+        pool["vmSize"], "standard_a1",
+        "a refused PATCH changes nothing"
+    );
+    let resize = json!({"targetDedicatedNodes": 0});
+    assert_eq!(s.post("/pools/reshaped/resize", &resize).await.0, 202);
+    s.wait_nodes("reshaped", 0, "idle").await;
+    // Bad values are refused by name, empty or not.
+    for (bad, name) in [
+        (json!({"vmSize": "standard_huge"}), "vmSize"),
+        (json!({"taskSlotsPerNode": 0}), "taskSlotsPerNode"),
+        (
+            json!({"virtualMachineConfiguration": {"osDisk": {"caching": "none"}}}),
+            "virtualMachineConfiguration.osDisk",
+        ),
+    ] {
+        let (status, answer) = patch(bad).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["values"][0]["value"], name, "{answer}");
+    }
+    let (status, answer) = patch(reshape).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, pool) = s.get("/pools/reshaped").await;
+    assert_eq!(pool["vmSize"], "standard_d1_v2");
+    assert_eq!(pool["taskSlotsPerNode"], 3);
+    assert_eq!(pool["virtualMachineConfiguration"], config);
+    let resize = json!({"targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools/reshaped/resize", &resize).await.0, 202);
+    s.wait_nodes("reshaped", 1, "idle").await;
+    let containers = docker_containers(&s.server_id().await);
+    let node = containers
+        .iter()
+        .find(|c| c["Config"]["Labels"]["batchpool.pool"] == "reshaped")
+        .unwrap();
+    assert_eq!(node["Config"]["Image"], RETAGGED);
+    assert_eq!(
+        node["HostConfig"]["Memory"],
+        3584i64 * 1024 * 1024,
+        "standard_d1_v2's memory"
+    );
+    // Its three slots run three tasks at once.
+    s.job_on("j", "reshaped").await;
+    let tasks = (1..=3)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 600"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    wait_for("three tasks running on the one node", || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["running"] == 3).then_some(())
+    })
+    .await;
+    assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
+}

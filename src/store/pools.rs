@@ -198,6 +198,8 @@ pub enum Refused {
     NotFound,
     BeingDeleted,
     NotSteady(AllocationState),
+    /// It has nodes, or is to have some, so what shapes them cannot change.
+    NotEmpty,
 }
 
 /// The pool's state as seen just before a change, for the handler to explain a refusal.
@@ -297,7 +299,6 @@ pub async fn mark_deleting(
     refusal(db, account, id).await.map(Err)
 }
 
-/// Replaces the metadata and/or start task; `None` leaves a field as it is.
 /// What a PATCH or an updateproperties changes of a pool; `None` keeps it as it is.
 #[derive(Default)]
 pub struct PoolChanges<'a> {
@@ -307,6 +308,24 @@ pub struct PoolChanges<'a> {
     pub display_name: Option<&'a str>,
     pub fill: Option<NodeFillType>,
     pub order: Option<JobDefaultOrder>,
+    /// What shapes its nodes: changed only while the pool has none (else `Refused::NotEmpty`).
+    pub shape: PoolShape,
+}
+
+/// A pool's node size, task slots and image, as a PATCH changes them.
+#[derive(Default)]
+pub struct PoolShape {
+    /// The size's name, its CPUs and its memory in MiB.
+    pub vm_size: Option<(String, f64, i64)>,
+    pub task_slots_per_node: Option<i32>,
+    /// The image and the virtualMachineConfiguration it came from.
+    pub image: Option<(String, Value)>,
+}
+
+impl PoolShape {
+    pub fn changes(&self) -> bool {
+        self.vm_size.is_some() || self.task_slots_per_node.is_some() || self.image.is_some()
+    }
 }
 
 pub async fn update_properties(
@@ -319,8 +338,13 @@ pub async fn update_properties(
         "UPDATE pools SET metadata = coalesce($3, metadata), \
             start_task = CASE WHEN $4 THEN $5 ELSE start_task END, \
             display_name = coalesce($6, display_name), node_fill_type = coalesce($7, node_fill_type), \
-            job_default_order = coalesce($8, job_default_order), last_modified = now() \
-         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active'",
+            job_default_order = coalesce($8, job_default_order), \
+            vm_size = coalesce($9, vm_size), vcpus = coalesce($10, vcpus), memory_mib = coalesce($11, memory_mib), \
+            task_slots_per_node = coalesce($12, task_slots_per_node), image = coalesce($13, image), \
+            vm_config = CASE WHEN $13::text IS NULL THEN vm_config ELSE $14 END, last_modified = now() \
+         WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' \
+           AND (NOT $15 OR (target_dedicated_nodes = 0 AND target_low_priority_nodes = 0 \
+                AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.pool_pk = pools.pk)))",
         account,
         id,
         changes.metadata,
@@ -329,13 +353,23 @@ pub async fn update_properties(
         changes.display_name,
         changes.fill.map(NodeFillType::as_str),
         changes.order.map(JobDefaultOrder::as_str),
+        changes.shape.vm_size.as_ref().map(|s| s.0.as_str()),
+        changes.shape.vm_size.as_ref().map(|s| s.1),
+        changes.shape.vm_size.as_ref().map(|s| s.2),
+        changes.shape.task_slots_per_node,
+        changes.shape.image.as_ref().map(|i| i.0.as_str()),
+        changes.shape.image.as_ref().map(|i| &i.1),
+        changes.shape.changes(),
     )
     .execute(db)
     .await?;
     if done.rows_affected() == 1 {
         return Ok(Ok(()));
     }
-    refusal(db, account, id).await.map(Err)
+    Ok(Err(match refusal(db, account, id).await? {
+        Refused::NotSteady(_) if changes.shape.changes() => Refused::NotEmpty,
+        other => other,
+    }))
 }
 
 pub async fn set_allocation_state(

@@ -351,16 +351,31 @@ pub const POOL_PATCH: Table = &[
     ),
     (
         "taskSlotsPerNode",
-        Refused("changing a pool's taskSlotsPerNode"),
+        Partly {
+            works: RESHAPED,
+            refuses: "0",
+        },
     ),
     ("upgradePolicy", Refused("node OS upgrade policies")),
     ("userAccounts", Refused("user accounts on nodes")),
     (
         "virtualMachineConfiguration",
-        Refused("changing a pool's virtualMachineConfiguration"),
+        Partly {
+            works: RESHAPED,
+            refuses: r#"{"dataDisks": [{"lun": 0}]}"#,
+        },
     ),
-    ("vmSize", Refused("changing a pool's vmSize")),
+    (
+        "vmSize",
+        Partly {
+            works: RESHAPED,
+            refuses: r#""standard_huge""#,
+        },
+    ),
 ];
+
+/// A pool with no nodes changes what shapes its nodes, as on Azure.
+const RESHAPED: &str = "pools.rs::an_empty_pool_changes_its_node_size_slots_and_image";
 
 pub const POOL_REPLACE: Table = &[
     (

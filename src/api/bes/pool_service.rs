@@ -333,6 +333,12 @@ fn refused(id: &str, r: Refused) -> BesError {
             "PoolNotSteady",
             format!("The pool {id:?} is {state}; resize it again when the current resize is done."),
         ),
+        Refused::NotEmpty => BesError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            "PoolNotEmpty",
+            format!("The pool {id:?} has nodes; resize it to 0 first."),
+        ),
     }
 }
 

@@ -161,18 +161,21 @@ pub(super) fn refuse_start_task_container(
     Ok(())
 }
 
-/// As `refuse_start_task_container`, for a start task that replaces an existing pool's.
+/// As `refuse_start_task_container`, for an existing pool that a change gives a new start task
+/// or a new virtualMachineConfiguration (or both; `None` keeps the pool's own).
 pub(super) async fn refuse_start_task_container_on(
     app: &Ctx,
     pool_id: &str,
-    start_task: Option<&Value>,
+    (start_task, vm_config): (Option<&Value>, Option<&Value>),
 ) -> ApiResult<()> {
-    let in_container = start_task
-        .and_then(|t| t.get("containerSettings"))
-        .is_some_and(|c| !c.is_null());
-    if !in_container {
+    if start_task.is_none() && vm_config.is_none() {
         return Ok(());
     }
-    let pool = store::pools::get(&app.db, &app.account, pool_id).await?;
-    refuse_start_task_container(start_task, pool.as_ref().and_then(|p| p.vm_config.as_ref()))
+    let Some(pool) = store::pools::get(&app.db, &app.account, pool_id).await? else {
+        return Ok(());
+    };
+    refuse_start_task_container(
+        start_task.or(pool.start_task.as_ref()),
+        vm_config.or(pool.vm_config.as_ref()),
+    )
 }

@@ -191,7 +191,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
 }
 
 /// The size's name as the table keeps it, and its CPU and memory.
-fn vm_size(settings: &Settings, given: Option<String>) -> ApiResult<(String, VmSize)> {
+pub(super) fn vm_size(settings: &Settings, given: Option<String>) -> ApiResult<(String, VmSize)> {
     let vm_size = given.ok_or_else(|| ApiError::missing_property("vmSize"))?;
     settings.vm_sizes.get(&vm_size).ok_or_else(|| {
         ApiError::invalid_property(
@@ -205,7 +205,7 @@ fn vm_size(settings: &Settings, given: Option<String>) -> ApiResult<(String, VmS
     })
 }
 
-fn task_slots(given: Option<i32>) -> ApiResult<i32> {
+pub(super) fn task_slots(given: Option<i32>) -> ApiResult<i32> {
     let slots = given.unwrap_or(1);
     if !(1..=MAX_TASK_SLOTS_PER_NODE).contains(&slots) {
         return Err(ApiError::invalid_property(
@@ -268,7 +268,7 @@ fn word<T>(
 }
 
 /// The Docker image a pool's nodes run. See README, "Node images".
-fn resolve_image(settings: &Settings, vm_config: Option<&Value>) -> ApiResult<String> {
+pub(super) fn resolve_image(settings: &Settings, vm_config: Option<&Value>) -> ApiResult<String> {
     let Some(raw) = vm_config else {
         return Ok(settings.default_image.clone());
     };

@@ -99,6 +99,11 @@ fn refusal(pool_id: &str, refused: Refused) -> ApiError {
             format!("The pool {pool_id:?} is {state}; it can be resized only when its allocationState is steady (stop the resize first)."),
         )
         .with("AllocationState", state.as_str()),
+        Refused::NotEmpty => ApiError::new(
+            StatusCode::CONFLICT,
+            "OperationInvalidForCurrentState",
+            format!("The pool {pool_id:?} has nodes, or targets above 0; its vmSize, taskSlotsPerNode and virtualMachineConfiguration change only while it has none, as on Azure: resize it to 0 first."),
+        ),
     }
 }
 

@@ -10,7 +10,7 @@ use super::checks::{
     check_resize_timeout, check_start_task, check_targets, deallocation_option,
     refuse_start_task_container_on, refuse_unlinked_storage,
 };
-use super::create::{scheduling_changes, SchedulingPolicy};
+use super::create::{resolve_image, scheduling_changes, task_slots, vm_size, SchedulingPolicy};
 use super::{answer, check_write, find, refusal, MetadataItem};
 use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
@@ -18,7 +18,7 @@ use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState, Targets};
 use crate::domain::IsoDuration;
-use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::Refused};
+use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::PoolShape, pools::Refused};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -91,6 +91,10 @@ pub struct PoolPatch {
     start_task: Option<Value>,
     display_name: Option<String>,
     task_scheduling_policy: Option<SchedulingPolicy>,
+    vm_size: Option<String>,
+    #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
+    task_slots_per_node: Option<i32>,
+    virtual_machine_configuration: Option<Value>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -108,9 +112,26 @@ pub async fn patch(
     let metadata = body
         .metadata
         .map(|m| serde_json::to_value(m).expect("metadata serializes"));
+    let shape = PoolShape {
+        vm_size: body
+            .vm_size
+            .map(|given| vm_size(&app.settings, Some(given)))
+            .transpose()?
+            .map(|(name, size)| (name, size.vcpus, size.memory_mib as i64)),
+        task_slots_per_node: body
+            .task_slots_per_node
+            .map(Some)
+            .map(task_slots)
+            .transpose()?,
+        image: body
+            .virtual_machine_configuration
+            .map(|config| Ok::<_, ApiError>((resolve_image(&app.settings, Some(&config))?, config)))
+            .transpose()?,
+    };
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
-    refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
+    let new_config = shape.image.as_ref().map(|(_, config)| config);
+    refuse_start_task_container_on(&app, &pool_id, (start_task.as_ref(), new_config)).await?;
     let (fill, order) = match body.task_scheduling_policy {
         Some(policy) => scheduling_changes(policy)?,
         None => (None, None),
@@ -121,6 +142,7 @@ pub async fn patch(
         display_name: body.display_name.as_deref(),
         fill,
         order,
+        shape,
     };
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
@@ -154,7 +176,7 @@ pub async fn update_properties(
     .expect("metadata serializes");
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
-    refuse_start_task_container_on(&app, &pool_id, start_task.as_ref()).await?;
+    refuse_start_task_container_on(&app, &pool_id, (start_task.as_ref(), None)).await?;
     let changes = PoolChanges {
         metadata: Some(&metadata),
         start_task: Some(start_task.as_ref()),
