@@ -537,6 +537,11 @@ async fn priorities_limits_and_turns_are_set_from_the_command_line() {
     .ok();
     let (_, pool) = s.get("/pools/shared").await;
     assert_eq!(pool["taskSchedulingPolicy"]["jobDefaultOrder"], "none");
+    let shown = cli(&s, &["pool", "show", "shared"]).await.ok().stdout;
+    assert!(
+        shown.lines().any(|l| l.split_whitespace().eq(["job", "order", "none"])),
+        "{shown}"
+    );
 
     // Each task notes how many of its job's tasks run beside it, itself included.
     let note =

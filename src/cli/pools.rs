@@ -218,16 +218,19 @@ async fn show(client: &Client, id: &str) -> CliResult<()> {
         .await?;
     let text = {
         let mut out = String::new();
-        for (label, key) in [
-            ("pool", "id"),
-            ("state", "state"),
-            ("allocation", "allocationState"),
-            ("vm size", "vmSize"),
-            ("slots per node", "taskSlotsPerNode"),
-            ("nodes", "currentDedicatedNodes"),
-            ("target", "targetDedicatedNodes"),
+        for (label, at) in [
+            ("pool", "/id"),
+            ("state", "/state"),
+            ("allocation", "/allocationState"),
+            ("vm size", "/vmSize"),
+            ("slots per node", "/taskSlotsPerNode"),
+            ("node fill", "/taskSchedulingPolicy/nodeFillType"),
+            ("job order", "/taskSchedulingPolicy/jobDefaultOrder"),
+            ("nodes", "/currentDedicatedNodes"),
+            ("target", "/targetDedicatedNodes"),
         ] {
-            out.push_str(&format!("{label:<15} {}\n", cell(&pool[key])));
+            let value = pool.pointer(at).unwrap_or(&Value::Null);
+            out.push_str(&format!("{label:<15} {}\n", cell(value)));
         }
         if let Some(errors) = pool["resizeErrors"].as_array() {
             for e in errors {
