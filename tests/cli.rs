@@ -539,7 +539,9 @@ async fn priorities_limits_and_turns_are_set_from_the_command_line() {
     assert_eq!(pool["taskSchedulingPolicy"]["jobDefaultOrder"], "none");
     let shown = cli(&s, &["pool", "show", "shared"]).await.ok().stdout;
     assert!(
-        shown.lines().any(|l| l.split_whitespace().eq(["job", "order", "none"])),
+        shown
+            .lines()
+            .any(|l| l.split_whitespace().eq(["job", "order", "none"])),
         "{shown}"
     );
 

@@ -589,6 +589,13 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     }
     let (status, answer) = patch(reshape).await;
     assert_eq!(status, 200, "{answer}");
+    // Nor can a node get fewer slots than a waiting task needs.
+    s.job_on("j", "reshaped").await;
+    let wide = json!({"id": "wide", "commandLine": "true", "requiredSlots": 2});
+    assert_eq!(s.post("/jobs/j/tasks", &wide).await.0, 201);
+    let (status, answer) = patch(json!({"taskSlotsPerNode": 1})).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["values"][0]["value"], "taskSlotsPerNode", "{answer}");
     let (_, pool) = s.get("/pools/reshaped").await;
     assert_eq!(pool["vmSize"], "standard_d1_v2");
     assert_eq!(pool["taskSlotsPerNode"], 3);
@@ -607,8 +614,8 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
         3584i64 * 1024 * 1024,
         "standard_d1_v2's memory"
     );
-    // Its three slots run three tasks at once.
-    s.job_on("j", "reshaped").await;
+    // Its three slots run three tasks at once (beside the one that needed two, done by now).
+    s.wait_task("j", "wide", "completed").await;
     let tasks = (1..=3)
         .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 600"}))
         .collect();

@@ -169,3 +169,20 @@ async fn insert_dependencies(
     .await?;
     Ok(())
 }
+
+/// The most task slots an unfinished task of a job on pool `pool_id` needs, if there is one.
+pub async fn most_slots_needed(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    pool_id: &str,
+) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar!(
+        "SELECT max(t.required_slots) FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
+         WHERE j.account = $1 AND lower(j.pool_id) = lower($2) AND j.state <> 'completed' \
+           AND t.state <> 'completed'",
+        account,
+        pool_id,
+    )
+    .fetch_one(db)
+    .await
+}

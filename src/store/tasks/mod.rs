@@ -15,7 +15,7 @@ mod add;
 mod attempts;
 mod running;
 
-pub use add::{existing_ids, first_missing_in_ranges, insert_many};
+pub use add::{existing_ids, first_missing_in_ranges, insert_many, most_slots_needed};
 pub use attempts::*;
 pub use running::*;
 pub mod stats;

@@ -128,6 +128,9 @@ pub async fn patch(
             .map(|config| Ok::<_, ApiError>((resolve_image(&app.settings, Some(&config))?, config)))
             .transpose()?,
     };
+    if let Some(slots) = shape.task_slots_per_node {
+        refuse_fewer_slots_than_tasks_need(&app, &pool_id, slots).await?;
+    }
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
     let new_config = shape.image.as_ref().map(|(_, config)| config);
@@ -147,6 +150,20 @@ pub async fn patch(
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
     outcome.map_err(|r| refusal(&pool_id, r))?;
     answer(&app, &base, &pool_id, StatusCode::OK).await
+}
+
+/// A task never runs on nodes with fewer slots than it needs: a pool's taskSlotsPerNode may not
+/// go below what a waiting task of its jobs needs (a task add is refused likewise).
+async fn refuse_fewer_slots_than_tasks_need(app: &Ctx, pool_id: &str, slots: i32) -> ApiResult<()> {
+    let needed = store::tasks::most_slots_needed(&app.db, &app.account, pool_id).await?;
+    match needed {
+        Some(needed) if needed > slots => Err(ApiError::invalid_property(
+            "taskSlotsPerNode",
+            slots.to_string(),
+            format!("a task of a job on this pool needs {needed} slots; a node must have at least as many"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// POST updateproperties: metadata and startTask are replaced; an absent startTask is removed.
