@@ -260,6 +260,10 @@ async fn auto_pool_specifications_are_checked_by_property() {
             .find(|v| v["key"] == "PropertyName");
         assert_eq!(named.unwrap()["value"], property, "{answer}");
     }
+    let both = json!({"id": "j", "poolInfo": {"poolId": "p", "autoPoolSpecification": good}});
+    let (status, answer) = s.post("/jobs", &both).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["values"][0]["value"], "poolInfo", "{answer}");
     // A schedule's specification is checked as it is created, not when its first job is due.
     let body = json!({"id": "s", "schedule": {"recurrenceInterval": "PT1S"},
         "jobSpecification": {"poolInfo": {"autoPoolSpecification": with("pool.vmSize", json!("huge"))}}});

@@ -28,6 +28,20 @@ pub struct PoolInfo {
     auto_pool_specification: Option<Value>,
 }
 
+impl PoolInfo {
+    /// A poolInfo gives a pool or the specification of one, not both, as on Azure.
+    fn one_of(self) -> ApiResult<Self> {
+        match (&self.pool_id, &self.auto_pool_specification) {
+            (Some(id), Some(_)) => Err(ApiError::invalid_property(
+                "poolInfo",
+                id,
+                "give either poolId or autoPoolSpecification, not both",
+            )),
+            _ => Ok(self),
+        }
+    }
+}
+
 pub(super) fn check_priority(p: i32) -> ApiResult<i32> {
     if (-1000..=1000).contains(&p) {
         Ok(p)
@@ -78,7 +92,9 @@ pub(super) fn check_pool_info(
     settings: &Settings,
     in_schedule: bool,
 ) -> ApiResult<JobPool> {
-    let info = info.ok_or_else(|| ApiError::missing_property("poolInfo"))?;
+    let info = info
+        .ok_or_else(|| ApiError::missing_property("poolInfo"))?
+        .one_of()?;
     if let Some(spec) = info.auto_pool_specification {
         return AutoPool::check(spec, settings, in_schedule).map(|a| JobPool::Auto(Box::new(a)));
     }
@@ -91,6 +107,7 @@ pub(super) fn updated_pool_info(
     info: PoolInfo,
     job: &JobRow,
 ) -> ApiResult<(String, Option<Value>, Option<bool>)> {
+    let info = info.one_of()?;
     match info.auto_pool_specification {
         Some(spec) => {
             let change = keep_alive_change(job.auto_pool.as_ref(), &spec)?;
