@@ -675,7 +675,6 @@ impl TestServer {
         body
     }
 
-    /// Waits until the task is in `state`; returns it.
     /// A pool of one node, once that node is idle.
     pub async fn pool_of_one_idle_node(&self, pool: &str) {
         let body =
@@ -690,6 +689,7 @@ impl TestServer {
         let (status, answer) = self.post("/jobs", &body).await;
         assert_eq!(status, 201, "{answer}");
     }
+    /// Waits until the task is in `state`; returns it.
     pub async fn wait_task(&self, job: &str, task: &str, state: &str) -> Value {
         wait_for(&format!("task {job}/{task} to be {state}"), || async {
             let t = self.task(job, task).await;
