@@ -155,6 +155,53 @@ async fn a_share_left_by_one_job_goes_to_the_others() {
     }
 }
 
+/// A job that allows preemption gives its running tasks' slots to a waiting job of higher
+/// priority: they are requeued (requeueCount + 1) and run again once the slots are free. A job
+/// that does not allow it keeps its slots, whatever the priority waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_job_takes_the_slots_of_a_preemptible_one() {
+    let s = TestServer::start(Rt::Local).await;
+    pool(&s, "busy", 1, 2, "spread").await;
+    job(&s, "yielding", "busy", json!({})).await;
+    job(&s, "guarded", "busy", json!({"allowTaskPreemption": false})).await;
+    let patch = json!({"allowTaskPreemption": true});
+    let (status, answer) = s
+        .request(reqwest::Method::PATCH, "/jobs/yielding", Some(&patch))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, shown) = s.get("/jobs/yielding").await;
+    assert_eq!(shown["allowTaskPreemption"], true);
+    s.add_tasks("yielding", vec![task("long", "sleep 600")])
+        .await;
+    s.add_tasks("guarded", vec![task("long", "sleep 600")])
+        .await;
+    s.wait_task("yielding", "long", "running").await;
+    s.wait_task("guarded", "long", "running").await;
+    // The pool is full; a job of higher priority comes with two quick tasks.
+    job(&s, "urgent", "busy", json!({"priority": 100})).await;
+    s.add_tasks("urgent", vec![task("a", "true"), task("b", "true")])
+        .await;
+    for t in s.wait_all_completed("urgent", 2).await {
+        assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
+    }
+    // The preempted task runs again, on its second try; the guarded one never stopped.
+    let yielded = wait_for("the preempted task to run again", || async {
+        let t = s.task("yielding", "long").await;
+        (t["state"] == "running" && t["executionInfo"]["requeueCount"] == 1).then_some(t)
+    })
+    .await;
+    assert_eq!(yielded["executionInfo"]["retryCount"], 0, "{yielded}");
+    let guarded = s.task("guarded", "long").await;
+    assert_eq!(guarded["state"], "running", "{guarded}");
+    assert_eq!(guarded["executionInfo"]["requeueCount"], 0, "{guarded}");
+    for j in ["yielding", "guarded"] {
+        assert_eq!(
+            s.post(&format!("/jobs/{j}/terminate"), &json!({})).await.0,
+            202
+        );
+    }
+}
+
 /// Each task records how many tasks run on its node at its start; none may exceed the slots.
 const CONCURRENCY: &str =
     "d=$AZ_BATCH_NODE_SHARED_DIR; mkdir -p $d/running; touch $d/running/$AZ_BATCH_TASK_ID; \

@@ -61,6 +61,7 @@ fn new_job(id: &str, pool: &str) -> jobs::NewJob {
             max_parallel_tasks: -1,
             max_wall_clock_ticks: None,
             max_task_retry_count: 0,
+            allow_task_preemption: false,
             pool_id: pool.into(),
             auto_pool: None,
             on_all_tasks_complete: AllTasksComplete::NoAction,

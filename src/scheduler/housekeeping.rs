@@ -1,7 +1,7 @@
 //! Housekeeping, beside the dispatcher in a loop of its own: task counts folded into their jobs,
 //! jobs past their maxWallClockTime ended, deleted jobs removed with their tasks and files, auto
-//! pools deleted when their lifetime is over, and task directories past their retentionTime
-//! removed. It waits for kills and for agents, and
+//! pools deleted when their lifetime is over, running tasks of preemptible jobs requeued for a
+//! job of higher priority, and task directories past their retentionTime removed. It waits for kills and for agents, and
 //! never holds up a pass.
 
 use std::time::Duration;
@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{execute, Scheduler};
+use crate::domain::job::TaskState;
+use crate::store::tasks::Ending;
 use crate::{ops, store};
 
 /// The least time between two runs of [`housekeeping`].
@@ -86,7 +88,46 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
     if store::auto_pools::expire(&s.db).await? > 0 {
         s.wake.allocate.notify_one();
     }
+    preempt_for_higher_priority(s).await?;
     remove_expired_files(s).await
+}
+
+/// Requeues running tasks of jobs that allow preemption (allowTaskPreemption), to give their
+/// slots to a job of higher priority on the same pool that has tasks waiting and no free slot
+/// (`store::preemption::victims`). Requeued (requeueCount + 1, no retry counted), they run
+/// again when a slot is free; the dispatcher, which goes by priority, gives the freed slots to
+/// the waiting job, and kills the attempts before it does.
+async fn preempt_for_higher_priority(s: &Scheduler) -> anyhow::Result<()> {
+    if !store::preemption::any_preemptible(&s.db).await? {
+        return Ok(());
+    }
+    let mut tx = s.db.begin().await?;
+    let victims = store::preemption::victims(&mut *tx).await?;
+    if victims.is_empty() {
+        return Ok(());
+    }
+    let mut nodes: Vec<i64> = victims.iter().map(|v| v.node_pk).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    store::tasks::lock_nodes(&mut *tx, &nodes).await?;
+    let on_node = TaskState::ON_NODE;
+    for v in &victims {
+        store::tasks::end_attempt(
+            &mut tx,
+            v.task_pk,
+            Some(v.attempt),
+            on_node,
+            Ending::Requeue,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(
+        tasks = victims.len(),
+        "requeued preemptible tasks for a job of higher priority"
+    );
+    s.wake.dispatch.notify_one();
+    Ok(())
 }
 
 /// Task directories past their retentionTime go, up to 500 a run, 16 at a time. Their tasks'

@@ -18,6 +18,8 @@ pub struct JobRow {
     pub max_parallel_tasks: i32,
     pub max_wall_clock_ticks: Option<i64>,
     pub max_task_retry_count: i32,
+    /// Whether its running tasks give way to a higher-priority job's (allowTaskPreemption).
+    pub allow_task_preemption: bool,
     pub pool_id: String,
     /// The `poolInfo.autoPoolSpecification` the job made `pool_id` from, as given.
     pub auto_pool: Option<Value>,
@@ -46,7 +48,7 @@ macro_rules! select_jobs {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             JobRow,
-            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, pool_id, auto_pool, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified, preparation_task AS "preparation_task: _", release_task AS "release_task: _", manager_task FROM jobs "# + $rest
+            r#"SELECT pk, account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, max_task_retry_count, allow_task_preemption, pool_id, auto_pool, on_all_tasks_complete AS "on_all_tasks_complete: _", on_task_failure AS "on_task_failure: _", uses_task_dependencies, common_environment, metadata, state AS "state: _", state_transition_time, previous_state AS "previous_state: _", previous_state_transition_time, terminate_reason, start_time, end_time, creation_time, last_modified, preparation_task AS "preparation_task: _", release_task AS "release_task: _", manager_task FROM jobs "# + $rest
             $(, $arg)*
         )
     };
@@ -59,6 +61,7 @@ pub struct JobProps {
     pub max_parallel_tasks: i32,
     pub max_wall_clock_ticks: Option<i64>,
     pub max_task_retry_count: i32,
+    pub allow_task_preemption: bool,
     pub pool_id: String,
     /// The auto pool specification `pool_id` was made from, if it was.
     pub auto_pool: Option<Value>,
@@ -83,9 +86,10 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO jobs (account, id, display_name, priority, max_parallel_tasks, max_wall_clock_ticks, \
             max_task_retry_count, pool_id, on_all_tasks_complete, on_task_failure, uses_task_dependencies, \
-            common_environment, metadata, preparation_task, release_task, manager_task, auto_pool, state, \
-            state_transition_time, start_time, creation_time, last_modified) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 'active', now(), now(), now(), now())",
+            common_environment, metadata, preparation_task, release_task, manager_task, auto_pool, \
+            allow_task_preemption, state, state_transition_time, start_time, creation_time, last_modified) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'active', \
+            now(), now(), now(), now())",
         &j.account,
         &j.id,
         &j.display_name as _,
@@ -103,6 +107,7 @@ pub async fn insert(db: impl PgExecutor<'_>, j: &NewJob) -> sqlx::Result<()> {
         j.release_task.as_ref().map(Json) as _,
         j.manager_task.as_ref(),
         j.props.auto_pool.as_ref(),
+        j.props.allow_task_preemption,
     )
     .execute(db)
     .await?;
@@ -195,7 +200,7 @@ pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::
     sqlx::query!(
         "UPDATE jobs SET priority = $2, max_parallel_tasks = $3, max_wall_clock_ticks = $4, max_task_retry_count = $5, \
             pool_id = $6, on_all_tasks_complete = $7, on_task_failure = $8, metadata = $9, auto_pool = $10, \
-            last_modified = now() \
+            allow_task_preemption = $11, last_modified = now() \
          WHERE pk = $1",
         pk,
         p.priority,
@@ -207,6 +212,7 @@ pub async fn set_props(db: impl PgExecutor<'_>, pk: i64, p: &JobProps) -> sqlx::
         p.on_task_failure.as_str(),
         &p.metadata,
         p.auto_pool.as_ref(),
+        p.allow_task_preemption,
     )
     .execute(db)
     .await?;

@@ -10,6 +10,7 @@ pub mod leader;
 pub mod metrics;
 pub mod nodes;
 pub mod pools;
+pub mod preemption;
 pub mod preparations;
 pub mod removals;
 pub mod schedules;

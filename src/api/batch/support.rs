@@ -159,7 +159,7 @@ pub const START_TASK: Table = &[
 pub const JOB_ADD: Table = &[
     (
         "allowTaskPreemption",
-        Refused("task preemption by higher-priority jobs"),
+        Works("jobs.rs::a_higher_priority_job_takes_the_slots_of_a_preemptible_one"),
     ),
     (
         "commonEnvironmentSettings",
@@ -414,7 +414,7 @@ pub const POOL_RESIZE: Table = &[
 pub const JOB_UPDATE: Table = &[
     (
         "allowTaskPreemption",
-        Refused("task preemption by higher-priority jobs"),
+        Works("jobs.rs::a_higher_priority_job_takes_the_slots_of_a_preemptible_one"),
     ),
     (
         "constraints",

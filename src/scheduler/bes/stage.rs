@@ -97,6 +97,7 @@ fn batch_job(job: &BesJobRow, service_id: Option<&str>) -> store::jobs::NewJob {
             max_parallel_tasks: -1,
             max_wall_clock_ticks: None,
             max_task_retry_count: 0,
+            allow_task_preemption: false,
             pool_id,
             auto_pool: None,
             on_all_tasks_complete: AllTasksComplete::TerminateJob,

@@ -203,7 +203,7 @@ pub fn job_json(j: &JobRow, base: &str) -> Value {
         "stateTransitionTime": rfc3339(j.state_transition_time),
         "priority": j.priority,
         "maxParallelTasks": j.max_parallel_tasks,
-        "allowTaskPreemption": false,
+        "allowTaskPreemption": j.allow_task_preemption,
         "usesTaskDependencies": j.uses_task_dependencies,
         "constraints": constraints,
         "poolInfo": match &j.auto_pool {

@@ -41,6 +41,7 @@ pub struct JobCreate {
     uses_task_dependencies: Option<bool>,
     common_environment_settings: Option<Vec<EnvironmentSetting>>,
     metadata: Option<Vec<MetadataItem>>,
+    allow_task_preemption: Option<bool>,
     job_preparation_task: Option<Value>,
     job_release_task: Option<Value>,
     job_manager_task: Option<Value>,
@@ -62,6 +63,7 @@ pub struct JobUpdate {
     on_all_tasks_complete: Option<String>,
     on_task_failure: Option<String>,
     metadata: Option<Vec<MetadataItem>>,
+    allow_task_preemption: Option<bool>,
     /// Refused or ignored by `JOB_UPDATE`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -208,6 +210,7 @@ fn new_job(
             "constraints.maxTaskRetryCount",
             constraints.max_task_retry_count.unwrap_or(0),
         )?,
+        allow_task_preemption: body.allow_task_preemption.unwrap_or(false),
         pool_id,
         auto_pool: auto.as_ref().map(|a| a.shown.clone()),
         on_all_tasks_complete: on_all_tasks_complete(body.on_all_tasks_complete)?,
@@ -302,6 +305,9 @@ fn updated_props(
                 .and_then(|c| c.max_task_retry_count)
                 .unwrap_or(keep(job.max_task_retry_count, 0)),
         )?,
+        allow_task_preemption: body
+            .allow_task_preemption
+            .unwrap_or(!replace && job.allow_task_preemption),
         pool_id,
         auto_pool,
         on_all_tasks_complete: match body.on_all_tasks_complete {
