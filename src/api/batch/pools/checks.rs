@@ -148,10 +148,8 @@ pub(super) fn refuse_start_task_container(
     start_task: Option<&Value>,
     vm_config: Option<&Value>,
 ) -> ApiResult<()> {
-    let in_container = start_task
-        .and_then(|t| t.get("containerSettings"))
-        .is_some_and(|c| !c.is_null());
-    if in_container && crate::domain::container::PoolContainers::of(vm_config).is_none() {
+    if in_container(start_task) && crate::domain::container::PoolContainers::of(vm_config).is_none()
+    {
         return Err(ApiError::invalid_property(
             "startTask.containerSettings",
             "",
@@ -161,6 +159,13 @@ pub(super) fn refuse_start_task_container(
     Ok(())
 }
 
+/// Whether a start task runs in a container of its own.
+fn in_container(start_task: Option<&Value>) -> bool {
+    start_task
+        .and_then(|t| t.get("containerSettings"))
+        .is_some_and(|c| !c.is_null())
+}
+
 /// As `refuse_start_task_container`, for an existing pool that a change gives a new start task
 /// or a new virtualMachineConfiguration (or both; `None` keeps the pool's own).
 pub(super) async fn refuse_start_task_container_on(
@@ -168,7 +173,13 @@ pub(super) async fn refuse_start_task_container_on(
     pool_id: &str,
     (start_task, vm_config): (Option<&Value>, Option<&Value>),
 ) -> ApiResult<()> {
-    if start_task.is_none() && vm_config.is_none() {
+    // Only a start task in a container has anything to check: a new one given without, or
+    // none given and no new configuration, needs no read of the pool.
+    let nothing_to_check = match start_task {
+        Some(_) => !in_container(start_task),
+        None => vm_config.is_none(),
+    };
+    if nothing_to_check {
         return Ok(());
     }
     let Some(pool) = store::pools::get(&app.db, &app.account, pool_id).await? else {
