@@ -219,11 +219,20 @@ async fn release_tasks_run_where_preparation_ran_once_the_job_ends() {
     s.add_tasks("j", tasks(2, "true")).await;
     s.wait_all_completed("j", 2).await;
     assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
-    let entry = wait_for("the release task to complete", || async {
-        let e = status(&s, "j").await.into_iter().next()?;
-        (e["jobReleaseTaskExecutionInfo"]["state"] == "completed").then_some(e)
+    // The job completes only once its release tasks have run, as on Azure: until then it is
+    // terminating, with no endTime.
+    let done = wait_for("the job to complete", || async {
+        let (_, j) = s.get("/jobs/j").await;
+        (j["state"] == "completed").then_some(j)
     })
     .await;
+    assert_eq!(done["previousState"], "terminating", "{done}");
+    assert!(done["executionInfo"]["endTime"].is_string(), "{done}");
+    let entry = status(&s, "j").await.into_iter().next().unwrap();
+    assert_eq!(
+        entry["jobReleaseTaskExecutionInfo"]["state"], "completed",
+        "{entry}"
+    );
     assert_eq!(
         entry["jobReleaseTaskExecutionInfo"]["result"], "success",
         "{entry}"
@@ -242,6 +251,13 @@ async fn release_tasks_run_where_preparation_ran_once_the_job_ends() {
     s.add_tasks("slow", tasks(1, "true")).await;
     s.wait_all_completed("slow", 1).await;
     assert_eq!(s.post("/jobs/slow/terminate", &json!({})).await.0, 202);
+    let (_, ending) = s.get("/jobs/slow").await;
+    assert_eq!(ending["state"], "terminating", "{ending}");
+    assert!(ending["executionInfo"].get("endTime").is_none(), "{ending}");
+    assert_eq!(ending["executionInfo"]["terminateReason"], "UserTerminate");
+    let (code, body) = s.post("/jobs/slow/terminate", &json!({})).await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["code"], "JobBeingTerminated", "{body}");
     let entry = wait_for("the slow release task to end", || async {
         let e = status(&s, "slow").await.into_iter().next()?;
         (e["jobReleaseTaskExecutionInfo"]["state"] == "completed").then_some(e)
@@ -253,6 +269,10 @@ async fn release_tasks_run_where_preparation_ran_once_the_job_ends() {
         info["failureInfo"]["code"], "MaxWallClockTimeExceeded",
         "{entry}"
     );
+    wait_for("the slow job to complete", || async {
+        (s.get("/jobs/slow").await.1["state"] == "completed").then_some(())
+    })
+    .await;
 
     // A deleted job runs its release tasks before it goes.
     let noted = json!({"commandLine": "echo deleted >> $AZ_BATCH_NODE_SHARED_DIR/released.txt"});

@@ -1,6 +1,7 @@
 //! Job schedules (`/jobschedules`) as a CI pipeline uses them: a schedule that recurs every few
 //! seconds makes its jobs one at a time until `doNotRunAfter`; its routes change, disable,
-//! terminate and delete it; a job due while the server is down is made once when it is back.
+//! terminate and delete it; a terminated schedule completes after its job's release tasks; a job
+//! due while the server is down is made once when it is back.
 
 mod common;
 
@@ -313,6 +314,44 @@ async fn schedule_routes_change_disable_terminate_and_delete_it() {
         common::ids(&all).is_empty().then_some(())
     })
     .await;
+}
+
+/// As on Azure, a terminated schedule is `terminating` while its job is, and its job while the
+/// release tasks of its nodes run; both complete after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_schedule_completes_after_its_job_s_release_tasks() {
+    let s = TestServer::start(Rt::Local).await;
+    pool(&s).await;
+    let spec = json!({"poolInfo": {"poolId": "p"}, "jobPreparationTask": {"commandLine": "true"},
+        "jobReleaseTask": {"commandLine": "sleep 2; echo released > $AZ_BATCH_NODE_SHARED_DIR/r"}});
+    let body = json!({"id": "s", "schedule": {}, "jobSpecification": spec});
+    assert_eq!(s.post("/jobschedules", &body).await.0, 201);
+    wait_for("the schedule's job", || async {
+        (s.get("/jobs/s:job-1").await.0 == 200).then_some(())
+    })
+    .await;
+    let task = json!({"id": "t", "commandLine": "true"});
+    assert_eq!(s.post("/jobs/s:job-1/tasks", &task).await.0, 201);
+    s.wait_task("s:job-1", "t", "completed").await;
+
+    assert_eq!(s.post("/jobschedules/s/terminate", &json!({})).await.0, 202);
+    assert_eq!(schedule(&s, "s").await["state"], "terminating");
+    assert_eq!(s.get("/jobs/s:job-1").await.1["state"], "terminating");
+    let (status, answer) = s.post("/jobschedules/s/terminate", &json!({})).await;
+    assert_eq!(
+        (status, &answer["code"]),
+        (StatusCode::CONFLICT, &json!("JobScheduleBeingTerminated"))
+    );
+    let done = wait_schedule(&s, "s", "completed").await;
+    assert_eq!(done["previousState"], "terminating", "{done}");
+    let (_, job) = s.get("/jobs/s:job-1").await;
+    assert_eq!(
+        (&job["state"], &job["previousState"]),
+        (&json!("completed"), &json!("terminating")),
+        "{job}"
+    );
+    let node = s.nodes("p").await[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(s.shared_file("p", &node, "r").await, "released\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

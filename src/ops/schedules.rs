@@ -78,12 +78,18 @@ pub async fn run_due(
     Ok(made)
 }
 
-/// Terminates a schedule: it makes no more jobs, and its job that runs is terminated.
+/// Terminates a schedule: it makes no more jobs, and its job that runs is terminated. It is
+/// `terminating` while that job is (its release tasks run), and completes with it.
 pub async fn terminate(tx: &mut Transaction<'_, Postgres>, pk: i64) -> sqlx::Result<()> {
     for job in store::schedules::open_jobs(&mut **tx, pk).await? {
         super::jobs::terminate_job(tx, job, "UserTerminate").await?;
     }
-    store::schedules::set_state(&mut **tx, pk, JobScheduleState::Completed).await
+    let state = if store::schedules::open_jobs(&mut **tx, pk).await?.is_empty() {
+        JobScheduleState::Completed
+    } else {
+        JobScheduleState::Terminating
+    };
+    store::schedules::set_state(&mut **tx, pk, state).await
 }
 
 /// Deletes a schedule with every job it made (their tasks and files go as a deleted job's do).

@@ -37,6 +37,7 @@ pub(super) async fn run(s: &Scheduler, executor: &execute::Executor, cancel: &Ca
 }
 
 /// Task count changes are folded into the jobs' counts; jobs past their maxWallClockTime end;
+/// ended jobs complete once their release tasks have run;
 /// deleted jobs go with their tasks and files (once their processes are killed); auto pools
 /// whose owner has completed go; task directories past their retentionTime are removed.
 async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Result<()> {
@@ -49,6 +50,10 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
     }
     let prep = executor.preparations();
     prep.start_due_releases_now_and_then().await?;
+    // Ended jobs whose release tasks have run complete, and so do schedules that were ending
+    // with them.
+    store::jobs::complete_terminated(&s.db).await?;
+    store::schedules::complete_terminated(&s.db).await?;
     for job in store::jobs::deleting(&s.db).await? {
         let mut tx = s.db.begin().await?;
         ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;

@@ -233,12 +233,16 @@ pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: JobState) -> sql
     Ok(())
 }
 
-/// Completes a job that is not completed or being deleted yet; returns whether it did.
+/// Ends a job that is not ending or being deleted yet; returns whether it did. A job with
+/// release tasks to run on its nodes is `terminating` until they have run
+/// ([`complete_terminated`]); any other completes at once.
 pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
-         WHERE pk = $1 AND state NOT IN ('completed', 'deleting')",
+            state = CASE WHEN job_releases_pending(pk) THEN 'terminating' ELSE 'completed' END, \
+            state_transition_time = now(), last_modified = now(), terminate_reason = $2, \
+            end_time = CASE WHEN job_releases_pending(pk) THEN NULL ELSE now() END \
+         WHERE pk = $1 AND state NOT IN ('terminating', 'completed', 'deleting')",
         pk,
         reason,
     )
@@ -247,11 +251,14 @@ pub async fn complete(db: impl PgExecutor<'_>, pk: i64, reason: &str) -> sqlx::R
     Ok(done.rows_affected() == 1)
 }
 
-/// onAllTasksComplete=terminatejob: completes the job when it has no unfinished task.
+/// onAllTasksComplete=terminatejob: ends the job when it has no unfinished task (as
+/// [`complete`] does, `terminating` while release tasks are due).
 pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), terminate_reason = $2 \
+            state = CASE WHEN job_releases_pending(pk) THEN 'terminating' ELSE 'completed' END, \
+            state_transition_time = now(), last_modified = now(), terminate_reason = $2, \
+            end_time = CASE WHEN job_releases_pending(pk) THEN NULL ELSE now() END \
          WHERE pk = $1 AND on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
          AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_pk = $1 AND state <> 'completed')",
         pk,
@@ -262,17 +269,31 @@ pub async fn complete_if_all_tasks_done(db: impl PgExecutor<'_>, pk: i64) -> sql
     Ok(done.rows_affected() == 1)
 }
 
-/// Completes the jobs set to end with their tasks in the last minute whose tasks are all done:
+/// Ends the jobs set to end with their tasks in the last minute whose tasks are all done:
 /// a PATCH that sets onAllTasksComplete while the last task completes leaves such a job, as
 /// neither transaction saw the other's change. Returns how many it completed.
 pub async fn complete_recently_set(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
     let done = sqlx::query!(
         "UPDATE jobs j SET previous_state = state, previous_state_transition_time = state_transition_time, \
-            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
-            terminate_reason = 'AllTasksComplete' \
+            state = CASE WHEN job_releases_pending(pk) THEN 'terminating' ELSE 'completed' END, \
+            state_transition_time = now(), last_modified = now(), terminate_reason = 'AllTasksComplete', \
+            end_time = CASE WHEN job_releases_pending(pk) THEN NULL ELSE now() END \
          WHERE on_all_tasks_complete = 'terminatejob' AND state IN ('active', 'disabled') \
            AND last_modified > now() - interval '1 minute' \
            AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_pk = j.pk AND t.state <> 'completed')",
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Completes the `terminating` jobs whose release tasks have all run (or whose nodes are gone);
+/// returns how many it completed.
+pub async fn complete_terminated(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE jobs SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now() \
+         WHERE state = 'terminating' AND NOT job_releases_pending(pk)"
     )
     .execute(db)
     .await?;

@@ -103,7 +103,7 @@ pub async fn list(
     .await
 }
 
-/// A release task that is due: its job has ended (completed, or being deleted), the
+/// A release task that is due: its job has ended (terminating, or being deleted), the
 /// preparation task has finished on the node, and the node is still there and up.
 pub struct DueRelease {
     pub job_pk: i64,
@@ -127,7 +127,7 @@ pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueReleas
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
          JOIN pools p ON p.pk = n.pool_pk
          WHERE x.release IS NULL AND x.preparation->>'state' = 'completed'
-           AND j.release_task IS NOT NULL AND j.state IN ('completed', 'deleting')
+           AND j.release_task IS NOT NULL AND j.state IN ('terminating', 'completed', 'deleting')
            AND n.state IN ('idle', 'running')
          ORDER BY x.job_pk, x.node_pk"#,
     )
@@ -161,16 +161,10 @@ pub async fn retry_running_releases(db: impl PgExecutor<'_>) -> sqlx::Result<()>
         .map(|_| ())
 }
 
-/// Whether the job still has release tasks to run (or running) before it may be deleted.
+/// Whether the job still has release tasks to run (or running) before it may be deleted (the
+/// function that also keeps an ended job `terminating`).
 pub async fn releases_pending(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk
-                JOIN nodes n ON n.pk = x.node_pk
-            WHERE x.job_pk = $1 AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running')
-              AND x.preparation->>'state' = 'completed'
-              AND (x.release IS NULL OR x.release->>'state' = 'running')) AS "pending!""#,
-        job_pk,
-    )
-    .fetch_one(db)
-    .await
+    sqlx::query_scalar!(r#"SELECT job_releases_pending($1) AS "pending!""#, job_pk,)
+        .fetch_one(db)
+        .await
 }

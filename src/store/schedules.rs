@@ -261,6 +261,20 @@ pub async fn complete(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
     .map(drop)
 }
 
+/// Completes the `terminating` schedules whose jobs have all completed (or gone).
+pub async fn complete_terminated(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
+    let done = sqlx::query!(
+        "UPDATE job_schedules s SET previous_state = state, previous_state_transition_time = state_transition_time, \
+            state = 'completed', state_transition_time = now(), last_modified = now(), end_time = now(), \
+            next_run_time = NULL \
+         WHERE state = 'terminating' AND NOT EXISTS (SELECT 1 FROM jobs j \
+            WHERE j.job_schedule_pk = s.pk AND j.state NOT IN ('completed', 'deleting'))"
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// The pks of the schedule's jobs that have not completed (at most one, unless a job was
 /// re-enabled by hand).
 pub async fn open_jobs(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<Vec<i64>> {

@@ -208,14 +208,18 @@ def schedules_15(c, models):
 
 
 def auto_pool_15(c, models):
-    """A job that makes its own pool: its task runs there, and the pool goes with the job."""
+    """A job that makes its own pool: its task runs there, and the pool goes with the job once
+    the job's release task has run."""
     from azure.batch.models._models import BatchJobTerminateOptions
 
     job = f"auto-{SUFFIX}"
     spec = models.BatchAutoPoolSpecification(
         auto_pool_id_prefix=f"auto{MAJOR}", pool_lifetime_option=models.BatchPoolLifetimeOption.JOB,
         pool=models.BatchPoolSpecification(vm_size="standard_a1", target_dedicated_nodes=1))
-    c.create_job(models.BatchJobCreateOptions(id=job, pool_info=models.BatchPoolInfo(auto_pool_specification=spec)))
+    c.create_job(models.BatchJobCreateOptions(
+        id=job, pool_info=models.BatchPoolInfo(auto_pool_specification=spec),
+        job_preparation_task=models.BatchJobPreparationTask(command_line="/bin/true"),
+        job_release_task=models.BatchJobReleaseTask(command_line="/bin/sh -c 'sleep 1'")))
     got = c.get_job(job)
     pool = got.execution_info.pool_id
     assert pool.startswith(f"auto{MAJOR}_"), got.execution_info
@@ -224,7 +228,12 @@ def auto_pool_15(c, models):
     c.create_task(job, models.BatchTaskCreateOptions(id="where", command_line="/bin/sh -c 'echo $AZ_BATCH_POOL_ID'"))
     wait("the auto pool's task", lambda: c.get_task(job, "where").state == models.BatchTaskState.COMPLETED, timeout=120)
     assert b"".join(c.download_task_file(job, "where", "stdout.txt")) == f"{pool}\n".encode()
+    # The terminate's poller waits while the job is terminating, its release task running.
     c.begin_terminate_job(job, BatchJobTerminateOptions(termination_reason="done"), polling_interval=0.2).result()
+    assert c.get_job(job).state == models.BatchJobState.COMPLETED
+    [status] = list(c.list_job_preparation_and_release_task_status(job))
+    released = status.job_release_task_execution_info
+    assert released.state == models.BatchJobReleaseTaskState.COMPLETED and released.exit_code == 0, status
     wait("the auto pool to go", lambda: pool not in [p.id for p in c.list_pools()], timeout=120)
     c.begin_delete_job(job, polling_interval=0.2).result()
 
