@@ -149,6 +149,7 @@ async fn run(
     let server_id = installation(&db, &settings.account, &data_dir).await?;
     let layout = Layout::new(&data_dir);
     let (runtime, agent_listener) = choose_runtime(&config, layout.clone(), &server_id).await?;
+    crate::api::batch::identity::record_task_user(runtime.name());
     let runtime = Arc::new(runtime);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
     runtime.ensure_default_image(&config.default_image).await;

@@ -1,6 +1,7 @@
 //! A container per task (Azure's `containerSettings` on a pool with a `containerConfiguration`):
 //! seed 002's provider, which packs each job's tasks into nodes by their slots and runs each in
-//! a container of its own. The task image is built here from the node image (no registry).
+//! a container of its own. The task image is built here from the node image (no registry). And
+//! a node image with a user of its own still runs its tasks as root.
 
 mod common;
 
@@ -466,4 +467,42 @@ async fn cpus_and_memory_run_options_limit_the_task_container() {
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
     assert_eq!(stdout(&s, "j", "t").await, format!("{}\n50000\n", 64 << 20));
+}
+
+/// A node's image may name a user of its own (`USER` in its Dockerfile); the node's agent, and
+/// so every task, still runs as root, the node's administrator, which is what a start task that
+/// asks for an admin auto-user (as Microsoft's tutorials' installers do) is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_image_with_a_user_of_its_own_still_runs_tasks_as_root() {
+    let s = TestServer::start(Rt::Docker).await;
+    let image = "batchpool-test/nobody-node:1";
+    let dir = tempfile::tempdir().unwrap();
+    let dockerfile = "FROM batchpool/node:latest\nUSER 65534:65534\n";
+    std::fs::write(dir.path().join("Dockerfile"), dockerfile).unwrap();
+    run_ok(
+        std::process::Command::new("docker")
+            .args(["build", "-q", "--network", "none", "-t", image])
+            .arg(dir.path()),
+    );
+    let admin = json!({"autoUser": {"scope": "pool", "elevationLevel": "admin"}});
+    let body = json!({
+        "id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "virtualMachineConfiguration": {
+            "imageReference": {"publisher": "canonical", "offer": "ubuntu", "sku": "22_04-lts"},
+            "nodeAgentSKUId": "batch.node.ubuntu 22.04",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [image]}},
+        "startTask": {"commandLine": "id -u > $AZ_BATCH_NODE_SHARED_DIR/start.uid", "userIdentity": admin},
+    });
+    let (status, answer) = s.post("/pools", &body).await;
+    assert_eq!(status, 201, "{answer}");
+    let node = s.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.shared_file("p", &node, "start.uid").await, "0\n");
+    s.job_on("j", "p").await;
+    let task = json!({"id": "t", "commandLine": "id -u", "userIdentity": admin});
+    assert_eq!(s.post("/jobs/j/tasks", &task).await.0, 201);
+    s.wait_task("j", "t", "completed").await;
+    assert_eq!(stdout(&s, "j", "t").await, "0\n");
 }

@@ -1,7 +1,8 @@
 //! Job preparation and release tasks, as Azure Batch runs them: the preparation task once per
 //! node before the job's first task there (again after a reboot), its working directory handed to
 //! the job's tasks, a node that failed it kept from the job's tasks; the release task on each node
-//! that ran the preparation task once the job ends; the status list route.
+//! that ran the preparation task once the job ends; the status list route; every kind of task
+//! run as an admin auto-user.
 
 mod common;
 
@@ -372,4 +373,63 @@ async fn a_job_manager_task_runs_first_alone_and_ends_its_job() {
         .post("/jobs/k/tasks", &json!({"id": "m", "commandLine": "true"}))
         .await;
     assert_eq!(code, 409, "{body}");
+}
+
+/// Azure's admin auto-user, as Microsoft's tutorials give to a start task that installs
+/// software: each kind of task that asks for one runs as root and shows the identity it asked
+/// for. A server that is not root refuses it on its local nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_that_ask_for_an_admin_auto_user_run_as_root() {
+    let s = server().await;
+    let admin = |scope: &str| json!({"autoUser": {"scope": scope, "elevationLevel": "admin"}});
+    let record = |name: &str| format!("id -u > $AZ_BATCH_NODE_SHARED_DIR/{name}.uid");
+    let start = json!({"commandLine": record("start"), "userIdentity": admin("pool")});
+    let body =
+        json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "startTask": start});
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let (code, answer) = s.post("/pools", &body).await;
+        assert_eq!(code, 400, "{answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains("not root"),
+            "{answer}"
+        );
+        return;
+    }
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let node = s.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, pool) = s.get("/pools/p").await;
+    assert_eq!(pool["startTask"]["userIdentity"], admin("pool"), "{pool}");
+
+    let in_azure_s_case = json!({"autoUser": {"scope": "Task", "elevationLevel": "Admin"}});
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"},
+        "jobManagerTask": {"id": "m", "commandLine": record("manager"), "userIdentity": admin("task"),
+            "killJobOnCompletion": false},
+        "jobPreparationTask": {"commandLine": record("prep"), "userIdentity": admin("pool")},
+        "jobReleaseTask": {"commandLine": record("release"), "userIdentity": admin("pool")}});
+    assert_eq!(s.post("/jobs", &job).await.0, 201);
+    let task = json!({"id": "t", "commandLine": record("task"), "userIdentity": in_azure_s_case});
+    assert_eq!(s.post("/jobs/j/tasks", &task).await.0, 201);
+    s.wait_all_completed("j", 2).await;
+    assert_eq!(s.task("j", "t").await["userIdentity"], admin("task"));
+    let (_, got) = s.get("/jobs/j").await;
+    for (kind, scope) in [
+        ("jobManagerTask", "task"),
+        ("jobPreparationTask", "pool"),
+        ("jobReleaseTask", "pool"),
+    ] {
+        assert_eq!(got[kind]["userIdentity"], admin(scope), "{kind}: {got}");
+    }
+    assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
+    wait_for("the job to complete", || async {
+        (s.get("/jobs/j").await.1["state"] == "completed").then_some(())
+    })
+    .await;
+    for name in ["start", "manager", "prep", "task", "release"] {
+        let uid = s.shared_file("p", &node, &format!("{name}.uid")).await;
+        assert_eq!(uid, "0\n", "the {name} task ran as uid {uid}");
+    }
 }

@@ -32,6 +32,9 @@ pub struct JobPreparationTask {
     /// The container it runs in, if not in its node's (see docs/nodes.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_settings: Option<ContainerSettings>,
+    /// An admin auto-user, as `api::batch::identity` checked it: what every task runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_identity: Option<serde_json::Value>,
 }
 
 impl JobPreparationTask {
@@ -68,6 +71,9 @@ pub struct JobReleaseTask {
     pub max_wall_clock_time: Option<IsoDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_settings: Option<ContainerSettings>,
+    /// An admin auto-user, as `api::batch::identity` checked it: what every task runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_identity: Option<serde_json::Value>,
 }
 
 impl JobReleaseTask {

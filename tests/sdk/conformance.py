@@ -51,7 +51,9 @@ def run_15():
             image_reference=models.BatchVmImageReference(publisher="microsoft-azure-batch", offer="ubuntu-server-container", sku="20-04-lts"),
             node_agent_sku_id="batch.node.ubuntu 20.04",
             container_configuration=models.BatchContainerConfiguration(type="dockerCompatible", container_image_names=["batchpool/node:latest"])),
-        start_task=models.BatchStartTask(command_line="echo started", wait_for_success=True)))
+        # An admin auto-user, as Microsoft's tutorials give a start task that installs software.
+        start_task=models.BatchStartTask(command_line="echo started", wait_for_success=True, user_identity=models.UserIdentity(
+            auto_user=models.AutoUserSpecification(scope=models.AutoUserScope.POOL, elevation_level=models.ElevationLevel.ADMIN)))))
     expect_error(409, lambda: c.create_pool(models.BatchPoolCreateOptions(id=POOL, vm_size="standard_a1")))
     wait("a steady pool", lambda: c.get_pool(POOL).allocation_state == models.AllocationState.STEADY)
     nodes = wait("2 idle nodes", lambda: [n for n in c.list_nodes(POOL) if n.state == models.BatchNodeState.IDLE]
@@ -64,7 +66,10 @@ def run_15():
     assert len(idle) == 2
 
     c.create_job(models.BatchJobCreateOptions(id=JOB, pool_info=models.BatchPoolInfo(pool_id=POOL)))
-    c.create_task(JOB, models.BatchTaskCreateOptions(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID'"))
+    admin = models.UserIdentity(auto_user=models.AutoUserSpecification(elevation_level=models.ElevationLevel.ADMIN))
+    assert c.get_pool(POOL).start_task.user_identity.auto_user.elevation_level == models.ElevationLevel.ADMIN
+    c.create_task(JOB, models.BatchTaskCreateOptions(
+        id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID as $(id -u)'", user_identity=admin))
     c.create_task(JOB, models.BatchTaskCreateOptions(id="boxed", command_line="echo $MODE", container_settings=models.BatchTaskContainerSettings(
         image_name="batchpool/node:latest", container_run_options="--rm -e MODE=boxed")))
     tasks = [models.BatchTaskCreateOptions(id=f"bulk{i}", command_line="true") for i in range(BULK)]
@@ -82,7 +87,7 @@ def run_15():
     assert boxed.container_settings.image_name == "batchpool/node:latest", boxed.container_settings
     assert boxed.execution_info.container_info.container_id, boxed.execution_info
     out = b"".join(c.download_task_file(JOB, "hello", "stdout.txt"))
-    assert out == b"hello from hello\n", out
+    assert out == b"hello from hello as 0\n", out
     part = b"".join(c.download_task_file(JOB, "hello", "stdout.txt", ocp_range="bytes=0-4"))
     assert part == b"hello", part
     props = c.get_task_file_properties(JOB, "hello", "stdout.txt")
@@ -290,14 +295,18 @@ def run_14():
 
     c = BatchServiceClient(SharedKeyCredentials(ACCOUNT, KEY), batch_url=URL)
     c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1", target_dedicated_nodes=2, task_slots_per_node=4,
-                                  start_task=m.StartTask(command_line="echo started", wait_for_success=True)))
+                                  start_task=m.StartTask(command_line="echo started", wait_for_success=True, user_identity=m.UserIdentity(
+                                      auto_user=m.AutoUserSpecification(scope=m.AutoUserScope.pool, elevation_level=m.ElevationLevel.admin)))))
     expect_error(409, lambda: c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1")))
     wait("a steady pool", lambda: c.pool.get(POOL).allocation_state == m.AllocationState.steady)
     wait("2 idle nodes", lambda: len([n for n in c.compute_node.list(POOL) if n.state == m.ComputeNodeState.idle]) == 2)
     assert c.pool.exists(POOL) is True
     assert c.pool.exists("no-such-pool") is False
     c.job.add(m.JobAddParameter(id=JOB, pool_info=m.PoolInformation(pool_id=POOL)))
-    c.task.add(JOB, m.TaskAddParameter(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID'"))
+    admin = m.UserIdentity(auto_user=m.AutoUserSpecification(elevation_level=m.ElevationLevel.admin))
+    assert c.pool.get(POOL).start_task.user_identity.auto_user.elevation_level == m.ElevationLevel.admin
+    c.task.add(JOB, m.TaskAddParameter(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID as $(id -u)'",
+                                       user_identity=admin))
     tasks = [m.TaskAddParameter(id=f"bulk{i}", command_line="true") for i in range(BULK)]
     for i in range(0, BULK, 100):
         result = c.task.add_collection(JOB, tasks[i:i + 100])
@@ -305,7 +314,7 @@ def run_14():
     c.task.add(JOB, m.TaskAddParameter(id="long", command_line="sleep 60"))
     wait("all but one task to complete", lambda: c.job.get_task_counts(JOB).task_counts.completed == BULK + 1, timeout=300)
     out = b"".join(c.file.get_from_task(JOB, "hello", "stdout.txt"))
-    assert out == b"hello from hello\n", out
+    assert out == b"hello from hello as 0\n", out
     props = c.file.get_properties_from_task(JOB, "hello", "stdout.txt", raw=True)
     assert int(props.headers["Content-Length"]) == len(out)
     files = {f.name for f in c.file.list_from_task(JOB, "hello", recursive=True)}

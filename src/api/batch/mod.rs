@@ -3,6 +3,7 @@
 pub mod account;
 pub mod applications;
 pub mod files;
+pub mod identity;
 pub mod jobs;
 pub mod node_logs;
 pub mod nodes;

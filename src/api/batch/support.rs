@@ -26,6 +26,10 @@ pub enum Support {
 
 use Support::{Partly, Refused, Works};
 
+/// Every task runs as its node's administrator: an admin auto-user works, anything else is
+/// refused (`api::batch::identity`).
+const ADMIN_USER: &str = "prep.rs::tasks_that_ask_for_an_admin_auto_user_run_as_root";
+
 /// A body's properties and what happens to each.
 pub type Table = &'static [(&'static str, Support)];
 
@@ -151,7 +155,10 @@ pub const START_TASK: Table = &[
     ),
     (
         "userIdentity",
-        Refused("user identities (tasks run as the node's own user)"),
+        Partly {
+            works: ADMIN_USER,
+            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+        },
     ),
     ("waitForSuccess", Works("pools.rs::start_task")),
 ];
@@ -310,7 +317,10 @@ pub const TASK_ADD: Table = &[
     ),
     (
         "userIdentity",
-        Refused("user identities (tasks run as the node's own user)"),
+        Partly {
+            works: ADMIN_USER,
+            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+        },
     ),
 ];
 
@@ -502,7 +512,10 @@ pub const JOB_PREPARATION_TASK: Table = &[
     ),
     (
         "userIdentity",
-        Refused("user identities (tasks run as the node's own user)"),
+        Partly {
+            works: ADMIN_USER,
+            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+        },
     ),
     (
         "waitForSuccess",
@@ -571,7 +584,10 @@ pub const JOB_MANAGER_TASK: Table = &[
     ),
     (
         "userIdentity",
-        Refused("user identities (tasks run as the node's own user)"),
+        Partly {
+            works: ADMIN_USER,
+            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+        },
     ),
 ];
 
@@ -608,7 +624,10 @@ pub const JOB_RELEASE_TASK: Table = &[
     ),
     (
         "userIdentity",
-        Refused("user identities (tasks run as the node's own user)"),
+        Partly {
+            works: ADMIN_USER,
+            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+        },
     ),
 ];
 
@@ -619,7 +638,7 @@ pub const TASK_UPDATE: Table = &[(
 )];
 
 /// Whether a value asks for anything: null, false, an empty list or an empty object do not.
-fn asks(value: &Value) -> bool {
+pub fn asks(value: &Value) -> bool {
     match value {
         Value::Null | Value::Bool(false) => false,
         Value::Array(a) => !a.is_empty(),

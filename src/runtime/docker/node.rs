@@ -330,9 +330,9 @@ impl DockerRuntime {
     }
 }
 
-/// The node's container: the vmSize's limits, never privileged, labelled with whose node it is,
-/// its root a volume of its own (its tasks' directories, `workitems`, in it) where Azure Batch
-/// puts it, and the agent's volume mounted read-only.
+/// The node's container: the vmSize's limits, root but never privileged, labelled with whose
+/// node it is, its root a volume of its own (its tasks' directories, `workitems`, in it) where
+/// Azure Batch puts it, and the agent's volume mounted read-only.
 fn container_body(
     spec: &NodeSpec,
     network: String,
@@ -354,6 +354,9 @@ fn container_body(
         env: Some(agent_env),
         hostname: Some(spec.node_id.replace('_', "-").chars().take(63).collect()),
         working_dir: Some(NODE_ROOT.into()),
+        // The agent, and so every task, runs as root, the node's administrator (an image's
+        // USER is for its own programs): tasks are what Azure calls admin auto-users.
+        user: Some("0:0".into()),
         // An anonymous volume: the node's disk, removed with its container.
         volumes: Some(vec![NODE_ROOT.into()]),
         labels: Some(labels),

@@ -30,6 +30,7 @@ pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
         ));
     };
     refuse_unsupported(JOB_MANAGER_TASK, "jobManagerTask.", &fields)?;
+    let identity = crate::api::batch::identity::checked(&fields, "jobManagerTask.")?;
     let mut flag = |name: &str| -> ApiResult<bool> {
         match fields.remove(name) {
             None | Some(Value::Null) => Ok(true),
@@ -49,6 +50,9 @@ pub(super) fn parse(raw: Option<Value>) -> ApiResult<Option<Manager>> {
         ApiError::invalid_property("jobManagerTask", raw.to_string(), e.to_string())
     })?;
     let mut shown = raw;
+    if let Some(identity) = identity {
+        shown["userIdentity"] = identity;
+    }
     shown["killJobOnCompletion"] = json!(kills_job);
     shown["runExclusive"] = json!(run_exclusive);
     shown["allowLowPriorityNode"] = json!(low_priority);

@@ -58,8 +58,9 @@ fn preparation_task(raw: Value) -> ApiResult<JobPreparationTask> {
             ));
         }
     }
-    let task: JobPreparationTask = serde_json::from_value(raw.clone())
+    let mut task: JobPreparationTask = serde_json::from_value(raw.clone())
         .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
+    task.user_identity = user_identity(&raw, "jobPreparationTask.")?;
     common(AT, &task.id, &task.command_line, &task.environment_settings)?;
     check_resource_files("jobPreparationTask.resourceFiles", &task.resource_files)?;
     check_container(AT, task.container_settings.as_ref())?;
@@ -78,12 +79,21 @@ fn release_task(raw: Value) -> ApiResult<JobReleaseTask> {
     if let Some(fields) = raw.as_object() {
         refuse_unsupported(JOB_RELEASE_TASK, "jobReleaseTask.", fields)?;
     }
-    let task: JobReleaseTask = serde_json::from_value(raw.clone())
+    let mut task: JobReleaseTask = serde_json::from_value(raw.clone())
         .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
+    task.user_identity = user_identity(&raw, "jobReleaseTask.")?;
     common(AT, &task.id, &task.command_line, &task.environment_settings)?;
     check_resource_files("jobReleaseTask.resourceFiles", &task.resource_files)?;
     check_container(AT, task.container_settings.as_ref())?;
     Ok(task)
+}
+
+/// The task's userIdentity, checked (`api::batch::identity`).
+fn user_identity(raw: &Value, prefix: &str) -> ApiResult<Option<Value>> {
+    match raw.as_object() {
+        Some(fields) => crate::api::batch::identity::checked(fields, prefix),
+        None => Ok(None),
+    }
 }
 
 fn check_container(at: &str, settings: Option<&ContainerSettings>) -> ApiResult<()> {

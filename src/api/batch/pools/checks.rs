@@ -95,9 +95,13 @@ pub(super) async fn refuse_unlinked_storage(
     Ok(())
 }
 
-pub(super) fn check_start_task(raw: Value) -> ApiResult<Value> {
+pub(super) fn check_start_task(mut raw: Value) -> ApiResult<Value> {
     if let Some(fields) = raw.as_object() {
         refuse_unsupported(START_TASK, "startTask.", fields)?;
+        // Kept as it is shown: an admin auto-user, which every task runs as.
+        if let Some(identity) = crate::api::batch::identity::checked(fields, "startTask.")? {
+            raw["userIdentity"] = identity;
+        }
     }
     let task: StartTask = serde_json::from_value(raw.clone())
         .map_err(|e| ApiError::invalid_property("startTask", raw.to_string(), e.to_string()))?;

@@ -136,11 +136,15 @@ pub(super) struct AffinityInfo {
     affinity_id: String,
 }
 
-/// What a task keeps beside its columns and answers as it was given: its affinityInfo.
-pub(super) fn affinity_extra(affinity: Option<AffinityInfo>) -> Value {
+/// What a task keeps beside its columns and answers as it was given: its affinityInfo, and its
+/// userIdentity (an admin auto-user, which every task runs as).
+pub(super) fn extra(affinity: Option<AffinityInfo>, identity: Option<Value>) -> Value {
     let mut extra = Map::new();
     if let Some(a) = affinity {
         extra.insert("affinityInfo".into(), json!({"affinityId": a.affinity_id}));
+    }
+    if let Some(identity) = identity {
+        extra.insert("userIdentity".into(), identity);
     }
     Value::Object(extra)
 }

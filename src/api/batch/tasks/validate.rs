@@ -98,6 +98,7 @@ pub(super) fn validate(
         .transpose()?;
     let command_line = command_line(t.command_line, container.is_some())?;
     refuse_unsupported(TASK_ADD, "", &t.rest)?;
+    let identity = crate::api::batch::identity::checked(&t.rest, "")?;
     let required_slots = required_slots(t.required_slots, job, pool_slots)?;
     let c = t.constraints.unwrap_or_default();
     let max_task_retry_count = c.retry_count(job)?;
@@ -135,7 +136,7 @@ pub(super) fn validate(
         dependency_ids: deps.ids,
         dependency_ranges: deps.ranges,
         exit_conditions,
-        extra: super::json::affinity_extra(t.affinity_info),
+        extra: super::json::extra(t.affinity_info, identity),
         files,
         kills_job: false,
         dedicated_only: false,
