@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashSet;
 
 use common::{docker_containers, wait_for, Rt, TestServer};
+use reqwest::Method;
 use serde_json::{json, Value};
 
 fn ids(nodes: &[Value]) -> HashSet<String> {
@@ -626,4 +627,65 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     })
     .await;
     assert_eq!(s.post("/jobs/j/terminate", &json!({})).await.0, 202);
+}
+
+/// Azure retired classic node communication: scripts now ask for `simplified`, where nodes
+/// connect out to the service. Every node's agent here connects out to the server, so
+/// `default` and `simplified` are taken and shown, the current mode is always `simplified`,
+/// and `classic` is refused by name, changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_take_simplified_node_communication_and_refuse_classic() {
+    let s = TestServer::start(Rt::Local).await;
+    let mode = |p: &Value| {
+        (
+            p["targetNodeCommunicationMode"].clone(),
+            p["currentNodeCommunicationMode"].clone(),
+        )
+    };
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "targetNodeCommunicationMode": "simplified"});
+    let (code, answer) = s.post("/pools", &body).await;
+    assert_eq!(code, 201, "{answer}");
+    s.wait_nodes("p", 1, "idle").await;
+    let simplified = (json!("simplified"), json!("simplified"));
+    let default = (json!("default"), json!("simplified"));
+    assert_eq!(mode(&s.get("/pools/p").await.1), simplified);
+    let plain = json!({"id": "q", "vmSize": "standard_a1"});
+    assert_eq!(s.post("/pools", &plain).await.0, 201);
+    assert_eq!(mode(&s.get("/pools/q").await.1), default);
+
+    let patch = |m: &str| json!({ "targetNodeCommunicationMode": m });
+    let (code, answer) = s
+        .request(Method::PATCH, "/pools/p", Some(&patch("default")))
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(mode(&s.get("/pools/p").await.1), default);
+    let (code, _) = s
+        .request(Method::PATCH, "/pools/p", Some(&patch("Simplified")))
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(mode(&s.get("/pools/p").await.1), simplified);
+    for bad in ["classic", "fast"] {
+        let (code, answer) = s
+            .request(Method::PATCH, "/pools/p", Some(&patch(bad)))
+            .await;
+        assert_eq!(code, 400, "{answer}");
+        let named = answer["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["key"] == "PropertyName");
+        assert_eq!(
+            named.unwrap()["value"],
+            "targetNodeCommunicationMode",
+            "{answer}"
+        );
+        assert_eq!(mode(&s.get("/pools/p").await.1), simplified);
+    }
+    // updateproperties replaces it: left out, it is `default` again.
+    let replace =
+        json!({"metadata": [], "applicationPackageReferences": [], "certificateReferences": []});
+    let (code, answer) = s.post("/pools/p/updateproperties", &replace).await;
+    assert_eq!(code, 204, "{answer}");
+    assert_eq!(mode(&s.get("/pools/p").await.1), default);
 }

@@ -19,6 +19,16 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// A pool's targetNodeCommunicationMode. A node's agent always connects out to the server
+    /// (Azure's `simplified`); `classic`, the server reaching into its nodes, is refused.
+    NodeCommunicationMode {
+        Default = "default",
+        Classic = "classic",
+        Simplified = "simplified",
+    }
+);
+
+wire_enum!(
     /// What happens to a node's running tasks when a resize removes it.
     NodeDeallocationOption {
         Requeue = "requeue",

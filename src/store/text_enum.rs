@@ -10,7 +10,8 @@ use sqlx::{Decode, Encode, Postgres, Type};
 use crate::domain::bes::Phase;
 use crate::domain::job::{AllTasksComplete, JobState, TaskFailureMode, TaskState};
 use crate::domain::pool::{
-    AllocationState, JobDefaultOrder, NodeDeallocationOption, NodeFillType, NodeState, PoolState,
+    AllocationState, JobDefaultOrder, NodeCommunicationMode, NodeDeallocationOption, NodeFillType,
+    NodeState, PoolState,
 };
 use crate::domain::schedule::JobScheduleState;
 
@@ -59,6 +60,7 @@ text_enum!(
     AllocationState,
     NodeFillType,
     JobDefaultOrder,
+    NodeCommunicationMode,
     NodeDeallocationOption,
     NodeState,
     Phase,

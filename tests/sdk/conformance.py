@@ -296,7 +296,9 @@ def run_14():
     c = BatchServiceClient(SharedKeyCredentials(ACCOUNT, KEY), batch_url=URL)
     c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1", target_dedicated_nodes=2, task_slots_per_node=4,
                                   start_task=m.StartTask(command_line="echo started", wait_for_success=True, user_identity=m.UserIdentity(
-                                      auto_user=m.AutoUserSpecification(scope=m.AutoUserScope.pool, elevation_level=m.ElevationLevel.admin)))))
+                                      auto_user=m.AutoUserSpecification(scope=m.AutoUserScope.pool, elevation_level=m.ElevationLevel.admin))),
+                                  # Azure retired classic node communication: scripts ask for simplified.
+                                  target_node_communication_mode=m.NodeCommunicationMode.simplified))
     expect_error(409, lambda: c.pool.add(m.PoolAddParameter(id=POOL, vm_size="standard_a1")))
     wait("a steady pool", lambda: c.pool.get(POOL).allocation_state == m.AllocationState.steady)
     wait("2 idle nodes", lambda: len([n for n in c.compute_node.list(POOL) if n.state == m.ComputeNodeState.idle]) == 2)
@@ -304,7 +306,9 @@ def run_14():
     assert c.pool.exists("no-such-pool") is False
     c.job.add(m.JobAddParameter(id=JOB, pool_info=m.PoolInformation(pool_id=POOL)))
     admin = m.UserIdentity(auto_user=m.AutoUserSpecification(elevation_level=m.ElevationLevel.admin))
-    assert c.pool.get(POOL).start_task.user_identity.auto_user.elevation_level == m.ElevationLevel.admin
+    got = c.pool.get(POOL)
+    assert got.start_task.user_identity.auto_user.elevation_level == m.ElevationLevel.admin, got.start_task
+    assert got.target_node_communication_mode == got.current_node_communication_mode == "simplified", got
     c.task.add(JOB, m.TaskAddParameter(id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID as $(id -u)'",
                                        user_identity=admin))
     tasks = [m.TaskAddParameter(id=f"bulk{i}", command_line="true") for i in range(BULK)]

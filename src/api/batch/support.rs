@@ -26,6 +26,10 @@ pub enum Support {
 
 use Support::{Partly, Refused, Works};
 
+/// Every node's agent connects out to the server (Azure's simplified mode): `default` and
+/// `simplified` work, `classic` is refused (`pools::checks::communication_mode`).
+const COMMUNICATION: &str = "pools.rs::pools_take_simplified_node_communication_and_refuse_classic";
+
 /// Every task runs as its node's administrator: an admin auto-user works, anything else is
 /// refused (`api::batch::identity`).
 const ADMIN_USER: &str = "prep.rs::tasks_that_ask_for_an_admin_auto_user_run_as_root";
@@ -81,7 +85,10 @@ pub const POOL_ADD: Table = &[
     ),
     (
         "targetNodeCommunicationMode",
-        Refused("node communication modes"),
+        Partly {
+            works: COMMUNICATION,
+            refuses: r#""classic""#,
+        },
     ),
     ("taskSchedulingPolicy", Works("pools.rs::pool_lifecycle")),
     ("taskSlotsPerNode", Works("pools.rs::pool_lifecycle")),
@@ -353,7 +360,10 @@ pub const POOL_PATCH: Table = &[
     ),
     (
         "targetNodeCommunicationMode",
-        Refused("node communication modes"),
+        Partly {
+            works: COMMUNICATION,
+            refuses: r#""classic""#,
+        },
     ),
     (
         "taskSchedulingPolicy",
@@ -403,7 +413,10 @@ pub const POOL_REPLACE: Table = &[
     ),
     (
         "targetNodeCommunicationMode",
-        Refused("node communication modes"),
+        Partly {
+            works: COMMUNICATION,
+            refuses: r#""classic""#,
+        },
     ),
 ];
 

@@ -207,6 +207,7 @@ async fn new_pool(
         task_slots_per_node: slots,
         node_fill_type: NodeFillType::Spread,
         job_default_order: JobDefaultOrder::CreationTime,
+        node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
         target_dedicated_nodes: target,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: IsoDuration::from_secs(

@@ -100,6 +100,7 @@ impl BesJobDriver {
             task_slots_per_node: 1,
             node_fill_type: NodeFillType::Spread,
             job_default_order: JobDefaultOrder::CreationTime,
+            node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
             target_dedicated_nodes: nodes,
             target_low_priority_nodes: 0,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),

@@ -7,7 +7,7 @@ use super::DEFAULT_RESIZE_TIMEOUT_SECS;
 use crate::api::batch::support::{refuse_unsupported, START_TASK};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
-use crate::domain::pool::{NodeDeallocationOption, StartTask, Targets};
+use crate::domain::pool::{NodeCommunicationMode, NodeDeallocationOption, StartTask, Targets};
 use crate::domain::IsoDuration;
 use crate::store;
 
@@ -193,4 +193,27 @@ pub(super) async fn refuse_start_task_container_on(
         start_task.or(pool.start_task.as_ref()),
         vm_config.or(pool.vm_config.as_ref()),
     )
+}
+
+/// A pool's targetNodeCommunicationMode, checked: `default` or `simplified` (either way a node's
+/// agent connects out to the server, as in Azure's simplified mode); `classic` is refused.
+pub(super) fn communication_mode(
+    given: Option<String>,
+) -> ApiResult<Option<NodeCommunicationMode>> {
+    const AT: &str = "targetNodeCommunicationMode";
+    let Some(given) = given else { return Ok(None) };
+    match NodeCommunicationMode::parse(&given.to_ascii_lowercase()) {
+        Some(NodeCommunicationMode::Classic) => Err(ApiError::invalid_property(
+            AT,
+            given,
+            "not supported by this server: classic node communication (the service reaching into \
+             its nodes); every node's agent connects out to the server, as in simplified mode",
+        )),
+        Some(mode) => Ok(Some(mode)),
+        None => Err(ApiError::invalid_property(
+            AT,
+            given,
+            "must be default, classic or simplified",
+        )),
+    }
 }

@@ -16,7 +16,7 @@ use crate::api::state::Settings;
 use crate::api::{created, BaseUrl, Ctx};
 use crate::domain::files::PackageReference;
 use crate::domain::ids::check_id;
-use crate::domain::pool::{JobDefaultOrder, NodeFillType};
+use crate::domain::pool::{JobDefaultOrder, NodeCommunicationMode, NodeFillType};
 use crate::domain::vm_size::VmSize;
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::NewPool};
@@ -45,6 +45,7 @@ pub struct PoolCreate {
     task_scheduling_policy: Option<SchedulingPolicy>,
     metadata: Option<Vec<MetadataItem>>,
     application_package_references: Option<Vec<PackageReference>>,
+    target_node_communication_mode: Option<String>,
     /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -157,6 +158,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         )?,
     };
     let (fill, order) = scheduling_policy(body.task_scheduling_policy)?;
+    let communication = super::checks::communication_mode(body.target_node_communication_mode)?;
     let resize_timeout = check_resize_timeout(body.resize_timeout)?;
     let image = resolve_image(settings, body.virtual_machine_configuration.as_ref())?;
     let start_task = body.start_task.map(check_start_task).transpose()?;
@@ -177,6 +179,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         task_slots_per_node: slots,
         node_fill_type: fill,
         job_default_order: order,
+        node_communication_mode: communication.unwrap_or(NodeCommunicationMode::Default),
         target_dedicated_nodes: targets.dedicated,
         target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,

@@ -149,6 +149,9 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
             "nodeFillType": p.node_fill_type,
             "jobDefaultOrder": p.job_default_order,
         },
+        "targetNodeCommunicationMode": p.node_communication_mode,
+        // Every node's agent connects out to the server.
+        "currentNodeCommunicationMode": "simplified",
     });
     if p.enable_auto_scale {
         pool["autoScaleFormula"] = json!(p.auto_scale_formula);

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::checks::{
-    check_resize_timeout, check_start_task, check_targets, deallocation_option,
+    check_resize_timeout, check_start_task, check_targets, communication_mode, deallocation_option,
     refuse_start_task_container_on, refuse_unlinked_storage,
 };
 use super::create::{resolve_image, scheduling_changes, task_slots, vm_size, SchedulingPolicy};
@@ -16,7 +16,9 @@ use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
-use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState, PoolState, Targets};
+use crate::domain::pool::{
+    AllocationState, NodeCommunicationMode, NodeDeallocationOption, NodeState, PoolState, Targets,
+};
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::PoolShape, pools::Refused};
 
@@ -95,6 +97,7 @@ pub struct PoolPatch {
     #[serde(default, deserialize_with = "crate::domain::lenient::opt_i32")]
     task_slots_per_node: Option<i32>,
     virtual_machine_configuration: Option<Value>,
+    target_node_communication_mode: Option<String>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -145,6 +148,7 @@ pub async fn patch(
         display_name: body.display_name.as_deref(),
         fill,
         order,
+        communication: communication_mode(body.target_node_communication_mode)?,
         shape,
     };
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
@@ -166,12 +170,14 @@ async fn refuse_fewer_slots_than_tasks_need(app: &Ctx, pool_id: &str, slots: i32
     }
 }
 
-/// POST updateproperties: metadata and startTask are replaced; an absent startTask is removed.
+/// POST updateproperties: metadata, startTask and targetNodeCommunicationMode are replaced; an
+/// absent startTask is removed, an absent mode is `default`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolReplace {
     metadata: Option<Vec<MetadataItem>>,
     start_task: Option<Value>,
+    target_node_communication_mode: Option<String>,
     /// Refused or ignored by `POOL_REPLACE`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -194,9 +200,11 @@ pub async fn update_properties(
     let start_task = body.start_task.map(check_start_task).transpose()?;
     refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, (start_task.as_ref(), None)).await?;
+    let communication = communication_mode(body.target_node_communication_mode)?;
     let changes = PoolChanges {
         metadata: Some(&metadata),
         start_task: Some(start_task.as_ref()),
+        communication: Some(communication.unwrap_or(NodeCommunicationMode::Default)),
         ..PoolChanges::default()
     };
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
