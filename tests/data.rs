@@ -677,3 +677,85 @@ on_both_runtimes!(
     application_packages_arrive,
     application_packages_are_installed_on_the_node_before_the_task
 );
+
+/// A pool's packages change (PATCH, updateproperties) as on Azure: its nodes keep what they have,
+/// and their tasks see it, until they start again (here a reboot), when they get the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_s_new_packages_reach_its_nodes_when_they_restart() {
+    let s = server(Rt::Local).await;
+    let zips = tempfile::tempdir().unwrap();
+    let data_dir = s.data_dir.path().display().to_string();
+    for (version, text) in [("1.0", "one\n"), ("2.0", "two\n")] {
+        let zip = zip_with(zips.path(), &format!("{version}.zip"), text);
+        let args = [
+            "package",
+            "batchpool",
+            "tools",
+            version,
+            &zip,
+            "--data-dir",
+            &data_dir,
+        ];
+        common::account_cmd(&s, &args);
+    }
+    // A version named is AZ_BATCH_APP_PACKAGE_TOOLS_<version>: what the node has, then "end".
+    let versions = "for d in $AZ_BATCH_APP_PACKAGE_TOOLS_1_0 $AZ_BATCH_APP_PACKAGE_TOOLS_2_0; do cat $d/bin/hello.txt; done; echo end";
+    let seen = format!("({versions}) > $AZ_BATCH_NODE_SHARED_DIR/seen.txt");
+    let pool = json!({"id": "pk", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "applicationPackageReferences": [{"applicationId": "tools", "version": "1.0"}],
+        "startTask": {"commandLine": seen}});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let node = s.wait_nodes("pk", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.shared_file("pk", &node, "seen.txt").await, "one\nend\n");
+
+    let v2 = json!([{"applicationId": "tools", "version": "2.0"}]);
+    let patch = json!({ "applicationPackageReferences": v2 });
+    let (code, answer) = s
+        .request(reqwest::Method::PATCH, "/pools/pk", Some(&patch))
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(
+        s.get("/pools/pk").await.1["applicationPackageReferences"],
+        v2
+    );
+    let bad = json!({"applicationPackageReferences": [{"applicationId": "nothing"}]});
+    let (code, answer) = s
+        .request(reqwest::Method::PATCH, "/pools/pk", Some(&bad))
+        .await;
+    assert_eq!(
+        answer["code"], "InvalidApplicationPackageReferences",
+        "{code} {answer}"
+    );
+    assert_eq!(
+        s.get("/pools/pk").await.1["applicationPackageReferences"],
+        v2
+    );
+    // The node has 1.0 until it starts again, and so its tasks see 1.0.
+    s.job_on("jk", "pk").await;
+    let task = |id: &str| json!({"id": id, "commandLine": versions});
+    s.add_tasks("jk", vec![task("before")]).await;
+    s.wait_task("jk", "before", "completed").await;
+    let before = s.file("/jobs/jk/tasks/before/files/stdout.txt").await;
+    assert_eq!(before.as_deref(), Some("one\nend\n"));
+    let reboot = format!("/pools/pk/nodes/{node}/reboot");
+    assert_eq!(s.post(&reboot, &json!({})).await.0, 202);
+    s.wait_nodes("pk", 1, "idle").await;
+    assert_eq!(s.shared_file("pk", &node, "seen.txt").await, "two\nend\n");
+    s.add_tasks("jk", vec![task("after")]).await;
+    s.wait_task("jk", "after", "completed").await;
+    let after = s.file("/jobs/jk/tasks/after/files/stdout.txt").await;
+    assert_eq!(after.as_deref(), Some("two\nend\n"));
+
+    // updateproperties replaces them (and the start task): an empty list removes them.
+    let replace = json!({"metadata": [], "applicationPackageReferences": [], "certificateReferences": [],
+        "startTask": {"commandLine": seen}});
+    assert_eq!(s.post("/pools/pk/updateproperties", &replace).await.0, 204);
+    let (_, got) = s.get("/pools/pk").await;
+    assert!(got.get("applicationPackageReferences").is_none(), "{got}");
+    assert_eq!(s.post(&reboot, &json!({})).await.0, 202);
+    s.wait_nodes("pk", 1, "idle").await;
+    assert_eq!(s.shared_file("pk", &node, "seen.txt").await, "end\n");
+}

@@ -226,11 +226,15 @@ async fn one_node_and_a_job(db: &PgPool, slots: i32) -> (nodes::NodeRow, jobs::J
         .unwrap();
     let node = nodes::get(db, pool.pk, "n1").await.unwrap().unwrap();
     assert_eq!(node.state, NodeState::Creating);
-    assert!(
-        nodes::set_started(db, node.pk, NodeState::Idle, ("c1", "10.0.0.2", "local"))
-            .await
-            .unwrap()
-    );
+    assert!(nodes::set_started(
+        db,
+        node.pk,
+        NodeState::Idle,
+        ("c1", "10.0.0.2", "local"),
+        None
+    )
+    .await
+    .unwrap());
     jobs::insert(db, &new_job("j", "p")).await.unwrap();
     let job = jobs::get(db, "acct", "j", jobs::Lock::None)
         .await

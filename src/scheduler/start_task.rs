@@ -92,7 +92,7 @@ pub fn task_environment(
         &at,
         (&a.job_id, &a.task_id),
         (&a.common_environment, &a.environment),
-        a.pool_packages.as_deref().map(Vec::as_slice),
+        a.node_packages.as_deref().map(Vec::as_slice),
     );
     env.push((
         "AZ_BATCH_TASK_RETRY_COUNT".into(),

@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::PgExecutor;
 
+use crate::domain::files::PoolPackage;
 use crate::domain::pool::{JobDefaultOrder, NodeFillType, NodeState};
 
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -114,22 +116,25 @@ pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sq
     Ok(done.rows_affected() == 1)
 }
 
-/// The container is up: record where it is and when it booted.
+/// The container is up: record where it is, when it booted, and the application packages
+/// installed on it.
 pub async fn set_started(
     db: impl PgExecutor<'_>,
     pk: i64,
     state: NodeState,
     (container_id, ip_address, host): (&str, &str, &str),
+    packages: Option<&Json<Vec<PoolPackage>>>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query!(
         "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
-            host = $5, last_boot_time = now(), errors = '[]' \
+            host = $5, last_boot_time = now(), errors = '[]', application_packages = $6 \
          WHERE pk = $1 AND state NOT IN ('leavingpool', 'preempted')",
         pk,
         state.as_str(),
         container_id,
         ip_address,
         host,
+        packages as _,
     )
     .execute(db)
     .await?;

@@ -314,6 +314,8 @@ pub struct PoolChanges<'a> {
     pub fill: Option<NodeFillType>,
     pub order: Option<JobDefaultOrder>,
     pub communication: Option<NodeCommunicationMode>,
+    /// Its application packages; `Some(None)` removes them. Nodes get them when they next start.
+    pub packages: Option<Option<&'a Json<Vec<PoolPackage>>>>,
     /// What shapes its nodes: changed only while the pool has none (else `Refused::NotEmpty`).
     pub shape: PoolShape,
 }
@@ -348,7 +350,8 @@ pub async fn update_properties(
             vm_size = coalesce($9, vm_size), vcpus = coalesce($10, vcpus), memory_mib = coalesce($11, memory_mib), \
             task_slots_per_node = coalesce($12, task_slots_per_node), image = coalesce($13, image), \
             vm_config = CASE WHEN $13::text IS NULL THEN vm_config ELSE $14 END, \
-            node_communication_mode = coalesce($16, node_communication_mode), last_modified = now() \
+            node_communication_mode = coalesce($16, node_communication_mode), \
+            application_packages = CASE WHEN $17 THEN $18 ELSE application_packages END, last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' \
            AND (NOT $15 OR (target_dedicated_nodes = 0 AND target_low_priority_nodes = 0 \
                 AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.pool_pk = pools.pk)))",
@@ -368,6 +371,8 @@ pub async fn update_properties(
         changes.shape.image.as_ref().map(|i| &i.1),
         changes.shape.changes(),
         changes.communication.map(NodeCommunicationMode::as_str),
+        changes.packages.is_some(),
+        changes.packages.flatten() as _,
     )
     .execute(db)
     .await?;

@@ -114,8 +114,8 @@ pub struct DueRelease {
     pub pool_id: String,
     pub release_task: Json<JobReleaseTask>,
     pub common_environment: Value,
-    /// The application packages of the node's pool.
-    pub pool_packages: Option<Json<Vec<PoolPackage>>>,
+    /// The application packages installed on the node.
+    pub node_packages: Option<Json<Vec<PoolPackage>>>,
 }
 
 pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueRelease>> {
@@ -123,9 +123,8 @@ pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueReleas
         DueRelease,
         r#"SELECT x.job_pk, j.account, j.id AS job_id, x.node_pk, x.node_id, x.pool_id,
                 j.release_task AS "release_task!: _", j.common_environment,
-                p.application_packages AS "pool_packages: _"
+                n.application_packages AS "node_packages: _"
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
-         JOIN pools p ON p.pk = n.pool_pk
          WHERE x.release IS NULL AND x.preparation->>'state' = 'completed'
            AND j.release_task IS NOT NULL AND j.state IN ('terminating', 'completed', 'deleting')
            AND n.state IN ('idle', 'running')

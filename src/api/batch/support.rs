@@ -334,7 +334,7 @@ pub const TASK_ADD: Table = &[
 pub const POOL_PATCH: Table = &[
     (
         "applicationPackageReferences",
-        Refused("changing a pool's application packages"),
+        Works("data.rs::a_pool_s_new_packages_reach_its_nodes_when_they_restart"),
     ),
     ("certificateReferences", Refused("certificates")),
     (
@@ -400,7 +400,7 @@ const RESHAPED: &str = "pools.rs::an_empty_pool_changes_its_node_size_slots_and_
 pub const POOL_REPLACE: Table = &[
     (
         "applicationPackageReferences",
-        Refused("changing a pool's application packages"),
+        Works("data.rs::a_pool_s_new_packages_reach_its_nodes_when_they_restart"),
     ),
     ("certificateReferences", Refused("certificates")),
     (

@@ -193,6 +193,7 @@ impl Allocator {
             node.pk,
             state,
             (&handle.container_id, &handle.ip_address, &handle.host),
+            pool.application_packages.as_ref(),
         )
         .await?;
         if still_wanted {

@@ -38,8 +38,9 @@ pub struct AttemptRow {
     pub on_task_failure: TaskFailureMode,
     pub files: Option<Json<TaskFiles>>,
     pub preparation_task: Option<Json<JobPreparationTask>>,
-    /// The application packages of the pool of the attempt's node.
-    pub pool_packages: Option<Json<Vec<PoolPackage>>>,
+    /// The application packages installed on the attempt's node (its pool's, as they were
+    /// when the node started).
+    pub node_packages: Option<Json<Vec<PoolPackage>>>,
     /// A job manager task whose completion ends its job.
     pub kills_job: bool,
     pub required_slots: i32,
@@ -66,7 +67,7 @@ pub async fn running_attempts(
 ) -> sqlx::Result<Vec<AttemptRow>> {
     attempt_rows!(
         "SELECT",
-        r#"p.application_packages AS "pool_packages: _", p.task_slots_per_node AS "pool_slots?", coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
+        r#"n.application_packages AS "node_packages: _", p.task_slots_per_node AS "pool_slots?", coalesce(n.state NOT IN ('creating', 'leavingpool', 'unusable'), false) AS "node_alive!"
          FROM tasks t JOIN jobs j ON j.pk = t.job_pk LEFT JOIN nodes n ON n.pk = t.node_pk LEFT JOIN pools p ON p.pk = n.pool_pk
          WHERE t.state IN ('preparing', 'running') AND ($1::bigint[] IS NULL OR t.pk = ANY($1)) ORDER BY t.pk"#,
         pks,
@@ -150,7 +151,7 @@ pub async fn start_attempts(
          JOIN nodes n ON n.pk = u.node_pk JOIN pools p ON p.pk = n.pool_pk, jobs j \
          WHERE t.pk = u.pk AND j.pk = t.job_pk \
          RETURNING",
-        r#"p.application_packages AS "pool_packages: _", p.task_slots_per_node AS "pool_slots?", true AS "node_alive!""#,
+        r#"n.application_packages AS "node_packages: _", p.task_slots_per_node AS "pool_slots?", true AS "node_alive!""#,
         task_pks,
         node_pks,
         &per_node.nodes,

@@ -16,11 +16,13 @@ use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
+use crate::domain::files::{PackageReference, PoolPackage};
 use crate::domain::pool::{
     AllocationState, NodeCommunicationMode, NodeDeallocationOption, NodeState, PoolState, Targets,
 };
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::PoolShape, pools::Refused};
+use sqlx::types::Json;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -98,6 +100,7 @@ pub struct PoolPatch {
     task_slots_per_node: Option<i32>,
     virtual_machine_configuration: Option<Value>,
     target_node_communication_mode: Option<String>,
+    application_package_references: Option<Vec<PackageReference>>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -142,6 +145,10 @@ pub async fn patch(
         Some(policy) => scheduling_changes(policy)?,
         None => (None, None),
     };
+    let packages = match body.application_package_references {
+        Some(refs) => Some(pool_packages(&app, &refs).await?),
+        None => None,
+    };
     let changes = PoolChanges {
         metadata: metadata.as_ref(),
         start_task: start_task.as_ref().map(Some),
@@ -149,6 +156,7 @@ pub async fn patch(
         fill,
         order,
         communication: communication_mode(body.target_node_communication_mode)?,
+        packages: packages.as_ref().map(Option::as_ref),
         shape,
     };
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
@@ -170,14 +178,30 @@ async fn refuse_fewer_slots_than_tasks_need(app: &Ctx, pool_id: &str, slots: i32
     }
 }
 
-/// POST updateproperties: metadata, startTask and targetNodeCommunicationMode are replaced; an
-/// absent startTask is removed, an absent mode is `default`.
+/// The application packages that `refs` name, checked (as a pool add checks them); None for
+/// none. The pool's nodes get them when they next start (made, rebooted or reimaged).
+async fn pool_packages(
+    app: &Ctx,
+    refs: &[PackageReference],
+) -> ApiResult<Option<Json<Vec<PoolPackage>>>> {
+    if refs.is_empty() {
+        return Ok(None);
+    }
+    let apps = store::applications::list(&app.db, &app.account, None).await?;
+    let resolved = crate::api::batch::tasks::checked_packages(refs, &apps)?;
+    Ok(Some(Json(resolved)))
+}
+
+/// POST updateproperties: metadata, startTask, applicationPackageReferences and
+/// targetNodeCommunicationMode are replaced; an absent startTask or package list is removed, an
+/// absent mode is `default`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolReplace {
     metadata: Option<Vec<MetadataItem>>,
     start_task: Option<Value>,
     target_node_communication_mode: Option<String>,
+    application_package_references: Option<Vec<PackageReference>>,
     /// Refused or ignored by `POOL_REPLACE`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -201,10 +225,13 @@ pub async fn update_properties(
     refuse_unlinked_storage((&app.db, &app.account), start_task.as_ref()).await?;
     refuse_start_task_container_on(&app, &pool_id, (start_task.as_ref(), None)).await?;
     let communication = communication_mode(body.target_node_communication_mode)?;
+    let refs = body.application_package_references.unwrap_or_default();
+    let packages = pool_packages(&app, &refs).await?;
     let changes = PoolChanges {
         metadata: Some(&metadata),
         start_task: Some(start_task.as_ref()),
         communication: Some(communication.unwrap_or(NodeCommunicationMode::Default)),
+        packages: Some(packages.as_ref()),
         ..PoolChanges::default()
     };
     let outcome = store::pools::update_properties(&app.db, &app.account, &pool_id, changes).await?;
