@@ -433,3 +433,73 @@ async fn tasks_that_ask_for_an_admin_auto_user_run_as_root() {
         assert_eq!(uid, "0\n", "the {name} task ran as uid {uid}");
     }
 }
+
+/// A preparation task's directory (constraints.retentionTime) and a release task's
+/// (retentionTime) go from each node once their retention time has passed since they completed
+/// there; without one, they stay (Azure's default is 7 days).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preparation_and_release_directories_go_after_their_retention_time() {
+    let s = server().await;
+    let node = pool(&s, 1).await.remove(0);
+    let job = |id: &str, retention: Option<&str>| {
+        let mut prep = json!({"commandLine": "echo prepared > kept.txt"});
+        let mut release = json!({"commandLine": "echo released > kept.txt"});
+        if let Some(r) = retention {
+            prep["constraints"] = json!({"retentionTime": r});
+            release["retentionTime"] = json!(r);
+        }
+        json!({"id": id, "poolInfo": {"poolId": "p"}, "jobPreparationTask": prep, "jobReleaseTask": release})
+    };
+    for (id, retention) in [("brief", Some("PT1S")), ("kept", None)] {
+        assert_eq!(s.post("/jobs", &job(id, retention)).await.0, 201);
+        s.add_tasks(id, tasks(1, "true")).await;
+        s.wait_all_completed(id, 1).await;
+    }
+    let (_, got) = s.get("/jobs/brief").await;
+    assert_eq!(
+        got["jobPreparationTask"]["constraints"]["retentionTime"], "PT1S",
+        "{got}"
+    );
+    assert_eq!(got["jobReleaseTask"]["retentionTime"], "PT1S", "{got}");
+    let dir = |job: &str, task: &str| format!("jobprep/{job}/{task}/wd/kept.txt");
+    wait_for("the brief preparation task's directory to go", || async {
+        (!s.exists_on_node(&node, &dir("brief", "jobpreparation"))
+            .await)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        s.exists_on_node(&node, &dir("kept", "jobpreparation"))
+            .await
+    );
+
+    for id in ["brief", "kept"] {
+        assert_eq!(
+            s.post(&format!("/jobs/{id}/terminate"), &json!({})).await.0,
+            202
+        );
+        wait_for("the job to complete", || async {
+            (s.get(&format!("/jobs/{id}")).await.1["state"] == "completed").then_some(())
+        })
+        .await;
+    }
+    let released = status(&s, "brief").await.remove(0);
+    assert_eq!(
+        released["jobReleaseTaskExecutionInfo"]["state"], "completed",
+        "{released}"
+    );
+    wait_for("the brief release task's directory to go", || async {
+        (!s.exists_on_node(&node, &dir("brief", "jobrelease")).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.on_node(&node, &dir("kept", "jobrelease"))
+            .await
+            .as_deref(),
+        Some("released\n")
+    );
+    assert!(
+        s.exists_on_node(&node, &dir("kept", "jobpreparation"))
+            .await
+    );
+}

@@ -54,6 +54,17 @@ pub struct PreparationConstraints {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_task_retry_count: Option<i32>,
+    /// How long its directory on a node stays after it completed there ([`retention_ticks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_time: Option<IsoDuration>,
+}
+
+/// Azure's default retentionTime of a task's directory: 7 days, in ticks.
+const DEFAULT_RETENTION_TICKS: i64 = 7 * 24 * 3600 * 10_000_000;
+
+/// A retentionTime in ticks, Azure's default of 7 days when none is given.
+pub fn retention_ticks(given: Option<IsoDuration>) -> i64 {
+    given.map_or(DEFAULT_RETENTION_TICKS, |d| d.ticks())
 }
 
 /// Azure's `jobReleaseTask`, as the server keeps it.
@@ -74,6 +85,9 @@ pub struct JobReleaseTask {
     /// An admin auto-user, as `api::batch::identity` checked it: what every task runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_identity: Option<serde_json::Value>,
+    /// How long its directory on a node stays after it completed there ([`retention_ticks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_time: Option<IsoDuration>,
 }
 
 impl JobReleaseTask {

@@ -135,17 +135,27 @@ async fn preempt_for_higher_priority(s: &Scheduler) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Task directories past their retentionTime go, up to 500 a run, 16 at a time. Their tasks'
-/// rows stay locked until the directories are gone: a task reactivated meanwhile waits, so its
-/// next attempt never starts in a directory that is being removed.
+/// Task directories past their retentionTime go, and job preparation and release tasks' ones,
+/// up to 500 of each a run, 16 at a time. Their rows stay locked until the directories are gone:
+/// a task reactivated (or a preparation task run again) meanwhile waits, so it never starts in a
+/// directory that is being removed.
 async fn remove_expired_files(s: &Scheduler) -> anyhow::Result<()> {
     use futures_util::StreamExt;
     let mut tx = s.db.begin().await?;
     let expired = store::tasks::take_expired_files(&mut *tx, 500).await?;
-    futures_util::stream::iter(expired)
-        .for_each_concurrent(16, |t| async move {
-            let dir = crate::runtime::task_dir(&t.job_id, &t.task_id);
-            s.runtime.remove_on_node(&t.node_id, &dir).await;
+    let tasks = expired.into_iter().map(|t| {
+        let dir = crate::runtime::task_dir(&t.job_id, &t.task_id);
+        (t.node_id, dir)
+    });
+    // Job preparation and release tasks' directories, past their retentionTime.
+    let job_tasks = store::preparations::take_expired_dirs(&mut tx, 500).await?;
+    let job_tasks = job_tasks.into_iter().map(|t| {
+        let dir = crate::runtime::job_prep_dir(&t.job_id).join(&t.task_id);
+        (t.node_id, dir)
+    });
+    futures_util::stream::iter(tasks.chain(job_tasks))
+        .for_each_concurrent(16, |(node, dir)| async move {
+            s.runtime.remove_on_node(&node, &dir).await;
         })
         .await;
     tx.commit().await?;

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use super::start_task::{job_command_environment, run_command, NodeCommand, Placement};
 use super::task_files::{self, Fetcher};
 use crate::domain::container::ContainerSettings;
-use crate::domain::job_prep::JobPreparationTask;
+use crate::domain::job_prep::{retention_ticks, JobPreparationTask};
 use crate::domain::pool::EnvironmentSetting;
 use crate::runtime::keyed_locks::KeyedLocks;
 use crate::runtime::{container_label, Runtime, TaskContainer};
@@ -139,13 +139,18 @@ impl Preparations {
                 .map(|d| d.to_std()),
             container: node_container(&prep.container_settings, &a.job_id, &prep.id),
         };
+        let retention = retention_ticks(prep.constraints.retention_time);
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);
             let db = self.db.clone();
             let (job_pk, pool_id, node_id) = (a.job_pk, pool_id.to_string(), node_id.to_string());
             async move {
                 let recorded = store::preparations::record_preparation(
-                    &db, job_pk, node_pk, &pool_id, &node_id, &info,
+                    &db,
+                    (job_pk, node_pk),
+                    (&pool_id, &node_id),
+                    &info,
+                    retention,
                 );
                 if let Err(e) = recorded.await {
                     tracing::warn!(error = %e, "recording a job preparation task failed");
@@ -231,15 +236,16 @@ impl Preparations {
             limit: Some(release.limit()),
             container: node_container(&release.container_settings, &due.job_id, &release.id),
         };
+        let retention = retention_ticks(release.retention_time);
         let record = |mut info: Value| {
             info["taskRootDirectory"] = json!(root);
             let db = self.db.clone();
             let (job_pk, node_pk) = (due.job_pk, due.node_pk);
             async move {
                 info.as_object_mut().map(|o| o.remove("retryCount"));
-                if let Err(e) =
-                    store::preparations::record_release(&db, job_pk, node_pk, &info).await
-                {
+                let recorded =
+                    store::preparations::record_release(&db, (job_pk, node_pk), &info, retention);
+                if let Err(e) = recorded.await {
                     tracing::warn!(error = %e, "recording a job release task failed");
                 }
             }

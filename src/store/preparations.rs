@@ -23,41 +23,49 @@ pub async fn get(
     .await
 }
 
-/// Records (or replaces) the preparation task's state on a node.
+/// Records (or replaces) the preparation task's state on a node; once it has completed, its
+/// directory may go `retention_ticks` later ([`take_expired_dirs`]).
 pub async fn record_preparation(
     db: impl PgExecutor<'_>,
-    job_pk: i64,
-    node_pk: i64,
-    pool_id: &str,
-    node_id: &str,
+    (job_pk, node_pk): (i64, i64),
+    (pool_id, node_id): (&str, &str),
     info: &Value,
+    retention_ticks: i64,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "INSERT INTO job_node_tasks (job_pk, node_pk, pool_id, node_id, preparation) VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (job_pk, node_pk) DO UPDATE SET preparation = excluded.preparation",
+        "INSERT INTO job_node_tasks (job_pk, node_pk, pool_id, node_id, preparation, preparation_expires) \
+         VALUES ($1, $2, $3, $4, $5, CASE WHEN $5::jsonb->>'state' = 'completed' \
+            THEN now() + make_interval(secs => least($6, 31536000000000000) / 1e7) END) \
+         ON CONFLICT (job_pk, node_pk) DO UPDATE SET preparation = excluded.preparation, \
+            preparation_expires = excluded.preparation_expires",
         job_pk,
         node_pk,
         pool_id,
         node_id,
         info,
+        retention_ticks,
     )
     .execute(db)
     .await
     .map(|_| ())
 }
 
-/// Records the release task's state on a node.
+/// Records the release task's state on a node; once it has completed, its directory may go
+/// `retention_ticks` later ([`take_expired_dirs`]).
 pub async fn record_release(
     db: impl PgExecutor<'_>,
-    job_pk: i64,
-    node_pk: i64,
+    (job_pk, node_pk): (i64, i64),
     info: &Value,
+    retention_ticks: i64,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "UPDATE job_node_tasks SET release = $3 WHERE job_pk = $1 AND node_pk = $2",
+        "UPDATE job_node_tasks SET release = $3, release_expires = CASE WHEN $3::jsonb->>'state' = 'completed' \
+            THEN now() + make_interval(secs => least($4, 31536000000000000) / 1e7) END \
+         WHERE job_pk = $1 AND node_pk = $2",
         job_pk,
         node_pk,
         info,
+        retention_ticks,
     )
     .execute(db)
     .await
@@ -166,4 +174,42 @@ pub async fn releases_pending(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Res
     sqlx::query_scalar!(r#"SELECT job_releases_pending($1) AS "pending!""#, job_pk,)
         .fetch_one(db)
         .await
+}
+
+/// The directory of a job's preparation or release task on a node, whose retentionTime is over.
+pub struct ExpiredDir {
+    pub node_id: String,
+    pub job_id: String,
+    pub task_id: String,
+}
+
+/// Takes (at most `limit` of each kind) the preparation and release task directories whose
+/// retention is over: each is taken once, to be removed from its node.
+pub async fn take_expired_dirs(
+    db: &mut sqlx::PgConnection,
+    limit: i64,
+) -> sqlx::Result<Vec<ExpiredDir>> {
+    let mut dirs = sqlx::query_as!(
+        ExpiredDir,
+        r#"UPDATE job_node_tasks x SET preparation_expires = NULL FROM jobs j
+         WHERE j.pk = x.job_pk AND (x.job_pk, x.node_pk) IN (SELECT job_pk, node_pk FROM job_node_tasks
+                WHERE preparation_expires < now() ORDER BY preparation_expires LIMIT $1)
+         RETURNING x.node_id, j.id AS job_id, j.preparation_task->>'id' AS "task_id!""#,
+        limit,
+    )
+    .fetch_all(&mut *db)
+    .await?;
+    dirs.extend(
+        sqlx::query_as!(
+            ExpiredDir,
+            r#"UPDATE job_node_tasks x SET release_expires = NULL FROM jobs j
+             WHERE j.pk = x.job_pk AND (x.job_pk, x.node_pk) IN (SELECT job_pk, node_pk FROM job_node_tasks
+                    WHERE release_expires < now() ORDER BY release_expires LIMIT $1)
+             RETURNING x.node_id, j.id AS job_id, j.release_task->>'id' AS "task_id!""#,
+            limit,
+        )
+        .fetch_all(&mut *db)
+        .await?,
+    );
+    Ok(dirs)
 }

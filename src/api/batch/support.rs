@@ -498,10 +498,7 @@ pub const JOB_PREPARATION_TASK: Table = &[
     ),
     (
         "constraints",
-        Partly {
-            works: "prep.rs::a_failed_preparation_keeps_the_job_s_tasks_off_that_node",
-            refuses: r#"{"retentionTime": "PT1H"}"#,
-        },
+        Works("prep.rs::a_failed_preparation_keeps_the_job_s_tasks_off_that_node"),
     ),
     (
         "containerSettings",
@@ -631,9 +628,7 @@ pub const JOB_RELEASE_TASK: Table = &[
     ),
     (
         "retentionTime",
-        Refused(
-            "retentionTime of a job release task (its directory stays until the job is deleted)",
-        ),
+        Works("prep.rs::preparation_and_release_directories_go_after_their_retention_time"),
     ),
     (
         "userIdentity",

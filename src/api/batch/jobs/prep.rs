@@ -46,17 +46,6 @@ fn preparation_task(raw: Value) -> ApiResult<JobPreparationTask> {
     const AT: &str = "jobPreparationTask";
     if let Some(fields) = raw.as_object() {
         refuse_unsupported(JOB_PREPARATION_TASK, "jobPreparationTask.", fields)?;
-        let retention = fields
-            .get("constraints")
-            .and_then(|c| c.get("retentionTime"))
-            .filter(|v| !v.is_null());
-        if let Some(r) = retention {
-            return Err(ApiError::invalid_property(
-                "jobPreparationTask.constraints.retentionTime",
-                r.to_string(),
-                "not supported by this server: retentionTime of a job preparation task (its directory stays until the job is deleted)",
-            ));
-        }
     }
     let mut task: JobPreparationTask = serde_json::from_value(raw.clone())
         .map_err(|e| ApiError::invalid_property(AT, raw.to_string(), e.to_string()))?;
