@@ -580,7 +580,8 @@ async fn a_kill_on_a_silent_node_holds_up_only_that_node() {
     );
 }
 
-/// A node whose agent never reaches the server is unusable once the agent timeout has passed,
+/// A node whose agent never reaches the server is `starting` until the agent timeout has passed,
+/// then unusable,
 /// and the pool's resize errors say why. Its wait for the hello takes none of the engine's
 /// turns: with one node made at a time, the next is made while the first still waits.
 #[tokio::test]
@@ -598,13 +599,22 @@ async fn a_node_whose_agent_never_says_hello_is_unusable_and_the_resize_says_why
     let server_id = s.server_id().await;
     let body = json!({"id": "mute", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
     assert_eq!(s.post("/pools", &body).await.0, 201);
-    common::wait_for("both containers, neither node given up", || async {
+    // While their agents are awaited, the nodes are `starting`, as Azure's are while their
+    // Batch agent starts.
+    common::wait_for("both containers, both nodes starting", || async {
         let made = common::docker_containers(&server_id).len();
         let nodes = s.nodes("mute").await;
-        let waiting = nodes.iter().all(|n| n["state"] != "unusable");
+        let waiting = nodes.len() == 2 && nodes.iter().all(|n| n["state"] == "starting");
         (made == 2 && waiting).then_some(())
     })
     .await;
+    let (_, counts) = s.get("/nodecounts").await;
+    let dedicated = &counts["value"][0]["dedicated"];
+    assert_eq!(
+        (&dedicated["starting"], &dedicated["creating"]),
+        (&json!(2), &json!(0)),
+        "{counts}"
+    );
     s.wait_nodes("mute", 2, "unusable").await;
     let (_, pool) = s.get("/pools/mute").await;
     let errors = pool["resizeErrors"].to_string();

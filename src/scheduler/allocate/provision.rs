@@ -146,13 +146,16 @@ impl Allocator {
             }
         };
         // Its agent's start loads the node, not its host's engine: other nodes are made
-        // meanwhile.
+        // meanwhile. A new node is `starting` until its agent says hello, as Azure's is while
+        // its Batch agent starts.
         let created = match created {
-            Ok(handle) => self
-                .runtime
-                .node_ready(&spec.node_id)
-                .await
-                .map(|()| handle),
+            Ok(handle) => {
+                store::nodes::set_starting(&self.db, node.pk).await?;
+                self.runtime
+                    .node_ready(&spec.node_id)
+                    .await
+                    .map(|()| handle)
+            }
             failed => failed,
         };
         match created {

@@ -33,7 +33,9 @@ impl Allocator {
         ];
         // A resize is done when no node is still being made and none is still leaving: the
         // poller's "steady" then means the containers really are there, or gone.
-        let creating = alive.iter().any(|n| n.state == NodeState::Creating)
+        let creating = alive
+            .iter()
+            .any(|n| matches!(n.state, NodeState::Creating | NodeState::Starting))
             || nodes.iter().any(|n| n.state == NodeState::LeavingPool);
         let off_target = kinds.iter().any(|(have, want, _)| have.len() != *want);
         match pool.allocation_state {
