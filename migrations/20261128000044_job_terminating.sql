@@ -6,7 +6,7 @@ CREATE FUNCTION job_releases_pending(job bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT 1 FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk
             JOIN nodes n ON n.pk = x.node_pk
-        WHERE x.job_pk = job AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running')
+        WHERE x.job_pk = job AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running', 'offline')
           AND x.preparation->>'state' = 'completed'
           AND (x.release IS NULL OR x.release->>'state' = 'running'))
 $$;

@@ -24,6 +24,10 @@ async fn scheduling(s: &TestServer, node: &str, on: bool, body: Value) -> (u16, 
 
 /// The task stays `active` while the only node takes no tasks: watched for a second after the
 /// dispatcher, woken by the add, has had its pass.
+async fn node_state(s: &TestServer, node: &str) -> Value {
+    s.get(&format!("/pools/d/nodes/{node}")).await.1["state"].clone()
+}
+
 async fn stays_queued(s: &TestServer, task: &str) {
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
@@ -56,9 +60,12 @@ async fn disabling_scheduling_drains_a_node_with_each_option() {
     assert_eq!(n["schedulingState"], "disabled", "{n}");
     let r = s.wait_task("j", "r", "active").await;
     assert_eq!(r["executionInfo"]["requeueCount"], 1, "{r}");
+    // With nothing running and scheduling disabled, the node is `offline`, as on Azure.
+    assert_eq!(node_state(&s, &node).await, "offline");
     s.add_tasks("j", vec![task("new", "true")]).await;
     stays_queued(&s, "new").await;
     assert_eq!(s.task("j", "r").await["state"], "active");
+    assert_eq!(node_state(&s, &node).await, "offline");
 
     // Enabled again, the node takes both.
     assert_eq!(scheduling(&s, &node, true, json!({})).await.0, 200);
@@ -84,10 +91,18 @@ async fn disabling_scheduling_drains_a_node_with_each_option() {
     s.wait_task("j", "tc", "running").await;
     let finish = json!({"nodeDisableSchedulingOption": "taskcompletion"});
     assert_eq!(scheduling(&s, &node, false, finish).await.0, 200);
+    assert_eq!(node_state(&s, &node).await, "running");
     s.add_tasks("j", vec![task("after", "true")]).await;
     let tc = s.wait_task("j", "tc", "completed").await;
     assert_eq!(tc["executionInfo"]["result"], "success", "{tc}");
     stays_queued(&s, "after").await;
+    assert_eq!(
+        node_state(&s, &node).await,
+        "offline",
+        "once its last task ended"
+    );
+    let (_, counts) = s.get("/nodecounts").await;
+    assert_eq!(counts["value"][0]["dedicated"]["offline"], 1, "{counts}");
     assert_eq!(scheduling(&s, &node, true, json!({})).await.0, 200);
     s.wait_task("j", "after", "completed").await;
 

@@ -91,7 +91,7 @@ pub async fn expire(db: impl PgExecutor<'_>) -> sqlx::Result<u64> {
                 AND lower(j.pool_id) = lower(p.id) AND j.state = 'deleting') \
            AND NOT EXISTS (SELECT 1 FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk \
                 JOIN nodes n ON n.pk = x.node_pk \
-                WHERE n.pool_pk = p.pk AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running') \
+                WHERE n.pool_pk = p.pk AND j.release_task IS NOT NULL AND n.state IN ('idle', 'running', 'offline') \
                   AND x.preparation->>'state' = 'completed' \
                   AND (x.release IS NULL OR x.release->>'state' = 'running'))",
     )

@@ -104,8 +104,10 @@ pub async fn set_retain_data(db: impl PgExecutor<'_>, pk: i64, retain: bool) -> 
 }
 
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
+    // A node whose scheduling is disabled is `offline` where it would be idle.
     let done = sqlx::query!(
-        "UPDATE nodes SET state = $2, state_transition_time = now() \
+        "UPDATE nodes SET state = CASE WHEN $2 = 'idle' AND scheduling_disabled THEN 'offline' ELSE $2 END, \
+            state_transition_time = now() \
          WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2 \
            AND (state <> 'preempted' OR $2 = 'creating')",
         pk,
@@ -138,7 +140,8 @@ pub async fn set_started(
     packages: Option<&Json<Vec<PoolPackage>>>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query!(
-        "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
+        "UPDATE nodes SET state = CASE WHEN $2 = 'idle' AND scheduling_disabled THEN 'offline' ELSE $2 END, \
+            state_transition_time = now(), container_id = $3, ip_address = $4, \
             host = $5, last_boot_time = now(), errors = '[]', application_packages = $6 \
          WHERE pk = $1 AND state NOT IN ('leavingpool', 'preempted')",
         pk,
@@ -307,8 +310,15 @@ pub async fn set_scheduling(
     pk: i64,
     disabled: bool,
 ) -> sqlx::Result<bool> {
+    // An idle node whose scheduling is disabled is `offline`, as on Azure, and idle again when
+    // it is enabled; a running one turns `offline` when its last task ends.
     let done = sqlx::query!(
-        "UPDATE nodes SET scheduling_disabled = $2 WHERE pk = $1",
+        "UPDATE nodes SET scheduling_disabled = $2, \
+            state = CASE WHEN $2 AND state = 'idle' THEN 'offline' \
+                WHEN NOT $2 AND state = 'offline' THEN 'idle' ELSE state END, \
+            state_transition_time = CASE WHEN ($2 AND state = 'idle') OR (NOT $2 AND state = 'offline') \
+                THEN now() ELSE state_transition_time END \
+         WHERE pk = $1",
         pk,
         disabled,
     )

@@ -135,7 +135,7 @@ pub async fn due_releases(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<DueReleas
          FROM job_node_tasks x JOIN jobs j ON j.pk = x.job_pk JOIN nodes n ON n.pk = x.node_pk
          WHERE x.release IS NULL AND x.preparation->>'state' = 'completed'
            AND j.release_task IS NOT NULL AND j.state IN ('terminating', 'completed', 'deleting')
-           AND n.state IN ('idle', 'running')
+           AND n.state IN ('idle', 'running', 'offline')
          ORDER BY x.job_pk, x.node_pk"#,
     )
     .fetch_all(db)

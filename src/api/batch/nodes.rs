@@ -185,9 +185,13 @@ async fn restart(
     let node = find_node(app, &pool, node_id).await?;
     if !matches!(
         node.state,
-        NodeState::Idle | NodeState::Running | NodeState::StartTaskFailed | NodeState::Unusable
+        NodeState::Idle
+            | NodeState::Running
+            | NodeState::Offline
+            | NodeState::StartTaskFailed
+            | NodeState::Unusable
     ) {
-        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be {done} when it is idle, running, unusable or its start task failed.", node.state)));
+        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be {done} when it is idle, running, offline, unusable or its start task failed.", node.state)));
     }
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;
