@@ -104,10 +104,9 @@ pub async fn set_retain_data(db: impl PgExecutor<'_>, pk: i64, retain: bool) -> 
 }
 
 pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sqlx::Result<bool> {
-    // A node whose scheduling is disabled is `offline` where it would be idle.
+    // A node whose scheduling is disabled is `offline` where it would be idle (migration 48).
     let done = sqlx::query!(
-        "UPDATE nodes SET state = CASE WHEN $2 = 'idle' AND scheduling_disabled THEN 'offline' ELSE $2 END, \
-            state_transition_time = now() \
+        "UPDATE nodes SET state = $2, state_transition_time = now() \
          WHERE pk = $1 AND state <> 'leavingpool' AND state <> $2 \
            AND (state <> 'preempted' OR $2 = 'creating')",
         pk,
@@ -140,8 +139,7 @@ pub async fn set_started(
     packages: Option<&Json<Vec<PoolPackage>>>,
 ) -> sqlx::Result<bool> {
     let done = sqlx::query!(
-        "UPDATE nodes SET state = CASE WHEN $2 = 'idle' AND scheduling_disabled THEN 'offline' ELSE $2 END, \
-            state_transition_time = now(), container_id = $3, ip_address = $4, \
+        "UPDATE nodes SET state = $2, state_transition_time = now(), container_id = $3, ip_address = $4, \
             host = $5, last_boot_time = now(), errors = '[]', application_packages = $6 \
          WHERE pk = $1 AND state NOT IN ('leavingpool', 'preempted')",
         pk,
@@ -311,14 +309,9 @@ pub async fn set_scheduling(
     disabled: bool,
 ) -> sqlx::Result<bool> {
     // An idle node whose scheduling is disabled is `offline`, as on Azure, and idle again when
-    // it is enabled; a running one turns `offline` when its last task ends.
+    // it is enabled (the trigger nodes_offline_when_disabled, migration 48, keeps the rule).
     let done = sqlx::query!(
-        "UPDATE nodes SET scheduling_disabled = $2, \
-            state = CASE WHEN $2 AND state = 'idle' THEN 'offline' \
-                WHEN NOT $2 AND state = 'offline' THEN 'idle' ELSE state END, \
-            state_transition_time = CASE WHEN ($2 AND state = 'idle') OR (NOT $2 AND state = 'offline') \
-                THEN now() ELSE state_transition_time END \
-         WHERE pk = $1",
+        "UPDATE nodes SET scheduling_disabled = $2 WHERE pk = $1",
         pk,
         disabled,
     )

@@ -107,8 +107,7 @@ pub async fn end_attempts(
             t.satisfies_dependants, t.result),
               freed AS (UPDATE nodes n SET running_task_slots = greatest(n.running_task_slots - d.slots, 0),
                     running_tasks = greatest(n.running_tasks - d.tasks, 0), total_tasks_succeeded = n.total_tasks_succeeded + d.succeeded,
-                    state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0
-                        THEN CASE WHEN n.scheduling_disabled THEN 'offline' ELSE 'idle' END ELSE n.state END,
+                    state = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN 'idle' ELSE n.state END,
                     state_transition_time = CASE WHEN n.state = 'running' AND n.running_task_slots - d.slots <= 0 THEN now() ELSE n.state_transition_time END
                  FROM (SELECT node_pk, sum(required_slots)::int AS slots, count(*)::int AS tasks,
                               count(*) FILTER (WHERE result = 'success')::int AS succeeded
