@@ -14,7 +14,7 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::state::Settings;
 use crate::api::{created, BaseUrl, Ctx};
-use crate::domain::files::PackageReference;
+use crate::domain::files::{PackageReference, PoolPackage};
 use crate::domain::ids::check_id;
 use crate::domain::pool::{JobDefaultOrder, NodeCommunicationMode, NodeFillType};
 use crate::domain::vm_size::VmSize;
@@ -114,11 +114,7 @@ pub(crate) async fn insert(
         .unwrap_or_default();
     let mut new = new_pool(settings, account, body)?;
     super::checks::refuse_unlinked_storage((&mut *db, account), new.start_task.as_ref()).await?;
-    if !packages.is_empty() {
-        let apps = store::applications::list(&mut *db, account, None).await?;
-        let resolved = crate::api::batch::tasks::checked_packages(&packages, &apps)?;
-        new.application_packages = Some(sqlx::types::Json(resolved));
-    }
+    new.application_packages = pool_packages((&mut *db, account), &packages).await?;
     match store::pools::insert(&mut *db, &new).await {
         Err(e) if store::is_unique_violation(&e) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -127,6 +123,20 @@ pub(crate) async fn insert(
         )),
         other => Ok(other.map(|()| new.id)?),
     }
+}
+
+/// The application packages that `refs` name, resolved against `account`'s applications and
+/// checked; None for none. A pool add and a pool's PATCH and updateproperties share it.
+pub(super) async fn pool_packages(
+    (db, account): (impl sqlx::PgExecutor<'_>, &str),
+    refs: &[PackageReference],
+) -> ApiResult<Option<sqlx::types::Json<Vec<PoolPackage>>>> {
+    if refs.is_empty() {
+        return Ok(None);
+    }
+    let apps = store::applications::list(db, account, None).await?;
+    let resolved = crate::api::batch::tasks::checked_packages(refs, &apps)?;
+    Ok(Some(sqlx::types::Json(resolved)))
 }
 
 /// The pool a create request describes, checked.

@@ -10,19 +10,20 @@ use super::checks::{
     check_resize_timeout, check_start_task, check_targets, communication_mode, deallocation_option,
     refuse_start_task_container_on, refuse_unlinked_storage,
 };
-use super::create::{resolve_image, scheduling_changes, task_slots, vm_size, SchedulingPolicy};
+use super::create::{
+    pool_packages, resolve_image, scheduling_changes, task_slots, vm_size, SchedulingPolicy,
+};
 use super::{answer, check_write, find, refusal, MetadataItem};
 use crate::api::batch::support::{refuse_unsupported, POOL_PATCH, POOL_REPLACE};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Conditions, Ctx};
-use crate::domain::files::{PackageReference, PoolPackage};
+use crate::domain::files::PackageReference;
 use crate::domain::pool::{
     AllocationState, NodeCommunicationMode, NodeDeallocationOption, NodeState, PoolState, Targets,
 };
 use crate::domain::IsoDuration;
 use crate::store::{self, pools::PoolChanges, pools::PoolRow, pools::PoolShape, pools::Refused};
-use sqlx::types::Json;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -146,7 +147,8 @@ pub async fn patch(
         None => (None, None),
     };
     let packages = match body.application_package_references {
-        Some(refs) => Some(pool_packages(&app, &refs).await?),
+        // The pool's nodes get them when they next start (made, rebooted or reimaged).
+        Some(refs) => Some(pool_packages((&app.db, &app.account), &refs).await?),
         None => None,
     };
     let changes = PoolChanges {
@@ -176,20 +178,6 @@ async fn refuse_fewer_slots_than_tasks_need(app: &Ctx, pool_id: &str, slots: i32
         )),
         _ => Ok(()),
     }
-}
-
-/// The application packages that `refs` name, checked (as a pool add checks them); None for
-/// none. The pool's nodes get them when they next start (made, rebooted or reimaged).
-async fn pool_packages(
-    app: &Ctx,
-    refs: &[PackageReference],
-) -> ApiResult<Option<Json<Vec<PoolPackage>>>> {
-    if refs.is_empty() {
-        return Ok(None);
-    }
-    let apps = store::applications::list(&app.db, &app.account, None).await?;
-    let resolved = crate::api::batch::tasks::checked_packages(refs, &apps)?;
-    Ok(Some(Json(resolved)))
 }
 
 /// POST updateproperties: metadata, startTask, applicationPackageReferences and
@@ -226,7 +214,7 @@ pub async fn update_properties(
     refuse_start_task_container_on(&app, &pool_id, (start_task.as_ref(), None)).await?;
     let communication = communication_mode(body.target_node_communication_mode)?;
     let refs = body.application_package_references.unwrap_or_default();
-    let packages = pool_packages(&app, &refs).await?;
+    let packages = pool_packages((&app.db, &app.account), &refs).await?;
     let changes = PoolChanges {
         metadata: Some(&metadata),
         start_task: Some(start_task.as_ref()),
