@@ -150,6 +150,73 @@ async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
     assert_eq!(nodes_per_host(&server, "capped"), [1, 1, 1]);
 }
 
+/// A pool whose nodes talk to each other (enableInterNodeCommunication) keeps them on one host,
+/// where a task on one node reaches another node at its ipAddress; where that host is full,
+/// the pool stays short of its target and its resizeErrors say why, as on Azure.
+#[tokio::test]
+async fn a_pool_whose_nodes_talk_to_each_other_stays_on_one_host() {
+    let _alone = one_at_a_time().await;
+    // Each host takes two standard_a1 nodes (1 CPU each): the third has no room beside them.
+    let s = server_on_three_hosts(",cpus=2").await;
+    let body = json!({"id": "talk", "vmSize": "standard_a1", "targetDedicatedNodes": 3, "enableInterNodeCommunication": true});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let nodes = wait_for("2 idle nodes and 1 unusable", || async {
+        let (_, pool) = s.get("/pools/talk").await;
+        let nodes = s.nodes("talk").await;
+        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
+        (pool["allocationState"] == "steady" && count("idle") == 2 && count("unusable") == 1)
+            .then_some(nodes)
+    })
+    .await;
+    let (_, pool) = s.get("/pools/talk").await;
+    assert_eq!(pool["enableInterNodeCommunication"], true, "{pool}");
+    assert_eq!(
+        pool["resizeErrors"][0]["code"], "AllocationFailed",
+        "{pool}"
+    );
+    let message = pool["resizeErrors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("enableInterNodeCommunication"),
+        "{message}"
+    );
+    let server = s.server_id().await;
+    let mut spread = nodes_per_host(&server, "talk");
+    spread.sort();
+    assert_eq!(spread, [0, 0, 2], "both idle nodes on one host");
+
+    // One slot per node: the sender runs on the other node, and reaches the listener's.
+    s.job_on("j", "talk").await;
+    s.add_tasks(
+        "j",
+        vec![json!({"id": "listen", "commandLine": "nc -l -p 7000"})],
+    )
+    .await;
+    let listening = s.wait_task("j", "listen", "running").await;
+    let on = listening["nodeInfo"]["nodeId"].as_str().unwrap();
+    let listener = nodes.iter().find(|n| n["id"] == on).unwrap();
+    let ip = listener["ipAddress"].as_str().unwrap();
+    assert!(!ip.is_empty(), "{listener}");
+    let send = format!(
+        "sh -c 'until echo hello from $AZ_BATCH_NODE_ID | nc {ip} 7000; do sleep 0.2; done'"
+    );
+    s.add_tasks("j", vec![json!({"id": "send", "commandLine": send})])
+        .await;
+    let done = s.wait_all_completed("j", 2).await;
+    for t in &done {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    }
+    let sender = s.task("j", "send").await["nodeInfo"]["nodeId"].clone();
+    assert_ne!(sender, on, "the two tasks ran on two nodes");
+    let heard = s
+        .file("/jobs/j/tasks/listen/files/stdout.txt")
+        .await
+        .unwrap();
+    assert_eq!(
+        heard.trim(),
+        format!("hello from {}", sender.as_str().unwrap())
+    );
+}
+
 /// A Docker engine of the test's own, to lose and bring back: stopped gracefully (it stops its
 /// containers, as a host going down does) and started again with the same state. On a unix
 /// socket, or on a TCP port that requires TLS client certificates.

@@ -539,8 +539,8 @@ async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
     }
 }
 
-/// As on Azure, a PATCH changes `vmSize`, `taskSlotsPerNode` and `virtualMachineConfiguration`
-/// only while the pool has no nodes; the nodes made after it have the new size, slots and image.
+/// As on Azure, a PATCH changes `vmSize`, `taskSlotsPerNode`, `virtualMachineConfiguration` and
+/// `enableInterNodeCommunication` only while the pool has no nodes; the nodes made after it have the new size, slots and image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     const RETAGGED: &str = "batchpool-test/reshaped-node:1";
@@ -556,7 +556,7 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     let config = json!({"nodeAgentSKUId": "batch.node.ubuntu 22.04", "containerConfiguration":
         {"type": "dockerCompatible", "containerImageNames": [RETAGGED]}});
     let reshape = json!({"vmSize": "standard_d1_v2", "taskSlotsPerNode": 3,
-        "virtualMachineConfiguration": config});
+        "virtualMachineConfiguration": config, "enableInterNodeCommunication": true});
     let patch = |body: Value| {
         let s = &s;
         async move {
@@ -601,6 +601,7 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     assert_eq!(pool["vmSize"], "standard_d1_v2");
     assert_eq!(pool["taskSlotsPerNode"], 3);
     assert_eq!(pool["virtualMachineConfiguration"], config);
+    assert_eq!(pool["enableInterNodeCommunication"], true);
     let resize = json!({"targetDedicatedNodes": 1});
     assert_eq!(s.post("/pools/reshaped/resize", &resize).await.0, 202);
     s.wait_nodes("reshaped", 1, "idle").await;

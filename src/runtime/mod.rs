@@ -52,6 +52,9 @@ pub struct NodeSpec {
     /// The pool's containerConfiguration: images its tasks' containers run, made ready as the
     /// node starts, and the registries to pull them from. None: the pool runs no containers.
     pub containers: Option<PoolContainers>,
+    /// The pool's enableInterNodeCommunication: its nodes go on one host, where they reach
+    /// each other on their account's network.
+    pub together: bool,
 }
 
 /// A node that is up.

@@ -34,6 +34,9 @@ const COMMUNICATION: &str = "pools.rs::pools_take_simplified_node_communication_
 /// refused (`api::batch::identity`).
 const ADMIN_USER: &str = "prep.rs::tasks_that_ask_for_an_admin_auto_user_run_as_root";
 
+/// A pool's nodes that talk to each other are kept on one Docker host (`DockerHosts::place`).
+const INTER_NODE: &str = "hosts.rs::a_pool_whose_nodes_talk_to_each_other_stays_on_one_host";
+
 /// A body's properties and what happens to each.
 pub type Table = &'static [(&'static str, Support)];
 
@@ -64,10 +67,7 @@ pub const POOL_ADD: Table = &[
         "enableAutoScale",
         Works("autoscale.rs::a_pool_at_zero_grows_for_its_tasks_and_goes_back_to_zero"),
     ),
-    (
-        "enableInterNodeCommunication",
-        Refused("inter-node communication (multi-instance tasks)"),
-    ),
+    ("enableInterNodeCommunication", Works(INTER_NODE)),
     ("id", Works("pools.rs::pool_lifecycle")),
     ("metadata", Works("pools.rs::pool_lifecycle")),
     ("mountConfiguration", Refused("file system mounts on nodes")),
@@ -343,7 +343,7 @@ pub const POOL_PATCH: Table = &[
     ),
     (
         "enableInterNodeCommunication",
-        Refused("inter-node communication (multi-instance tasks)"),
+        Works("pools.rs::an_empty_pool_changes_its_node_size_slots_and_image"),
     ),
     (
         "metadata",

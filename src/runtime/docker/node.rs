@@ -270,25 +270,23 @@ impl DockerRuntime {
         Ok(())
     }
 
-    /// What an existing node takes of its host: its pool, CPUs and memory (MiB).
+    /// What an existing node takes of its host: its account and pool (from its labels), CPUs
+    /// and memory (MiB).
     pub(super) async fn node_size(
         &self,
         server_id: &str,
         node_id: &str,
-    ) -> anyhow::Result<(String, f64, i64)> {
+    ) -> anyhow::Result<((String, String), f64, i64)> {
         let info = self
             .docker
             .inspect_container(&container_name(server_id, node_id), None)
             .await
             .context("inspecting the node's container")?;
         let host = info.host_config.unwrap_or_default();
-        let pool = info
-            .config
-            .and_then(|c| c.labels)
-            .and_then(|mut l| l.remove(LABEL_POOL))
-            .unwrap_or_default();
+        let mut labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+        let mut label = |key| labels.remove(key).unwrap_or_default();
         Ok((
-            pool,
+            (label(LABEL_ACCOUNT), label(LABEL_POOL)),
             host.nano_cpus.unwrap_or(0) as f64 / 1e9,
             host.memory.unwrap_or(0) / (1024 * 1024),
         ))

@@ -105,6 +105,7 @@ impl Allocator {
             vcpus: pool.vcpus,
             memory_mib: pool.memory_mib,
             containers: PoolContainers::of(pool.vm_config.as_ref()),
+            together: pool.inter_node_communication,
         }
     }
 

@@ -101,6 +101,7 @@ impl BesJobDriver {
             node_fill_type: NodeFillType::Spread,
             job_default_order: JobDefaultOrder::CreationTime,
             node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
+            inter_node_communication: false,
             target_dedicated_nodes: nodes,
             target_low_priority_nodes: 0,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),

@@ -46,6 +46,7 @@ pub struct PoolCreate {
     metadata: Option<Vec<MetadataItem>>,
     application_package_references: Option<Vec<PackageReference>>,
     target_node_communication_mode: Option<String>,
+    enable_inter_node_communication: Option<bool>,
     /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -190,6 +191,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         node_fill_type: fill,
         job_default_order: order,
         node_communication_mode: communication.unwrap_or(NodeCommunicationMode::Default),
+        inter_node_communication: body.enable_inter_node_communication.unwrap_or(false),
         target_dedicated_nodes: targets.dedicated,
         target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,

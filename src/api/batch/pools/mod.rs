@@ -143,7 +143,7 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
         "targetDedicatedNodes": p.target_dedicated_nodes,
         "targetLowPriorityNodes": p.target_low_priority_nodes,
         "enableAutoScale": p.enable_auto_scale,
-        "enableInterNodeCommunication": false,
+        "enableInterNodeCommunication": p.inter_node_communication,
         "taskSlotsPerNode": p.task_slots_per_node,
         "taskSchedulingPolicy": {
             "nodeFillType": p.node_fill_type,

@@ -102,6 +102,7 @@ pub struct PoolPatch {
     virtual_machine_configuration: Option<Value>,
     target_node_communication_mode: Option<String>,
     application_package_references: Option<Vec<PackageReference>>,
+    enable_inter_node_communication: Option<bool>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -134,6 +135,7 @@ pub async fn patch(
             .virtual_machine_configuration
             .map(|config| Ok::<_, ApiError>((resolve_image(&app.settings, Some(&config))?, config)))
             .transpose()?,
+        inter_node: body.enable_inter_node_communication,
     };
     if let Some(slots) = shape.task_slots_per_node {
         refuse_fewer_slots_than_tasks_need(&app, &pool_id, slots).await?;

@@ -1,9 +1,10 @@
 //! Nodes across several Docker engines (hosts). Each node lives on one; a new node goes to the
 //! host with the fewest nodes of its pool (then the fewest nodes, then the first given), among
 //! those with room for it under their caps: so a pool spreads evenly, and a host that is full
-//! is skipped. With no host left, the node cannot be made (`AllocationFailed`), which the pool's
-//! resizeErrors report. Every engine must see the server's data directory at the same path (for
-//! now the nodes' directories are bind mounts of it); see docs/nodes.md, "Docker hosts".
+//! is skipped. A pool with inter-node communication keeps its nodes on one host instead. With
+//! no host left, the node cannot be made (`AllocationFailed`), which the pool's resizeErrors
+//! report. Every engine must see the server's data directory at the same path (for now the
+//! nodes' directories are bind mounts of it); see docs/nodes.md, "Docker hosts".
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,9 +67,33 @@ fn taken(placed: &HashMap<String, Placed>, host: usize) -> (f64, i64) {
 #[derive(Clone, Debug)]
 struct Placed {
     host: usize,
-    pool: String,
+    /// Its account and pool.
+    pool: (String, String),
     vcpus: f64,
     memory_mib: i64,
+}
+
+/// Why a node of `spec` has nowhere to go: every host is at its cap, or (`kept_on`) the host
+/// that its pool's nodes share is.
+fn no_room(spec: &NodeSpec, hosts: &[Arc<Host>], kept_on: Option<usize>) -> NodeError {
+    let node = format!(
+        "node {} ({} CPUs, {} MiB)",
+        spec.node_id, spec.vcpus, spec.memory_mib
+    );
+    let message = match kept_on {
+        Some(h) => format!(
+            "no room for {node} on the Docker host {}: the pool's nodes talk to each other (enableInterNodeCommunication), so they all go on the host of its first node, and it is at its cap or does not take new nodes",
+            hosts[h].spec.url
+        ),
+        None => format!(
+            "no Docker host has room for {node}: each of the {} hosts is at its cap (--docker-host URL,cpus=N,memory=MiB)",
+            hosts.len()
+        ),
+    };
+    NodeError {
+        code: crate::runtime::ALLOCATION_FAILED,
+        message,
+    }
 }
 
 pub struct DockerHosts {
@@ -221,14 +246,18 @@ impl DockerHosts {
     }
 
     /// Places a new node: the host with the fewest nodes of its pool, then the fewest nodes,
-    /// among those with room for it. A node placed already (made before a crash) stays.
+    /// among those with room for it. A node placed already (made before a crash) stays. A pool
+    /// whose nodes talk to each other (`together`) keeps them on the host of its first.
     fn place(&self, spec: &NodeSpec) -> Result<usize, NodeError> {
         let mut placed = self.placed.lock().expect("lock");
         if let Some(p) = placed.get(&spec.node_id) {
             return Ok(p.host);
         }
         let hosts = self.all();
+        let pool = (spec.account.clone(), spec.pool_id.clone());
+        let pool_host = placed.values().find(|p| p.pool == pool).map(|p| p.host);
         let chosen = (0..hosts.len())
+            .filter(|&h| !spec.together || pool_host.is_none_or(|p| p == h))
             .filter(|&h| self.takes_nodes(&hosts, h))
             .filter(|&h| {
                 let (cpus, memory) = taken(&placed, h);
@@ -236,21 +265,15 @@ impl DockerHosts {
             })
             .min_by_key(|&h| {
                 let on: Vec<&Placed> = placed.values().filter(|p| p.host == h).collect();
-                let pool = on.iter().filter(|p| p.pool == spec.pool_id).count();
-                (pool, on.len(), h)
+                let of_pool = on.iter().filter(|p| p.pool == pool).count();
+                (of_pool, on.len(), h)
             })
-            .ok_or_else(|| NodeError {
-                code: crate::runtime::ALLOCATION_FAILED,
-                message: format!(
-                    "no Docker host has room for node {} ({} CPUs, {} MiB): each of the {} hosts is at its cap (--docker-host URL,cpus=N,memory=MiB)",
-                    spec.node_id, spec.vcpus, spec.memory_mib, hosts.len()
-                ),
-            })?;
+            .ok_or_else(|| no_room(spec, &hosts, pool_host.filter(|_| spec.together)))?;
         placed.insert(
             spec.node_id.clone(),
             Placed {
                 host: chosen,
-                pool: spec.pool_id.clone(),
+                pool,
                 vcpus: spec.vcpus,
                 memory_mib: spec.memory_mib,
             },
