@@ -25,8 +25,13 @@ fn build_task_image() {
 
 /// A pool whose nodes run containers, with task slots as vCPUs (seed 002's rule).
 async fn container_pool(s: &TestServer, pool: &str) {
+    container_pool_with(s, pool, json!({})).await
+}
+
+/// As `container_pool`, with the properties of `extra` too.
+async fn container_pool_with(s: &TestServer, pool: &str, extra: Value) {
     build_task_image();
-    let body = json!({
+    let mut body = json!({
         "id": pool, "vmSize": "standard_a2_v2", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2,
         "virtualMachineConfiguration": {
             "imageReference": {"publisher": "microsoft-azure-batch", "offer": "ubuntu-server-container", "sku": "20-04-lts"},
@@ -34,6 +39,9 @@ async fn container_pool(s: &TestServer, pool: &str) {
             "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": ["batchpool/node:latest", TASK_IMAGE]},
         },
     });
+    for (name, value) in extra.as_object().unwrap() {
+        body[name] = value.clone();
+    }
     let (status, answer) = s.post("/pools", &body).await;
     assert_eq!(status, 201, "{answer}");
     s.wait_nodes(pool, 1, "idle").await;
@@ -209,6 +217,55 @@ async fn terminating_a_job_kills_its_task_containers() {
         queued["executionInfo"]["startTime"].is_null(),
         "never started: {queued}"
     );
+}
+
+/// A pool's resourceTags label its node's container and its tasks' containers
+/// (`batchpool.tag.<name>`), as Azure tags a pool's resources; the pool shows them, and tags
+/// Azure would refuse are refused by name.
+#[tokio::test]
+async fn resource_tags_label_the_node_and_task_containers() {
+    let s = TestServer::start(Rt::Docker).await;
+    let many: serde_json::Map<String, Value> =
+        (0..51).map(|i| (format!("t{i}"), json!("v"))).collect();
+    for bad in [
+        json!({"a/b": "slash"}),
+        json!({"n": 42}),
+        json!({"n": "v".repeat(257)}),
+        json!({"Team": "a", "team": "b"}),
+        Value::Object(many),
+    ] {
+        let body = json!({"id": "bad", "vmSize": "standard_a1", "resourceTags": bad});
+        let (status, answer) = s.post("/pools", &body).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert_eq!(answer["values"][0]["value"], "resourceTags", "{answer}");
+    }
+    assert_eq!(
+        s.get("/pools/bad").await.0,
+        404,
+        "a refused pool is not made"
+    );
+    let tags = json!({"costCenter": "42", "team": "render farm"});
+    container_pool_with(&s, "tagged", json!({"resourceTags": tags})).await;
+    let (_, pool) = s.get("/pools/tagged").await;
+    assert_eq!(pool["resourceTags"], tags, "{pool}");
+    s.job_on("j", "tagged").await;
+    let settings = json!({"imageName": TASK_IMAGE});
+    let task = json!({"id": "t", "commandLine": "sleep 300", "containerSettings": settings});
+    s.add_tasks("j", vec![task]).await;
+    let server = s.server_id().await;
+    let task_container = wait_for("the task's container", || async {
+        task_containers(&server).pop()
+    })
+    .await;
+    let node = docker_containers(&server)
+        .into_iter()
+        .find(|c| c["Config"]["Labels"]["batchpool.task"].is_null())
+        .unwrap();
+    for container in [&node, &task_container] {
+        let labels = &container["Config"]["Labels"];
+        assert_eq!(labels["batchpool.tag.costCenter"], "42", "{labels}");
+        assert_eq!(labels["batchpool.tag.team"], "render farm", "{labels}");
+    }
 }
 
 #[tokio::test]

@@ -39,6 +39,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         job_default_order: JobDefaultOrder::CreationTime,
         node_communication_mode: batchpool::domain::pool::NodeCommunicationMode::Default,
         inter_node_communication: false,
+        resource_tags: None,
         target_dedicated_nodes: 0,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: 9_000_000_000,

@@ -38,6 +38,8 @@ pub const LABEL_POOL: &str = "batchpool.pool";
 pub const LABEL_NODE: &str = "batchpool.node";
 /// On a task's own container: `job/task/attempt`.
 pub const LABEL_TASK: &str = "batchpool.task";
+/// Before each of the pool's resourceTags, on its nodes' containers and their tasks'.
+pub const LABEL_TAG_PREFIX: &str = "batchpool.tag.";
 
 /// What a node is made from.
 #[derive(Clone, Debug)]
@@ -55,6 +57,8 @@ pub struct NodeSpec {
     /// The pool's enableInterNodeCommunication: its nodes go on one host, where they reach
     /// each other on their account's network.
     pub together: bool,
+    /// The pool's resourceTags, which its node's container carries as labels.
+    pub tags: Vec<(String, String)>,
 }
 
 /// A node that is up.

@@ -12,6 +12,9 @@ use crate::domain::pool::{
     PoolState, Targets,
 };
 
+/// A pool's resourceTags: name to value.
+pub type ResourceTags = Json<std::collections::BTreeMap<String, String>>;
+
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct PoolRow {
     pub pk: i64,
@@ -31,6 +34,7 @@ pub struct PoolRow {
     pub node_communication_mode: NodeCommunicationMode,
     /// enableInterNodeCommunication: its nodes are kept on one host, where they reach each other.
     pub inter_node_communication: bool,
+    pub resource_tags: Option<ResourceTags>,
     pub target_dedicated_nodes: i32,
     pub resize_timeout_ticks: i64,
     pub node_deallocation_option: NodeDeallocationOption,
@@ -85,6 +89,7 @@ pub struct NewPool {
     pub job_default_order: JobDefaultOrder,
     pub node_communication_mode: NodeCommunicationMode,
     pub inter_node_communication: bool,
+    pub resource_tags: Option<ResourceTags>,
     pub target_dedicated_nodes: i32,
     pub target_low_priority_nodes: i32,
     pub resize_timeout_ticks: i64,
@@ -103,7 +108,7 @@ macro_rules! select_pools {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             PoolRow,
-            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.job_default_order AS "job_default_order: _", p.node_communication_mode AS "node_communication_mode: _", p.inter_node_communication, p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
+            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.job_default_order AS "job_default_order: _", p.node_communication_mode AS "node_communication_mode: _", p.inter_node_communication, p.resource_tags AS "resource_tags: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
                 p.enable_auto_scale, p.auto_scale_formula, p.auto_scale_interval_ticks, p.auto_scale_run,
                 p.target_low_priority_nodes,
                 (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool' AND n.is_dedicated) AS "current_dedicated_nodes!",
@@ -127,9 +132,9 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
             billing_plan, service_pk, pool_service, application_packages, \
             enable_auto_scale, auto_scale_formula, auto_scale_interval_ticks, auto_scale_run, auto_scale_next, \
-            target_low_priority_nodes, job_default_order, node_communication_mode, inter_node_communication) \
+            target_low_priority_nodes, job_default_order, node_communication_mode, inter_node_communication, resource_tags) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
-            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0), $24, $25, $26, $27)",
+            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0), $24, $25, $26, $27, $28)",
         &p.account,
         &p.id,
         &p.display_name as _,
@@ -157,6 +162,7 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         p.job_default_order.as_str(),
         p.node_communication_mode.as_str(),
         p.inter_node_communication,
+        p.resource_tags.as_ref() as _,
     )
     .execute(db)
     .await?;

@@ -76,7 +76,10 @@ pub const POOL_ADD: Table = &[
         Refused("pool network configuration"),
     ),
     ("resizeTimeout", Works("pools.rs::pool_lifecycle")),
-    ("resourceTags", Refused("Azure resource tags")),
+    (
+        "resourceTags",
+        Works("containers.rs::resource_tags_label_the_node_and_task_containers"),
+    ),
     ("startTask", Works("pools.rs::start_task")),
     ("targetDedicatedNodes", Works("pools.rs::pool_lifecycle")),
     (

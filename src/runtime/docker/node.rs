@@ -14,7 +14,7 @@ use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
     FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
-    LABEL_SERVER, LABEL_TASK,
+    LABEL_SERVER, LABEL_TAG_PREFIX, LABEL_TASK,
 };
 
 /// A step of making a node failed: `what` says which.
@@ -337,12 +337,18 @@ fn container_body(
     (command, agent_volume): (Vec<String>, &str),
     agent_env: Vec<String>,
 ) -> ContainerCreateBody {
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_SERVER.to_string(), spec.server_id.clone()),
         (LABEL_ACCOUNT.to_string(), spec.account.clone()),
         (LABEL_POOL.to_string(), spec.pool_id.clone()),
         (LABEL_NODE.to_string(), spec.node_id.clone()),
     ]);
+    // The pool's resourceTags, as Azure puts them on a pool's resources.
+    labels.extend(
+        spec.tags
+            .iter()
+            .map(|(name, value)| (format!("{LABEL_TAG_PREFIX}{name}"), value.clone())),
+    );
     let memory = spec.memory_mib * 1024 * 1024;
     ContainerCreateBody {
         image: Some(spec.image.clone()),

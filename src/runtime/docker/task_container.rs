@@ -26,7 +26,7 @@ use crate::domain::container::{container_command, ContainerRegistry, WorkingDire
 use crate::runtime::task::WRAPPER;
 use crate::runtime::{
     ContainerError, Started, TaskContainer, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
-    LABEL_TASK,
+    LABEL_TAG_PREFIX, LABEL_TASK,
 };
 
 /// What a task container needs of its node's container, read once per node.
@@ -264,6 +264,7 @@ impl DockerRuntime {
         let mut labels = node.labels.clone();
         labels.retain(|k, _| {
             [LABEL_SERVER, LABEL_ACCOUNT, LABEL_POOL, LABEL_NODE].contains(&k.as_str())
+                || k.starts_with(LABEL_TAG_PREFIX)
         });
         labels.insert(LABEL_TASK.into(), container.label.clone());
         let mut host = HostConfig {

@@ -106,6 +106,11 @@ impl Allocator {
             memory_mib: pool.memory_mib,
             containers: PoolContainers::of(pool.vm_config.as_ref()),
             together: pool.inter_node_communication,
+            tags: pool
+                .resource_tags
+                .as_ref()
+                .map(|t| t.0.clone().into_iter().collect())
+                .unwrap_or_default(),
         }
     }
 

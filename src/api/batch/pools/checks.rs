@@ -1,7 +1,7 @@
 //! Checks that pool creation and pool updates share.
 
 use axum::http::StatusCode;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::DEFAULT_RESIZE_TIMEOUT_SECS;
 use crate::api::batch::support::{refuse_unsupported, START_TASK};
@@ -10,6 +10,7 @@ use crate::api::Ctx;
 use crate::domain::pool::{NodeCommunicationMode, NodeDeallocationOption, StartTask, Targets};
 use crate::domain::IsoDuration;
 use crate::store;
+use crate::store::pools::ResourceTags;
 
 /// A target of either kind (`name`: `targetDedicatedNodes` or `targetLowPriorityNodes`): not
 /// negative, and within the most nodes a pool may have of each.
@@ -216,4 +217,56 @@ pub(super) fn communication_mode(
             "must be default, classic or simplified",
         )),
     }
+}
+
+/// Azure's limits on a resource's tags: how many, and how long a name and a value may be.
+const MAX_TAGS: usize = 50;
+const MAX_TAG_NAME: usize = 512;
+const MAX_TAG_VALUE: usize = 256;
+
+/// A pool's resourceTags, checked as Azure checks a resource's tags: at most 50, each name 1 to
+/// 512 characters without `<>%&\?/` and unique regardless of case, each value a string of at
+/// most 256 characters. None for none.
+pub(super) fn resource_tags(given: Option<Map<String, Value>>) -> ApiResult<Option<ResourceTags>> {
+    let Some(given) = given.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let bad = |value: &str, why: String| ApiError::invalid_property("resourceTags", value, why);
+    if given.len() > MAX_TAGS {
+        return Err(bad(
+            &given.len().to_string(),
+            format!("a pool has at most {MAX_TAGS} tags"),
+        ));
+    }
+    let mut tags = std::collections::BTreeMap::new();
+    for (name, value) in given {
+        if name.is_empty() || name.chars().count() > MAX_TAG_NAME {
+            return Err(bad(
+                &name,
+                format!("a tag's name has 1 to {MAX_TAG_NAME} characters"),
+            ));
+        }
+        if name.contains(['<', '>', '%', '&', '\\', '?', '/']) {
+            return Err(bad(&name, "a tag's name has none of < > % & \\ ? /".into()));
+        }
+        if tags.keys().any(|n: &String| n.eq_ignore_ascii_case(&name)) {
+            return Err(bad(&name, "tag names are unique regardless of case".into()));
+        }
+        let value = match value {
+            Value::String(v) if v.chars().count() <= MAX_TAG_VALUE => v,
+            Value::String(_) => {
+                let why =
+                    format!("the tag {name:?}'s value has at most {MAX_TAG_VALUE} characters");
+                return Err(bad(&name, why));
+            }
+            _ => {
+                return Err(bad(
+                    &name,
+                    format!("the tag {name:?}'s value is not a string"),
+                ))
+            }
+        };
+        tags.insert(name, value);
+    }
+    Ok(Some(sqlx::types::Json(tags)))
 }

@@ -47,6 +47,7 @@ pub struct PoolCreate {
     application_package_references: Option<Vec<PackageReference>>,
     target_node_communication_mode: Option<String>,
     enable_inter_node_communication: Option<bool>,
+    resource_tags: Option<Map<String, Value>>,
     /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -192,6 +193,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         job_default_order: order,
         node_communication_mode: communication.unwrap_or(NodeCommunicationMode::Default),
         inter_node_communication: body.enable_inter_node_communication.unwrap_or(false),
+        resource_tags: super::checks::resource_tags(body.resource_tags)?,
         target_dedicated_nodes: targets.dedicated,
         target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,

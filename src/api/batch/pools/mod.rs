@@ -164,6 +164,9 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
     if let Some(name) = &p.display_name {
         pool["displayName"] = json!(name);
     }
+    if let Some(tags) = &p.resource_tags {
+        pool["resourceTags"] = json!(tags.0);
+    }
     if p.resize_errors.as_array().is_some_and(|e| !e.is_empty()) {
         pool["resizeErrors"] = p.resize_errors.clone();
     }
