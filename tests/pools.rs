@@ -690,3 +690,60 @@ async fn pools_take_simplified_node_communication_and_refuse_classic() {
     assert_eq!(code, 204, "{answer}");
     assert_eq!(mode(&s.get("/pools/p").await.1), default);
 }
+
+/// An upgradePolicy of mode `manual` is taken and shown on pool add and PATCH (nothing on a node
+/// is upgraded by itself; a reimage gives it the pool's image anew); automatic and rolling
+/// upgrades, and their settings, are refused by name and make nothing.
+#[tokio::test]
+async fn a_manual_upgrade_policy_is_taken_and_automatic_ones_refused() {
+    let s = TestServer::start(Rt::Local).await;
+    for (policy, name) in [
+        (json!({"mode": "automatic"}), "upgradePolicy.mode"),
+        (json!({"mode": "rolling"}), "upgradePolicy.mode"),
+        (
+            json!({"mode": "manual", "automaticOSUpgradePolicy": {"enableAutomaticOSUpgrade": true}}),
+            "upgradePolicy.automaticOSUpgradePolicy",
+        ),
+        (
+            json!({"automaticOSUpgradePolicy": {}}),
+            "upgradePolicy.mode",
+        ),
+        (json!("manual"), "upgradePolicy"),
+    ] {
+        let body = json!({"id": "up", "vmSize": "standard_a1", "upgradePolicy": policy});
+        let (status, answer) = s.post("/pools", &body).await;
+        assert_eq!(status, 400, "{policy}: {answer}");
+        assert_eq!(answer["values"][0]["value"], name, "{policy}: {answer}");
+    }
+    assert_eq!(
+        s.get("/pools/up").await.0,
+        404,
+        "a refused pool is not made"
+    );
+    let body = json!({"id": "up", "vmSize": "standard_a1", "upgradePolicy": {"mode": "manual"}});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let (_, pool) = s.get("/pools/up").await;
+    assert_eq!(pool["upgradePolicy"], json!({"mode": "manual"}), "{pool}");
+    let body = json!({"id": "plain", "vmSize": "standard_a1"});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let (_, pool) = s.get("/pools/plain").await;
+    assert!(pool.get("upgradePolicy").is_none(), "{pool}");
+    let patch = |body: Value| {
+        let s = &s;
+        async move {
+            s.request(reqwest::Method::PATCH, "/pools/plain", Some(&body))
+                .await
+        }
+    };
+    let (status, answer) = patch(json!({"upgradePolicy": {"mode": "automatic"}})).await;
+    assert_eq!(status, 400, "{answer}");
+    let (_, pool) = s.get("/pools/plain").await;
+    assert!(
+        pool.get("upgradePolicy").is_none(),
+        "a refused PATCH changes nothing: {pool}"
+    );
+    let (status, answer) = patch(json!({"upgradePolicy": {"mode": "Manual"}})).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, pool) = s.get("/pools/plain").await;
+    assert_eq!(pool["upgradePolicy"], json!({"mode": "manual"}), "{pool}");
+}

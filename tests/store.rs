@@ -40,6 +40,7 @@ fn new_pool(id: &str, slots: i32) -> pools::NewPool {
         node_communication_mode: batchpool::domain::pool::NodeCommunicationMode::Default,
         inter_node_communication: false,
         resource_tags: None,
+        manual_upgrades: false,
         target_dedicated_nodes: 0,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: 9_000_000_000,

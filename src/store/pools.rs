@@ -35,6 +35,8 @@ pub struct PoolRow {
     /// enableInterNodeCommunication: its nodes are kept on one host, where they reach each other.
     pub inter_node_communication: bool,
     pub resource_tags: Option<ResourceTags>,
+    /// upgradePolicy mode `manual` was given.
+    pub manual_upgrades: bool,
     pub target_dedicated_nodes: i32,
     pub resize_timeout_ticks: i64,
     pub node_deallocation_option: NodeDeallocationOption,
@@ -90,6 +92,7 @@ pub struct NewPool {
     pub node_communication_mode: NodeCommunicationMode,
     pub inter_node_communication: bool,
     pub resource_tags: Option<ResourceTags>,
+    pub manual_upgrades: bool,
     pub target_dedicated_nodes: i32,
     pub target_low_priority_nodes: i32,
     pub resize_timeout_ticks: i64,
@@ -108,7 +111,7 @@ macro_rules! select_pools {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             PoolRow,
-            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.job_default_order AS "job_default_order: _", p.node_communication_mode AS "node_communication_mode: _", p.inter_node_communication, p.resource_tags AS "resource_tags: _", p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
+            r#"SELECT p.pk, p.account, p.id, p.display_name, p.vm_size, p.vcpus, p.memory_mib, p.image, p.vm_config, p.start_task, p.task_slots_per_node, p.node_fill_type AS "node_fill_type: _", p.job_default_order AS "job_default_order: _", p.node_communication_mode AS "node_communication_mode: _", p.inter_node_communication, p.resource_tags AS "resource_tags: _", p.manual_upgrades, p.target_dedicated_nodes, p.resize_timeout_ticks, p.node_deallocation_option AS "node_deallocation_option: _", p.state AS "state: _", p.state_transition_time, p.allocation_state AS "allocation_state: _", p.allocation_state_transition_time, p.resize_errors, p.metadata, p.creation_time, p.last_modified, p.billing_plan, p.service_pk, p.pool_service, p.application_packages AS "application_packages: _",
                 p.enable_auto_scale, p.auto_scale_formula, p.auto_scale_interval_ticks, p.auto_scale_run,
                 p.target_low_priority_nodes,
                 (SELECT count(*) FROM nodes n WHERE n.pool_pk = p.pk AND n.state <> 'leavingpool' AND n.is_dedicated) AS "current_dedicated_nodes!",
@@ -132,9 +135,9 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
             state_transition_time, allocation_state, allocation_state_transition_time, metadata, creation_time, last_modified, \
             billing_plan, service_pk, pool_service, application_packages, \
             enable_auto_scale, auto_scale_formula, auto_scale_interval_ticks, auto_scale_run, auto_scale_next, \
-            target_low_priority_nodes, job_default_order, node_communication_mode, inter_node_communication, resource_tags) \
+            target_low_priority_nodes, job_default_order, node_communication_mode, inter_node_communication, resource_tags, manual_upgrades) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'active', now(), $14, now(), $15, now(), now(), \
-            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0), $24, $25, $26, $27, $28)",
+            $16, $17, $18, $19, $20, $21, $22::bigint, $23, now() + make_interval(secs => $22::bigint / 10000000.0), $24, $25, $26, $27, $28, $29)",
         &p.account,
         &p.id,
         &p.display_name as _,
@@ -163,6 +166,7 @@ pub async fn insert(db: impl PgExecutor<'_>, p: &NewPool) -> sqlx::Result<()> {
         p.node_communication_mode.as_str(),
         p.inter_node_communication,
         p.resource_tags.as_ref() as _,
+        p.manual_upgrades,
     )
     .execute(db)
     .await?;
@@ -324,6 +328,8 @@ pub struct PoolChanges<'a> {
     pub fill: Option<NodeFillType>,
     pub order: Option<JobDefaultOrder>,
     pub communication: Option<NodeCommunicationMode>,
+    /// upgradePolicy mode `manual` given.
+    pub manual_upgrades: Option<bool>,
     /// Its application packages; `Some(None)` removes them. Nodes get them when they next start.
     pub packages: Option<Option<&'a Json<Vec<PoolPackage>>>>,
     /// What shapes its nodes: changed only while the pool has none (else `Refused::NotEmpty`).
@@ -367,7 +373,8 @@ pub async fn update_properties(
             vm_config = CASE WHEN $13::text IS NULL THEN vm_config ELSE $14 END, \
             node_communication_mode = coalesce($16, node_communication_mode), \
             application_packages = CASE WHEN $17 THEN $18 ELSE application_packages END, \
-            inter_node_communication = coalesce($19, inter_node_communication), last_modified = now() \
+            inter_node_communication = coalesce($19, inter_node_communication), \
+            manual_upgrades = coalesce($20, manual_upgrades), last_modified = now() \
          WHERE account = $1 AND lower(id) = lower($2) AND state = 'active' \
            AND (NOT $15 OR (target_dedicated_nodes = 0 AND target_low_priority_nodes = 0 \
                 AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.pool_pk = pools.pk)))",
@@ -390,6 +397,7 @@ pub async fn update_properties(
         changes.packages.is_some(),
         changes.packages.flatten() as _,
         changes.shape.inter_node,
+        changes.manual_upgrades,
     )
     .execute(db)
     .await?;

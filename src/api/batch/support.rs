@@ -37,6 +37,11 @@ const ADMIN_USER: &str = "prep.rs::tasks_that_ask_for_an_admin_auto_user_run_as_
 /// A pool's nodes that talk to each other are kept on one Docker host (`DockerHosts::place`).
 const INTER_NODE: &str = "hosts.rs::a_pool_whose_nodes_talk_to_each_other_stays_on_one_host";
 
+/// Nodes are upgraded by hand, by a reimage: an upgradePolicy of mode `manual` works, `automatic`
+/// and `rolling` are refused (`pools::checks::upgrade_policy`).
+const MANUAL_UPGRADES: &str =
+    "pools.rs::a_manual_upgrade_policy_is_taken_and_automatic_ones_refused";
+
 /// A body's properties and what happens to each.
 pub type Table = &'static [(&'static str, Support)];
 
@@ -95,7 +100,13 @@ pub const POOL_ADD: Table = &[
     ),
     ("taskSchedulingPolicy", Works("pools.rs::pool_lifecycle")),
     ("taskSlotsPerNode", Works("pools.rs::pool_lifecycle")),
-    ("upgradePolicy", Refused("node OS upgrade policies")),
+    (
+        "upgradePolicy",
+        Partly {
+            works: MANUAL_UPGRADES,
+            refuses: r#"{"mode": "automatic"}"#,
+        },
+    ),
     ("userAccounts", Refused("user accounts on nodes")),
     (
         "virtualMachineConfiguration",
@@ -379,7 +390,13 @@ pub const POOL_PATCH: Table = &[
             refuses: "0",
         },
     ),
-    ("upgradePolicy", Refused("node OS upgrade policies")),
+    (
+        "upgradePolicy",
+        Partly {
+            works: MANUAL_UPGRADES,
+            refuses: r#"{"mode": "automatic"}"#,
+        },
+    ),
     ("userAccounts", Refused("user accounts on nodes")),
     (
         "virtualMachineConfiguration",

@@ -210,6 +210,7 @@ async fn new_pool(
         node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
         inter_node_communication: false,
         resource_tags: None,
+        manual_upgrades: false,
         target_dedicated_nodes: target,
         target_low_priority_nodes: 0,
         resize_timeout_ticks: IsoDuration::from_secs(

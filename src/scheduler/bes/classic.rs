@@ -103,6 +103,7 @@ impl BesJobDriver {
             node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
             inter_node_communication: false,
             resource_tags: None,
+            manual_upgrades: false,
             target_dedicated_nodes: nodes,
             target_low_priority_nodes: 0,
             resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),

@@ -270,3 +270,43 @@ pub(super) fn resource_tags(given: Option<Map<String, Value>>) -> ApiResult<Opti
     }
     Ok(Some(sqlx::types::Json(tags)))
 }
+
+/// A pool's upgradePolicy, checked; whether it is given (mode `manual`). Manual is what every
+/// node is: nothing on it is upgraded by itself, and a reimage gives it the pool's image anew,
+/// Azure's manual upgrade. `automatic` and `rolling`, and the settings of either, are refused.
+pub(super) fn upgrade_policy(given: Option<Value>) -> ApiResult<bool> {
+    const REFUSED: &str = "not supported by this server: automatic and rolling node OS upgrades (mode `manual` is taken: a reimage gives a node the pool's image anew)";
+    let policy = match given {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(policy)) if policy.is_empty() => return Ok(false),
+        Some(Value::Object(policy)) => policy,
+        Some(other) => {
+            let why = "must be an object with a mode";
+            return Err(ApiError::invalid_property(
+                "upgradePolicy",
+                other.to_string(),
+                why,
+            ));
+        }
+    };
+    if let Some((name, value)) = policy
+        .iter()
+        .find(|(name, value)| *name != "mode" && crate::api::batch::support::asks(value))
+    {
+        let name = format!("upgradePolicy.{name}");
+        return Err(ApiError::invalid_property(
+            &name,
+            value.to_string(),
+            REFUSED,
+        ));
+    }
+    match policy.get("mode") {
+        Some(Value::String(mode)) if mode.eq_ignore_ascii_case("manual") => Ok(true),
+        Some(mode) => Err(ApiError::invalid_property(
+            "upgradePolicy.mode",
+            mode.to_string(),
+            REFUSED,
+        )),
+        None => Err(ApiError::missing_property("upgradePolicy.mode")),
+    }
+}

@@ -48,6 +48,7 @@ pub struct PoolCreate {
     target_node_communication_mode: Option<String>,
     enable_inter_node_communication: Option<bool>,
     resource_tags: Option<Map<String, Value>>,
+    upgrade_policy: Option<Value>,
     /// The properties above are those that work; any other is refused or ignored by `POOL_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -194,6 +195,7 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         node_communication_mode: communication.unwrap_or(NodeCommunicationMode::Default),
         inter_node_communication: body.enable_inter_node_communication.unwrap_or(false),
         resource_tags: super::checks::resource_tags(body.resource_tags)?,
+        manual_upgrades: super::checks::upgrade_policy(body.upgrade_policy)?,
         target_dedicated_nodes: targets.dedicated,
         target_low_priority_nodes: targets.low_priority,
         resize_timeout_ticks: resize_timeout,

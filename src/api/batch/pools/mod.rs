@@ -164,6 +164,9 @@ pub fn pool_json(p: &PoolRow, base: &str) -> Value {
     if let Some(name) = &p.display_name {
         pool["displayName"] = json!(name);
     }
+    if p.manual_upgrades {
+        pool["upgradePolicy"] = json!({"mode": "manual"});
+    }
     if let Some(tags) = &p.resource_tags {
         pool["resourceTags"] = json!(tags.0);
     }

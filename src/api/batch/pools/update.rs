@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::checks::{
     check_resize_timeout, check_start_task, check_targets, communication_mode, deallocation_option,
-    refuse_start_task_container_on, refuse_unlinked_storage,
+    refuse_start_task_container_on, refuse_unlinked_storage, upgrade_policy,
 };
 use super::create::{
     pool_packages, resolve_image, scheduling_changes, task_slots, vm_size, SchedulingPolicy,
@@ -103,6 +103,7 @@ pub struct PoolPatch {
     target_node_communication_mode: Option<String>,
     application_package_references: Option<Vec<PackageReference>>,
     enable_inter_node_communication: Option<bool>,
+    upgrade_policy: Option<Value>,
     /// Refused or ignored by `POOL_PATCH`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -160,6 +161,7 @@ pub async fn patch(
         fill,
         order,
         communication: communication_mode(body.target_node_communication_mode)?,
+        manual_upgrades: upgrade_policy(body.upgrade_policy)?.then_some(true),
         packages: packages.as_ref().map(Option::as_ref),
         shape,
     };
