@@ -220,9 +220,9 @@ def auto_pool_15(c, models):
     job = f"auto-{SUFFIX}"
     spec = models.BatchAutoPoolSpecification(
         auto_pool_id_prefix=f"auto{MAJOR}", pool_lifetime_option=models.BatchPoolLifetimeOption.JOB,
-        # Nodes that talk to each other, and tags on what the pool is made of.
+        # Nodes that talk to each other, upgraded by hand (15.x pools have no resource tags).
         pool=models.BatchPoolSpecification(vm_size="standard_a1", target_dedicated_nodes=1, enable_inter_node_communication=True,
-                                           resource_tags={"team": SUFFIX}))
+                                           upgrade_policy=models.UpgradePolicy(mode=models.UpgradeMode.MANUAL)))
     c.create_job(models.BatchJobCreateOptions(
         id=job, pool_info=models.BatchPoolInfo(auto_pool_specification=spec),
         job_preparation_task=models.BatchJobPreparationTask(command_line="/bin/true"),
@@ -233,7 +233,7 @@ def auto_pool_15(c, models):
     assert got.pool_info.auto_pool_specification.pool_lifetime_option == models.BatchPoolLifetimeOption.JOB
     made = c.get_pool(pool)
     assert made.vm_size == "standard_a1" and made.enable_inter_node_communication is True, made
-    assert made.resource_tags == {"team": SUFFIX}, made.resource_tags
+    assert made.upgrade_policy.mode == models.UpgradeMode.MANUAL, made.upgrade_policy
     c.create_task(job, models.BatchTaskCreateOptions(id="where", command_line="/bin/sh -c 'echo $AZ_BATCH_POOL_ID'"))
     wait("the auto pool's task", lambda: c.get_task(job, "where").state == models.BatchTaskState.COMPLETED, timeout=120)
     assert b"".join(c.download_task_file(job, "where", "stdout.txt")) == f"{pool}\n".encode()
@@ -251,7 +251,8 @@ def auto_pool_14(c, m):
     job = f"auto-{SUFFIX}"
     spec = m.AutoPoolSpecification(auto_pool_id_prefix=f"auto{MAJOR}", pool_lifetime_option=m.PoolLifetimeOption.job,
                                    pool=m.PoolSpecification(vm_size="standard_a1", target_dedicated_nodes=1,
-                                                            enable_inter_node_communication=True, resource_tags={"team": SUFFIX}))
+                                                            enable_inter_node_communication=True, resource_tags={"team": SUFFIX},
+                                                            upgrade_policy=m.UpgradePolicy(mode=m.UpgradeMode.manual)))
     c.job.add(m.JobAddParameter(id=job, pool_info=m.PoolInformation(auto_pool_specification=spec)))
     got = c.job.get(job)
     pool = got.execution_info.pool_id
@@ -259,6 +260,7 @@ def auto_pool_14(c, m):
     assert got.pool_info.auto_pool_specification.pool.vm_size == "standard_a1"
     made = c.pool.get(pool)
     assert made.enable_inter_node_communication is True and made.resource_tags == {"team": SUFFIX}, made
+    assert made.upgrade_policy.mode == m.UpgradeMode.manual, made.upgrade_policy
     c.task.add(job, m.TaskAddParameter(id="where", command_line="/bin/sh -c 'echo $AZ_BATCH_POOL_ID'"))
     wait("the auto pool's task", lambda: c.task.get(job, "where").state == m.TaskState.completed, timeout=120)
     assert b"".join(c.file.get_from_task(job, "where", "stdout.txt")) == f"{pool}\n".encode()
