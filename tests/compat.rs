@@ -456,11 +456,7 @@ async fn operations_this_server_lacks_are_refused_by_name() {
     let s = TestServer::start(Rt::Local).await;
     let cases = [
         (Method::GET, "/certificates", "certificates"),
-        (
-            Method::POST,
-            "/pools/p/nodes/n/start",
-            "starting and deallocating nodes",
-        ),
+        (Method::GET, "/pools/p/nodes/n/extensions", "VM extensions"),
         (
             Method::GET,
             "/pools/p/nodes/n/remoteloginsettings",

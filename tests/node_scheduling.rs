@@ -1,6 +1,7 @@
 //! Node operations as an operator uses them: draining a node (`disablescheduling` with each
 //! `nodeDisableSchedulingOption`: requeue, the default; terminate; taskcompletion; and
-//! `enablescheduling`), and reimaging one; and a task's affinity for a node.
+//! `enablescheduling`), reimaging one, and deallocating and starting one; and a task's
+//! affinity for a node.
 
 #[macro_use]
 mod common;
@@ -201,6 +202,113 @@ on_both_runtimes!(
     reimaging_gives_a_node_a_new_disk_and_requeues_its_task,
     reimage
 );
+
+/// A deallocate requeues the node's running task and stops the node, its disk kept: it runs
+/// nothing and is not billed while deallocated. A start boots it again: the start task runs
+/// once more beside what it wrote before, and the task runs again.
+async fn deallocate_and_start(rt: Rt) {
+    let mut s = TestServer::start(rt).await;
+    let pool = json!({"id": "da", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "startTask": {"commandLine": "sh -c 'echo boot >> $AZ_BATCH_NODE_SHARED_DIR/boots'", "waitForSuccess": true}});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    let node = s.wait_nodes("da", 1, "idle").await[0].clone();
+    let id = node["id"].as_str().unwrap().to_string();
+    let at = format!("/pools/da/nodes/{id}");
+    let op = |verb: &str| format!("{at}/{verb}");
+    s.job_on("j", "da").await;
+    s.add_tasks("j", vec![json!({"id": "long", "commandLine": "sleep 30"})])
+        .await;
+    s.wait_task("j", "long", "running").await;
+    let (status, body) = s.post(&op("start"), &json!({})).await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (409, Some("NodeNotDeallocated")),
+        "{body}"
+    );
+    let bad = json!({"nodeDeallocateOption": "later"});
+    let (status, body) = s.post(&op("deallocate"), &bad).await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (400, Some("InvalidPropertyValue")),
+        "{body}"
+    );
+
+    assert_eq!(s.post(&op("deallocate"), &json!({})).await.0, 202);
+    common::wait_for("the node to be deallocated", || async {
+        (s.get(&at).await.1["state"] == "deallocated").then_some(())
+    })
+    .await;
+    let long = s.task("j", "long").await;
+    assert_eq!(
+        long["state"], "active",
+        "requeued, with nowhere to run: {long}"
+    );
+    assert_eq!(long["executionInfo"]["requeueCount"], 1, "{long}");
+    let (_, counts) = s.get("/nodecounts").await;
+    assert_eq!(
+        counts["value"][0]["dedicated"]["deallocated"], 1,
+        "{counts}"
+    );
+    let billed: (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM usage_records WHERE node_id = $1 AND ended_at IS NULL",
+    )
+    .bind(&id)
+    .fetch_one(&s.db().await)
+    .await
+    .unwrap();
+    assert_eq!(billed.0, 0, "a deallocated node is not billed");
+    if rt == Rt::Docker {
+        let server = s.server_id().await;
+        let container = common::docker_containers(&server)
+            .into_iter()
+            .find(|c| c["Config"]["Labels"]["batchpool.node"] == id.as_str())
+            .expect("the node's container stays");
+        assert_eq!(
+            container["State"]["Running"], false,
+            "its container is stopped"
+        );
+    }
+    let (status, body) = s.post(&op("deallocate"), &json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    // A restart leaves it deallocated: its adoption neither makes nor starts it again.
+    s.kill().await;
+    s.launch().await;
+    common::wait_for("the restarted server's adoption", || async {
+        (s.log_count("adopted existing nodes") == 2).then_some(())
+    })
+    .await;
+    assert_eq!(s.get(&at).await.1["state"], "deallocated");
+    if rt == Rt::Docker {
+        assert!(
+            !container_running(&s, &id).await,
+            "its container is still stopped"
+        );
+    }
+
+    assert_eq!(s.post(&op("start"), &json!({})).await.0, 202);
+    let long = s.wait_task("j", "long", "running").await;
+    assert_eq!(long["executionInfo"]["requeueCount"], 1, "{long}");
+    let (_, again) = s.get(&at).await;
+    assert_ne!(again["lastBootTime"], node["lastBootTime"], "{again}");
+    let boots = s
+        .file(&format!("/pools/da/nodes/{id}/files/shared/boots"))
+        .await;
+    assert_eq!(boots.as_deref(), Some("boot\nboot\n"), "the disk was kept");
+}
+on_both_runtimes!(
+    a_deallocated_node_runs_nothing_until_it_is_started_again,
+    deallocate_and_start
+);
+
+/// Whether the Docker node `id`'s container, which must exist, is running.
+async fn container_running(s: &TestServer, id: &str) -> bool {
+    let server = s.server_id().await;
+    let container = common::docker_containers(&server)
+        .into_iter()
+        .find(|c| c["Config"]["Labels"]["batchpool.node"] == id)
+        .expect("the node's container stays");
+    container["State"]["Running"] == true
+}
 
 /// A reimage with retaineddata keeps the node's disk until the retention of the files of the
 /// tasks that ran there has run out, then makes the node anew.

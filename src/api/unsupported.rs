@@ -39,10 +39,6 @@ fn node_operation(rest: &[&str]) -> Option<Lacking> {
             "VM extensions",
             "install what the nodes need with the pool's start task or in its image",
         )),
-        ["start"] | ["deallocate"] => Some((
-            "starting and deallocating nodes",
-            "resize the pool, to 0 when the work is done",
-        )),
         _ => None,
     }
 }

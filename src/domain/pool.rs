@@ -54,6 +54,10 @@ wire_enum!(NodeState {
     Reimaging = "reimaging",
     Preempted = "preempted",
     Unknown = "unknown",
+    // deallocating: its tasks end as the deallocate asked, then its container stops;
+    // deallocated: stopped with its disk kept until it is started again, and not billed.
+    Deallocating = "deallocating",
+    Deallocated = "deallocated",
 });
 
 impl NodeState {
@@ -64,12 +68,14 @@ impl NodeState {
             | NodeState::StartTaskFailed
             | NodeState::Offline
             | NodeState::Preempted
+            | NodeState::Deallocated
             | NodeState::Unknown => 0,
             NodeState::Creating
             | NodeState::Starting
             | NodeState::WaitingForStartTask
             | NodeState::Rebooting
-            | NodeState::Reimaging => 1,
+            | NodeState::Reimaging
+            | NodeState::Deallocating => 1,
             NodeState::Idle => 2,
             NodeState::Running => 3,
             NodeState::LeavingPool => 4,
@@ -80,7 +86,10 @@ impl NodeState {
     pub fn is_provisioned(self) -> bool {
         !matches!(
             self,
-            NodeState::Creating | NodeState::LeavingPool | NodeState::Preempted
+            NodeState::Creating
+                | NodeState::LeavingPool
+                | NodeState::Preempted
+                | NodeState::Deallocated
         )
     }
 }

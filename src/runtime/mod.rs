@@ -283,6 +283,11 @@ impl Runtime {
         self.node.restart_node(server_id, node_id).await
     }
 
+    /// Stops a node, keeping its disk (a deallocate).
+    pub async fn stop_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        self.node.stop_node(server_id, node_id).await
+    }
+
     /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
     pub async fn sync_hosts(&self, hosts: Vec<crate::domain::host::HostSpec>) {
         self.node.sync_hosts(hosts).await

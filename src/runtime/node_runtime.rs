@@ -67,6 +67,14 @@ pub trait NodeRuntime: Send + Sync {
         node_id: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
 
+    /// Stops the node and what runs on it, keeping its disk (a deallocate); making it
+    /// (`create_node`) starts it again.
+    fn stop_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+
     /// The node agent's log from `since` to `until` (Unix seconds; `until` 0: to now), its last
     /// [`MAX_AGENT_LOG`] bytes, for `uploadbatchservicelogs`.
     fn agent_log<'a>(

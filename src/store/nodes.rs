@@ -154,6 +154,24 @@ pub async fn set_started(
     Ok(done.rows_affected() == 1)
 }
 
+/// Moves the node from `from` to `to` (a deallocating node whose container stopped, a
+/// deallocated node that starts); false if it was not in `from`.
+pub async fn set_state_from(
+    db: impl PgExecutor<'_>,
+    pk: i64,
+    (from, to): (NodeState, NodeState),
+) -> sqlx::Result<bool> {
+    let done = sqlx::query!(
+        "UPDATE nodes SET state = $3, state_transition_time = now() WHERE pk = $1 AND state = $2",
+        pk,
+        from.as_str(),
+        to.as_str(),
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The node could not be made: it is unusable and says why.
 pub async fn set_unusable(db: impl PgExecutor<'_>, pk: i64, errors: &Value) -> sqlx::Result<()> {
     sqlx::query!(

@@ -322,6 +322,11 @@ impl TestServer {
             .expect("wait")
     }
 
+    /// How many times the server's log (across its launches) says `text`.
+    pub fn log_count(&self, text: &str) -> usize {
+        std::fs::read_to_string(self.log_path()).map_or(0, |log| log.matches(text).count())
+    }
+
     /// Whether the server's log says `text` anywhere.
     pub fn log_contains(&self, text: &str) -> bool {
         std::fs::read_to_string(self.log_path()).is_ok_and(|log| log.contains(text))

@@ -131,6 +131,13 @@ def run_15():
     c.begin_reimage_node(POOL, other, BatchNodeReimageOptions(node_reimage_option="requeue"), polling_interval=0.2).result()
     assert c.get_node(POOL, other).state != models.BatchNodeState.REIMAGING
     wait("the reimaged node to be idle", lambda: c.get_node(POOL, other).state == models.BatchNodeState.IDLE)
+    # Deallocated: stopped with its disk kept, counted as such, until it is started again.
+    from azure.batch.models._models import BatchNodeDeallocateOptions
+    c.begin_deallocate_node(POOL, node_id, BatchNodeDeallocateOptions(node_deallocate_option="requeue"), polling_interval=0.2).result()
+    assert c.get_node(POOL, node_id).state == models.BatchNodeState.DEALLOCATED
+    assert {pc.pool_id: pc for pc in c.list_pool_node_counts()}[POOL].dedicated.deallocated == 1
+    c.begin_start_node(POOL, node_id, polling_interval=0.2).result()
+    wait("the started node to be idle", lambda: c.get_node(POOL, node_id).state == models.BatchNodeState.IDLE)
     c.begin_remove_nodes(POOL, models.BatchNodeRemoveOptions(node_ids=[node_id]), polling_interval=0.2).result()
     assert [n.id for n in c.list_nodes(POOL)] == [nodes[1].id]
     assert c.get_pool(POOL).target_dedicated_nodes == 1

@@ -41,8 +41,8 @@ fn counts_by_state(nodes: &[&store::nodes::NodeRow]) -> Value {
         "preempted": count(NodeState::Preempted), "rebooting": count(NodeState::Rebooting), "reimaging": count(NodeState::Reimaging), "running": count(NodeState::Running),
         "starting": count(NodeState::Starting), "startTaskFailed": count(NodeState::StartTaskFailed),
         "leavingPool": count(NodeState::LeavingPool), "unknown": count(NodeState::Unknown),
-        "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask), "deallocated": 0,
-        "deallocating": 0, "upgradingOS": 0, "total": nodes.len(),
+        "unusable": count(NodeState::Unusable), "waitingForStartTask": count(NodeState::WaitingForStartTask),
+        "deallocated": count(NodeState::Deallocated), "deallocating": count(NodeState::Deallocating), "upgradingOS": 0, "total": nodes.len(),
     })
 }
 

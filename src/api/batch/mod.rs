@@ -93,6 +93,11 @@ fn pool_routes() -> Router<Arc<AppState>> {
             post(nodes::reimage),
         )
         .route(
+            "/pools/{pool_id}/nodes/{node_id}/deallocate",
+            post(nodes::deallocate),
+        )
+        .route("/pools/{pool_id}/nodes/{node_id}/start", post(nodes::start))
+        .route(
             "/pools/{pool_id}/nodes/{node_id}/uploadbatchservicelogs",
             post(node_logs::upload),
         )

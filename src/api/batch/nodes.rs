@@ -155,6 +155,57 @@ pub async fn reimage(
     restart(&app, (&pool_id, &node_id), option, reimage).await
 }
 
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DeallocateBody {
+    node_deallocate_option: Option<String>,
+}
+
+/// Deallocates a node: its running tasks are requeued (or ended, or left to finish:
+/// nodeDeallocateOption), then its container stops with its disk kept. A deallocated node runs
+/// nothing and is not billed until it is started again.
+pub async fn deallocate(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> ApiResult<axum::response::Response> {
+    let body: DeallocateBody = optional_body(&body)?;
+    let option = deallocation(
+        "nodeDeallocateOption",
+        body.node_deallocate_option.as_deref(),
+    )?;
+    let deallocate = (crate::domain::pool::NodeState::Deallocating, "deallocated");
+    restart(&app, (&pool_id, &node_id), option, deallocate).await
+}
+
+/// Starts a deallocated node: its container starts with its disk as it was, and its start task
+/// runs again, as after a reboot.
+pub async fn start(
+    app: Ctx,
+    Path((pool_id, node_id)): Path<(String, String)>,
+) -> ApiResult<axum::response::Response> {
+    let pool = find(&app, &pool_id).await?;
+    let node = find_node(&app, &pool, &node_id).await?;
+    let mut tx = app.db.begin().await?;
+    use crate::domain::pool::NodeState::{Deallocated, Starting};
+    if !store::nodes::set_state_from(&mut *tx, node.pk, (Deallocated, Starting)).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "NodeNotDeallocated",
+            format!(
+                "The node {node_id:?} is {}; only a deallocated node can be started.",
+                node.state
+            ),
+        ));
+    }
+    store::preparations::forget_for_reboot(&mut *tx, node.pk).await?;
+    tx.commit().await?;
+    app.wake_allocator();
+    Ok(axum::response::IntoResponse::into_response(
+        StatusCode::ACCEPTED,
+    ))
+}
+
 fn deallocation(
     name: &str,
     given: Option<&str>,
@@ -172,8 +223,8 @@ fn deallocation(
     }
 }
 
-/// Stops (or leaves) the node's tasks as `option` says and puts it in `state` (rebooting or
-/// reimaging), for the allocator to make it again.
+/// Stops (or leaves) the node's tasks as `option` says and puts it in `state` (rebooting,
+/// reimaging or deallocating), for the allocator to make it again or stop it.
 async fn restart(
     app: &Ctx,
     (pool_id, node_id): (&str, &str),

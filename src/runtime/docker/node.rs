@@ -292,6 +292,24 @@ impl DockerRuntime {
         ))
     }
 
+    /// Stops the node's container (its agent, and so its tasks, end; its disk stays).
+    pub(super) async fn stop_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
+            .t(1)
+            .build();
+        match self
+            .docker
+            .stop_container(&container_name(server_id, node_id), Some(options))
+            .await
+        {
+            // 304: stopped already; 404: gone (it is made again when it starts).
+            Err(e) if !matches!(status_of(&e), Some(304 | 404)) => {
+                Err(anyhow::Error::new(e).context("stopping the node's container"))
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
         let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
             .t(1)

@@ -218,6 +218,15 @@ impl NodeRuntime for LocalRuntime {
         Box::pin(async { Ok(()) })
     }
 
+    /// A local node's agent ends, and what it runs; its directory stays.
+    fn stop_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(LocalRuntime::remove_node(self, node_id))
+    }
+
     fn list_nodes<'a>(
         &'a self,
         server_id: &'a str,

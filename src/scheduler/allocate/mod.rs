@@ -126,8 +126,9 @@ impl Allocator {
             .collect();
         for row in &rows {
             let state = row.state;
+            // A deallocating node's container stops anyway: the next pass goes on with that.
             if state.is_provisioned()
-                && state != NodeState::Unusable
+                && !matches!(state, NodeState::Unusable | NodeState::Deallocating)
                 && !running.contains(row.id.as_str())
             {
                 tracing::warn!(node = %row.id, "the node's container is gone or stopped; making it again");
@@ -179,6 +180,7 @@ impl Allocator {
             match node.state {
                 NodeState::LeavingPool => self.ensure_removal(node, node.retain_data),
                 NodeState::Preempted => self.on_preempted(pool, node, dedicated_waiting),
+                NodeState::Deallocating => self.ensure_deallocated(node),
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }
@@ -241,6 +243,33 @@ impl Allocator {
                 tracing::error!(node = %id, error = %format!("{e:#}"), "removing the node failed; will retry");
             }
         });
+    }
+
+    /// Stops a deallocating node once what runs on it is done (its tasks were requeued or
+    /// ended, unless the deallocate let them finish): its container stops with its disk kept,
+    /// its usage record closes, and it is deallocated.
+    fn ensure_deallocated(self: &Arc<Self>, node: &NodeRow) {
+        let (this, id, node_pk) = (Arc::clone(self), node.id.clone(), node.pk);
+        self.remove_once(&node.id, async move {
+            if let Err(e) = this.deallocate(&id, node_pk).await {
+                tracing::error!(node = %id, error = %format!("{e:#}"), "deallocating the node failed; will retry");
+            }
+        });
+    }
+
+    async fn deallocate(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
+        while store::tasks::any_running_on_node(&self.db, node_pk).await? {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        self.runtime.stop_node(&self.server_id, node_id).await?;
+        let mut tx = self.db.begin().await?;
+        let stopped = (NodeState::Deallocating, NodeState::Deallocated);
+        if store::nodes::set_state_from(&mut *tx, node_pk, stopped).await? {
+            store::usage::close(&mut *tx, node_id, Utc::now()).await?;
+            tracing::info!(node = %node_id, "node deallocated");
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Runs `removal` (of the node, or of its container) in a task of its own, one at a time

@@ -94,6 +94,21 @@ impl NodeRuntime for DockerHosts {
         })
     }
 
+    fn stop_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            self.host_of(node_id)?
+                .runtime
+                .stop_node(server_id, node_id)
+                .await?;
+            self.agent.agents.forget(node_id);
+            Ok(())
+        })
+    }
+
     fn list_nodes<'a>(
         &'a self,
         server_id: &'a str,
