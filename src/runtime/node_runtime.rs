@@ -67,14 +67,6 @@ pub trait NodeRuntime: Send + Sync {
         node_id: &'a str,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
 
-    /// Stops the node and what runs on it, keeping its disk (a deallocate); making it
-    /// (`create_node`) starts it again.
-    fn stop_node<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>>;
-
     /// The node agent's log from `since` to `until` (Unix seconds; `until` 0: to now), its last
     /// [`MAX_AGENT_LOG`] bytes, for `uploadbatchservicelogs`.
     fn agent_log<'a>(
@@ -125,6 +117,14 @@ pub trait NodeRuntime: Send + Sync {
             .into())
         })
     }
+
+    /// Stops the node and what runs on it, keeping its disk (a deallocate); making it
+    /// (`create_node`) starts it again.
+    fn stop_node<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
 
     /// Removes the task containers of this installation that are no longer running (those
     /// of attempts that ended while no server watched, or left half made).

@@ -9,6 +9,7 @@
 
 mod agent_files;
 mod exec;
+mod existing;
 mod hosts;
 mod image;
 mod logs;

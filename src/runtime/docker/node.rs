@@ -1,11 +1,10 @@
-//! A node's container and its account's network: made (or adopted, after a crash mid-way),
-//! restarted, found again after a restart, and removed.
+//! A node's container and its account's network: made (or adopted, after a crash mid-way).
+//! What happens to it after is `existing`'s.
 
 use std::collections::HashMap;
 
-use anyhow::Context;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::{
     container_name, network_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT,
@@ -13,8 +12,8 @@ use super::{
 use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
-    FoundNode, NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL,
-    LABEL_SERVER, LABEL_TAG_PREFIX, LABEL_TASK,
+    NodeError, NodeHandle, NodeSpec, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
+    LABEL_TAG_PREFIX,
 };
 
 /// A step of making a node failed: `what` says which.
@@ -234,115 +233,6 @@ impl DockerRuntime {
             Err(e) if status_of(&e) != Some(409) => Err(e),
             _ => Ok(name),
         }
-    }
-
-    pub(super) async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        self.forget_node(server_id, node_id);
-        self.agent.agents.forget(node_id);
-        let container = container_name(server_id, node_id);
-        let account = match self.docker.inspect_container(&container, None).await {
-            Ok(info) => info
-                .config
-                .and_then(|c| c.labels)
-                .and_then(|mut l| l.remove(LABEL_ACCOUNT)),
-            Err(e) if status_of(&e) == Some(404) => return Ok(()),
-            Err(e) => return Err(e).context("inspecting the node's container"),
-        };
-        match self
-            .docker
-            .remove_container(&container, Some(removal()))
-            .await
-        {
-            Err(e) if status_of(&e) != Some(404) => {
-                return Err(e).context("removing the node's container")
-            }
-            _ => {}
-        }
-        // The account's network goes with its last node; while other nodes use it, the engine
-        // refuses (403), which is as it should be.
-        if let Some(account) = account {
-            let _one_at_a_time = self.networks.lock().await;
-            let _ = self
-                .docker
-                .remove_network(&network_name(server_id, &account))
-                .await;
-        }
-        Ok(())
-    }
-
-    /// What an existing node takes of its host: its account and pool (from its labels), CPUs
-    /// and memory (MiB).
-    pub(super) async fn node_size(
-        &self,
-        server_id: &str,
-        node_id: &str,
-    ) -> anyhow::Result<((String, String), f64, i64)> {
-        let info = self
-            .docker
-            .inspect_container(&container_name(server_id, node_id), None)
-            .await
-            .context("inspecting the node's container")?;
-        let host = info.host_config.unwrap_or_default();
-        let mut labels = info.config.and_then(|c| c.labels).unwrap_or_default();
-        let mut label = |key| labels.remove(key).unwrap_or_default();
-        Ok((
-            (label(LABEL_ACCOUNT), label(LABEL_POOL)),
-            host.nano_cpus.unwrap_or(0) as f64 / 1e9,
-            host.memory.unwrap_or(0) / (1024 * 1024),
-        ))
-    }
-
-    /// Stops the node's container (its agent, and so its tasks, end; its disk stays).
-    pub(super) async fn stop_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
-            .t(1)
-            .build();
-        match self
-            .docker
-            .stop_container(&container_name(server_id, node_id), Some(options))
-            .await
-        {
-            // 304: stopped already; 404: gone (it is made again when it starts).
-            Err(e) if !matches!(status_of(&e), Some(304 | 404)) => {
-                Err(anyhow::Error::new(e).context("stopping the node's container"))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    pub(super) async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default()
-            .t(1)
-            .build();
-        self.docker
-            .restart_container(&container_name(server_id, node_id), Some(options))
-            .await
-            .context("restarting the node's container")
-    }
-
-    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![format!("{LABEL_SERVER}={server_id}")],
-        )]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = self.docker.list_containers(Some(options)).await?;
-        Ok(containers
-            .into_iter()
-            .filter_map(|c| {
-                let labels = c.labels.as_ref()?;
-                // A task's own container carries its node's labels too; it is not a node.
-                if labels.contains_key(LABEL_TASK) {
-                    return None;
-                }
-                let node_id = labels.get(LABEL_NODE)?.clone();
-                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
-                Some(FoundNode { node_id, running })
-            })
-            .collect())
     }
 }
 
