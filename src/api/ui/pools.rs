@@ -56,7 +56,7 @@ pub async fn list(ui: Ui) -> Page {
 
 const LEGEND: &str = "<p class=\"legend\">Nodes: <span class=\"key n-idle\"></span>idle \
     <span class=\"key n-running\"></span>running (darker: more slots in use) \
-    <span class=\"key n-starting\"></span>starting <span class=\"key n-leavingpool\"></span>leaving or preempted \
+    <span class=\"key n-starting\"></span>starting <span class=\"key n-leavingpool\"></span>leaving, preempted or deallocated \
     <span class=\"key n-unusable\"></span>unusable or failed</p>";
 
 /// A pool: its facts, its heat map, the jobs on it (`jobs`, list items) and its resize form.
