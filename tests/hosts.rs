@@ -217,6 +217,34 @@ async fn a_pool_whose_nodes_talk_to_each_other_stays_on_one_host() {
     );
 }
 
+/// A dedicated node with no room takes low-priority nodes' room only where it may go: for a
+/// pool whose nodes talk to each other, the host of its other nodes. Preempting elsewhere would
+/// gain it nothing, so nothing is preempted and the node is `unusable`.
+#[tokio::test]
+async fn a_pool_kept_on_one_host_preempts_nothing_on_the_others() {
+    let _alone = one_at_a_time().await;
+    // Each host takes one standard_a1 node.
+    let s = server_on_three_hosts(",cpus=1").await;
+    let spot = json!({"id": "spot", "vmSize": "standard_a1", "targetLowPriorityNodes": 2});
+    assert_eq!(s.post("/pools", &spot).await.0, 201);
+    s.wait_nodes("spot", 2, "idle").await;
+    let body = json!({"id": "talk", "vmSize": "standard_a1", "targetDedicatedNodes": 2, "enableInterNodeCommunication": true});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    wait_for("1 idle node and 1 unusable", || async {
+        let (_, pool) = s.get("/pools/talk").await;
+        let nodes = s.nodes("talk").await;
+        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
+        (pool["allocationState"] == "steady" && count("idle") == 1 && count("unusable") == 1)
+            .then_some(())
+    })
+    .await;
+    let spot = s.nodes("spot").await;
+    assert!(
+        spot.iter().all(|n| n["state"] == "idle"),
+        "no low-priority node was preempted: {spot:?}"
+    );
+}
+
 /// A Docker engine of the test's own, to lose and bring back: stopped gracefully (it stops its
 /// containers, as a host going down does) and started again with the same state. On a unix
 /// socket, or on a TCP port that requires TLS client certificates.

@@ -63,6 +63,15 @@ fn taken(placed: &HashMap<String, Placed>, host: usize) -> (f64, i64) {
     )
 }
 
+/// The host that a node of `spec` must go on: that of its pool's placed nodes, where they talk
+/// to each other (`together`); None where any host will do.
+fn kept_on(placed: &HashMap<String, Placed>, spec: &NodeSpec) -> Option<usize> {
+    let found = placed
+        .values()
+        .find(|p| p.pool.0 == spec.account && p.pool.1 == spec.pool_id);
+    found.filter(|_| spec.together).map(|p| p.host)
+}
+
 /// Where a node is, and what it takes there.
 #[derive(Clone, Debug)]
 struct Placed {
@@ -255,9 +264,9 @@ impl DockerHosts {
         }
         let hosts = self.all();
         let pool = (spec.account.clone(), spec.pool_id.clone());
-        let pool_host = placed.values().find(|p| p.pool == pool).map(|p| p.host);
+        let kept = kept_on(&placed, spec);
         let chosen = (0..hosts.len())
-            .filter(|&h| !spec.together || pool_host.is_none_or(|p| p == h))
+            .filter(|&h| kept.is_none_or(|k| k == h))
             .filter(|&h| self.takes_nodes(&hosts, h))
             .filter(|&h| {
                 let (cpus, memory) = taken(&placed, h);
@@ -268,7 +277,7 @@ impl DockerHosts {
                 let of_pool = on.iter().filter(|p| p.pool == pool).count();
                 (of_pool, on.len(), h)
             })
-            .ok_or_else(|| no_room(spec, &hosts, pool_host.filter(|_| spec.together)))?;
+            .ok_or_else(|| no_room(spec, &hosts, kept))?;
         placed.insert(
             spec.node_id.clone(),
             Placed {
@@ -282,12 +291,15 @@ impl DockerHosts {
     }
 
     /// Which of `candidates` to preempt so that a node of `spec` fits: on each host that takes
-    /// new nodes, the candidates there (in the order given) until it fits; the host where the
-    /// fewest must go. None when no host would have room.
+    /// new nodes (for a pool whose nodes talk to each other, only the host of its nodes), the
+    /// candidates there (in the order given) until it fits; the host where the fewest must go.
+    /// None when no host would have room.
     fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
         let placed = self.placed.lock().expect("lock");
         let hosts = self.all();
+        let kept = kept_on(&placed, spec);
         (0..hosts.len())
+            .filter(|&h| kept.is_none_or(|k| k == h))
             .filter(|&h| self.takes_nodes(&hosts, h))
             .filter_map(|h| {
                 let (mut cpus, mut memory) = taken(&placed, h);
