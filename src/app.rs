@@ -4,9 +4,10 @@
 mod account;
 mod agents;
 mod host;
+mod installation;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -102,51 +103,13 @@ pub async fn open_database(
     }
 }
 
-/// On a first start, the configured account is made with new keys; its primary key is written
-/// to a file only the server's user can read (never to the log).
-async fn ensure_account(db: &PgPool, name: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
-    if store::accounts::get(db, name).await?.is_some() {
-        return Ok(());
-    }
-    let primary = api::auth::new_key();
-    if !store::accounts::create(db, name, &primary, &api::auth::new_key()).await? {
-        return Ok(());
-    }
-    let file = data_dir.join(format!("{name}.key"));
-    write_private(&file, &primary)?;
-    tracing::info!(account = name, key_file = %file.display(), "created the account; its primary key is in the key file (`batchpool account show {name}` prints both keys)");
-    Ok(())
-}
-
-/// Writes a secret to a file only the server's user can read.
-fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(file)?
-        .write_all(secret.as_bytes())
-}
-
-/// The installation's server id, with its account made and the operator's token written out.
-async fn installation(db: &PgPool, account: &str, data_dir: &Path) -> anyhow::Result<String> {
-    let server_id = store::server_id(db).await?;
-    ensure_account(db, account, data_dir).await?;
-    let token = store::operator_token(db).await?;
-    write_private(&data_dir.join("operator.token"), &token)?;
-    Ok(server_id)
-}
-
 async fn run(
     config: ServeConfig,
     data_dir: PathBuf,
     settings: Settings,
     db: PgPool,
 ) -> anyhow::Result<()> {
-    let server_id = installation(&db, &settings.account, &data_dir).await?;
+    let server_id = installation::installation(&db, &settings.account, &data_dir).await?;
     let layout = Layout::new(&data_dir);
     let (runtime, agent_listener) = choose_runtime(&config, layout.clone(), &server_id).await?;
     crate::api::batch::identity::record_task_user(runtime.name());
@@ -173,10 +136,15 @@ async fn run(
     );
     let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
     let bes = bes_config(&config, &settings)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let tokens = installation::task_tokens(&db, settings.public_url.as_deref(), addr).await?;
     let state = Arc::new(AppState::new(
         db.clone(),
         settings,
-        (layout, peers),
+        (layout, peers, tokens.key.clone()),
         probes,
         wake.clone(),
     ));
@@ -193,14 +161,10 @@ async fn run(
             bes,
             fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
             job_maker: Arc::new(api::batch::schedules::SpecJobs(state.clone())),
+            tokens,
         },
         cancel.clone(),
     ));
-
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let addr = listener.local_addr()?;
     // On stdout, for people and for tests that start the server on port 0.
     println!("batchpool listening on http://{addr}");
     tracing::info!(%addr, "listening");

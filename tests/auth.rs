@@ -378,3 +378,70 @@ async fn links_follow_the_public_url_or_the_proxy() {
         "{link}"
     );
 }
+
+/// A job manager task with `authenticationTokenSettings` `{"access": ["job"]}` gets a token
+/// (AZ_BATCH_AUTHENTICATION_TOKEN) and the API's address (AZ_BATCH_ACCOUNT_URL): with it, it
+/// adds a task to its own job, and is refused anything else. The token is good while its
+/// attempt runs: the same token fails once the task has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_token_reaches_its_own_job_while_it_runs() {
+    let s = TestServer::start(Rt::Local).await;
+    s.pool_of_one_idle_node("p").await;
+    s.job_on("other", "p").await;
+    let call = |what: &str| {
+        format!(
+            "curl -s -o /dev/null -w '%{{http_code}}\\n' -H \"Authorization: Bearer $AZ_BATCH_AUTHENTICATION_TOKEN\" {what}"
+        )
+    };
+    let api = |path: &str| format!("\"$AZ_BATCH_ACCOUNT_URL{path}?api-version=2025-06-01\"");
+    let script = [
+        call(&format!(
+            "-H 'Content-Type: application/json' -d \"$BODY\" {}",
+            api("/jobs/$AZ_BATCH_JOB_ID/tasks")
+        )),
+        call(&api("/jobs/$AZ_BATCH_JOB_ID")),
+        call(&api("/jobs/other")),
+        call(&api("/pools")),
+        "echo \"$AZ_BATCH_AUTHENTICATION_TOKEN\" > $AZ_BATCH_NODE_SHARED_DIR/token".to_string(),
+    ]
+    .join("; ");
+    let manager = json!({
+        "id": "jm", "commandLine": format!("sh -c '{}'", script.replace('\'', "'\\''")),
+        "killJobOnCompletion": false, "runExclusive": false,
+        "authenticationTokenSettings": {"access": ["job"]},
+        "environmentSettings": [{"name": "BODY", "value": r#"{"id": "added", "commandLine": "echo added"}"#}],
+    });
+    let job = json!({"id": "j", "poolInfo": {"poolId": "p"}, "jobManagerTask": manager});
+    let (status, body) = s.post("/jobs", &job).await;
+    assert_eq!(status, 201, "{body}");
+    let jm = s.wait_task("j", "jm", "completed").await;
+    assert_eq!(jm["executionInfo"]["result"], "success", "{jm}");
+    assert_eq!(
+        jm["authenticationTokenSettings"],
+        json!({"access": ["job"]})
+    );
+    let out = s.file("/jobs/j/tasks/jm/files/stdout.txt").await.unwrap();
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["201", "200", "403", "403"],
+        "its own job, and nothing else: {out}"
+    );
+    let added = s.wait_task("j", "added", "completed").await;
+    assert_eq!(added["executionInfo"]["result"], "success", "{added}");
+
+    let node = s.nodes("p").await[0]["id"].as_str().unwrap().to_string();
+    let token = s.shared_file("p", &node, "token").await;
+    let bearer = [("Authorization", format!("Bearer {}", token.trim()))];
+    let (status, body) = raw(&s, &bearer).await;
+    assert_eq!(status, 401, "its attempt has ended: {body}");
+    let forged = [("Authorization", "Bearer bpt1.e30.AAAA".to_string())];
+    assert_eq!(raw(&s, &forged).await.0, 401);
+    // A task that asks for an access there is not is refused by name.
+    let bad = json!({"id": "bad", "commandLine": "true", "authenticationTokenSettings": {"access": ["pool"]}});
+    let (status, body) = s.post("/jobs/j/tasks", &bad).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["values"][0]["value"],
+        "authenticationTokenSettings.access"
+    );
+}

@@ -96,6 +96,7 @@ fn new_task(id: &str, depends_on: &[&str]) -> tasks::NewTask {
         files: None,
         kills_job: false,
         dedicated_only: false,
+        job_token: false,
     }
 }
 

@@ -1,7 +1,9 @@
 //! Shared Key authentication, exactly as the Azure Batch SDKs sign (see the wire reference,
 //! section 3): every Batch API request carries `Authorization: SharedKey <account>:<signature>`,
 //! an HMAC-SHA256 with the account's key over a canonical string of the request. The request's
-//! account is then the only one whose pools, jobs and files it can see.
+//! account is then the only one whose pools, jobs and files it can see. A task's
+//! authentication token (`Authorization: Bearer <token>`, `domain::task_token`) is taken too,
+//! for its own job's operations only, while the attempt it was given to runs.
 
 use std::sync::Arc;
 
@@ -51,6 +53,15 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
             "The request has no Authorization header; sign it with Shared Key.",
         );
     };
+    if let Some(token) = auth.strip_prefix("Bearer ") {
+        return match task_token_account(&app, token.trim(), req.uri().path()).await {
+            Ok(account) => {
+                req.extensions_mut().insert(account);
+                next.run(req).await
+            }
+            Err(refusal) => refusal,
+        };
+    }
     let Some((account, given)) = auth
         .strip_prefix("SharedKey ")
         .and_then(|rest| rest.split_once(':'))
@@ -106,6 +117,42 @@ pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Nex
     let account = Account(keys.name);
     req.extensions_mut().insert(account);
     next.run(req).await
+}
+
+/// The account of a request made with a task's token: the token must be one this installation
+/// signed, its attempt must still run, and the request must be about that attempt's job
+/// (`/jobs/{job}` or below).
+async fn task_token_account(app: &AppState, token: &str, path: &str) -> Result<Account, Response> {
+    let Some(opened) = app.task_key.open(token) else {
+        return Err(refused(
+            StatusCode::UNAUTHORIZED,
+            "The bearer token is not a task authentication token of this server.",
+        ));
+    };
+    let job = match store::tasks::token_job(&app.db, &opened).await {
+        Ok(Some(job)) => job,
+        Ok(None) => {
+            return Err(refused(
+                StatusCode::UNAUTHORIZED,
+                "The task attempt this token was given to has ended; a token is good while its attempt runs.",
+            ))
+        }
+        Err(e) => return Err(ApiError::from(e).into_response()),
+    };
+    let mut segments = path.trim_start_matches('/').split('/');
+    let own_job = segments.next() == Some("jobs")
+        && segments
+            .next()
+            .is_some_and(|j| j.eq_ignore_ascii_case(&job));
+    if !own_job {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "AuthorizationFailure",
+            format!("This request is not authorized to perform this operation: a task's authentication token grants access to its job {job:?} (/jobs/{job} and below) only."),
+        )
+        .into_response());
+    }
+    Ok(Account(opened.account))
 }
 
 #[cfg(test)]

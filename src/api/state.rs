@@ -46,13 +46,15 @@ pub struct AppState {
     /// What /health/ready checks besides the database.
     pub probes: super::health::Probes,
     wake: Wakeups,
+    /// What tasks' authentication tokens are signed with (`api::auth`).
+    pub task_key: crate::domain::task_token::TokenKey,
 }
 
 impl AppState {
     pub fn new(
         db: PgPool,
         settings: Settings,
-        (layout, peers): (Layout, Arc<Peers>),
+        (layout, peers, task_key): (Layout, Arc<Peers>, crate::domain::task_token::TokenKey),
         probes: super::health::Probes,
         wake: Wakeups,
     ) -> Self {
@@ -64,6 +66,7 @@ impl AppState {
             runtime: probes.runtime.clone(),
             probes,
             wake,
+            task_key,
         }
     }
 

@@ -45,6 +45,7 @@ pub mod lenient;
 pub mod metering;
 pub mod pool;
 pub mod signing;
+pub mod task_token;
 pub mod vm_size;
 
 pub use duration::IsoDuration;

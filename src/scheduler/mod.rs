@@ -76,6 +76,8 @@ pub struct Scheduler {
     pub peer_url: String,
     /// Makes the jobs of job schedules (the API's job add).
     pub job_maker: Arc<dyn ops::schedules::JobMaker>,
+    /// Tokens for the attempts of tasks with authenticationTokenSettings.
+    pub tokens: crate::domain::task_token::Issuer,
 }
 
 /// How often a leader makes sure that its lock connection still answers, and how long it waits
@@ -218,7 +220,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.server_id.clone(),
         s.wake.clone(),
         s.fetcher.clone(),
-        s.bes.clone(),
+        (s.bes.clone(), s.tokens.clone()),
         cancel.clone(),
     );
     let driver = bes::BesJobDriver::new(

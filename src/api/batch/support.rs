@@ -42,6 +42,9 @@ const INTER_NODE: &str = "hosts.rs::a_pool_whose_nodes_talk_to_each_other_stays_
 const MANUAL_UPGRADES: &str =
     "pools.rs::a_manual_upgrade_policy_is_taken_and_automatic_ones_refused";
 
+/// A task's attempts get a token for its job's operations (`api::task_tokens`).
+const TASK_TOKENS: &str = "auth.rs::a_task_s_token_reaches_its_own_job_while_it_runs";
+
 /// A body's properties and what happens to each.
 pub type Table = &'static [(&'static str, Support)];
 
@@ -299,10 +302,7 @@ pub const TASK_ADD: Table = &[
         "applicationPackageReferences",
         Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
     ),
-    (
-        "authenticationTokenSettings",
-        Refused("authentication tokens for tasks"),
-    ),
+    ("authenticationTokenSettings", Works(TASK_TOKENS)),
     ("commandLine", Works("jobs.rs::slots_are_never_exceeded")),
     (
         "constraints",
@@ -564,10 +564,7 @@ pub const JOB_MANAGER_TASK: Table = &[
         "applicationPackageReferences",
         Works("data.rs::application_packages_are_installed_on_the_node_before_the_task"),
     ),
-    (
-        "authenticationTokenSettings",
-        Refused("authentication tokens for tasks"),
-    ),
+    ("authenticationTokenSettings", Works(TASK_TOKENS)),
     (
         "commandLine",
         Works("prep.rs::a_job_manager_task_runs_first_alone_and_ends_its_job"),

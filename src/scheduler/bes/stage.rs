@@ -129,6 +129,7 @@ fn score_task(job: &BesJobRow) -> store::tasks::NewTask {
         files: None,
         kills_job: false,
         dedicated_only: false,
+        job_token: false,
     }
 }
 

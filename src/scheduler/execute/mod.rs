@@ -48,6 +48,8 @@ pub struct Executor {
     packages: Packages,
     /// Where BES jobs' inputs come from, for their tasks.
     bes: super::bes::Config,
+    /// Tokens for the attempts of tasks with authenticationTokenSettings.
+    tokens: crate::domain::task_token::Issuer,
 }
 
 /// An attempt being watched.
@@ -73,7 +75,7 @@ impl Executor {
         server_id: String,
         wake: Wakeups,
         fetcher: task_files::Fetcher,
-        bes: super::bes::Config,
+        (bes, tokens): (super::bes::Config, crate::domain::task_token::Issuer),
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let (outcomes, ended) = tokio::sync::mpsc::unbounded_channel();
@@ -100,6 +102,7 @@ impl Executor {
             ),
             fetcher,
             bes,
+            tokens,
         })
     }
 

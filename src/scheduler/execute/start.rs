@@ -57,6 +57,7 @@ impl Executor {
             env: task_environment(&self.runtime, &self.server_id, a, node_id)
                 .into_iter()
                 .chain(package_env)
+                .chain(self.token_env(a))
                 .collect(),
             container: task_container(a),
         };
@@ -82,6 +83,21 @@ impl Executor {
                 Err(e) => Ok(Err(format!("{e:#}"))),
             },
         }
+    }
+
+    /// The token of an attempt of a task with authenticationTokenSettings, and where the API
+    /// is; nothing for other tasks.
+    fn token_env(&self, a: &AttemptRow) -> Vec<(String, String)> {
+        if !a.job_token {
+            return Vec::new();
+        }
+        let token = crate::domain::task_token::TaskToken {
+            account: a.account.clone(),
+            job_pk: a.job_pk,
+            task_pk: a.pk,
+            attempt: a.attempt,
+        };
+        self.tokens.env(&token).into()
     }
 }
 

@@ -69,10 +69,10 @@ pub async fn insert_many(
     let inserted = sqlx::query_scalar!(
         r#"INSERT INTO tasks (job_pk, id, display_name, command_line, environment, required_slots, max_wall_clock_ticks,
             retention_ticks, max_task_retry_count, depends_on, exit_conditions, extra, files, kills_job, dedicated_only,
-            state, state_transition_time, creation_time, last_modified)
+            job_token, state, state_transition_time, creation_time, last_modified)
          SELECT $1, * , 'active', now(), now(), now() FROM unnest($2::text[], $3::text[], $4::text[], $5::jsonb[], $6::int[],
             $7::bigint[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[], $12::jsonb[], $13::jsonb[], $14::bool[],
-            $15::bool[])
+            $15::bool[], $16::bool[])
          ON CONFLICT (job_pk, lower(id)) DO NOTHING RETURNING id"#,
         job_pk,
         &column!(|t| t.id.clone()) as _,
@@ -89,6 +89,7 @@ pub async fn insert_many(
         &column!(|t| t.files.clone()) as _,
         &column!(|t| t.kills_job) as _,
         &column!(|t| t.dedicated_only) as _,
+        &column!(|t| t.job_token) as _,
     )
     .fetch_all(&mut **tx)
     .await?;

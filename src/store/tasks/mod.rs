@@ -98,6 +98,8 @@ pub struct NewTask {
     pub kills_job: bool,
     /// A job manager task with allowLowPriorityNode false: dedicated nodes only.
     pub dedicated_only: bool,
+    /// authenticationTokenSettings with access to the job: each attempt gets a token for it.
+    pub job_token: bool,
 }
 
 pub async fn get(db: impl PgExecutor<'_>, job_pk: i64, id: &str) -> sqlx::Result<Option<TaskRow>> {

@@ -46,6 +46,8 @@ pub struct AttemptRow {
     pub required_slots: i32,
     /// The task slots of a node of the attempt's pool.
     pub pool_slots: Option<i32>,
+    /// Its attempts get a token for its job's operations (authenticationTokenSettings).
+    pub job_token: bool,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -54,7 +56,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.creation_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.creation_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, t.job_token, "# + $tail
             $(, $arg)*
         )
     };
@@ -234,5 +236,24 @@ pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx:
         node_pk,
     )
     .fetch_one(db)
+    .await
+}
+
+/// The id of the job of a token's task attempt (account, job, task and attempt by their keys),
+/// while that attempt is preparing or running; None once it ended or was requeued.
+pub async fn token_job(
+    db: impl PgExecutor<'_>,
+    t: &crate::domain::task_token::TaskToken,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "SELECT j.id FROM tasks t JOIN jobs j ON j.pk = t.job_pk \
+         WHERE t.pk = $1 AND t.job_pk = $2 AND t.attempt = $3 AND j.account = $4 \
+           AND t.state IN ('preparing', 'running')",
+        t.task_pk,
+        t.job_pk,
+        t.attempt,
+        &t.account,
+    )
+    .fetch_optional(db)
     .await
 }

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::task_url;
+use crate::api::error::{ApiError, ApiResult};
 use crate::api::{etag, rfc3339};
 use crate::domain::job::TaskState;
 use crate::domain::IsoDuration;
@@ -136,10 +137,21 @@ pub(super) struct AffinityInfo {
     affinity_id: String,
 }
 
-/// What a task keeps beside its columns and answers as it was given: its affinityInfo, and its
-/// userIdentity (an admin auto-user, which every task runs as).
-pub(super) fn extra(affinity: Option<AffinityInfo>, identity: Option<Value>) -> Value {
+/// What a task keeps beside its columns and answers as it was given: its affinityInfo, its
+/// userIdentity (an admin auto-user, which every task runs as), and its
+/// authenticationTokenSettings (`job_token`: access to its job).
+pub(super) fn extra(
+    affinity: Option<AffinityInfo>,
+    identity: Option<Value>,
+    job_token: bool,
+) -> Value {
     let mut extra = Map::new();
+    if job_token {
+        extra.insert(
+            "authenticationTokenSettings".into(),
+            json!({"access": ["job"]}),
+        );
+    }
     if let Some(a) = affinity {
         extra.insert("affinityInfo".into(), json!({"affinityId": a.affinity_id}));
     }
@@ -147,4 +159,33 @@ pub(super) fn extra(affinity: Option<AffinityInfo>, identity: Option<Value>) -> 
         extra.insert("userIdentity".into(), identity);
     }
     Value::Object(extra)
+}
+
+/// A task's authenticationTokenSettings, checked: whether they give it access to its job (the
+/// one access Azure has, `job`); an empty `access` or none gives it nothing.
+pub(super) fn token_access(given: Option<Value>) -> ApiResult<bool> {
+    let bad = |name: &str, value: &Value, why: &str| {
+        ApiError::invalid_property(
+            &format!("authenticationTokenSettings{name}"),
+            value.to_string(),
+            why,
+        )
+    };
+    let settings = match given {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(settings)) => settings,
+        Some(other) => return Err(bad("", &other, "must be an object")),
+    };
+    match settings.get("access") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Array(access)) => {
+            for a in access {
+                if !a.as_str().is_some_and(|a| a.eq_ignore_ascii_case("job")) {
+                    return Err(bad(".access", a, "the one access there is is `job`"));
+                }
+            }
+            Ok(!access.is_empty())
+        }
+        Some(other) => Err(bad(".access", other, "must be a list, such as [\"job\"]")),
+    }
 }

@@ -77,6 +77,7 @@ pub struct TaskCreate {
     application_package_references: Option<Vec<PackageReference>>,
     container_settings: Option<Value>,
     affinity_info: Option<super::json::AffinityInfo>,
+    authentication_token_settings: Option<Value>,
     /// The properties above are those that work; any other is refused or ignored by `TASK_ADD`.
     #[serde(flatten)]
     rest: Map<String, Value>,
@@ -99,6 +100,7 @@ pub(super) fn validate(
     let command_line = command_line(t.command_line, container.is_some())?;
     refuse_unsupported(TASK_ADD, "", &t.rest)?;
     let identity = crate::api::batch::identity::checked(&t.rest, "")?;
+    let job_token = super::json::token_access(t.authentication_token_settings)?;
     let required_slots = required_slots(t.required_slots, job, pool_slots)?;
     let c = t.constraints.unwrap_or_default();
     let max_task_retry_count = c.retry_count(job)?;
@@ -136,10 +138,11 @@ pub(super) fn validate(
         dependency_ids: deps.ids,
         dependency_ranges: deps.ranges,
         exit_conditions,
-        extra: super::json::extra(t.affinity_info, identity),
+        extra: super::json::extra(t.affinity_info, identity, job_token),
         files,
         kills_job: false,
         dedicated_only: false,
+        job_token,
     })
 }
 

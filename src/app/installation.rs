@@ -1,0 +1,73 @@
+//! What a server makes and reads of its installation as it starts: the server id, the first
+//! account with its key file, the operator token's file, and what tasks' authentication tokens
+//! are signed with.
+
+use std::path::Path;
+
+use sqlx::PgPool;
+
+use crate::{api, store};
+
+/// On a first start, the configured account is made with new keys; its primary key is written
+/// to a file only the server's user can read (never to the log).
+async fn ensure_account(db: &PgPool, name: &str, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    if store::accounts::get(db, name).await?.is_some() {
+        return Ok(());
+    }
+    let primary = api::auth::new_key();
+    if !store::accounts::create(db, name, &primary, &api::auth::new_key()).await? {
+        return Ok(());
+    }
+    let file = data_dir.join(format!("{name}.key"));
+    write_private(&file, &primary)?;
+    tracing::info!(account = name, key_file = %file.display(), "created the account; its primary key is in the key file (`batchpool account show {name}` prints both keys)");
+    Ok(())
+}
+
+/// Writes a secret to a file only the server's user can read.
+fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)?
+        .write_all(secret.as_bytes())
+}
+
+/// The installation's server id, with its account made and the operator's token written out.
+pub(super) async fn installation(
+    db: &PgPool,
+    account: &str,
+    data_dir: &Path,
+) -> anyhow::Result<String> {
+    let server_id = store::server_id(db).await?;
+    ensure_account(db, account, data_dir).await?;
+    let token = store::operator_token(db).await?;
+    write_private(&data_dir.join("operator.token"), &token)?;
+    Ok(server_id)
+}
+
+/// What tasks with authenticationTokenSettings get: tokens signed with the installation's key,
+/// and where the Batch API is: `--public-url`, else the address the server listens on (an
+/// unspecified one read as this host's loopback, which local nodes reach).
+pub(super) async fn task_tokens(
+    db: &PgPool,
+    public_url: Option<&str>,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<crate::domain::task_token::Issuer> {
+    let secret = store::operator_token(db).await?;
+    let mut reach = addr;
+    if reach.ip().is_unspecified() {
+        reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Ok(crate::domain::task_token::Issuer {
+        key: crate::domain::task_token::TokenKey::derive(&secret),
+        account_url: public_url.map_or_else(
+            || format!("http://{reach}"),
+            |u| u.trim_end_matches('/').to_string(),
+        ),
+    })
+}
