@@ -109,7 +109,8 @@ async fn run(
     settings: Settings,
     db: PgPool,
 ) -> anyhow::Result<()> {
-    let server_id = installation::installation(&db, &settings.account, &data_dir).await?;
+    let (server_id, task_key) =
+        installation::installation(&db, &settings.account, &data_dir).await?;
     let layout = Layout::new(&data_dir);
     let (runtime, agent_listener) = choose_runtime(&config, layout.clone(), &server_id).await?;
     crate::api::batch::identity::record_task_user(runtime.name());
@@ -140,7 +141,7 @@ async fn run(
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let tokens = installation::task_tokens(&db, settings.public_url.as_deref(), addr).await?;
+    let tokens = installation::task_tokens(task_key, settings.public_url.as_deref(), addr);
     let state = Arc::new(AppState::new(
         db.clone(),
         settings,

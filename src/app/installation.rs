@@ -6,6 +6,7 @@ use std::path::Path;
 
 use sqlx::PgPool;
 
+use crate::domain::task_token::{Issuer, TokenKey};
 use crate::{api, store};
 
 /// On a first start, the configured account is made with new keys; its primary key is written
@@ -37,37 +38,37 @@ fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
         .write_all(secret.as_bytes())
 }
 
-/// The installation's server id, with its account made and the operator's token written out.
+/// The installation's server id, with its account made and the operator's token written out,
+/// and the key that tasks' authentication tokens are signed with (derived from that token).
 pub(super) async fn installation(
     db: &PgPool,
     account: &str,
     data_dir: &Path,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, TokenKey)> {
     let server_id = store::server_id(db).await?;
     ensure_account(db, account, data_dir).await?;
     let token = store::operator_token(db).await?;
     write_private(&data_dir.join("operator.token"), &token)?;
-    Ok(server_id)
+    Ok((server_id, TokenKey::derive(&token)))
 }
 
-/// What tasks with authenticationTokenSettings get: tokens signed with the installation's key,
+/// What tasks with authenticationTokenSettings get: tokens signed with the installation's `key`,
 /// and where the Batch API is: `--public-url`, else the address the server listens on (an
 /// unspecified one read as this host's loopback, which local nodes reach).
-pub(super) async fn task_tokens(
-    db: &PgPool,
+pub(super) fn task_tokens(
+    key: TokenKey,
     public_url: Option<&str>,
     addr: std::net::SocketAddr,
-) -> anyhow::Result<crate::domain::task_token::Issuer> {
-    let secret = store::operator_token(db).await?;
+) -> Issuer {
     let mut reach = addr;
     if reach.ip().is_unspecified() {
         reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    Ok(crate::domain::task_token::Issuer {
-        key: crate::domain::task_token::TokenKey::derive(&secret),
+    Issuer {
+        key,
         account_url: public_url.map_or_else(
             || format!("http://{reach}"),
             |u| u.trim_end_matches('/').to_string(),
         ),
-    })
+    }
 }

@@ -117,18 +117,6 @@ pub async fn set_state(db: impl PgExecutor<'_>, pk: i64, state: NodeState) -> sq
     Ok(done.rows_affected() == 1)
 }
 
-/// A new node's container is up and its agent starting: `creating` becomes `starting`.
-pub async fn set_starting(db: impl PgExecutor<'_>, pk: i64) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE nodes SET state = 'starting', state_transition_time = now() \
-         WHERE pk = $1 AND state = 'creating'",
-        pk,
-    )
-    .execute(db)
-    .await
-    .map(drop)
-}
-
 /// The container is up: record where it is, when it booted, and the application packages
 /// installed on it.
 pub async fn set_started(
@@ -154,8 +142,9 @@ pub async fn set_started(
     Ok(done.rows_affected() == 1)
 }
 
-/// Moves the node from `from` to `to` (a deallocating node whose container stopped, a
-/// deallocated node that starts); false if it was not in `from`.
+/// Moves the node from `from` to `to` (a new node whose container is up starts, a
+/// deallocating node whose container stopped, a deallocated node that starts); false if it
+/// was not in `from`.
 pub async fn set_state_from(
     db: impl PgExecutor<'_>,
     pk: i64,

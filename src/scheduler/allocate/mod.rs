@@ -258,9 +258,7 @@ impl Allocator {
     }
 
     async fn deallocate(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
-        while store::tasks::any_running_on_node(&self.db, node_pk).await? {
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        }
+        self.tasks_done_on(node_pk).await?;
         self.runtime.stop_node(&self.server_id, node_id).await?;
         let mut tx = self.db.begin().await?;
         let stopped = (NodeState::Deallocating, NodeState::Deallocated);
@@ -269,6 +267,15 @@ impl Allocator {
             tracing::info!(node = %node_id, "node deallocated");
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Waits until no task runs on the node (a reboot, reimage or deallocate that lets them
+    /// finish; no new one is placed on it meanwhile).
+    async fn tasks_done_on(&self, node_pk: i64) -> sqlx::Result<()> {
+        while store::tasks::any_running_on_node(&self.db, node_pk).await? {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
         Ok(())
     }
 

@@ -26,10 +26,8 @@ impl Allocator {
         // (no new ones are placed on it meanwhile); the node's removal ends the wait. A reimage
         // with retaineddata, which takes the node's disk, also waits for its tasks' files'
         // retention to run out.
-        while matches!(node.state, NodeState::Rebooting | NodeState::Reimaging)
-            && store::tasks::any_running_on_node(&self.db, node.pk).await?
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if matches!(node.state, NodeState::Rebooting | NodeState::Reimaging) {
+            self.tasks_done_on(node.pk).await?;
         }
         if node.state == NodeState::Reimaging {
             if node.retain_data {
@@ -156,7 +154,8 @@ impl Allocator {
         // its Batch agent starts.
         let created = match created {
             Ok(handle) => {
-                store::nodes::set_starting(&self.db, node.pk).await?;
+                let up = (NodeState::Creating, NodeState::Starting);
+                store::nodes::set_state_from(&self.db, node.pk, up).await?;
                 self.runtime
                     .node_ready(&spec.node_id)
                     .await
