@@ -170,6 +170,25 @@ pub fn make_dirs(make: &crate::domain::agent::MakeDirs) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Gives a non-administrator's task its directories, made by [`make_dirs`] (the first of its
+/// `dirs` is the task's working directory): the task directory (closed to the node's other
+/// users if `user` is private), and its working directory with everything in it (the resource
+/// files, what earlier attempts left). No link is followed.
+pub fn give_to_user(
+    task: &crate::domain::agent::TaskLaunch,
+    user: crate::domain::run_as::TaskUser,
+) -> std::io::Result<()> {
+    use std::path::Path;
+    let unnamed = || std::io::Error::other("the task's directories are not named");
+    let make = task.make.as_ref().ok_or_else(unnamed)?;
+    let wd = Path::new(make.dirs.first().ok_or_else(unnamed)?);
+    let base = crate::sys::safe_fs::Dir::open_root_in_node(Path::new(&make.base))?;
+    let mode = if user.private { 0o700 } else { 0o755 };
+    base.open_dir(wd.parent().ok_or_else(unnamed)?)?
+        .give(user.uid, mode)?;
+    base.open_dir(wd)?.give_all(user.uid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::make_dirs;

@@ -96,7 +96,18 @@ fn make_node_dirs() {
     if let Err(e) = files::make_dirs(&make) {
         tracing::warn!(error = %e, base = %make.base, "making the node's directories failed");
     }
+    // Every task of the node reads and writes its shared directory, whoever it runs as.
+    if make.dirs.iter().any(|d| d == SHARED_DIR) {
+        let base = crate::sys::safe_fs::Dir::open_root_in_node(std::path::Path::new(&make.base));
+        let shared = base.and_then(|b| b.open_dir(std::path::Path::new(SHARED_DIR)));
+        if let Err(e) = shared.and_then(|d| d.set_mode(0o777)) {
+            tracing::warn!(error = %e, "opening the node's shared directory to all failed");
+        }
+    }
 }
+
+/// The node's shared directory, below its root (`AZ_BATCH_NODE_SHARED_DIR`).
+const SHARED_DIR: &str = "shared";
 
 /// The node's root, as its first directories name it (a container), or as a local node's.
 fn node_root() -> Option<std::path::PathBuf> {
@@ -215,6 +226,19 @@ fn run_command(
         // the node's (which would requeue it for ever).
         if let Err(e) = files::make_dirs(make) {
             tracing::warn!(base = %make.base, error = %e, "making a task's directories failed");
+        }
+    }
+    if let Some((t, user)) = task.as_ref().and_then(|t| Some((t, t.user?))) {
+        // Never as root instead: if its directories cannot be its user's (a task of that user
+        // made them too deep, say), it fails as its own.
+        if let Err(e) = files::give_to_user(t, user) {
+            tracing::warn!(error = %e, "giving a task's directories to its user failed");
+            let _ = events.send(Event::Exited {
+                id,
+                code: 127,
+                usage: None,
+            });
+            return;
         }
     }
     match procs.spawn(&argv, &env, task.as_ref()) {

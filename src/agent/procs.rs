@@ -117,6 +117,7 @@ impl Procs {
             env: self.environment(&given),
             dir: task.map(|t| cstring(&t.dir)).transpose()?,
             stdio: [null, stdout, stderr],
+            user: task.and_then(|t| t.user).map(|u| u.uid),
         };
         let mut waiting = self.inner.waiting.lock().expect("lock");
         let pid = match spawn::spawn(&launch, &mut self.inner.stack.lock().expect("lock")) {

@@ -18,6 +18,8 @@ pub struct Launch<'a> {
     pub dir: Option<CString>,
     /// Its standard input, output and error.
     pub stdio: [BorrowedFd<'a>; 3],
+    /// The uid it runs as, with that gid and no other group; this process's own if None.
+    pub user: Option<u32>,
 }
 
 /// Why a command did not start.
@@ -55,6 +57,8 @@ struct Child {
     dir: *const libc::c_char,
     stdio: [libc::c_int; 3],
     mask: libc::sigset_t,
+    /// The uid (and gid) to take, if not this process's.
+    user: Option<libc::uid_t>,
     /// The errno of the step that failed, if one did.
     err: libc::c_int,
     /// Whether that step was entering the directory.
@@ -72,7 +76,9 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         for sig in RESET {
             libc::sigaction(sig, &default, std::ptr::null_mut());
         }
-        if !c.dir.is_null() && libc::chdir(c.dir) != 0 {
+        if !c.user.is_none_or(|uid| become_user(uid)) {
+            // Its error is read below.
+        } else if !c.dir.is_null() && libc::chdir(c.dir) != 0 {
             c.in_dir = true;
         } else if libc::setpgid(0, 0) == 0
             && (0..3).all(|to| take_fd(c.stdio[to as usize], to))
@@ -83,6 +89,19 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         c.err = *libc::__errno_location();
         libc::_exit(127)
     }
+}
+
+/// Makes the child `uid`, with the gid `uid` and no other group; whether it could. Raw
+/// system calls: the C library's wrappers make every thread of the process take the new ids,
+/// and this child shares the parent's memory, where its threads are listed.
+///
+/// # Safety
+/// For the child between `clone` and `execve`: it makes system calls only.
+unsafe fn become_user(uid: libc::uid_t) -> bool {
+    let none: *const libc::gid_t = std::ptr::null();
+    libc::syscall(libc::SYS_setgroups, 0, none) == 0
+        && libc::syscall(libc::SYS_setresgid, uid, uid, uid) == 0
+        && libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0
 }
 
 /// The NULL-terminated array of pointers to `strings` that `execve` takes.
@@ -123,6 +142,7 @@ pub fn spawn(launch: &Launch, stack: &mut [u8]) -> Result<i32, NotStarted> {
         stdio: launch.stdio.map(|fd| fd.as_raw_fd()),
         // SAFETY: a plain C struct, filled in below.
         mask: unsafe { std::mem::zeroed() },
+        user: launch.user,
         err: 0,
         in_dir: false,
     };
@@ -172,6 +192,16 @@ mod tests {
 
     /// Runs `sh -c script` in `dir` with `env`, output to a file; its exit code and output.
     fn run(script: &str, dir: Option<&str>, env: &[&str]) -> Result<(i32, String), NotStarted> {
+        run_as(script, dir, env, None)
+    }
+
+    /// As [`run`], as `user`.
+    fn run_as(
+        script: &str,
+        dir: Option<&str>,
+        env: &[&str],
+        user: Option<u32>,
+    ) -> Result<(i32, String), NotStarted> {
         let out = tempfile::NamedTempFile::new().unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let c = |s: &str| CString::new(s).unwrap();
@@ -182,6 +212,7 @@ mod tests {
             env: env.iter().map(CString::as_c_str).collect(),
             dir: dir.map(c),
             stdio: [null.as_fd(), out.as_file().as_fd(), out.as_file().as_fd()],
+            user,
         };
         let pid = spawn(&launch, &mut vec![0; STACK])?;
         let mut status = 0;
@@ -218,6 +249,27 @@ grep -E '^Sig(Blk|Ign)' /proc/$$/status"#;
     }
 
     #[test]
+    fn a_command_given_a_user_runs_as_that_user_alone() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: only root can start a command as another user");
+            return;
+        }
+        let script =
+            r#"echo "$(id -u) $(id -g) $(id -G)"; grep -E '^Cap(Eff|Prm)' /proc/$$/status"#;
+        let (code, out) = run_as(script, None, &[], Some(1_000_123)).unwrap();
+        assert_eq!(code, 0, "{out}");
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("1000123 1000123 1000123"), "{out}");
+        for cap in lines {
+            assert!(cap.ends_with("0000000000000000"), "{out}");
+        }
+        // This process stays as it was.
+        // SAFETY: as above.
+        assert_eq!(unsafe { (libc::geteuid(), libc::getegid()) }, (0, 0));
+    }
+
+    #[test]
     fn what_cannot_start_says_why() {
         let gone = "/nonexistent/dir";
         assert!(matches!(
@@ -232,6 +284,7 @@ grep -E '^Sig(Blk|Ign)' /proc/$$/status"#;
             env: Vec::new(),
             dir: None,
             stdio: [null.as_fd(), null.as_fd(), null.as_fd()],
+            user: None,
         };
         match spawn(&launch, &mut vec![0; STACK]) {
             Err(NotStarted::Other(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),

@@ -275,6 +275,9 @@ pub struct TaskLaunch {
     /// The directories the agent makes first, so that the server, on the hot path, makes none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub make: Option<MakeDirs>,
+    /// The non-administrator it runs as (its directory made its own first); root if None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::domain::run_as::TaskUser>,
 }
 
 /// Directories to make below `base` (a directory the server made: a node's root, an account's

@@ -32,7 +32,7 @@ pub struct JobPreparationTask {
     /// The container it runs in, if not in its node's (see docs/nodes.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_settings: Option<ContainerSettings>,
-    /// An admin auto-user, as `api::batch::identity` checked it: what every task runs as.
+    /// Who it runs as, as `api::batch::identity` checked it ([`crate::domain::run_as`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_identity: Option<serde_json::Value>,
 }
@@ -82,7 +82,7 @@ pub struct JobReleaseTask {
     pub max_wall_clock_time: Option<IsoDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_settings: Option<ContainerSettings>,
-    /// An admin auto-user, as `api::batch::identity` checked it: what every task runs as.
+    /// Who it runs as, as `api::batch::identity` checked it ([`crate::domain::run_as`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_identity: Option<serde_json::Value>,
     /// How long its directory on a node stays after it completed there ([`retention_ticks`]).

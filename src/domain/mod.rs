@@ -44,6 +44,7 @@ pub mod ids;
 pub mod lenient;
 pub mod metering;
 pub mod pool;
+pub mod run_as;
 pub mod signing;
 pub mod task_token;
 pub mod vm_size;

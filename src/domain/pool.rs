@@ -134,6 +134,9 @@ pub struct StartTask {
     /// The container it runs in, if not in its node's (see docs/nodes.md).
     #[serde(default)]
     pub container_settings: Option<crate::domain::container::ContainerSettings>,
+    /// Who it runs as, as `api::batch::identity` checked it ([`crate::domain::run_as`]).
+    #[serde(default)]
+    pub user_identity: Option<serde_json::Value>,
 }
 
 /// A name and value of `environmentSettings` (pools' start tasks, jobs, tasks).

@@ -335,6 +335,7 @@ impl Runtime {
         started: Started,
     ) -> anyhow::Result<i64> {
         match &spec.container {
+            Some(_) if spec.user.is_some() => anyhow::bail!("no non-administrator in a container"),
             Some(container) => {
                 // A container of its own, which the node's agent does not start: the agent
                 // makes its directories all the same, on the node. A node's own commands have

@@ -8,6 +8,7 @@ use anyhow::Context;
 use super::safe_fs::Below;
 use crate::domain::agent::{MakeDirs, TaskLaunch, Usage, Work};
 use crate::domain::container::ContainerSettings;
+use crate::domain::run_as::TaskUser;
 
 /// A command to run on a node, as Azure Batch runs task command lines: through `/bin/sh -c` in
 /// the task's `wd`, with stdout.txt and stderr.txt written into the task directory as it runs.
@@ -21,6 +22,8 @@ pub struct ExecSpec {
     pub env: Vec<(String, String)>,
     /// The task's own container, if it runs in one rather than in its node's.
     pub container: Option<TaskContainer>,
+    /// The non-administrator it runs as; the node's administrator if None.
+    pub user: Option<TaskUser>,
 }
 
 /// Who learns what of a command as it starts.
@@ -157,6 +160,8 @@ pub struct NodeCommand {
     pub attempt: i32,
     /// The task's own environment and where its directories are.
     pub env: Vec<(String, String)>,
+    /// The non-administrator it runs as; the node's administrator if None.
+    pub user: Option<TaskUser>,
 }
 
 impl NodeCommand {
@@ -182,6 +187,7 @@ impl NodeCommand {
                 stderr: format!("{}/stderr.txt", self.dirs.node),
                 record: self.record(),
                 make: Some(self.dirs.make_dirs(self.attempt)),
+                user: self.user,
             }),
         }
     }
@@ -195,6 +201,19 @@ impl NodeCommand {
     }
 }
 
+impl super::Runtime {
+    /// The user a node starts a command as, to run it as `run_as`. A local node runs every
+    /// command as its agent's user (the server's), which the API lets tasks ask for only as
+    /// what it is (`api::batch::identity`); a Docker node's agent is root, and starts a
+    /// non-administrator's command as a user of its own.
+    pub fn task_user(&self, run_as: crate::domain::run_as::RunAs) -> Option<TaskUser> {
+        match self.name() {
+            "local" => None,
+            _ => run_as.user(),
+        }
+    }
+}
+
 impl ExecSpec {
     /// The command, as a node runs it.
     pub(super) fn node_command(&self) -> NodeCommand {
@@ -204,11 +223,16 @@ impl ExecSpec {
             "AZ_BATCH_TASK_WORKING_DIR".into(),
             format!("{}/wd", self.dirs.node),
         ));
+        if self.user.is_some() {
+            // A non-administrator's home is its task directory, which is its own.
+            env.push(("HOME".into(), self.dirs.node.clone()));
+        }
         NodeCommand {
             command_line: self.command_line.clone(),
             dirs: self.dirs.clone(),
             attempt: self.attempt,
             env,
+            user: self.user,
         }
     }
 

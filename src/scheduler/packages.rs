@@ -15,6 +15,7 @@ use super::start_task::{run_command, NodeCommand, Placement};
 use super::task_files::{Failure, Fetcher};
 use crate::domain::agent::FileOp;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
+use crate::domain::run_as::RunAs;
 use crate::runtime::agents::FileAnswer;
 use crate::runtime::keyed_locks::KeyedLocks;
 use crate::runtime::safe_fs::Below;
@@ -174,6 +175,8 @@ impl Packages {
             max_retries: 0,
             limit: None,
             container: None,
+            // Installed for every task of the node, whoever they run as.
+            run_as: RunAs::Admin,
         };
         let outcome = run_command(&self.runtime, &self.fetcher, at, command, |_| async {}).await;
         if outcome.succeeded {

@@ -15,6 +15,7 @@ use super::task_files::{self, Fetcher};
 use crate::domain::container::ContainerSettings;
 use crate::domain::job_prep::{retention_ticks, JobPreparationTask};
 use crate::domain::pool::EnvironmentSetting;
+use crate::domain::run_as::{Command, RunAs};
 use crate::runtime::keyed_locks::KeyedLocks;
 use crate::runtime::{container_label, Runtime, TaskContainer};
 use crate::store::{self, preparations::DueRelease, tasks::AttemptRow};
@@ -138,6 +139,7 @@ impl Preparations {
                 .filter(|d| d.ticks() < NO_LIMIT_TICKS)
                 .map(|d| d.to_std()),
             container: node_container(&prep.container_settings, &a.job_id, &prep.id),
+            run_as: RunAs::of(prep.user_identity.as_ref(), Command::Preparation(a.job_pk)),
         };
         let retention = retention_ticks(prep.constraints.retention_time);
         let record = |mut info: Value| {
@@ -235,6 +237,7 @@ impl Preparations {
             max_retries: 0,
             limit: Some(release.limit()),
             container: node_container(&release.container_settings, &due.job_id, &release.id),
+            run_as: RunAs::of(release.user_identity.as_ref(), Command::Release(due.job_pk)),
         };
         let retention = retention_ticks(release.retention_time);
         let record = |mut info: Value| {

@@ -12,6 +12,7 @@ use crate::domain::files::{PoolPackage, ResourceFile};
 use crate::domain::pool::EnvironmentSetting;
 use crate::domain::pool::StartTask;
 use crate::domain::rfc3339;
+use crate::domain::run_as::{Command, RunAs};
 use crate::runtime::{
     container_label, AttemptPid, ContainerError, ExecSpec, Runtime, Started, TaskContainer,
     TaskDirs, TaskFiles,
@@ -120,6 +121,8 @@ pub struct NodeCommand<'a> {
     pub limit: Option<Duration>,
     /// The command's own container, if it runs in one.
     pub container: Option<TaskContainer>,
+    /// Who it runs as.
+    pub run_as: RunAs,
 }
 
 /// Runs the pool's start task until it succeeds or has used its retries; `on_attempt` is called
@@ -161,6 +164,7 @@ where
                 share: 1.0,
                 label: container_label(at.pool_id, "starttask", 0),
             }),
+        run_as: RunAs::of(task.user_identity.as_ref(), Command::Start),
     };
     run_command(runtime, fetcher, at, command, on_attempt).await
 }
@@ -184,6 +188,7 @@ where
         attempt: 0,
         env: command.env,
         container: command.container,
+        user: runtime.task_user(command.run_as),
     };
     let start = chrono::Utc::now();
     let mut retry_count = 0;

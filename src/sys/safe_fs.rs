@@ -16,6 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Instant;
 
 mod below;
+mod owner;
 pub use below::Below;
 
 /// How deep `remove_all` goes below the directory it removes.

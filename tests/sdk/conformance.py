@@ -70,18 +70,25 @@ def run_15():
     assert c.get_pool(POOL).start_task.user_identity.auto_user.elevation_level == models.ElevationLevel.ADMIN
     c.create_task(JOB, models.BatchTaskCreateOptions(
         id="hello", command_line="/bin/sh -c 'echo hello from $AZ_BATCH_TASK_ID as $(id -u)'", user_identity=admin))
+    plain = models.UserIdentity(auto_user=models.AutoUserSpecification(
+        scope=models.AutoUserScope.TASK, elevation_level=models.ElevationLevel.NON_ADMIN))
+    c.create_task(JOB, models.BatchTaskCreateOptions(id="plain", command_line="id -u", user_identity=plain))
     c.create_task(JOB, models.BatchTaskCreateOptions(id="boxed", command_line="echo $MODE", container_settings=models.BatchTaskContainerSettings(
         image_name="batchpool/node:latest", container_run_options="--rm -e MODE=boxed")))
     tasks = [models.BatchTaskCreateOptions(id=f"bulk{i}", command_line="true") for i in range(BULK)]
     c.create_tasks(JOB, tasks, max_concurrency=4)
     c.create_task(JOB, models.BatchTaskCreateOptions(id="long", command_line="sleep 60"))
     wait("all but one task to complete",
-         lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 2, timeout=300)
+         lambda: c.get_job_task_counts(JOB).task_counts.completed == BULK + 3, timeout=300)
     counts = c.get_job_task_counts(JOB)
-    assert counts.task_counts.succeeded == BULK + 2, counts
+    assert counts.task_counts.succeeded == BULK + 3, counts
     stats = c.get_job(JOB, expand=["stats"]).job_statistics
-    assert stats.succeeded_tasks_count == BULK + 2 and stats.wall_clock_time.total_seconds() > 0, stats
+    assert stats.succeeded_tasks_count == BULK + 3 and stats.wall_clock_time.total_seconds() > 0, stats
     assert c.get_pool(POOL, expand=["stats"]).pool_statistics.usage_statistics.dedicated_core_time.total_seconds() > 0
+    shown = c.get_task(JOB, "plain").user_identity.auto_user
+    assert (shown.scope, shown.elevation_level) == (models.AutoUserScope.TASK, models.ElevationLevel.NON_ADMIN), shown
+    uid = int(b"".join(c.download_task_file(JOB, "plain", "stdout.txt")))
+    assert uid > 1000000, f"a task-scope non-administrator runs as a user of its own, not {uid}"
     boxed = c.get_task(JOB, "boxed")
     assert b"".join(c.download_task_file(JOB, "boxed", "stdout.txt")) == b"boxed\n"
     assert boxed.container_settings.image_name == "batchpool/node:latest", boxed.container_settings
@@ -99,7 +106,7 @@ def run_15():
     assert "stderr.txt" not in files and "stdout.txt" in files, files
 
     page = list(c.list_tasks(JOB, filter="state eq 'completed'", select=["id", "state"], max_results=100))
-    assert len(page) == BULK + 2, len(page)
+    assert len(page) == BULK + 3, len(page)
     assert all(t.state == models.BatchTaskState.COMPLETED for t in page)
     running = wait("the long task to run", lambda: c.get_task(JOB, "long").state == models.BatchTaskState.RUNNING)
     c.terminate_task(JOB, "long")

@@ -30,9 +30,9 @@ use Support::{Partly, Refused, Works};
 /// `simplified` work, `classic` is refused (`pools::checks::communication_mode`).
 const COMMUNICATION: &str = "pools.rs::pools_take_simplified_node_communication_and_refuse_classic";
 
-/// Every task runs as its node's administrator: an admin auto-user works, anything else is
-/// refused (`api::batch::identity`).
-const ADMIN_USER: &str = "prep.rs::tasks_that_ask_for_an_admin_auto_user_run_as_root";
+/// An auto-user works, administrator or not, of either scope; a named user (a pool's
+/// `userAccounts`) is refused (`api::batch::identity`).
+const AUTO_USER: &str = "users.rs::each_auto_user_runs_its_tasks_as_its_scope_and_elevation_say";
 
 /// A pool's nodes that talk to each other are kept on one Docker host (`DockerHosts::place`).
 const INTER_NODE: &str = "hosts.rs::a_pool_whose_nodes_talk_to_each_other_stays_on_one_host";
@@ -180,8 +180,8 @@ pub const START_TASK: Table = &[
     (
         "userIdentity",
         Partly {
-            works: ADMIN_USER,
-            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+            works: AUTO_USER,
+            refuses: r#"{"userName": "alice"}"#,
         },
     ),
     ("waitForSuccess", Works("pools.rs::start_task")),
@@ -339,8 +339,8 @@ pub const TASK_ADD: Table = &[
     (
         "userIdentity",
         Partly {
-            works: ADMIN_USER,
-            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+            works: AUTO_USER,
+            refuses: r#"{"userName": "alice"}"#,
         },
     ),
 ];
@@ -543,8 +543,8 @@ pub const JOB_PREPARATION_TASK: Table = &[
     (
         "userIdentity",
         Partly {
-            works: ADMIN_USER,
-            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+            works: AUTO_USER,
+            refuses: r#"{"userName": "alice"}"#,
         },
     ),
     (
@@ -612,8 +612,8 @@ pub const JOB_MANAGER_TASK: Table = &[
     (
         "userIdentity",
         Partly {
-            works: ADMIN_USER,
-            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+            works: AUTO_USER,
+            refuses: r#"{"userName": "alice"}"#,
         },
     ),
 ];
@@ -650,8 +650,8 @@ pub const JOB_RELEASE_TASK: Table = &[
     (
         "userIdentity",
         Partly {
-            works: ADMIN_USER,
-            refuses: r#"{"autoUser": {"elevationLevel": "nonadmin"}}"#,
+            works: AUTO_USER,
+            refuses: r#"{"userName": "alice"}"#,
         },
     ),
 ];

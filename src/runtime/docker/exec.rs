@@ -35,6 +35,12 @@ impl DockerRuntime {
             return self.agent.agents.run(node_id, run, started).await;
         }
         // A node made before nodes had agents: the wrapper, through the engine.
+        if command.user.is_some() {
+            anyhow::bail!(
+                "node {node_id} was made before nodes had agents and runs every task as root; \
+                 reimage it to run a non-administrator's task"
+            );
+        }
         command.prepare().await?;
         let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
         let env: Vec<String> = command

@@ -4,6 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
+use crate::domain::run_as::{Command, RunAs};
 use crate::runtime::{container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs};
 use crate::scheduler::complete::Outcome;
 use crate::scheduler::start_task::task_environment;
@@ -60,6 +61,9 @@ impl Executor {
                 .chain(self.token_env(a))
                 .collect(),
             container: task_container(a),
+            user: self
+                .runtime
+                .task_user(RunAs::of(a.user_identity.as_ref(), Command::Task(a.pk))),
         };
         let (container, created) = tokio::sync::oneshot::channel::<String>();
         let (db, pk, attempt) = (self.db.clone(), a.pk, a.attempt);

@@ -48,6 +48,8 @@ pub struct AttemptRow {
     pub pool_slots: Option<i32>,
     /// Its attempts get a token for its job's operations (authenticationTokenSettings).
     pub job_token: bool,
+    /// Who it runs as: its `userIdentity`, as `api::batch::identity` checked and kept it.
+    pub user_identity: Option<Value>,
 }
 
 /// Reads `AttemptRow`s from `tasks t` and `jobs j`: `attempt_rows!("SELECT", "node_alive FROM ...",
@@ -56,7 +58,7 @@ macro_rules! attempt_rows {
     ($head:literal, $tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             AttemptRow,
-            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.creation_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, t.job_token, "# + $tail
+            $head + r#" t.pk, t.job_pk, t.attempt, t.id AS task_id, j.id AS job_id, j.account, t.pool_id, t.node_id, t.node_pk, t.command_line, t.environment AS "environment: _", j.common_environment AS "common_environment: _", t.max_wall_clock_ticks, t.start_time, t.creation_time, t.retry_count, t.max_task_retry_count, t.exit_conditions, j.on_task_failure AS "on_task_failure: _", t.files AS "files: _", j.preparation_task AS "preparation_task: _", t.kills_job, t.required_slots, t.job_token, t.extra -> 'userIdentity' AS user_identity, "# + $tail
             $(, $arg)*
         )
     };
