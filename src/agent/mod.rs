@@ -139,6 +139,7 @@ async fn take_work(
     let mut hello = Hello {
         boot: link.boot.clone(),
         got: None,
+        users: true,
     };
     loop {
         let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {

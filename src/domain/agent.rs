@@ -60,6 +60,10 @@ pub struct Hello {
     pub boot: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub got: Option<u64>,
+    /// The agent starts a task as the user its launch names ([`TaskLaunch::user`]): agents of
+    /// builds before those users say nothing, and would start it as root.
+    #[serde(default)]
+    pub users: bool,
 }
 
 /// Work for the agent; `batch` names it (none when there is no work), for the next `Hello`.

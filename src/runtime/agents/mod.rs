@@ -66,6 +66,8 @@ struct LinkState {
     /// The agent's boot, once heard from: a new one means the node restarted.
     boot: Option<String>,
     last_seen: Instant,
+    /// Whether the agent starts tasks as their users ([`Hello::users`]).
+    users: bool,
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
@@ -122,6 +124,7 @@ impl Agents {
                 bodies: HashMap::new(),
                 boot: None,
                 last_seen: Instant::now(),
+                users: false,
             }),
             work: Notify::new(),
             heard: Notify::new(),
@@ -206,6 +209,16 @@ impl Agents {
                 self.silence.as_secs()
             ),
         })
+    }
+
+    /// Whether the node's agent starts a task as the user its launch names, once it is heard
+    /// from (up to the agent timeout); an agent of an older build would start it as root.
+    pub async fn starts_users(&self, node: &str) -> bool {
+        let heard = self.wait_heard(node, self.silence).await;
+        heard
+            && self
+                .link(node)
+                .is_some_and(|l| l.state.lock().expect("lock").users)
     }
 
     /// Waits until the node's agent has asked for work once, up to `timeout`.

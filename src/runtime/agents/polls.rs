@@ -20,6 +20,7 @@ impl Link {
         let poll = {
             let mut state = self.state.lock().expect("lock");
             self.seen(&mut state, &hello.boot);
+            state.users = hello.users;
             state.polls += 1;
             resend_lost(&mut state, hello.got);
             state.polls
@@ -110,6 +111,7 @@ mod tests {
         Hello {
             boot: "b".into(),
             got,
+            users: true,
         }
     }
 
@@ -190,6 +192,27 @@ mod tests {
             "{within_ms:?}"
         );
         asked.abort();
+    }
+
+    #[tokio::test]
+    async fn an_agent_says_whether_it_starts_tasks_as_their_users() {
+        let agents = Agents::new(None, 0, std::time::Duration::from_millis(100));
+        assert!(!agents.starts_users("n").await, "an unknown node");
+        agents.register("n", "s");
+        assert!(!agents.starts_users("n").await, "an agent not heard from");
+        let link = agents.authenticate("n", "s").unwrap();
+        let short = std::time::Duration::from_millis(50);
+        let old = Hello {
+            users: false,
+            ..hello(None)
+        };
+        let _ = tokio::time::timeout(short, link.take_work(&old)).await;
+        assert!(
+            !agents.starts_users("n").await,
+            "an agent of an older build"
+        );
+        let _ = tokio::time::timeout(short, link.take_work(&hello(None))).await;
+        assert!(agents.starts_users("n").await);
     }
 
     #[tokio::test]

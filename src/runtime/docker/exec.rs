@@ -22,6 +22,18 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) type Output =
     Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
+/// Why a node made by an older build cannot run a non-administrator's task: `what` of it
+/// would start it as root.
+fn out_of_date(node_id: &str, what: &str) -> crate::runtime::ContainerError {
+    crate::runtime::ContainerError {
+        code: "NodeAgentOutOfDate",
+        message: format!(
+            "node {node_id} was made by an older build: {what} would start a \
+             non-administrator's task as root; reimage the node"
+        ),
+    }
+}
+
 impl DockerRuntime {
     pub(super) async fn exec(
         &self,
@@ -31,15 +43,15 @@ impl DockerRuntime {
         started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
         if self.has_agent(server_id, node_id).await {
+            if command.user.is_some() && !self.agent.agents.starts_users(node_id).await {
+                return Err(out_of_date(node_id, "its agent").into());
+            }
             let run = |id| command.work(id);
             return self.agent.agents.run(node_id, run, started).await;
         }
         // A node made before nodes had agents: the wrapper, through the engine.
         if command.user.is_some() {
-            anyhow::bail!(
-                "node {node_id} was made before nodes had agents and runs every task as root; \
-                 reimage it to run a non-administrator's task"
-            );
+            return Err(out_of_date(node_id, "it has no agent and").into());
         }
         command.prepare().await?;
         let cmd = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
