@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::state::{AppState, Settings};
 use crate::config::{RuntimeChoice, ServeConfig};
+use crate::domain::task_token::Issuer;
 use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::agents::Peers;
@@ -117,7 +118,6 @@ async fn run(
     let runtime = Arc::new(runtime);
     tracing::info!(runtime = runtime.name(), server_id = %server_id, "runtime ready");
     runtime.ensure_default_image(&config.default_image).await;
-
     std::fs::create_dir_all(&layout.nodes)?;
 
     let cancel = CancellationToken::new();
@@ -129,26 +129,27 @@ async fn run(
     let limits = limits(&config);
     let secret = store::peer_secret(&db).await?;
     let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
-    let agents = agent_listener.serve(
-        (runtime.clone(), peers.clone()),
-        server_id.clone(),
-        limits.clone(),
-        cancel.clone(),
-    );
     let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
     let bes = bes_config(&config, &settings)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let tokens = installation::task_tokens(task_key, settings.public_url.as_deref(), addr);
+    let tokens = Issuer::new(task_key, settings.public_url.clone());
     let state = Arc::new(AppState::new(
         db.clone(),
         settings,
-        (layout, peers, tokens.key.clone()),
+        (layout, peers.clone(), tokens.key.clone()),
         probes,
         wake.clone(),
     ));
+    let agents = agent_listener.serve(
+        (runtime.clone(), peers),
+        api::tasks_router(state.clone()),
+        server_id.clone(),
+        limits.clone(),
+        cancel.clone(),
+    );
     let scheduler = tokio::spawn(scheduler::run(
         Scheduler {
             db: db.clone(),

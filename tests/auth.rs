@@ -382,23 +382,42 @@ async fn links_follow_the_public_url_or_the_proxy() {
 /// A job manager task with `authenticationTokenSettings` `{"access": ["job"]}` gets a token
 /// (AZ_BATCH_AUTHENTICATION_TOKEN) and the API's address (AZ_BATCH_ACCOUNT_URL): with it, it
 /// adds a task to its own job, and is refused anything else. The token is good while its
-/// attempt runs: the same token fails once the task has ended.
+/// attempt runs: the same token fails once the task has ended. Without --public-url, the API's
+/// address is where the node's agent reaches the server, which serves tasks' tokens there and
+/// nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_s_token_reaches_its_own_job_while_it_runs() {
-    let s = TestServer::start(Rt::Local).await;
+    token_flow(Rt::Local).await;
+}
+
+/// As above, from a Docker node, which reaches the server only where its agent does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_token_reaches_its_own_job_from_a_docker_node() {
+    token_flow(Rt::Docker).await;
+}
+
+async fn token_flow(rt: Rt) {
+    let s = TestServer::start(rt).await;
     s.pool_of_one_idle_node("p").await;
     s.job_on("other", "p").await;
+    // A Docker node has busybox's wget; this host, curl. Each prints the status.
     let call = |what: &str| {
-        format!(
+        match rt {
+        Rt::Local => format!(
             "curl -s -o /dev/null -w '%{{http_code}}\\n' -H \"Authorization: Bearer $AZ_BATCH_AUTHENTICATION_TOKEN\" {what}"
-        )
+        ),
+        _ => format!(
+            "wget -S -O /dev/null --header \"Authorization: Bearer $AZ_BATCH_AUTHENTICATION_TOKEN\" {what} 2>&1 | grep -o \"HTTP/1.1 [0-9]*\" | head -n1 | cut -d\" \" -f2"
+        ),
+    }
+    };
+    let post = match rt {
+        Rt::Local => "-H 'Content-Type: application/json' -d \"$BODY\"",
+        _ => "--header 'Content-Type: application/json' --post-data \"$BODY\"",
     };
     let api = |path: &str| format!("\"$AZ_BATCH_ACCOUNT_URL{path}?api-version=2025-06-01\"");
     let script = [
-        call(&format!(
-            "-H 'Content-Type: application/json' -d \"$BODY\" {}",
-            api("/jobs/$AZ_BATCH_JOB_ID/tasks")
-        )),
+        call(&format!("{post} {}", api("/jobs/$AZ_BATCH_JOB_ID/tasks"))),
         call(&api("/jobs/$AZ_BATCH_JOB_ID")),
         call(&api("/jobs/other")),
         call(&api("/pools")),
@@ -436,6 +455,13 @@ async fn a_task_s_token_reaches_its_own_job_while_it_runs() {
     assert_eq!(status, 401, "its attempt has ended: {body}");
     let forged = [("Authorization", "Bearer bpt1.e30.AAAA".to_string())];
     assert_eq!(raw(&s, &forged).await.0, 401);
+    // Where tasks reach the API, a Shared Key opens nothing.
+    let signed = s.http.get(format!("{}/pools", s.agent_url())).send();
+    let refused = signed.await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let body: Value = refused.json().await.unwrap();
+    let detail = body["values"][0]["value"].as_str().unwrap_or_default();
+    assert!(detail.contains("to tasks only"), "{body}");
     // A task that asks for an access there is not is refused by name.
     let bad = json!({"id": "bad", "commandLine": "true", "authenticationTokenSettings": {"access": ["pool"]}});
     let (status, body) = s.post("/jobs/j/tasks", &bad).await;

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 use super::spawn::{self, NotStarted};
 use crate::domain::agent::{self, TaskLaunch, Usage};
+use crate::domain::task_token;
 
 #[derive(Clone)]
 pub struct Procs {
@@ -31,6 +32,9 @@ struct Inner {
     /// The environment every command starts from (each variable's name, and its `name=value`
     /// entry): this process's, less the agent's settings. Made once.
     env: Vec<(OsString, std::ffi::CString)>,
+    /// `AZ_BATCH_ACCOUNT_URL=` where this agent reaches the server, which serves tasks the
+    /// Batch API there: for a task given a token and not where the API is.
+    account_url: Option<std::ffi::CString>,
     /// Every command's input, and the output of those that are not tasks.
     null: std::fs::File,
     /// The stack of a child until its program runs (one starts at a time, under `waiting`).
@@ -55,12 +59,16 @@ impl Procs {
             .filter(|(k, _)| !AGENT_ENV.iter().any(|a| k == a))
             .map(|(k, v)| Ok((k.clone(), spawn::env_entry(&k, &v)?)))
             .collect::<std::io::Result<_>>()?;
+        let account_url = std::env::var_os(agent::ENV_URL)
+            .map(|url| spawn::env_entry(task_token::URL_VAR.as_ref(), &url))
+            .transpose()?;
         let procs = Self {
             inner: Arc::new(Inner {
                 waiting: Mutex::default(),
                 started: Condvar::new(),
                 reaped_cpu_ms: Default::default(),
                 env,
+                account_url,
                 null: std::fs::File::options()
                     .read(true)
                     .write(true)
@@ -142,8 +150,13 @@ impl Procs {
     ) -> Vec<&'a std::ffi::CStr> {
         let named = |k: &std::ffi::OsStr| given.iter().any(|(g, _)| k == *g);
         let base = self.inner.env.iter().filter(|(k, _)| !named(k));
+        let has = |name: &str| given.iter().any(|(g, _)| *g == name);
+        let url = (has(task_token::TOKEN_VAR) && !has(task_token::URL_VAR))
+            .then_some(self.inner.account_url.as_deref())
+            .flatten();
         base.map(|(_, entry)| entry.as_c_str())
             .chain(given.iter().map(|(_, entry)| entry.as_c_str()))
+            .chain(url)
             .collect()
     }
 }

@@ -45,6 +45,24 @@ fn refused(status: StatusCode, detail: &str) -> Response {
         .into_response()
 }
 
+/// Refuses a request that is not made with a task's authentication token, where only tasks
+/// are served (the node agents' listener): a Shared Key goes to the server's own address.
+pub async fn task_tokens_only(req: Request, next: Next) -> Response {
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if auth.is_some_and(|a| a.starts_with("Bearer ")) {
+        return next.run(req).await;
+    }
+    refused(
+        StatusCode::UNAUTHORIZED,
+        "This address serves the Batch API to tasks only, with their authentication token \
+         (Authorization: Bearer $AZ_BATCH_AUTHENTICATION_TOKEN); send Shared Key requests to \
+         the server's own address.",
+    )
+}
+
 pub async fn layer(State(app): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let headers = req.headers();
     let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {

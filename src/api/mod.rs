@@ -47,7 +47,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         state.clone(),
         auth::layer,
     ));
-    Router::new()
+    let routes = Router::new()
         .merge(authenticated)
         .merge(management)
         .merge(bes::bearer_router())
@@ -55,7 +55,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(ui::router(state.clone()))
         .route("/health", get(health::live))
         .route("/health/ready", get(health::ready))
-        .route("/metrics", get(metrics::scrape))
+        .route("/metrics", get(metrics::scrape));
+    guarded(routes, state)
+}
+
+/// The Batch API as the node agents' listener serves it to tasks: only to a task's
+/// authentication token (`AZ_BATCH_AUTHENTICATION_TOKEN`), which reaches its own job and
+/// nothing else. Nodes reach that listener where they may not reach the server's own address
+/// (a Docker node's network has the listener at its gateway).
+pub fn tasks_router(state: Arc<AppState>) -> Router {
+    let routes = Router::new()
+        .merge(batch::router())
+        .route_layer(axum::middleware::from_fn(check_api_version))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::layer,
+        ))
+        .route_layer(axum::middleware::from_fn(auth::task_tokens_only));
+    guarded(routes, state)
+}
+
+/// `routes` with what every route of the server has: the answers to unknown routes and verbs,
+/// the guards on requests, compression, metrics and request ids.
+fn guarded(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
+    routes
         .fallback(unsupported::fallback)
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -74,10 +74,12 @@ impl AgentListener {
             .unwrap_or_else(|| format!("http://127.0.0.1:{port}"))
     }
 
-    /// Serves the agents' routes (and the other servers') until `cancel`.
+    /// Serves the agents' routes (and the other servers'), and `tasks` (the Batch API as tasks
+    /// reach it, [`api::tasks_router`]) on every other path, until `cancel`.
     pub fn serve(
         self,
         (runtime, peers): (Arc<Runtime>, Arc<Peers>),
+        tasks: axum::Router,
         server_id: String,
         limits: api::serve::Limits,
         cancel: CancellationToken,
@@ -89,14 +91,14 @@ impl AgentListener {
             peers,
         });
         tokio::spawn(async move {
-            // Only the agents' routes: the API is not served here.
             let router = axum::Router::new()
                 .route(WORK_PATH, post(api::agent::work))
                 .route(EVENTS_PATH, post(api::agent::events))
                 .route(&format!("{REPLIES_PATH}/{{id}}"), post(api::agent::reply))
                 .route(&format!("{BODIES_PATH}/{{id}}"), get(api::agent::body))
                 .route(PEER_FILES_PATH, post(api::agent::peer_file))
-                .with_state(state);
+                .with_state(state)
+                .fallback_service(tasks);
             api::serve::serve(self.listener, router, &limits, async move {
                 cancel.cancelled().await
             })

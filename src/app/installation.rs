@@ -6,7 +6,7 @@ use std::path::Path;
 
 use sqlx::PgPool;
 
-use crate::domain::task_token::{Issuer, TokenKey};
+use crate::domain::task_token::TokenKey;
 use crate::{api, store};
 
 /// On a first start, the configured account is made with new keys; its primary key is written
@@ -50,25 +50,4 @@ pub(super) async fn installation(
     let token = store::operator_token(db).await?;
     write_private(&data_dir.join("operator.token"), &token)?;
     Ok((server_id, TokenKey::derive(&token)))
-}
-
-/// What tasks with authenticationTokenSettings get: tokens signed with the installation's `key`,
-/// and where the Batch API is: `--public-url`, else the address the server listens on (an
-/// unspecified one read as this host's loopback, which local nodes reach).
-pub(super) fn task_tokens(
-    key: TokenKey,
-    public_url: Option<&str>,
-    addr: std::net::SocketAddr,
-) -> Issuer {
-    let mut reach = addr;
-    if reach.ip().is_unspecified() {
-        reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    Issuer {
-        key,
-        account_url: public_url.map_or_else(
-            || format!("http://{reach}"),
-            |u| u.trim_end_matches('/').to_string(),
-        ),
-    }
 }

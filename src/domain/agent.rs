@@ -60,8 +60,7 @@ pub struct Hello {
     pub boot: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub got: Option<u64>,
-    /// The agent starts a task as the user its launch names ([`TaskLaunch::user`]): agents of
-    /// builds before those users say nothing, and would start it as root.
+    /// It starts a task as its launch's user ([`TaskLaunch::user`]); older agents say nothing.
     #[serde(default)]
     pub users: bool,
 }
@@ -266,9 +265,8 @@ impl Work {
 }
 
 /// How the agent launches a task's command, as Azure Batch does: `/bin/sh -c` in the task's
-/// working directory, stdout and stderr into `stdout.txt` and `stderr.txt`, stdin empty. The
-/// agent keeps the attempt's record (its pid and the agent's boot on the first line, once it
-/// runs; its exit code on the second, once it ended), which a restarted server reads.
+/// working directory, stdout and stderr into `stdout.txt` and `stderr.txt`, stdin empty. It keeps
+/// the attempt's record (its pid and boot, once it runs; its exit code, once it ended).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskLaunch {

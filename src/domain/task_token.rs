@@ -77,20 +77,31 @@ impl TokenKey {
 }
 
 /// What a server gives the attempts of tasks with a token: the token, and where the Batch API
-/// is (`AZ_BATCH_ACCOUNT_URL`).
+/// is (`AZ_BATCH_ACCOUNT_URL`) if `--public-url` says; if not, the node's agent says it is
+/// where the agent reaches the server, which serves tasks the API there.
 #[derive(Clone, Debug)]
 pub struct Issuer {
     pub key: TokenKey,
-    pub account_url: String,
+    pub account_url: Option<String>,
 }
 
+/// The variable of a task's token.
+pub const TOKEN_VAR: &str = "AZ_BATCH_AUTHENTICATION_TOKEN";
+
+/// The variable of where the Batch API is, for a task with a token.
+pub const URL_VAR: &str = "AZ_BATCH_ACCOUNT_URL";
+
 impl Issuer {
+    pub fn new(key: TokenKey, account_url: Option<String>) -> Self {
+        Self { key, account_url }
+    }
+
     /// The environment of an attempt that `t` names.
-    pub fn env(&self, t: &TaskToken) -> [(String, String); 2] {
-        [
-            ("AZ_BATCH_AUTHENTICATION_TOKEN".into(), self.key.mint(t)),
-            ("AZ_BATCH_ACCOUNT_URL".into(), self.account_url.clone()),
-        ]
+    pub fn env(&self, t: &TaskToken) -> Vec<(String, String)> {
+        let url = self.account_url.iter().map(|u| (URL_VAR.into(), u.clone()));
+        std::iter::once((TOKEN_VAR.into(), self.key.mint(t)))
+            .chain(url)
+            .collect()
     }
 }
 

@@ -290,7 +290,17 @@ fn container_body(
 
 /// The agent's secret a node's container was made with.
 pub(super) fn agent_secret(config: Option<&bollard::models::ContainerConfig>) -> Option<String> {
-    let prefix = format!("{ENV_SECRET}=");
+    agent_setting(config, ENV_SECRET)
+}
+
+/// Where a node's agent reaches this server, as its container was made.
+pub(super) fn agent_url(config: Option<&bollard::models::ContainerConfig>) -> Option<String> {
+    agent_setting(config, ENV_URL)
+}
+
+/// The agent's setting `name` a node's container was made with.
+fn agent_setting(config: Option<&bollard::models::ContainerConfig>, name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
     config?
         .env
         .as_ref()?

@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use super::exec::read_pid_to_end;
 use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT};
 use crate::domain::container::{container_command, ContainerRegistry, WorkingDirectory};
+use crate::domain::task_token::{TOKEN_VAR, URL_VAR};
 use crate::runtime::task::WRAPPER;
 use crate::runtime::{
     ContainerError, Started, TaskContainer, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER,
@@ -38,6 +39,9 @@ pub(super) struct NodeContainer {
     nano_cpus: i64,
     memory: i64,
     labels: HashMap<String, String>,
+    /// Where the node's agent reaches this server, which serves tasks the Batch API there: a
+    /// task container shares the node's network.
+    agent_url: Option<String>,
 }
 
 fn refused(code: &'static str, message: String) -> anyhow::Error {
@@ -209,6 +213,7 @@ impl DockerRuntime {
             id,
             nano_cpus: host.nano_cpus.unwrap_or(0),
             memory: host.memory.unwrap_or(0),
+            agent_url: super::node::agent_url(info.config.as_ref()),
             labels: info.config.and_then(|c| c.labels).unwrap_or_default(),
         };
         self.nodes.lock().expect("lock").insert(name, node.clone());
@@ -261,6 +266,10 @@ impl DockerRuntime {
             env.push(("BATCHPOOL_WORKDIR".into(), dir));
         }
         env.extend(options.env.iter().cloned());
+        let has = |env: &[(String, String)], name| env.iter().any(|(k, _)| k == name);
+        if has(&env, TOKEN_VAR) && !has(&env, URL_VAR) {
+            env.extend(node.agent_url.iter().map(|u| (URL_VAR.into(), u.clone())));
+        }
         let mut labels = node.labels.clone();
         labels.retain(|k, _| {
             [LABEL_SERVER, LABEL_ACCOUNT, LABEL_POOL, LABEL_NODE].contains(&k.as_str())

@@ -101,7 +101,7 @@ impl Executor {
             task_pk: a.pk,
             attempt: a.attempt,
         };
-        self.tokens.env(&token).into()
+        self.tokens.env(&token)
     }
 }
 
