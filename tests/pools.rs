@@ -539,8 +539,9 @@ async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
     }
 }
 
-/// As on Azure, a PATCH changes `vmSize`, `taskSlotsPerNode`, `virtualMachineConfiguration` and
-/// `enableInterNodeCommunication` only while the pool has no nodes; the nodes made after it have the new size, slots and image.
+/// As on Azure, a PATCH changes `vmSize`, `taskSlotsPerNode`, `virtualMachineConfiguration`,
+/// `enableInterNodeCommunication`, `displayName`, `taskSchedulingPolicy` and `upgradePolicy`
+/// only while the pool has no nodes; the nodes made after it have the new size, slots and image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     const RETAGGED: &str = "batchpool-test/reshaped-node:1";
@@ -572,6 +573,20 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
         pool["vmSize"], "standard_a1",
         "a refused PATCH changes nothing"
     );
+    let policy = json!({"nodeFillType": "pack"});
+    for only_empty in [
+        json!({"displayName": "renamed", "metadata": [{"name": "m", "value": "v"}]}),
+        json!({"taskSchedulingPolicy": policy}),
+        json!({"upgradePolicy": {"mode": "manual"}}),
+    ] {
+        let (status, answer) = patch(only_empty.clone()).await;
+        assert_eq!(status, 409, "{only_empty}: {answer}");
+    }
+    let (_, pool) = s.get("/pools/reshaped").await;
+    assert!(pool.get("displayName").is_none(), "{pool}");
+    assert!(pool.get("metadata").is_none(), "{pool}");
+    let (status, _) = patch(json!({"metadata": [{"name": "m", "value": "v"}]})).await;
+    assert_eq!(status, 200, "metadata changes on a pool with nodes");
     let resize = json!({"targetDedicatedNodes": 0});
     assert_eq!(s.post("/pools/reshaped/resize", &resize).await.0, 202);
     s.wait_nodes("reshaped", 0, "idle").await;
@@ -590,6 +605,14 @@ async fn an_empty_pool_changes_its_node_size_slots_and_image() {
     }
     let (status, answer) = patch(reshape).await;
     assert_eq!(status, 200, "{answer}");
+    let renamed = json!({"displayName": "renamed", "taskSchedulingPolicy": policy});
+    assert_eq!(patch(renamed).await.0, 200);
+    let (_, pool) = s.get("/pools/reshaped").await;
+    assert_eq!(pool["displayName"], "renamed", "{pool}");
+    assert_eq!(
+        pool["taskSchedulingPolicy"]["nodeFillType"], "pack",
+        "{pool}"
+    );
     // Nor can a node get fewer slots than a waiting task needs.
     s.job_on("j", "reshaped").await;
     let wide = json!({"id": "wide", "commandLine": "true", "requiredSlots": 2});

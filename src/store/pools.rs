@@ -336,6 +336,18 @@ pub struct PoolChanges<'a> {
     pub shape: PoolShape,
 }
 
+impl PoolChanges<'_> {
+    /// Whether they change what Azure changes only while a pool has no nodes: its shape, its
+    /// display name, its scheduling policy and its upgrade policy (else `Refused::NotEmpty`).
+    pub fn need_empty_pool(&self) -> bool {
+        self.shape.changes()
+            || self.display_name.is_some()
+            || self.fill.is_some()
+            || self.order.is_some()
+            || self.manual_upgrades.is_some()
+    }
+}
+
 /// A pool's node size, task slots and image, as a PATCH changes them.
 #[derive(Default)]
 pub struct PoolShape {
@@ -392,7 +404,7 @@ pub async fn update_properties(
         changes.shape.task_slots_per_node,
         changes.shape.image.as_ref().map(|i| i.0.as_str()),
         changes.shape.image.as_ref().map(|i| &i.1),
-        changes.shape.changes(),
+        changes.need_empty_pool(),
         changes.communication.map(NodeCommunicationMode::as_str),
         changes.packages.is_some(),
         changes.packages.flatten() as _,
@@ -405,7 +417,7 @@ pub async fn update_properties(
         return Ok(Ok(()));
     }
     Ok(Err(match refusal(db, account, id).await? {
-        Refused::NotSteady(_) if changes.shape.changes() => Refused::NotEmpty,
+        Refused::NotSteady(_) if changes.need_empty_pool() => Refused::NotEmpty,
         other => other,
     }))
 }

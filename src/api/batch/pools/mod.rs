@@ -102,7 +102,7 @@ fn refusal(pool_id: &str, refused: Refused) -> ApiError {
         Refused::NotEmpty => ApiError::new(
             StatusCode::CONFLICT,
             "OperationInvalidForCurrentState",
-            format!("The pool {pool_id:?} has nodes, or targets above 0; its vmSize, taskSlotsPerNode and virtualMachineConfiguration change only while it has none, as on Azure: resize it to 0 first."),
+            format!("The pool {pool_id:?} has nodes, or targets above 0; its displayName, vmSize, taskSlotsPerNode, taskSchedulingPolicy, virtualMachineConfiguration, enableInterNodeCommunication and upgradePolicy change only while it has none, as on Azure: resize it to 0 first."),
         ),
     }
 }
