@@ -417,6 +417,23 @@ async fn without_a_pool_bes_jobs_run_in_the_classic_environment_in_order() {
         assert_eq!(row["billingPlan"], "plan-classic");
         assert!(row["computeHours"].as_f64().unwrap() > 0.0);
     }
+    // Finished, their Batch jobs go (the internal account keeps no lifetime statistics), and
+    // the account's own jobs are deleted after them as ever.
+    let db = s.db().await;
+    wait_for("the classic environment's Batch jobs to go", || async {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE account = '.classic'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+    s.job_on("own", "nowhere").await;
+    assert_eq!(s.delete("/jobs/own").await.0, 202);
+    wait_for("the account's job to be deleted", || async {
+        (s.get("/jobs/own").await.0 == 404).then_some(())
+    })
+    .await;
 }
 
 /// A failing command fails the job with its exit code; DELETE cancels a running one.

@@ -55,39 +55,10 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
     store::jobs::complete_terminated(&s.db).await?;
     store::schedules::complete_terminated(&s.db).await?;
     for job in store::jobs::deleting(&s.db).await? {
-        let mut tx = s.db.begin().await?;
-        ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
-        tx.commit().await?;
-        executor.reap().await?;
-        // Its release tasks run (they are due now that its tasks ended) before it goes.
-        if store::preparations::releases_pending(&s.db, job.pk).await? {
-            prep.start_due_releases().await?;
-            continue;
+        // One job that cannot go holds up neither the others nor the rest of housekeeping.
+        if let Err(e) = remove_deleted_job(s, executor, prep, &job).await {
+            tracing::error!(job = %job.id, error = %e, "removing a deleted job failed");
         }
-        // Its directories are on the nodes that ran its tasks and its preparation.
-        let mut nodes = store::tasks::nodes_of_job(&s.db, job.pk).await?;
-        let prepared = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
-        nodes.extend(prepared.into_iter().map(|n| n.node_id));
-        nodes.sort();
-        nodes.dedup();
-        // Its directories go while it is still `deleting`: once its row goes, a new job may
-        // take its id (and so its directories' names), and dispatch runs beside this loop.
-        for node in &nodes {
-            let job_dirs = [
-                crate::runtime::job_dir(&job.id),
-                crate::runtime::job_prep_dir(&job.id),
-            ];
-            for dir in job_dirs {
-                s.runtime.remove_on_node(node, &dir).await;
-            }
-        }
-        let mut tx = s.db.begin().await?;
-        // What its tasks used stays in the account's lifetime statistics.
-        store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
-        store::jobs::delete(&mut *tx, job.pk).await?;
-        tx.commit().await?;
-        tracing::info!(job = %job.id, "job deleted");
-        s.wake.dispatch.notify_one();
     }
     // Auto pools whose job or job schedule has completed, or gone, go too.
     if store::auto_pools::expire(&s.db).await? > 0 {
@@ -95,6 +66,50 @@ async fn housekeeping(s: &Scheduler, executor: &execute::Executor) -> anyhow::Re
     }
     preempt_for_higher_priority(s).await?;
     remove_expired_files(s).await
+}
+
+/// Removes a deleted job: its running tasks end, its release tasks run, its directories go from
+/// the nodes, and then its row, what its tasks used kept in its account's lifetime statistics.
+async fn remove_deleted_job(
+    s: &Scheduler,
+    executor: &execute::Executor,
+    prep: &std::sync::Arc<super::prep::Preparations>,
+    job: &store::jobs::JobRow,
+) -> anyhow::Result<()> {
+    let mut tx = s.db.begin().await?;
+    ops::jobs::end_running_tasks(&mut tx, job.pk, "its job was deleted").await?;
+    tx.commit().await?;
+    executor.reap().await?;
+    // Its release tasks run (they are due now that its tasks ended) before it goes.
+    if store::preparations::releases_pending(&s.db, job.pk).await? {
+        prep.start_due_releases().await?;
+        return Ok(());
+    }
+    // Its directories are on the nodes that ran its tasks and its preparation.
+    let mut nodes = store::tasks::nodes_of_job(&s.db, job.pk).await?;
+    let prepared = store::preparations::list(&s.db, job.pk, i64::MAX).await?;
+    nodes.extend(prepared.into_iter().map(|n| n.node_id));
+    nodes.sort();
+    nodes.dedup();
+    // Its directories go while it is still `deleting`: once its row goes, a new job may
+    // take its id (and so its directories' names), and dispatch runs beside this loop.
+    for node in &nodes {
+        let job_dirs = [
+            crate::runtime::job_dir(&job.id),
+            crate::runtime::job_prep_dir(&job.id),
+        ];
+        for dir in job_dirs {
+            s.runtime.remove_on_node(node, &dir).await;
+        }
+    }
+    let mut tx = s.db.begin().await?;
+    // What its tasks used stays in the account's lifetime statistics.
+    store::tasks::stats::keep(&mut tx, &job.account, job.pk, None).await?;
+    store::jobs::delete(&mut *tx, job.pk).await?;
+    tx.commit().await?;
+    tracing::info!(job = %job.id, "job deleted");
+    s.wake.dispatch.notify_one();
+    Ok(())
 }
 
 /// Requeues running tasks of jobs that allow preemption (allowTaskPreemption), to give their

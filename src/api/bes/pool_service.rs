@@ -166,8 +166,9 @@ pub async fn create(
     let account = authorize(&app, &headers).await?;
     let new = new_pool(&app, &account, body).await?;
     insert_within_quota(&app, &account, &new).await?;
-    app.wake_allocator();
+    // Read before the allocator wakes: the answer is the pool as the request left it.
     let pool = find(&app, &account.name, &new.id).await?;
+    app.wake_allocator();
     Ok((StatusCode::CREATED, Json(pool_json(&pool))).into_response())
 }
 
@@ -371,8 +372,9 @@ pub async fn resize(
     {
         return Err(refused(&id, r));
     }
-    app.wake_allocator();
+    // As for a create: the pool as the request left it.
     let pool = find(&app, &account.name, &id).await?;
+    app.wake_allocator();
     Ok((StatusCode::ACCEPTED, Json(pool_json(&pool))).into_response())
 }
 

@@ -87,7 +87,8 @@ impl UsageTotals {
 
 /// Keeps, in the account's lifetime totals, what the tasks about to be deleted used: the job
 /// `job_pk`'s, or only its task `task_pk`. In the deleting transaction, so nothing is counted
-/// twice or lost.
+/// twice or lost. An internal account (the BES classic environment's `.classic`, which no one
+/// signs in as) keeps none: it is no row of `accounts`, which the totals must name.
 pub async fn keep(
     tx: &mut sqlx::PgConnection,
     account: &str,
@@ -100,7 +101,8 @@ pub async fn keep(
     };
     sqlx::query!(
         r#"INSERT INTO account_task_totals AS a (account, wall_ms, user_ms, kernel_ms, read_bytes, write_bytes, wait_ms, succeeded, failed, retries, first_job)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, (SELECT creation_time FROM jobs WHERE pk = $11))
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, (SELECT creation_time FROM jobs WHERE pk = $11)
+         WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1)
          ON CONFLICT (account) DO UPDATE SET
             wall_ms = a.wall_ms + EXCLUDED.wall_ms, user_ms = a.user_ms + EXCLUDED.user_ms,
             kernel_ms = a.kernel_ms + EXCLUDED.kernel_ms, read_bytes = a.read_bytes + EXCLUDED.read_bytes,
