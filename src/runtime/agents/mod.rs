@@ -212,13 +212,15 @@ impl Agents {
     }
 
     /// Whether the node's agent starts a task as the user its launch names, once it is heard
-    /// from (up to the agent timeout); an agent of an older build would start it as root.
-    pub async fn starts_users(&self, node: &str) -> bool {
-        let heard = self.wait_heard(node, self.silence).await;
-        heard
-            && self
-                .link(node)
-                .is_some_and(|l| l.state.lock().expect("lock").users)
+    /// from (up to the agent timeout; None if it is not); an agent of an older build would
+    /// start it as root.
+    pub async fn starts_users(&self, node: &str) -> Option<bool> {
+        if !self.wait_heard(node, self.silence).await {
+            return None;
+        }
+        let link = self.link(node)?;
+        let users = link.state.lock().expect("lock").users;
+        Some(users)
     }
 
     /// Waits until the node's agent has asked for work once, up to `timeout`.

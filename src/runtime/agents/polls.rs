@@ -197,9 +197,13 @@ mod tests {
     #[tokio::test]
     async fn an_agent_says_whether_it_starts_tasks_as_their_users() {
         let agents = Agents::new(None, 0, std::time::Duration::from_millis(100));
-        assert!(!agents.starts_users("n").await, "an unknown node");
+        assert_eq!(agents.starts_users("n").await, None, "an unknown node");
         agents.register("n", "s");
-        assert!(!agents.starts_users("n").await, "an agent not heard from");
+        assert_eq!(
+            agents.starts_users("n").await,
+            None,
+            "an agent not heard from"
+        );
         let link = agents.authenticate("n", "s").unwrap();
         let short = std::time::Duration::from_millis(50);
         let old = Hello {
@@ -207,12 +211,10 @@ mod tests {
             ..hello(None)
         };
         let _ = tokio::time::timeout(short, link.take_work(&old)).await;
-        assert!(
-            !agents.starts_users("n").await,
-            "an agent of an older build"
-        );
+        let older = agents.starts_users("n").await;
+        assert_eq!(older, Some(false), "an agent of an older build");
         let _ = tokio::time::timeout(short, link.take_work(&hello(None))).await;
-        assert!(agents.starts_users("n").await);
+        assert_eq!(agents.starts_users("n").await, Some(true));
     }
 
     #[tokio::test]

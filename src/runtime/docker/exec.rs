@@ -43,7 +43,9 @@ impl DockerRuntime {
         started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
         if self.has_agent(server_id, node_id).await {
-            if command.user.is_some() && !self.agent.agents.starts_users(node_id).await {
+            // An agent not heard from runs nothing, and its run says so.
+            let users = self.agent.agents.starts_users(node_id);
+            if command.user.is_some() && users.await == Some(false) {
                 return Err(out_of_date(node_id, "its agent").into());
             }
             let run = |id| command.work(id);
