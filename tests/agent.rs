@@ -81,11 +81,13 @@ async fn an_agent_speaks_only_for_its_own_node_with_its_own_secret() {
     assert_eq!(post_events(&s, Some(borrowed)).await.0, 401);
     let unknown = format!("BatchpoolNode tvmps_nosuchnode:{secret_a}");
     assert_eq!(post_events(&s, Some(unknown)).await.0, 401);
-    // The agent's listener serves the agents' routes only, not the API.
+    // The agent's listener serves the API to tasks' tokens only: no one else gets through it.
     let api = reqwest::get(format!("{}/pools", s.agent_url()))
         .await
         .unwrap();
-    assert_eq!(api.status().as_u16(), 404);
+    assert_eq!(api.status().as_u16(), 401);
+    let body: serde_json::Value = api.json().await.unwrap();
+    assert_eq!(body["code"], "AuthenticationFailed", "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
