@@ -42,8 +42,9 @@ const INTER_NODE: &str = "hosts.rs::a_pool_whose_nodes_talk_to_each_other_stays_
 const MANUAL_UPGRADES: &str =
     "pools.rs::a_manual_upgrade_policy_is_taken_and_automatic_ones_refused";
 
-/// A task's attempts get a token for its job's operations (`api::task_tokens`).
-const TASK_TOKENS: &str = "auth.rs::a_task_s_token_reaches_its_own_job_while_it_runs";
+/// A task's attempts get a token for its job's operations (`domain::task_token`): the flow that
+/// `auth.rs`'s two token tests run, on a local node and on a Docker node.
+const TASK_TOKENS: &str = "auth.rs::token_flow";
 
 /// A body's properties and what happens to each.
 pub type Table = &'static [(&'static str, Support)];
