@@ -81,12 +81,6 @@ fn assert_volumes_gone(container: &Value) {
     }
 }
 
-async fn stdout(s: &TestServer, job: &str, task: &str) -> String {
-    s.file(&format!("/jobs/{job}/tasks/{task}/files/stdout.txt"))
-        .await
-        .unwrap_or_default()
-}
-
 fn engine_nests_cgroups() -> bool {
     run_ok(std::process::Command::new("docker").args([
         "info",
@@ -119,7 +113,7 @@ async fn tasks_run_each_in_a_container_of_their_own() {
     for t in s.wait_all_completed("j", 6).await {
         assert_eq!(t["executionInfo"]["result"], "success", "{t}");
     }
-    let node_out = stdout(&s, "j", "on-node").await;
+    let node_out = s.stdout("j", "on-node").await;
     assert!(node_out.ends_with("no-marker\n"), "{node_out}");
     let server = s.server_id().await;
     let node_container = docker_containers(&server)
@@ -132,7 +126,7 @@ async fn tasks_run_each_in_a_container_of_their_own() {
     let mut containers = Vec::new();
     for i in 1..=4 {
         let id = format!("1000000{i}");
-        let out = stdout(&s, "j", &id).await;
+        let out = s.stdout("j", &id).await;
         let words: Vec<&str> = out.split_whitespace().collect();
         let wd = format!("/mnt/batch/tasks/workitems/j/job-1/{id}/wd");
         let expected = ["from-the-task-image", "hello", id.as_str(), wd.as_str()];
@@ -155,7 +149,7 @@ async fn tasks_run_each_in_a_container_of_their_own() {
     assert_eq!(containers.len(), 4, "a container each: {containers:?}");
     assert!(!containers.contains(&node_container));
     assert_eq!(
-        stdout(&s, "j", "image-default").await,
+        s.stdout("j", "image-default").await,
         "from-the-task-image\n"
     );
     let t = s.task("j", "10000001").await;
@@ -289,7 +283,7 @@ async fn a_restart_finds_a_task_container_running_and_cleans_up_after_it() {
         t["executionInfo"]["requeueCount"], 0,
         "adopted, not run again: {t}"
     );
-    assert_eq!(stdout(&s, "j", "t").await, "finished\n");
+    assert_eq!(s.stdout("j", "t").await, "finished\n");
     wait_for("the task container to be removed", || async {
         task_containers(&server).is_empty().then_some(())
     })
@@ -523,7 +517,7 @@ async fn cpus_and_memory_run_options_limit_the_task_container() {
     s.add_tasks("j", vec![task]).await;
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
-    assert_eq!(stdout(&s, "j", "t").await, format!("{}\n50000\n", 64 << 20));
+    assert_eq!(s.stdout("j", "t").await, format!("{}\n50000\n", 64 << 20));
 }
 
 /// A node's image may name a user of its own (`USER` in its Dockerfile); the node's agent, and
@@ -561,5 +555,5 @@ async fn a_node_image_with_a_user_of_its_own_still_runs_tasks_as_root() {
     let task = json!({"id": "t", "commandLine": "id -u", "userIdentity": admin});
     assert_eq!(s.post("/jobs/j/tasks", &task).await.0, 201);
     s.wait_task("j", "t", "completed").await;
-    assert_eq!(stdout(&s, "j", "t").await, "0\n");
+    assert_eq!(s.stdout("j", "t").await, "0\n");
 }

@@ -84,12 +84,6 @@ async fn pool_and_job(s: &TestServer) {
     s.job_on("j", "p").await;
 }
 
-async fn stdout(s: &TestServer, task: &str) -> String {
-    s.file(&format!("/jobs/j/tasks/{task}/files/stdout.txt"))
-        .await
-        .unwrap_or_default()
-}
-
 async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
     let s = server(rt).await;
     pool_and_job(&s).await;
@@ -117,7 +111,7 @@ async fn resource_files_are_in_place_before_the_command_runs(rt: Rt) {
     let t = s.wait_task("j", "t1", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
     assert_eq!(
-        stdout(&s, "t1").await,
+        s.stdout("j", "t1").await,
         "from http\nblob a\nblob b\nnot wanted\n700\n10000000\n789"
     );
     // The task reads back with the resource files it was given.
@@ -425,7 +419,7 @@ async fn a_task_is_preparing_while_its_resource_files_download() {
     .await;
     assert_eq!(t["previousState"], "running", "{t}");
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
-    assert_eq!(stdout(&s, "t").await, "slow\n");
+    assert_eq!(s.stdout("j", "t").await, "slow\n");
     let ran = s.file("/jobs/j/tasks/stopped/files/ran.txt").await;
     assert_eq!(
         ran, None,
@@ -473,7 +467,7 @@ async fn auto_storage_containers_come_from_the_account_s_linked_storage() {
     s.add_tasks("j", vec![task("t")]).await;
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
-    assert_eq!(stdout(&s, "t").await, "linked a\nlinked b\n");
+    assert_eq!(s.stdout("j", "t").await, "linked a\nlinked b\n");
 
     let unlinked = common::account_cmd(&s, &["storage", "batchpool", "--unlink"]);
     assert!(unlinked.contains("none"), "{unlinked}");
@@ -525,7 +519,7 @@ async fn a_restart_uploads_what_finished_meanwhile_and_downloads_again_what_was_
     .await;
     assert_eq!(cut["executionInfo"]["result"], "success", "{cut}");
     assert_eq!(cut["executionInfo"]["requeueCount"], 1, "{cut}");
-    assert_eq!(stdout(&s, "cut").await, "slow\n");
+    assert_eq!(s.stdout("j", "cut").await, "slow\n");
 }
 
 /// A zip holding `bin/hello.txt` with `text` (made with Python's zipfile).
@@ -606,7 +600,7 @@ async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) 
     s.add_tasks("j", vec![task.clone()]).await;
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
-    assert_eq!(stdout(&s, "t").await, "one\ntwo\nweb\n");
+    assert_eq!(s.stdout("j", "t").await, "one\ntwo\nweb\n");
     assert_eq!(
         t["applicationPackageReferences"], task["applicationPackageReferences"],
         "{t}"
@@ -617,7 +611,7 @@ async fn application_packages_are_installed_on_the_node_before_the_task(rt: Rt) 
         "applicationPackageReferences": [{"applicationId": "tools", "version": "2.0"}]});
     s.add_tasks("j", vec![again]).await;
     s.wait_task("j", "again", "completed").await;
-    assert_eq!(stdout(&s, "again").await, "two\n");
+    assert_eq!(s.stdout("j", "again").await, "two\n");
 
     // A pool's packages are on each of its nodes before the start task, for every command there.
     let pool = json!({"id": "pk", "vmSize": "standard_a1", "targetDedicatedNodes": 1,

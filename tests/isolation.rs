@@ -30,10 +30,7 @@ async fn run(s: &TestServer, job: &str, task: &str, command: &str) -> (i64, Stri
     s.add_tasks(job, vec![json!({"id": task, "commandLine": command})])
         .await;
     let t = s.wait_task(job, task, "completed").await;
-    let out = s
-        .file(&format!("/jobs/{job}/tasks/{task}/files/stdout.txt"))
-        .await
-        .unwrap_or_default();
+    let out = s.stdout(job, task).await;
     (t["executionInfo"]["exitCode"].as_i64().unwrap(), out)
 }
 

@@ -20,11 +20,6 @@ echo mine > "$AZ_BATCH_TASK_WORKING_DIR/mine.txt" && echo "wd writable"
 echo "$AZ_BATCH_TASK_ID" > "$AZ_BATCH_NODE_SHARED_DIR/$AZ_BATCH_TASK_ID" && echo "shared writable"
 if test "$HOME" = "$AZ_BATCH_TASK_DIR"; then echo "home is the task directory"; fi"#;
 
-async fn stdout(s: &TestServer, job: &str, task: &str) -> String {
-    let path = format!("/jobs/{job}/tasks/{task}/files/stdout.txt");
-    s.file(&path).await.unwrap_or_default()
-}
-
 /// The uid a probe printed.
 fn uid(out: &str) -> u32 {
     let line = out.lines().next().unwrap_or_default();
@@ -83,11 +78,11 @@ async fn each_auto_user_runs_its_tasks_as_its_scope_and_elevation_say() {
         "Azure's defaults"
     );
 
-    let admin = stdout(&s, "j", "admin").await;
+    let admin = s.stdout("j", "admin").await;
     assert!(admin.starts_with("uid 0 gid 0\nroot writable\n"), "{admin}");
     let mut own = Vec::new();
     for id in ["pool-1", "pool-2", "own-1", "own-2"] {
-        let out = stdout(&s, "j", id).await;
+        let out = s.stdout("j", id).await;
         let expected = "root closed\nwd writable\nshared writable\nhome is the task directory\n";
         assert!(out.ends_with(expected), "{id}: {out}");
         let uid = uid(&out);
@@ -123,16 +118,16 @@ async fn each_auto_user_runs_its_tasks_as_its_scope_and_elevation_say() {
     )
     .await;
     s.wait_all_completed("j", 8).await;
-    assert_eq!(stdout(&s, "j", "peek-own").await, "closed\n");
-    assert_eq!(stdout(&s, "j", "peek-pool").await, "closed\n");
-    assert_eq!(stdout(&s, "j", "peek-admin").await, "mine\n");
+    assert_eq!(s.stdout("j", "peek-own").await, "closed\n");
+    assert_eq!(s.stdout("j", "peek-pool").await, "closed\n");
+    assert_eq!(s.stdout("j", "peek-admin").await, "mine\n");
     // The pool's user shares its tasks' directories: one pool-scope task reads another's.
     let pool_peek = r#"cat "$AZ_BATCH_TASK_DIR/../pool-1/wd/mine.txt""#;
     let task = json!({"id": "pool-peek", "commandLine": pool_peek, "userIdentity": auto("pool", "nonadmin")});
     s.add_tasks("j", vec![task]).await;
     let t = s.wait_task("j", "pool-peek", "completed").await;
     assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
-    assert_eq!(stdout(&s, "j", "pool-peek").await, "mine\n");
+    assert_eq!(s.stdout("j", "pool-peek").await, "mine\n");
 
     // Its resource files are its user's: it changes them, and writes in their directories.
     let (name, url) = container("rl").await;
@@ -143,7 +138,7 @@ async fn each_auto_user_runs_its_tasks_as_its_scope_and_elevation_say() {
     s.add_tasks("j", vec![task]).await;
     let t = s.wait_task("j", "edit", "completed").await;
     assert_eq!(t["executionInfo"]["exitCode"], 0, "{t}");
-    assert_eq!(stdout(&s, "j", "edit").await, "from storage\nedited\nnew\n");
+    assert_eq!(s.stdout("j", "edit").await, "from storage\nedited\nnew\n");
 
     // A named user is refused by name, and nothing is added.
     let named_user =

@@ -714,6 +714,12 @@ impl TestServer {
         body["value"].as_array().unwrap().clone()
     }
 
+    /// A task's stdout.txt, empty if it is not there (yet).
+    pub async fn stdout(&self, job: &str, task: &str) -> String {
+        let path = format!("/jobs/{job}/tasks/{task}/files/stdout.txt");
+        self.file(&path).await.unwrap_or_default()
+    }
+
     /// The text of a file, or None if it is not there (yet), or its reading was cut off (its
     /// node rebooted meanwhile, say: the agent that read it went with it).
     pub async fn file(&self, path: &str) -> Option<String> {
