@@ -138,7 +138,7 @@ pub(super) struct AffinityInfo {
 }
 
 /// What a task keeps beside its columns and answers as it was given: its affinityInfo, its
-/// userIdentity (an admin auto-user, which every task runs as), and its
+/// userIdentity (the auto-user it runs as, `domain::run_as`), and its
 /// authenticationTokenSettings (`job_token`: access to its job).
 pub(super) fn extra(
     affinity: Option<AffinityInfo>,
