@@ -58,6 +58,23 @@ async fn server_on_three_hosts(suffix: &str) -> TestServer {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await
 }
+/// Waits until the pool is steady with `idle` idle nodes and one unusable (a node no host had
+/// room for); returns its nodes.
+async fn steady_with_one_unusable(
+    s: &TestServer,
+    pool: &str,
+    idle: usize,
+) -> Vec<serde_json::Value> {
+    let what = format!("{idle} idle nodes of {pool} and 1 unusable");
+    wait_for(&what, || async {
+        let (_, shown) = s.get(&format!("/pools/{pool}")).await;
+        let nodes = s.nodes(pool).await;
+        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
+        (shown["allocationState"] == "steady" && count("idle") == idle && count("unusable") == 1)
+            .then_some(nodes)
+    })
+    .await
+}
 
 /// The nodes of `pool` on each host, in `--docker-host` order.
 fn nodes_per_host(server_id: &str, pool: &str) -> Vec<usize> {
@@ -128,14 +145,7 @@ async fn a_host_at_its_cap_takes_no_more_nodes_and_the_resize_says_so() {
     let s = server_on_three_hosts(",cpus=1").await;
     let body = json!({"id": "capped", "vmSize": "standard_a1", "targetDedicatedNodes": 4});
     assert_eq!(s.post("/pools", &body).await.0, 201);
-    let nodes = wait_for("3 idle nodes and 1 unusable", || async {
-        let (_, pool) = s.get("/pools/capped").await;
-        let nodes = s.nodes("capped").await;
-        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
-        (pool["allocationState"] == "steady" && count("idle") == 3 && count("unusable") == 1)
-            .then_some(nodes)
-    })
-    .await;
+    let nodes = steady_with_one_unusable(&s, "capped", 3).await;
     let unusable = nodes.iter().find(|n| n["state"] == "unusable").unwrap();
     assert_eq!(
         unusable["errors"][0]["code"], "AllocationFailed",
@@ -160,14 +170,7 @@ async fn a_pool_whose_nodes_talk_to_each_other_stays_on_one_host() {
     let s = server_on_three_hosts(",cpus=2").await;
     let body = json!({"id": "talk", "vmSize": "standard_a1", "targetDedicatedNodes": 3, "enableInterNodeCommunication": true});
     assert_eq!(s.post("/pools", &body).await.0, 201);
-    let nodes = wait_for("2 idle nodes and 1 unusable", || async {
-        let (_, pool) = s.get("/pools/talk").await;
-        let nodes = s.nodes("talk").await;
-        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
-        (pool["allocationState"] == "steady" && count("idle") == 2 && count("unusable") == 1)
-            .then_some(nodes)
-    })
-    .await;
+    let nodes = steady_with_one_unusable(&s, "talk", 2).await;
     let (_, pool) = s.get("/pools/talk").await;
     assert_eq!(pool["enableInterNodeCommunication"], true, "{pool}");
     assert_eq!(
@@ -230,14 +233,7 @@ async fn a_pool_kept_on_one_host_preempts_nothing_on_the_others() {
     s.wait_nodes("spot", 2, "idle").await;
     let body = json!({"id": "talk", "vmSize": "standard_a1", "targetDedicatedNodes": 2, "enableInterNodeCommunication": true});
     assert_eq!(s.post("/pools", &body).await.0, 201);
-    wait_for("1 idle node and 1 unusable", || async {
-        let (_, pool) = s.get("/pools/talk").await;
-        let nodes = s.nodes("talk").await;
-        let count = |state: &str| nodes.iter().filter(|n| n["state"] == state).count();
-        (pool["allocationState"] == "steady" && count("idle") == 1 && count("unusable") == 1)
-            .then_some(())
-    })
-    .await;
+    steady_with_one_unusable(&s, "talk", 1).await;
     let spot = s.nodes("spot").await;
     assert!(
         spot.iter().all(|n| n["state"] == "idle"),
