@@ -761,7 +761,9 @@ async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() 
     ]);
     let filler = format!("{volume}-fill");
     let mount = format!("type=volume,src={volume},dst=/opt/batchpool");
-    let image = "batchpool/node:latest";
+    // An image every extra engine has (`images_on_every_host`): made from one it may lack, the
+    // filler would not exist, and the server would fill the volume through one of its own.
+    let image = common::TEST_IMAGE;
     docker(&[
         "create",
         "--name",
