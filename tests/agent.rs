@@ -533,6 +533,63 @@ on_both_runtimes!(
     a_silent_agent_loses_its_node
 );
 
+/// A node whose agent has been silent for a while (15 s: three of its load reports missed) is
+/// `unknown`, as Azure shows a node it lost contact with: its running task is still running, no
+/// task is placed in its free slot, and the pool's node counts say so. When the agent speaks
+/// again, before the agent timeout, the node is what it was, and its task ends once, never
+/// requeued.
+async fn a_quiet_agent_makes_its_node_unknown_until_it_speaks(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    s.job_on("j", "p").await;
+    s.add_tasks("j", vec![json!({"id": "long", "commandLine": "sleep 30"})])
+        .await;
+    let running = s.wait_task("j", "long", "running").await;
+    let node = running["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+
+    freeze(rt, &s, &node, true);
+    let started = std::time::Instant::now();
+    s.wait_nodes("p", 1, "unknown").await;
+    let waited = started.elapsed();
+    let (_, counts) = s.get("/nodecounts").await;
+    let dedicated = &counts["value"][0]["dedicated"];
+    assert_eq!(
+        (&dedicated["unknown"], &dedicated["running"]),
+        (&json!(1), &json!(0)),
+        "{counts}"
+    );
+    s.add_tasks("j", vec![json!({"id": "next", "commandLine": "true"})])
+        .await;
+    // A pass runs as soon as a task is added: for two seconds, it finds no node to run it on.
+    for _ in 0..20 {
+        let (_, next) = s.get("/jobs/j/tasks/next").await;
+        assert_eq!(next["state"], "active", "placed on an unknown node: {next}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, long) = s.get("/jobs/j/tasks/long").await;
+    assert_eq!(long["state"], "running", "{long}");
+    freeze(rt, &s, &node, false);
+    assert!(
+        waited >= std::time::Duration::from_secs(14),
+        "unknown after {waited:?} of silence"
+    );
+
+    for t in s.wait_all_completed("j", 2).await {
+        let info = &t["executionInfo"];
+        assert_eq!(info["exitCode"], 0, "{t}");
+        assert_eq!(info["requeueCount"], 0, "{t}");
+        assert_eq!(t["nodeInfo"]["nodeId"], node.as_str(), "{t}");
+    }
+    let nodes = s.wait_nodes("p", 1, "idle").await;
+    assert_eq!(nodes[0]["id"], node.as_str(), "the node was kept");
+}
+on_both_runtimes!(
+    a_node_whose_agent_is_quiet_for_a_while_is_unknown,
+    a_quiet_agent_makes_its_node_unknown_until_it_speaks
+);
+
 /// A node whose agent does not answer holds up only its own new tasks: while an attempt on it
 /// is being killed (through an agent that cannot answer: 10 s to ask, up to 15 s for its end),
 /// the dispatcher goes on placing tasks, and the other node runs them.

@@ -314,9 +314,9 @@ impl Runtime {
         self.node.lost_nodes(server_id).await
     }
 
-    /// The nodes whose agents fell silent for longer than the agent timeout (see
-    /// [`agents::Agents::silent`]).
-    pub fn silent_nodes(&self) -> Vec<String> {
+    /// The nodes whose agents fell silent: for longer than the agent timeout (lost), and long
+    /// enough to be `unknown` (see [`agents::Agents::silent`] and [`agents::Agents::quiet`]).
+    pub fn silent_nodes(&self) -> agents::Silent {
         self.agents.silent()
     }
 

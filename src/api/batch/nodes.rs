@@ -241,8 +241,9 @@ async fn restart(
             | NodeState::Offline
             | NodeState::StartTaskFailed
             | NodeState::Unusable
+            | NodeState::Unknown
     ) {
-        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be {done} when it is idle, running, offline, unusable or its start task failed.", node.state)));
+        return Err(ApiError::new(StatusCode::CONFLICT, "NodeNotReady", format!("The node {node_id:?} is {}; it can be {done} when it is idle, running, offline, unusable, unknown or its start task failed.", node.state)));
     }
     let mut tx = app.db.begin().await?;
     crate::ops::jobs::stop_tasks_on_nodes(&mut tx, &[node.pk], option).await?;

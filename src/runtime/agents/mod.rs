@@ -15,12 +15,14 @@ mod load;
 mod peers;
 mod polls;
 mod replies;
+mod silence;
 
 use super::NodeError;
 use crate::domain::agent::{Event, Usage, Work};
 
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
+pub use silence::Silent;
 
 /// The agents of this server's nodes, and how they reach it.
 pub struct Agents {
@@ -142,21 +144,6 @@ impl Agents {
 
     pub fn knows(&self, node: &str) -> bool {
         self.links.lock().expect("lock").contains_key(node)
-    }
-
-    /// The nodes whose agents spoke to this server and then fell silent for longer than the
-    /// agent timeout: hung, cut off, or gone with their machine. Those that never spoke are
-    /// [`Agents::await_hello`]'s to judge.
-    pub fn silent(&self) -> Vec<String> {
-        let links = self.links.lock().expect("lock");
-        links
-            .iter()
-            .filter(|(_, link)| {
-                let state = link.state.lock().expect("lock");
-                state.boot.is_some() && state.last_seen.elapsed() > self.silence
-            })
-            .map(|(node, _)| node.clone())
-            .collect()
     }
 
     /// Whether `node` runs an agent this server knows: from now, or (after a restart) by the

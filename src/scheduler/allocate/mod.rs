@@ -6,6 +6,7 @@
 mod preempted;
 mod provision;
 mod resize;
+mod unknown;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,8 @@ pub struct Allocator {
     retained: Mutex<HashMap<i64, chrono::DateTime<Utc>>>,
     /// Preempted nodes whose container is gone, by pk and the time they were preempted.
     cleared: Mutex<HashSet<(i64, chrono::DateTime<Utc>)>>,
+    /// Nodes this server made `unknown` (their agents silent), until their agents speak again.
+    unknown: Mutex<HashSet<String>>,
     /// When the added Docker hosts were last read.
     hosts_synced: Mutex<Option<std::time::Instant>>,
     /// Bounds how many containers are created or removed at once.
@@ -62,6 +65,7 @@ impl Allocator {
             removing: Mutex::default(),
             retained: Mutex::default(),
             cleared: Mutex::default(),
+            unknown: Mutex::default(),
             hosts_synced: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             packages: crate::scheduler::packages::Packages::new(
@@ -138,6 +142,7 @@ impl Allocator {
         }
         // Records whose node row is gone (deleted with its pool while no server ran) end now.
         store::usage::close_orphaned(&self.db, now).await?;
+        self.regain_unknown().await?;
         tracing::info!(
             adopted,
             runtime = self.runtime.name(),
@@ -148,7 +153,9 @@ impl Allocator {
 
     async fn pass(self: &Arc<Self>) -> anyhow::Result<()> {
         self.sync_hosts().await?;
-        self.replace_lost_nodes().await?;
+        let silent = self.runtime.silent_nodes();
+        self.replace_lost_nodes(&silent.lost).await?;
+        self.track_contact(&silent.unknown).await?;
         let pools = store::pools::list_all(&self.db).await?;
         let all = store::nodes::list_all(&self.db).await?;
         // Dedicated nodes get capacity first: no preempted node comes back while one waits.

@@ -136,9 +136,8 @@ impl Allocator {
     /// their tasks are requeued (requeueCount + 1, as Azure does when a node fails), and their
     /// pools resize back to their targets on the hosts that answer. Removing a node ends what
     /// still runs on it, so a hung node's tasks do not run on beside their new attempts.
-    pub(super) async fn replace_lost_nodes(&self) -> anyhow::Result<()> {
+    pub(super) async fn replace_lost_nodes(&self, silent: &[String]) -> anyhow::Result<()> {
         let lost = self.runtime.lost_nodes(&self.server_id).await;
-        let silent = self.runtime.silent_nodes();
         if lost.is_empty() && silent.is_empty() {
             return Ok(());
         }
@@ -152,6 +151,7 @@ impl Allocator {
                     | NodeState::WaitingForStartTask
                     | NodeState::StartTaskFailed
                     | NodeState::Offline
+                    | NodeState::Unknown
             )
         };
         let rows: Vec<NodeRow> = store::nodes::list_all(&self.db)

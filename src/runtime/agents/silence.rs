@@ -1,0 +1,49 @@
+//! Agents that stopped speaking: for a while, their nodes are `unknown` (Azure's state for a
+//! node the service lost contact with); past the agent timeout, their nodes are lost.
+
+use std::time::Duration;
+
+use super::Agents;
+
+/// The nodes whose agents fell silent.
+pub struct Silent {
+    /// Silent for longer than the agent timeout: hung, cut off, or gone with their machine.
+    pub lost: Vec<String>,
+    /// Silent for long enough that their nodes are `unknown` ([`UNKNOWN_AFTER`]), the lost
+    /// ones included.
+    pub unknown: Vec<String>,
+}
+
+/// How long an agent may be silent before its node is `unknown`: three of its load reports
+/// (one every [`crate::domain::agent::LOAD_PERIOD_SECS`]) missed. With an agent timeout of
+/// less than twice this, half the timeout, but never less than two reports missed.
+pub const UNKNOWN_AFTER: Duration = Duration::from_secs(15);
+
+impl Agents {
+    /// The nodes whose agents spoke to this server and then fell silent. Those that never
+    /// spoke are [`Agents::await_hello`]'s to judge.
+    pub fn silent(&self) -> Silent {
+        let unknown_after = (self.silence / 2).clamp(Duration::from_secs(10), UNKNOWN_AFTER);
+        Silent {
+            lost: self.silent_for(self.silence),
+            // None with an agent timeout so short that nodes are lost first.
+            unknown: if unknown_after < self.silence {
+                self.silent_for(unknown_after)
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn silent_for(&self, after: Duration) -> Vec<String> {
+        let links = self.links.lock().expect("lock");
+        links
+            .iter()
+            .filter(|(_, link)| {
+                let state = link.state.lock().expect("lock");
+                state.boot.is_some() && state.last_seen.elapsed() > after
+            })
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,51 @@
+//! Nodes whose agents fall silent are `unknown` (Azure's state for a node the service lost
+//! contact with) until their agents speak again, or until the agent timeout, when they are lost
+//! and replaced ([`Allocator::replace_lost_nodes`]).
+
+use super::Allocator;
+use crate::store;
+
+impl Allocator {
+    /// Makes the ready nodes among `unknown` (their agents silent for a while) `unknown`, and
+    /// gives those made so whose agents spoke since back what they are. Their running tasks
+    /// run on meanwhile; no task is placed on them.
+    pub(super) async fn track_contact(&self, unknown: &[String]) -> anyhow::Result<()> {
+        let (new, back): (Vec<String>, Vec<String>) = {
+            let made = self.unknown.lock().expect("lock");
+            let new = unknown.iter().filter(|id| !made.contains(*id)).cloned();
+            let back = made.iter().filter(|id| !unknown.contains(id)).cloned();
+            (new.collect(), back.collect())
+        };
+        if !new.is_empty() {
+            for id in store::contact::lose(&self.db, &new).await? {
+                tracing::warn!(node = %id, "the node's agent is silent: the node is unknown");
+            }
+            // Those that were not ready are not looked at again while their agents are silent.
+            self.unknown.lock().expect("lock").extend(new);
+        }
+        if !back.is_empty() {
+            // Those lost and replaced meanwhile are no longer `unknown`, and stay as they are.
+            if store::contact::regain(&self.db, Some(&back)).await? > 0 {
+                tracing::info!(nodes = ?back, "the nodes' agents speak again");
+            }
+            let mut made = self.unknown.lock().expect("lock");
+            for id in &back {
+                made.remove(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a start: the nodes a previous leader made `unknown` are what they were; their
+    /// agents are judged anew.
+    pub(super) async fn regain_unknown(&self) -> anyhow::Result<()> {
+        let regained = store::contact::regain(&self.db, None).await?;
+        if regained > 0 {
+            tracing::info!(
+                regained,
+                "nodes left unknown by the last leader are judged anew"
+            );
+        }
+        Ok(())
+    }
+}
