@@ -478,6 +478,45 @@ on_both_runtimes!(
     files_are_read_through_any_server
 );
 
+/// The leader killed (kill -9) with a Docker node up: the other server takes the lead and
+/// adopts the node, whose agent still calls the dead server. It is lost after the agent timeout,
+/// as a node whose agent falls silent is, and the pool is whole again with a node of the new
+/// leader: tasks submitted meanwhile all run, none left waiting on the node no server reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
+    let args = ["--agent-timeout", "10"];
+    let database = Some(common::fresh_database().await);
+    let mut first = TestServer::start_with(Rt::Docker, database, &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(first.post("/pools", &body).await.0, 201);
+    let nodes = first.wait_nodes("p", 1, "idle").await;
+    let old = nodes[0]["id"].as_str().unwrap().to_string();
+    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &args).await;
+    first.kill().await;
+
+    second.job_on("j", "p").await;
+    let tasks = (0..4)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_TASK_ID"}))
+        .collect();
+    second.add_tasks("j", tasks).await;
+    for t in second.wait_all_completed("j", 4).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        assert_ne!(t["nodeInfo"]["nodeId"], old.as_str(), "{t}");
+        let out = second.stdout("j", t["id"].as_str().unwrap()).await;
+        assert_eq!(out, format!("{}\n", t["id"].as_str().unwrap()));
+    }
+    let nodes = second.wait_nodes("p", 1, "idle").await;
+    assert_ne!(
+        nodes[0]["id"],
+        old.as_str(),
+        "the old leader's node was replaced"
+    );
+    common::wait_for("the old leader's node to be removed", || async {
+        (!second.runtime_nodes().await.contains(&old)).then_some(())
+    })
+    .await;
+}
+
 /// A node whose agent stops answering (hung: its process stopped, its container paused) is
 /// lost after `--agent-timeout`: its running tasks are requeued onto the other nodes, and the
 /// pool grows back to its target without it, so nothing of it runs on.

@@ -111,8 +111,8 @@ impl Runtime {
     }
 
     /// Learns the node's agent by the secret it was made with, unless known already (a node
-    /// that runs none, or is gone, has none to learn).
-    async fn learn_agent(&self, node: &str) {
+    /// that runs none, or is gone, has none to learn). From then, its silence counts.
+    pub async fn learn_agent(&self, node: &str) {
         let secret = self.node.agent_secret(&self.server_id, node);
         self.agents.learn(node, secret).await;
     }

@@ -20,8 +20,11 @@ pub struct Silent {
 pub const UNKNOWN_AFTER: Duration = Duration::from_secs(15);
 
 impl Agents {
-    /// The nodes whose agents spoke to this server and then fell silent. Those that never
-    /// spoke are [`Agents::await_hello`]'s to judge.
+    /// The nodes whose agents fell silent: since they last spoke to this server, or, for one
+    /// that never did, since this server learnt of it. That is a node another server made,
+    /// adopted when this one took the lead, whose agent still calls a server that is gone. (A
+    /// new node's first word is [`Agents::await_hello`]'s to judge: it is `starting` until
+    /// then, and neither `unknown` nor lost.)
     pub fn silent(&self) -> Silent {
         let unknown_after = (self.silence / 2).clamp(Duration::from_secs(10), UNKNOWN_AFTER);
         Silent {
@@ -41,7 +44,7 @@ impl Agents {
             .iter()
             .filter(|(_, link)| {
                 let state = link.state.lock().expect("lock");
-                state.boot.is_some() && state.last_seen.elapsed() > after
+                state.last_seen.elapsed() > after
             })
             .map(|(node, _)| node.clone())
             .collect()

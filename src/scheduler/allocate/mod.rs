@@ -140,6 +140,11 @@ impl Allocator {
                 store::nodes::set_state(&self.db, row.pk, NodeState::Creating).await?;
             }
         }
+        // The running nodes' agents' silence counts from now: one that calls a server gone (the
+        // last leader, which made the node) never speaks here, and its node is lost.
+        let adopted_running = running.iter().filter(|node| known.contains_key(*node));
+        let learnt = adopted_running.map(|node| self.runtime.learn_agent(node));
+        futures_util::future::join_all(learnt).await;
         // Records whose node row is gone (deleted with its pool while no server ran) end now.
         store::usage::close_orphaned(&self.db, now).await?;
         self.regain_unknown().await?;
