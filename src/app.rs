@@ -5,6 +5,7 @@ mod account;
 mod agents;
 mod host;
 mod installation;
+mod servers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -144,7 +145,7 @@ async fn run(
         wake.clone(),
     ));
     let agents = agent_listener.serve(
-        (runtime.clone(), peers),
+        (runtime.clone(), peers, leading.clone(), db.clone()),
         api::tasks_router(state.clone()),
         server_id.clone(),
         limits.clone(),

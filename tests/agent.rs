@@ -478,10 +478,11 @@ on_both_runtimes!(
     files_are_read_through_any_server
 );
 
-/// The leader killed (kill -9) with a Docker node up: the other server takes the lead and
-/// adopts the node, whose agent still calls the dead server. It is lost after the agent timeout,
-/// as a node whose agent falls silent is, and the pool is whole again with a node of the new
-/// leader: tasks submitted meanwhile all run, none left waiting on the node no server reaches.
+/// The leader killed (kill -9) with a Docker node up, and another server started only then: the
+/// new server takes the lead and adopts the node, whose agent calls the dead server and knows of
+/// no other. It is lost after the agent timeout, as a node whose agent falls silent is, and the
+/// pool is whole again with a node of the new leader: tasks submitted meanwhile all run, none
+/// left waiting on the node no server reaches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
     let args = ["--agent-timeout", "10"];
@@ -491,8 +492,8 @@ async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
     assert_eq!(first.post("/pools", &body).await.0, 201);
     let nodes = first.wait_nodes("p", 1, "idle").await;
     let old = nodes[0]["id"].as_str().unwrap().to_string();
-    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &args).await;
     first.kill().await;
+    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &args).await;
 
     second.job_on("j", "p").await;
     let tasks = (0..4)
@@ -515,6 +516,127 @@ async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
         (!second.runtime_nodes().await.contains(&old)).then_some(())
     })
     .await;
+}
+
+/// The leader killed (kill -9) while a task runs, with a second server up: the node's agent,
+/// told of the second by the leader, turns to it once the dead one has not answered for 5 s,
+/// and the second, leading now, keeps the node. The running task ends once, never requeued, and
+/// the node runs the tasks added meanwhile: nothing is made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
+    let database = Some(common::fresh_database().await);
+    let mut first = TestServer::start_with(Rt::Docker, database, &[]).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(first.post("/pools", &body).await.0, 201);
+    let nodes = first.wait_nodes("p", 1, "idle").await;
+    let node = nodes[0]["id"].as_str().unwrap().to_string();
+    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &[]).await;
+    common::wait_for("the leader to know of both servers", || async {
+        let log = std::fs::read_to_string(first.log_path()).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("the installation's servers changed") && l.contains("count=2"))
+            .then_some(())
+    })
+    .await;
+    // The work that starts it tells the agent of both servers.
+    first.job_on("j", "p").await;
+    let long = json!({"id": "long", "commandLine": "sleep 12; echo done"});
+    first.add_tasks("j", vec![long]).await;
+    first.wait_task("j", "long", "running").await;
+    first.kill().await;
+
+    let short =
+        (0..3).map(|i| json!({"id": format!("s{i}"), "commandLine": "echo $AZ_BATCH_TASK_ID"}));
+    second.add_tasks("j", short.collect()).await;
+    for t in second.wait_all_completed("j", 4).await {
+        let info = &t["executionInfo"];
+        assert_eq!(info["result"], "success", "{t}");
+        assert_eq!(info["requeueCount"], 0, "{t}");
+        assert_eq!(t["nodeInfo"]["nodeId"], node.as_str(), "{t}");
+    }
+    assert_eq!(second.stdout("j", "long").await, "done\n");
+    let nodes = second.wait_nodes("p", 1, "idle").await;
+    assert_eq!(nodes[0]["id"], node.as_str(), "the node was kept");
+    let log = std::fs::read_to_string(second.log_path()).unwrap();
+    let recovered = log.lines().find(|l| l.contains("recovered the attempts"));
+    assert!(
+        recovered.is_some_and(|l| l.contains("lost=0") && !l.contains("finished=0 adopted=0")),
+        "the second server took the running attempt over: {recovered:?}"
+    );
+}
+
+/// The leader loses the lead and runs on (its lock's connection cut while it was stopped): its
+/// node's agent, answered `NotLeading` by it from then on, turns to the new leader, which keeps
+/// the node; the task that ran through it ends once, never requeued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
+    let database = Some(common::fresh_database().await);
+    let first = TestServer::start_with(Rt::Docker, database, &[]).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(first.post("/pools", &body).await.0, 201);
+    let node = first.wait_nodes("p", 1, "idle").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &[]).await;
+    let log_has = |s: &TestServer, text: &'static str| {
+        let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
+        log.contains(text).then_some(())
+    };
+    common::wait_for("the leader to know of both servers", || async {
+        let log = std::fs::read_to_string(first.log_path()).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("the installation's servers changed") && l.contains("count=2"))
+            .then_some(())
+    })
+    .await;
+    first.job_on("j", "p").await;
+    let long = json!({"id": "long", "commandLine": "sleep 15; echo done"});
+    first.add_tasks("j", vec![long]).await;
+    first.wait_task("j", "long", "running").await;
+
+    // Stopped, the first server cannot take the lock back before the second takes it.
+    let signal = |s: &str| {
+        let pid = first.pid().to_string();
+        assert!(std::process::Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    let db = first.db().await;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    common::wait_for("the second server to lead", || async {
+        log_has(&second, "this server leads the scheduler")
+    })
+    .await;
+    signal("-CONT");
+    common::wait_for("the first server to stop leading", || async {
+        log_has(&first, "stopped leading the scheduler")
+    })
+    .await;
+
+    let t = second.wait_task("j", "long", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(t["executionInfo"]["requeueCount"], 0, "{t}");
+    assert_eq!(second.stdout("j", "long").await, "done\n");
+    second
+        .add_tasks("j", vec![json!({"id": "after", "commandLine": "true"})])
+        .await;
+    let after = second.wait_task("j", "after", "completed").await;
+    assert_eq!(
+        after["nodeInfo"]["nodeId"],
+        node.as_str(),
+        "the node was kept: {after}"
+    );
+    assert!(log_has(&first, "this server leads the scheduler").is_some());
 }
 
 /// A node whose agent stops answering (hung: its process stopped, its container paused) is

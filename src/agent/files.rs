@@ -74,7 +74,7 @@ async fn written(
 ) -> anyhow::Result<crate::domain::agent::FileInfo> {
     let response = link
         .streams
-        .get(format!("{}{BODIES_PATH}/{id}", link.url))
+        .get(format!("{}{BODIES_PATH}/{id}", link.url()))
         .header("authorization", &link.authorization)
         .send()
         .await?
@@ -143,7 +143,7 @@ async fn post(
     line.push(b'\n');
     let head = stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(line)) });
     link.streams
-        .post(format!("{}{REPLIES_PATH}/{id}", link.url))
+        .post(format!("{}{REPLIES_PATH}/{id}", link.url()))
         .header("authorization", &link.authorization)
         .body(reqwest::Body::wrap_stream(head.chain(rest)))
         .send()

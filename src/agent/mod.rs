@@ -4,6 +4,7 @@
 //! is away: commands go on, and their events wait until the server answers again.
 
 mod files;
+mod link;
 mod load;
 mod procs;
 mod spawn;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc;
 
+use link::{Backoff, Failover, Link};
+
 use crate::domain::agent::{
     self, Event, Events, FileOp, Hello, Work, WorkBatch, ENV_DIRS, ENV_NODE, ENV_ROOT, ENV_SECRET,
     ENV_URL, EVENTS_PATH, MAX_BATCH, POLL_HOLD_SECS, WORK_PATH,
@@ -22,16 +25,6 @@ use crate::domain::agent::{
 /// How long a command's start may wait to be told with other events. Only a kill waits on it
 /// (the server needs the pid), for at most this long.
 const START_HOLD: Duration = Duration::from_millis(20);
-
-/// Where the server is and who this node is, from the environment the server gave the node.
-struct Link {
-    url: String,
-    authorization: String,
-    boot: String,
-    http: reqwest::Client,
-    /// For answers that stream (a file's bytes): no limit on how long one may take.
-    streams: reqwest::Client,
-}
 
 pub async fn run() -> anyhow::Result<()> {
     let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
@@ -44,23 +37,19 @@ pub async fn run() -> anyhow::Result<()> {
         }
         http
     };
-    let link = Link {
-        url: url.trim_end_matches('/').to_string(),
-        authorization: agent::authorization(&node, &secret),
-        boot: uuid::Uuid::new_v4().simple().to_string(),
-        http: client()
-            .timeout(Duration::from_secs(POLL_HOLD_SECS + 15))
-            .build()
-            .context("making the HTTP client")?,
-        streams: client().build().context("making the HTTP client")?,
-    };
+    let http = client()
+        .timeout(Duration::from_secs(POLL_HOLD_SECS + 15))
+        .build()
+        .context("making the HTTP client")?;
+    let streams = client().build().context("making the HTTP client")?;
+    let link = Link::new(&url, agent::authorization(&node, &secret), (http, streams));
     make_node_dirs();
     if let Some(root) = node_root() {
         // What the node's last agent had not removed yet.
         trash::empty(&root);
     }
     let procs = procs::Procs::start().context("starting the reaper")?;
-    tracing::info!(node, server = %link.url, "the node agent runs");
+    tracing::info!(node, server = %link.url(), "the node agent runs");
     let link = std::sync::Arc::new(link);
     let (events, outbox) = mpsc::unbounded_channel();
     tokio::spawn(send_events(link.clone(), outbox));
@@ -135,7 +124,7 @@ async fn take_work(
     procs: procs::Procs,
     events: mpsc::UnboundedSender<Event>,
 ) {
-    let mut backoff = Backoff::default();
+    let (mut backoff, mut failover) = (Backoff::default(), Failover::default());
     let mut hello = Hello {
         boot: link.boot.clone(),
         got: None,
@@ -145,11 +134,14 @@ async fn take_work(
         let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
             Ok(batch) => batch,
             Err(e) => {
+                failover.failed(&link, &e);
                 backoff.wait("asking for work", &e).await;
                 continue;
             }
         };
         backoff.reset();
+        failover.answered();
+        link.learn_servers(batch.servers);
         if batch.batch.is_some() {
             hello.got = batch.batch;
         }
@@ -335,51 +327,5 @@ async fn send_events(link: std::sync::Arc<Link>, mut outbox: mpsc::UnboundedRece
             backoff.wait("sending events", &e).await;
         }
         backoff.reset();
-    }
-}
-
-impl Link {
-    async fn post<T: serde::Serialize, R: serde::de::DeserializeOwned>(
-        &self,
-        path: &str,
-        body: &T,
-    ) -> anyhow::Result<R> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.url))
-            .header("authorization", &self.authorization)
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(body)?)
-            .send()
-            .await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        anyhow::ensure!(
-            status.is_success(),
-            "the server answered {status}: {}",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-        );
-        Ok(serde_json::from_slice(&bytes)?)
-    }
-}
-
-/// Waits longer after each failure in a row, up to 2 s, and says so in the log now and then.
-#[derive(Default)]
-struct Backoff {
-    failures: u32,
-}
-
-impl Backoff {
-    async fn wait(&mut self, what: &str, e: &anyhow::Error) {
-        if self.failures.is_multiple_of(30) {
-            tracing::warn!(error = %format!("{e:#}"), "{what} failed; trying again");
-        }
-        self.failures += 1;
-        let ms = 50u64.saturating_mul(1 << self.failures.min(6)).min(2000);
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-
-    fn reset(&mut self) {
-        self.failures = 0;
     }
 }

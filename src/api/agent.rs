@@ -2,6 +2,7 @@
 //! own (`--agent-listen`, app::agents), not with the API: an agent asks for its node's work and
 //! sends what became of it. Each request names its node and that node's secret.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -15,6 +16,7 @@ use tokio::sync::oneshot;
 use super::error::ApiError;
 use super::json::AzureJson;
 use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, WorkBatch};
+use crate::domain::endpoint::NOT_LEADING;
 use crate::runtime::agents::{encode, Agents, Link, Peers, ReplyBody};
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Runtime;
@@ -24,15 +26,52 @@ pub struct AgentState {
     pub runtime: Arc<Runtime>,
     pub server_id: String,
     pub peers: Arc<Peers>,
+    /// Whether this server leads: only the leader gives agents work and takes their events.
+    pub leading: Arc<AtomicBool>,
 }
 
+/// Holds the request until there is work for the node; with the work, where the installation's
+/// servers are.
 pub async fn work(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
     AzureJson(hello): AzureJson<Hello>,
 ) -> Result<Json<WorkBatch>, ApiError> {
-    let link = authenticate(&state, &headers).await?;
-    Ok(Json(link.take_work(&hello).await))
+    let link = leader_s_link(&state, &headers).await?;
+    // A request held when this server stops leading is let go at once: the agent's next one
+    // learns where to go instead of waiting out the hold.
+    let mut batch = tokio::select! {
+        batch = link.take_work(&hello) => batch,
+        () = lead_lost(&state.leading) => return Err(not_leading()),
+    };
+    batch.servers = state.peers.servers();
+    Ok(Json(batch))
+}
+
+/// The link of the node the request names, on the server that leads. Another server answers
+/// 409 `NotLeading`: the agent tries the next server it knows (nothing of its node runs here,
+/// and what it says must reach the server that runs it).
+async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
+    let link = authenticate(state, headers).await?;
+    if !state.leading.load(Ordering::Relaxed) {
+        return Err(not_leading());
+    }
+    Ok(link)
+}
+
+fn not_leading() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        NOT_LEADING,
+        "This server does not lead the scheduler; ask the next server.",
+    )
+}
+
+/// Ends within a second of this server's ceasing to lead.
+async fn lead_lost(leading: &AtomicBool) {
+    while leading.load(Ordering::Relaxed) {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 pub async fn events(
@@ -40,7 +79,7 @@ pub async fn events(
     headers: HeaderMap,
     AzureJson(events): AzureJson<Events>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let link = authenticate(&state, &headers).await?;
+    let link = leader_s_link(&state, &headers).await?;
     if let Some(load) = events.load {
         link.record_load(load);
     }

@@ -2,19 +2,27 @@
 //! agents connect to it as they start), and what Docker nodes need to run one.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
 use axum::routing::{get, post};
+use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::config::ServeConfig;
 use crate::domain::agent::{BODIES_PATH, EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
+use crate::domain::endpoint::Endpoint;
 use crate::runtime::agents::{Agents, Peers};
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
+
+/// What the agents' side shares with the rest of the server: the runtime, this server among
+/// its peers, whether it leads (only the leader takes agents' work requests and events), and
+/// the database.
+pub type Shared = (Arc<Runtime>, Arc<Peers>, Arc<AtomicBool>, PgPool);
 
 /// The agents' port when --agent-listen does not say.
 const PORT: u16 = 8081;
@@ -76,21 +84,33 @@ impl AgentListener {
 
     /// Serves the agents' routes (and the other servers'), and `tasks` (the Batch API as tasks
     /// reach it, [`api::tasks_router`]) on every other path, until `cancel`.
+    /// Says where this server's listener is among the installation's servers meanwhile
+    /// (`servers::keep`), for agents to find the leader by.
     pub fn serve(
         self,
-        (runtime, peers): (Arc<Runtime>, Arc<Peers>),
+        (runtime, peers, leading, db): Shared,
         tasks: axum::Router,
         server_id: String,
         limits: api::serve::Limits,
         cancel: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
+        // Local nodes' agents reach this host's loopback whatever --agent-url says.
+        let endpoint = Endpoint {
+            url: (runtime.name() != "local")
+                .then(|| self.agents.url.clone())
+                .flatten(),
+            port: self.agents.port,
+        };
+        let servers = super::servers::keep(db, endpoint, peers.clone(), cancel.clone());
         let state = Arc::new(api::agent::AgentState {
             agents: self.agents.clone(),
             runtime,
             server_id,
             peers,
+            leading,
         });
         tokio::spawn(async move {
+            let servers = tokio::spawn(servers);
             let router = axum::Router::new()
                 .route(WORK_PATH, post(api::agent::work))
                 .route(EVENTS_PATH, post(api::agent::events))
@@ -103,6 +123,7 @@ impl AgentListener {
                 cancel.cancelled().await
             })
             .await;
+            let _ = servers.await;
         })
     }
 }

@@ -65,12 +65,15 @@ pub struct Hello {
     pub users: bool,
 }
 
-/// Work for the agent; `batch` names it (none when there is no work), for the next `Hello`.
+/// Work for the agent; `batch` names it (none if no work), for the next `Hello`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct WorkBatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
     pub work: Vec<Work>,
+    /// The installation's servers, as the leader knows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<super::endpoint::Endpoint>,
 }
 
 /// Something for the agent to do; `id` names it in the events that answer.
@@ -87,9 +90,8 @@ pub enum Work {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<TaskLaunch>,
     },
-    /// Kill the process group `pid` (SIGKILL); answered with whether there was one. With a
-    /// `boot`, only if the agent's is that one: a pid from before its node restarted names
-    /// another process now, if any.
+    /// Kill the process group `pid` (SIGKILL); answered with whether there was one. With a `boot`,
+    /// only if the agent's is that one: a pid from before its node restarted is another's now.
     Kill {
         id: u64,
         pid: i32,
@@ -111,13 +113,11 @@ pub enum Work {
         root: String,
         rel: String,
         op: FileOp,
-        /// Begun only within this many ms of the agent taking it, and a removal stops there:
-        /// the server gives up on the answer soon after, and what it gave up on must not happen
-        /// later (a directory removed under a task that runs in it again, say). None: no limit.
+        /// Begun only within this many ms of the agent taking it, a removal stopped there: the
+        /// server gives up soon after, and that must not happen later. None: no limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         within_ms: Option<u64>,
-        /// When the server gives up on the answer, which sets `within_ms` as the question goes
-        /// out. The server's own; never sent.
+        /// When the server gives up on the answer (it sets `within_ms` as it goes); never sent.
         #[serde(skip)]
         give_up: Option<std::time::Instant>,
     },

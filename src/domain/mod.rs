@@ -38,6 +38,7 @@ pub mod autoscale;
 pub mod bes;
 pub mod container;
 pub mod duration;
+pub mod endpoint;
 pub mod files;
 pub mod host;
 pub mod ids;

@@ -124,7 +124,7 @@ pub const NODE_DIRS: [&str; 3] = ["shared", "workitems", "startup/wd"];
 pub struct Runtime {
     node: Box<dyn NodeRuntime>,
     /// The agents of the nodes, as this server knows them.
-    agents: std::sync::Arc<agents::Agents>,
+    pub agents: std::sync::Arc<agents::Agents>,
     /// This installation's id, which names its nodes on the runtime.
     server_id: String,
     /// Task directories held for their removal.

@@ -15,6 +15,7 @@ pub mod preemption;
 pub mod preparations;
 pub mod removals;
 pub mod schedules;
+pub mod servers;
 pub mod services;
 pub mod tasks;
 mod text_enum;

@@ -9,12 +9,16 @@ use sha2::{Digest, Sha256};
 
 use super::replies::{decode, FileAnswer, FILE_ANSWER_TIMEOUT};
 use crate::domain::agent::{PeerFile, PEER_AUTH_SCHEME, PEER_FILES_PATH};
+use crate::domain::endpoint::Endpoint;
 use crate::runtime::NodeError;
 
-/// This server among its peers: where they reach it, and the installation's secret.
+/// This server among its peers: where they reach it, the installation's secret, and where
+/// the nodes' agents reach them all.
 pub struct Peers {
     /// Where other servers reach this one (its agents' listener).
     pub url: String,
+    /// The installation's servers as agents reach them, as the database said last.
+    servers: std::sync::Mutex<Vec<Endpoint>>,
     /// SHA-256 of the installation's peer secret.
     digest: [u8; 32],
     authorization: String,
@@ -28,10 +32,24 @@ impl Peers {
             .build()?;
         Ok(Self {
             url: url.trim_end_matches('/').to_string(),
+            servers: std::sync::Mutex::default(),
             digest: Sha256::digest(secret.as_bytes()).into(),
             authorization: format!("{PEER_AUTH_SCHEME} {secret}"),
             http,
         })
+    }
+
+    /// Takes the installation's servers as the database says them now; whether they changed.
+    pub fn set_servers(&self, servers: Vec<Endpoint>) -> bool {
+        let mut known = self.servers.lock().expect("lock");
+        let changed = *known != servers;
+        *known = servers;
+        changed
+    }
+
+    /// The installation's servers, for the agents to find the leader by.
+    pub fn servers(&self) -> Vec<Endpoint> {
+        self.servers.lock().expect("lock").clone()
     }
 
     /// Whether an `Authorization` header carries the installation's peer secret.

@@ -77,6 +77,7 @@ fn hand_out(state: &mut LinkState) -> WorkBatch {
     WorkBatch {
         batch: Some(batch),
         work,
+        servers: Vec::new(),
     }
 }
 

@@ -38,6 +38,15 @@ impl Agents {
         }
     }
 
+    /// Counts every agent's silence from now: a server that takes the lead holds links of
+    /// agents that were refused while it did not lead, or that left when it lost the lead
+    /// before; they have had no chance to find it yet.
+    pub fn restart_clocks(&self) {
+        for link in self.links.lock().expect("lock").values() {
+            link.state.lock().expect("lock").last_seen = std::time::Instant::now();
+        }
+    }
+
     fn silent_for(&self, after: Duration) -> Vec<String> {
         let links = self.links.lock().expect("lock");
         links

@@ -34,13 +34,14 @@ impl DockerRuntime {
             _ => {}
         }
         // The account's network goes with its last node; while other nodes use it, the engine
-        // refuses (403), which is as it should be.
+        // refuses (403), which is as it should be. One being made on it holds it only once its
+        // container starts: until then, it stays for that node.
         if let Some(account) = account {
             let _one_at_a_time = self.networks.lock().await;
-            let _ = self
-                .docker
-                .remove_network(&network_name(server_id, &account))
-                .await;
+            let network = network_name(server_id, &account);
+            if !self.making_on(&network) {
+                let _ = self.docker.remove_network(&network).await;
+            }
         }
         Ok(())
     }

@@ -61,9 +61,13 @@ pub struct DockerRuntime {
     /// The volume on this engine that holds the agent's files, once it is filled.
     agent_volume: tokio::sync::Mutex<Option<String>>,
     layout: Layout,
-    /// Held while a network is looked up and made: engines before API 1.44 make a second network
-    /// of the same name when asked twice, and a name that matches two is unusable.
+    /// Held while a network is looked up and made, or removed: engines before API 1.44 make a
+    /// second network of the same name when asked twice, and a name that matches two is
+    /// unusable.
     networks: tokio::sync::Mutex<()>,
+    /// Nodes being made on each network, from its lookup until their containers start (until
+    /// then no container holds the network): the network is not removed meanwhile.
+    making_on: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     /// What task containers need of each node's container, by container name.
     nodes: std::sync::Mutex<std::collections::HashMap<String, task_container::NodeContainer>>,
     /// Whether the engine nests cgroups, once asked.
@@ -149,6 +153,7 @@ impl DockerRuntime {
             agent_volume: tokio::sync::Mutex::default(),
             layout,
             networks: tokio::sync::Mutex::default(),
+            making_on: std::sync::Mutex::default(),
             nodes: std::sync::Mutex::default(),
             nesting: tokio::sync::OnceCell::new(),
             agent,

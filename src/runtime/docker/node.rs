@@ -30,7 +30,7 @@ impl DockerRuntime {
         self.ready_task_images(spec).await?;
         self.check_image(spec).await?;
         let name = container_name(&spec.server_id, &spec.node_id);
-        let network = self.account_network(spec).await?;
+        let (network, _making) = self.account_network(spec).await?;
         let agent_env = vec![
             format!("{ENV_URL}={}", self.agent_url(spec, &network).await?),
             format!("{ENV_NODE}={}", spec.node_id),
@@ -149,10 +149,31 @@ impl DockerRuntime {
         Ok(())
     }
 
-    async fn account_network(&self, spec: &NodeSpec) -> Result<String, NodeError> {
+    /// The account's network, made if need be, kept while the node is made on it (until the
+    /// guard goes: its container has started, or it failed).
+    async fn account_network(&self, spec: &NodeSpec) -> Result<(String, MakingOn<'_>), NodeError> {
+        let name = network_name(&spec.server_id, &spec.account);
+        let _one_at_a_time = self.networks.lock().await;
         self.ensure_network(&spec.server_id, &spec.account)
             .await
-            .map_err(|e| failed(spec, "creating the account's network", e))
+            .map_err(|e| failed(spec, "creating the account's network", e))?;
+        *self
+            .making_on
+            .lock()
+            .expect("lock")
+            .entry(name.clone())
+            .or_default() += 1;
+        let guard = MakingOn {
+            making_on: &self.making_on,
+            network: name.clone(),
+        };
+        Ok((name, guard))
+    }
+
+    /// Whether a node is being made on the network `name` (then it stays). Call it holding
+    /// `networks`.
+    pub(super) fn making_on(&self, name: &str) -> bool {
+        self.making_on.lock().expect("lock").contains_key(name)
     }
 
     /// Creates the node's container; one that exists already is adopted.
@@ -207,14 +228,14 @@ impl DockerRuntime {
         })
     }
 
-    /// Makes the account's network unless it exists; returns its name.
+    /// Makes the account's network unless it exists; returns its name. Call it holding
+    /// `networks`.
     async fn ensure_network(
         &self,
         server_id: &str,
         account: &str,
     ) -> Result<String, bollard::errors::Error> {
         let name = network_name(server_id, account);
-        let _one_at_a_time = self.networks.lock().await;
         match self.docker.inspect_network(&name, None).await {
             Err(e) if status_of(&e) == Some(404) => {}
             other => return other.map(|_| name),
@@ -232,6 +253,24 @@ impl DockerRuntime {
             // 409: another server made it meanwhile (engines from API 1.44 on say so).
             Err(e) if status_of(&e) != Some(409) => Err(e),
             _ => Ok(name),
+        }
+    }
+}
+
+/// A node being made on a network: counted in `making_on` while it lives.
+struct MakingOn<'a> {
+    making_on: &'a std::sync::Mutex<HashMap<String, usize>>,
+    network: String,
+}
+
+impl Drop for MakingOn<'_> {
+    fn drop(&mut self) {
+        let mut making_on = self.making_on.lock().expect("lock");
+        if let Some(count) = making_on.get_mut(&self.network) {
+            *count -= 1;
+            if *count == 0 {
+                making_on.remove(&self.network);
+            }
         }
     }
 }

@@ -141,7 +141,9 @@ impl Allocator {
             }
         }
         // The running nodes' agents' silence counts from now: one that calls a server gone (the
-        // last leader, which made the node) never speaks here, and its node is lost.
+        // last leader, which made the node) and finds no other never speaks here, and its node
+        // is lost.
+        self.runtime.agents.restart_clocks();
         let adopted_running = running.iter().filter(|node| known.contains_key(*node));
         let learnt = adopted_running.map(|node| self.runtime.learn_agent(node));
         futures_util::future::join_all(learnt).await;
