@@ -518,14 +518,13 @@ async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
     .await;
 }
 
-/// The leader killed (kill -9) while a task runs, with a second server up: the node's agent,
-/// told of the second by the leader, turns to it once the dead one has not answered for 5 s,
-/// and the second, leading now, keeps the node. The running task ends once, never requeued, and
-/// the node runs the tasks added meanwhile: nothing is made again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
+/// Two Docker servers on one database, the first leading, with a pool of one node of two slots
+/// and the task `long` of job `j` running there (`sleep 15; echo done`), started once the
+/// leader knew of both servers: the work that starts it tells the agent of both. Returns the
+/// servers and the node.
+async fn two_servers_and_a_long_task() -> (TestServer, TestServer, String) {
     let database = Some(common::fresh_database().await);
-    let mut first = TestServer::start_with(Rt::Docker, database, &[]).await;
+    let first = TestServer::start_with(Rt::Docker, database, &[]).await;
     let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
     assert_eq!(first.post("/pools", &body).await.0, 201);
     let nodes = first.wait_nodes("p", 1, "idle").await;
@@ -538,11 +537,20 @@ async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
             .then_some(())
     })
     .await;
-    // The work that starts it tells the agent of both servers.
     first.job_on("j", "p").await;
-    let long = json!({"id": "long", "commandLine": "sleep 12; echo done"});
+    let long = json!({"id": "long", "commandLine": "sleep 15; echo done"});
     first.add_tasks("j", vec![long]).await;
     first.wait_task("j", "long", "running").await;
+    (first, second, node)
+}
+
+/// The leader killed (kill -9) while a task runs, with a second server up: the node's agent,
+/// told of the second by the leader, turns to it once the dead one has not answered for 5 s,
+/// and the second, leading now, keeps the node. The running task ends once, never requeued, and
+/// the node runs the tasks added meanwhile: nothing is made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
+    let (mut first, second, node) = two_servers_and_a_long_task().await;
     first.kill().await;
 
     let short =
@@ -570,30 +578,11 @@ async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
 /// the node; the task that ran through it ends once, never requeued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
-    let database = Some(common::fresh_database().await);
-    let first = TestServer::start_with(Rt::Docker, database, &[]).await;
-    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
-    assert_eq!(first.post("/pools", &body).await.0, 201);
-    let node = first.wait_nodes("p", 1, "idle").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &[]).await;
+    let (first, second, node) = two_servers_and_a_long_task().await;
     let log_has = |s: &TestServer, text: &'static str| {
         let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
         log.contains(text).then_some(())
     };
-    common::wait_for("the leader to know of both servers", || async {
-        let log = std::fs::read_to_string(first.log_path()).unwrap_or_default();
-        log.lines()
-            .any(|l| l.contains("the installation's servers changed") && l.contains("count=2"))
-            .then_some(())
-    })
-    .await;
-    first.job_on("j", "p").await;
-    let long = json!({"id": "long", "commandLine": "sleep 15; echo done"});
-    first.add_tasks("j", vec![long]).await;
-    first.wait_task("j", "long", "running").await;
 
     // Stopped, the first server cannot take the lock back before the second takes it.
     let signal = |s: &str| {

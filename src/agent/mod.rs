@@ -1,7 +1,8 @@
 //! `batchpool agent`: the node agent. It runs inside each node (a Docker node's main process),
 //! connects out to the server that made the node, and starts the node's commands directly: no
 //! `docker exec` per task. The protocol is `domain::agent`'s. It keeps running while the server
-//! is away: commands go on, and their events wait until the server answers again.
+//! is away: commands go on, and their events wait until the server answers again, or until the
+//! agent finds the server that leads now (`link`).
 
 mod files;
 mod link;

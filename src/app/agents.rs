@@ -83,9 +83,9 @@ impl AgentListener {
     }
 
     /// Serves the agents' routes (and the other servers'), and `tasks` (the Batch API as tasks
-    /// reach it, [`api::tasks_router`]) on every other path, until `cancel`.
-    /// Says where this server's listener is among the installation's servers meanwhile
-    /// (`servers::keep`), for agents to find the leader by.
+    /// reach it, [`api::tasks_router`]) on every other path, until `cancel`. Meanwhile, says
+    /// where this listener is among the installation's servers (`servers::keep`), for agents to
+    /// find the leader by.
     pub fn serve(
         self,
         (runtime, peers, leading, db): Shared,
