@@ -531,10 +531,8 @@ async fn two_servers_and_a_long_task() -> (TestServer, TestServer, String) {
     let node = nodes[0]["id"].as_str().unwrap().to_string();
     let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &[]).await;
     common::wait_for("the leader to know of both servers", || async {
-        let log = std::fs::read_to_string(first.log_path()).unwrap_or_default();
-        log.lines()
-            .any(|l| l.contains("the installation's servers changed") && l.contains("count=2"))
-            .then_some(())
+        let said = "the installation's servers changed count=2";
+        first.log_contains(said).then_some(())
     })
     .await;
     first.job_on("j", "p").await;
@@ -579,10 +577,6 @@ async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
     let (first, second, node) = two_servers_and_a_long_task().await;
-    let log_has = |s: &TestServer, text: &'static str| {
-        let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
-        log.contains(text).then_some(())
-    };
 
     // Stopped, the first server cannot take the lock back before the second takes it.
     let signal = |s: &str| {
@@ -603,12 +597,16 @@ async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
     .await
     .unwrap();
     common::wait_for("the second server to lead", || async {
-        log_has(&second, "this server leads the scheduler")
+        second
+            .log_contains("this server leads the scheduler")
+            .then_some(())
     })
     .await;
     signal("-CONT");
     common::wait_for("the first server to stop leading", || async {
-        log_has(&first, "stopped leading the scheduler")
+        first
+            .log_contains("stopped leading the scheduler")
+            .then_some(())
     })
     .await;
 
@@ -625,7 +623,7 @@ async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
         node.as_str(),
         "the node was kept: {after}"
     );
-    assert!(log_has(&first, "this server leads the scheduler").is_some());
+    assert!(first.log_contains("this server leads the scheduler"));
 }
 
 /// A node whose agent stops answering (hung: its process stopped, its container paused) is

@@ -12,7 +12,7 @@ pub const NOT_LEADING: &str = "NotLeading";
 /// A server's agents' listener, as nodes reach it: `url` (its `--agent-url`), or where it has
 /// none, its `port` on the host the agent reaches its server at now (the gateway of the node's
 /// network, or a local node's loopback).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,

@@ -315,7 +315,7 @@ impl Runtime {
     }
 
     /// The nodes whose agents fell silent: for longer than the agent timeout (lost), and long
-    /// enough to be `unknown` (see [`agents::Agents::silent`] and [`agents::Agents::quiet`]).
+    /// enough to be `unknown` (see [`agents::Agents::silent`]).
     pub fn silent_nodes(&self) -> agents::Silent {
         self.agents.silent()
     }

@@ -152,9 +152,9 @@ impl DockerRuntime {
     /// The account's network, made if need be, kept while the node is made on it (until the
     /// guard goes: its container has started, or it failed).
     async fn account_network(&self, spec: &NodeSpec) -> Result<(String, MakingOn<'_>), NodeError> {
-        let name = network_name(&spec.server_id, &spec.account);
         let _one_at_a_time = self.networks.lock().await;
-        self.ensure_network(&spec.server_id, &spec.account)
+        let name = self
+            .ensure_network(&spec.server_id, &spec.account)
             .await
             .map_err(|e| failed(spec, "creating the account's network", e))?;
         *self
