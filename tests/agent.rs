@@ -571,14 +571,15 @@ async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
     );
 }
 
-/// The leader loses the lead and runs on (its lock's connection cut while it was stopped): its
+/// The leader frozen (its process stopped) for longer than its lease: PostgreSQL ends its lock's
+/// session and any transaction it left open, so the second server takes the lead while the
+/// first is still stopped. Let go, the first finds that it no longer leads and runs on: its
 /// node's agent, answered `NotLeading` by it from then on, turns to the new leader, which keeps
 /// the node; the task that ran through it ends once, never requeued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
     let (first, second, node) = two_servers_and_a_long_task().await;
 
-    // Stopped, the first server cannot take the lock back before the second takes it.
     let signal = |s: &str| {
         let pid = first.pid().to_string();
         assert!(std::process::Command::new("kill")
@@ -588,14 +589,6 @@ async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
             .success());
     };
     signal("-STOP");
-    let db = first.db().await;
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    )
-    .execute(&db)
-    .await
-    .unwrap();
     common::wait_for("the second server to lead", || async {
         second
             .log_contains("this server leads the scheduler")

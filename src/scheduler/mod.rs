@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::ops;
@@ -85,6 +85,14 @@ pub struct Scheduler {
 const LOCK_CHECK: Duration = Duration::from_millis(250);
 const LOCK_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a leader may say nothing to PostgreSQL before it loses the lead. The database ends
+/// the lock's session once it has been idle this long (a leader checks its lock four times a
+/// second), and a transaction of the term once it has waited this long for its next statement:
+/// a leader that is frozen (its process stopped, its machine paused) or cut off keeps the lead
+/// no longer than this, and none of its open transactions holds up the next leader's start
+/// (`store::leader::take` waits for them).
+const LEASE: &str = "10s";
+
 /// Contends for the lead, leads while this server holds the lock, and contends again when it
 /// loses it (its connection dropped: PostgreSQL restarted or the network failed); until `cancel`.
 pub async fn run(s: Scheduler, cancel: CancellationToken) {
@@ -133,7 +141,10 @@ async fn try_lead(
     holder: &str,
     peer_url: &str,
 ) -> sqlx::Result<Option<(sqlx::PgConnection, i64)>> {
-    let mut conn = db.acquire().await?.detach();
+    let options = (*db.connect_options())
+        .clone()
+        .options([("idle_session_timeout", LEASE)]);
+    let mut conn = sqlx::PgConnection::connect_with(&options).await?;
     let locked = store::leader::try_lock(&mut conn).await?;
     if !locked {
         return Ok(None);
@@ -148,9 +159,10 @@ async fn try_lead(
 async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &CancellationToken) {
     tracing::info!(epoch, "this server leads the scheduler");
     s.leading.store(true, Ordering::Relaxed);
-    let options = (*s.db.connect_options())
-        .clone()
-        .options([(store::leader::EPOCH_SETTING, epoch.to_string())]);
+    let options = (*s.db.connect_options()).clone().options([
+        (store::leader::EPOCH_SETTING, epoch.to_string()),
+        ("idle_in_transaction_session_timeout", LEASE.to_string()),
+    ]);
     let term = Scheduler {
         db: PgPoolOptions::new()
             .max_connections(s.db.options().get_max_connections())
@@ -164,14 +176,17 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
     let stop = cancel.child_token();
     let watch = async {
         let lost = watch_lock(&mut lock, epoch, &stop).await;
+        // Agents and health checks hear of it at once, not once the loops have wound down.
+        s.leading.store(false, Ordering::Relaxed);
+        if lost {
+            tracing::warn!(epoch, "stopped leading the scheduler");
+        }
         stop.cancel();
         lost
     };
     let ((), lost) = tokio::join!(run_loops(&term, &stop), watch);
     s.leading.store(false, Ordering::Relaxed);
-    if lost {
-        tracing::warn!(epoch, "stopped leading the scheduler");
-    } else {
+    if !lost {
         let _ = store::leader::unlock(&mut lock).await;
     }
     let _ = tokio::time::timeout(LOCK_CHECK_TIMEOUT, term.db.close()).await;
