@@ -246,9 +246,10 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         cancel.clone(),
     );
     let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
+    let adopted = allocator.adopted();
     tokio::join!(
         allocator.run(),
-        dispatch_and_keep_house(s, executor, cancel),
+        dispatch_and_keep_house(s, executor, adopted, cancel),
         driver.run(),
         each_second::run(
             s.db.clone(),
@@ -267,14 +268,22 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
 /// waits for nothing while nothing runs, so a first task starts as soon as it is added.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// Recovers the attempts a previous leader started, then dispatches and keeps house side by
-/// side. Housekeeping waits for kills and for agents (a deleted job's directories, expired
-/// task files); in its own loop it never holds up a pass, nor the outcomes passes record.
+/// Once the allocator has adopted the nodes, recovers the attempts a previous leader started,
+/// then dispatches and keeps house side by side. Housekeeping waits for kills and for agents (a
+/// deleted job's directories, expired task files); in its own loop it never holds up a pass,
+/// nor the outcomes passes record.
 async fn dispatch_and_keep_house(
     s: &Scheduler,
     executor: Arc<execute::Executor>,
+    mut adopted: tokio::sync::watch::Receiver<bool>,
     cancel: &CancellationToken,
 ) {
+    // A task placed before then could go to a node whose container is gone, and be requeued
+    // for it once more.
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        done = adopted.wait_for(|done| *done) => if done.is_err() { return },
+    }
     // Before housekeeping too: a job deleted now has its attempts killed only once they are
     // watched again.
     while let Err(e) = executor.recover().await {

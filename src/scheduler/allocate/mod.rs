@@ -43,6 +43,8 @@ pub struct Allocator {
     fetcher: crate::scheduler::task_files::Fetcher,
     /// Installs pools' application packages on their nodes.
     packages: crate::scheduler::packages::Packages,
+    /// True once the allocator has tried to adopt the nodes (see [`Allocator::adopted`]).
+    adopted: tokio::sync::watch::Sender<bool>,
     cancel: CancellationToken,
 }
 
@@ -75,17 +77,28 @@ impl Allocator {
                 server_id.clone(),
             ),
             fetcher,
+            adopted: tokio::sync::watch::Sender::new(false),
             cancel,
         })
     }
 
+    /// Turns true once the allocator has tried to adopt the nodes: until then a node's row may
+    /// name a container that is gone (which adoption makes again), so no task is to be placed.
+    pub fn adopted(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.adopted.subscribe()
+    }
+
     pub async fn run(self: Arc<Self>) {
-        while let Err(e) = self.adopt().await {
+        let mut adopting = self.adopt().await;
+        // Tasks wait for the first try only: one that failed holds up no node that is well.
+        self.adopted.send_replace(true);
+        while let Err(e) = adopting {
             tracing::error!(error = %format!("{e:#}"), "adopting the runtime's nodes failed; retrying");
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep(self.wake.tick) => {}
             }
+            adopting = self.adopt().await;
         }
         loop {
             if let Err(e) = self.pass().await {
