@@ -518,29 +518,31 @@ async fn a_dead_leaders_nodes_are_replaced_by_the_next_leader() {
     .await;
 }
 
-/// Two Docker servers on one database, the first leading, with a pool of one node of two slots
-/// and the task `long` of job `j` running there (`sleep 15; echo done`), started once the
-/// leader knew of both servers: the work that starts it tells the agent of both. Returns the
-/// servers and the node.
-async fn two_servers_and_a_long_task() -> (TestServer, TestServer, String) {
+/// Two servers of runtime `rt` on one database, the first leading, with a pool of one node of
+/// two slots and the task `long` of job `j` running there (`command`), started once the leader
+/// knew of both servers: the work that starts it tells the agent of both. Returns the servers
+/// and the node.
+async fn two_servers_and_a_long_task(rt: Rt, command: &str) -> (TestServer, TestServer, String) {
     let database = Some(common::fresh_database().await);
-    let first = TestServer::start_with(Rt::Docker, database, &[]).await;
+    let first = TestServer::start_with(rt, database, &[]).await;
     let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
     assert_eq!(first.post("/pools", &body).await.0, 201);
     let nodes = first.wait_nodes("p", 1, "idle").await;
     let node = nodes[0]["id"].as_str().unwrap().to_string();
-    let second = TestServer::start_with(Rt::Docker, first.database_url.clone(), &[]).await;
+    let second = TestServer::start_with(rt, first.database_url.clone(), &[]).await;
     common::wait_for("the leader to know of both servers", || async {
         let said = "the installation's servers changed count=2";
         first.log_contains(said).then_some(())
     })
     .await;
     first.job_on("j", "p").await;
-    let long = json!({"id": "long", "commandLine": "sleep 15; echo done"});
+    let long = json!({"id": "long", "commandLine": command});
     first.add_tasks("j", vec![long]).await;
     first.wait_task("j", "long", "running").await;
     (first, second, node)
 }
+
+const LONG: &str = "sleep 15; echo done";
 
 /// The leader killed (kill -9) while a task runs, with a second server up: the node's agent,
 /// told of the second by the leader, turns to it once the dead one has not answered for 5 s,
@@ -548,7 +550,7 @@ async fn two_servers_and_a_long_task() -> (TestServer, TestServer, String) {
 /// the node runs the tasks added meanwhile: nothing is made again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
-    let (mut first, second, node) = two_servers_and_a_long_task().await;
+    let (mut first, second, node) = two_servers_and_a_long_task(Rt::Docker, LONG).await;
     first.kill().await;
 
     let short =
@@ -578,7 +580,7 @@ async fn a_dead_leaders_nodes_turn_to_the_next_leader() {
 /// the node; the task that ran through it ends once, never requeued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
-    let (first, second, node) = two_servers_and_a_long_task().await;
+    let (first, second, node) = two_servers_and_a_long_task(Rt::Docker, LONG).await;
 
     let signal = |s: &str| {
         let pid = first.pid().to_string();
@@ -617,6 +619,62 @@ async fn a_node_turns_to_the_new_leader_when_its_server_loses_the_lead() {
         "the node was kept: {after}"
     );
     assert!(first.log_contains("this server leads the scheduler"));
+}
+
+/// A local node lives in the data directory of the server that made it. That server killed
+/// (kill -9), the next leader, with a directory of its own, makes the node again there and
+/// requeues its task; the old node's agent, refused by the new leader (which knows the node by
+/// another secret), takes it that its node was given up, and stops with what it ran, so the
+/// task does not run twice for longer than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leaders_local_node_stops_what_it_ran() {
+    let traces = tempfile::tempdir().unwrap();
+    let pids = traces.path().join("pids");
+    let command = format!("echo $$ >> {}; exec sleep 300", pids.display());
+    let (mut first, second, node) = two_servers_and_a_long_task(Rt::Local, &command).await;
+    let ran = || async {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        text.lines()
+            .map(|l| l.parse::<i32>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let old = common::wait_for("the task to say its pid", || async {
+        ran().await.first().copied()
+    })
+    .await;
+    first.kill().await;
+
+    let again = common::wait_for("the task to run again", || async {
+        ran().await.get(1).copied()
+    })
+    .await;
+    let t = second.wait_task("j", "long", "running").await;
+    assert_eq!(t["executionInfo"]["requeueCount"], 1, "{t}");
+    let alive = |pid: i32| unsafe { libc::kill(pid, 0) == 0 };
+    common::wait_for("the old node's process to end", || async {
+        (!alive(old)).then_some(())
+    })
+    .await;
+    assert!(alive(again), "the task's new attempt runs on");
+    assert_eq!(
+        ran().await.len(),
+        2,
+        "the task ran twice at most: {:?}",
+        ran().await
+    );
+    let agent_log = first
+        .data_dir
+        .path()
+        .join("nodes")
+        .join(&node)
+        .join(".batchpool-agent.log");
+    let log = std::fs::read_to_string(agent_log).unwrap();
+    assert!(
+        log.contains("the node was given up, and the node agent stops"),
+        "the old agent said why it stopped: {log}"
+    );
+    let terminate = second.post("/jobs/j/terminate", &json!({})).await;
+    assert_eq!(terminate.0, 202, "{terminate:?}");
 }
 
 /// A node whose agent stops answering (hung: its process stopped, its container paused) is

@@ -21,6 +21,13 @@ pub(super) struct Link {
     pub streams: reqwest::Client,
 }
 
+/// How long the leader may refuse the node (401: it knows no node by this name and secret)
+/// before the agent takes it that the node was given up, and stops with what it runs. The
+/// leader answers so once it has made the node again elsewhere or removed it (its agent fell
+/// silent, its host was lost, the node lived in the data directory of a server that is gone):
+/// the node's tasks are requeued, so what still runs here would run twice.
+pub(super) const GIVEN_UP_AFTER: Duration = Duration::from_secs(30);
+
 /// The server answered that it does not lead.
 #[derive(Debug)]
 pub(super) struct NotLeading;
@@ -32,6 +39,19 @@ impl std::fmt::Display for NotLeading {
 }
 
 impl std::error::Error for NotLeading {}
+
+/// The leading server knows no node by this agent's name and secret (only the leader looks at
+/// who asks: another server answers [`NotLeading`] first).
+#[derive(Debug)]
+pub(super) struct Refused;
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server knows no node by this name and secret")
+    }
+}
+
+impl std::error::Error for Refused {}
 
 impl Link {
     pub fn new(
@@ -95,6 +115,9 @@ impl Link {
             .await?;
         let status = response.status();
         let bytes = response.bytes().await?;
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(Refused.into());
+        }
         if status == reqwest::StatusCode::CONFLICT {
             let said: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
             if said["code"] == NOT_LEADING {
@@ -143,14 +166,19 @@ impl Backoff {
 }
 
 /// When the server the agent asks for work has failed it for [`MOVE_AFTER`], or says it does
-/// not lead, the agent turns to the next server.
+/// not lead, the agent turns to the next server. It keeps count too of how long the leader has
+/// refused it, with no server's work in between.
 #[derive(Default)]
 pub(super) struct Failover {
     failing_since: Option<Instant>,
+    refused_since: Option<Instant>,
 }
 
 impl Failover {
     pub fn failed(&mut self, link: &Link, e: &anyhow::Error) {
+        if e.is::<Refused>() {
+            self.refused_since.get_or_insert_with(Instant::now);
+        }
         if e.is::<NotLeading>() {
             self.failing_since = None;
             return link.move_on("the server does not lead");
@@ -164,5 +192,12 @@ impl Failover {
 
     pub fn answered(&mut self) {
         self.failing_since = None;
+        self.refused_since = None;
+    }
+
+    /// Whether the leader has refused the node for [`GIVEN_UP_AFTER`]: it gave the node up.
+    pub fn given_up(&self) -> bool {
+        self.refused_since
+            .is_some_and(|since| since.elapsed() >= GIVEN_UP_AFTER)
     }
 }

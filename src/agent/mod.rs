@@ -119,7 +119,7 @@ async fn node_removed(root: Option<std::path::PathBuf>) {
     }
 }
 
-/// Asks the server for work for ever, and starts what comes.
+/// Asks the server for work, and starts what comes, until the leader has given the node up.
 async fn take_work(
     link: std::sync::Arc<Link>,
     procs: procs::Procs,
@@ -136,6 +136,15 @@ async fn take_work(
             Ok(batch) => batch,
             Err(e) => {
                 failover.failed(&link, &e);
+                if failover.given_up() {
+                    tracing::warn!(
+                        server = %link.url(),
+                        "the leading server has known no node by this name and secret for {}s: \
+                         the node was given up, and the node agent stops with what it runs",
+                        link::GIVEN_UP_AFTER.as_secs()
+                    );
+                    return;
+                }
                 backoff.wait("asking for work", &e).await;
                 continue;
             }

@@ -49,9 +49,13 @@ pub async fn work(
 }
 
 /// The link of the node the request names, on the server that leads. Another server answers
-/// 409 `NotLeading`: the agent tries the next server it knows (nothing of its node runs here,
-/// and what it says must reach the server that runs it).
+/// 409 `NotLeading` before it looks at who asks: the agent tries the next server it knows
+/// (nothing of its node runs here, and what it says must reach the server that runs it). So a
+/// 401 comes only from the leader, and tells the agent that its node is no longer known.
 async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
+    if !state.leading.load(Ordering::Relaxed) {
+        return Err(not_leading());
+    }
     let link = authenticate(state, headers).await?;
     if !state.leading.load(Ordering::Relaxed) {
         return Err(not_leading());
