@@ -13,13 +13,27 @@ use common::{Rt, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Fixed, so a failure found in CI is found again by the same command.
+/// Fixed, so a failure found in CI is found again by the same command. A longer hunt gives
+/// another with `BATCHPOOL_FUZZ_SEED` (docs/development.md).
 const SEED: &str = "20261201";
 /// Test cases per operation and phase, over every operation of the document: under a minute
-/// on 2 cores (47 s with 117 operations).
-const MAX_EXAMPLES: &str = "30";
-/// The whole run may not take longer than this.
+/// on 2 cores (47 s with 117 operations). `BATCHPOOL_FUZZ_EXAMPLES` gives more.
+const MAX_EXAMPLES: u64 = 30;
+/// The whole run of [`MAX_EXAMPLES`] may not take longer than this; more examples, longer in
+/// proportion.
 const BUDGET: Duration = Duration::from_secs(300);
+
+/// The seed and the examples an operation, and the time they may take.
+fn campaign() -> (String, u64, Duration) {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let seed = var("BATCHPOOL_FUZZ_SEED").unwrap_or_else(|| SEED.to_string());
+    let examples = var("BATCHPOOL_FUZZ_EXAMPLES").map_or(MAX_EXAMPLES, |n| {
+        n.parse()
+            .expect("BATCHPOOL_FUZZ_EXAMPLES is a number of examples")
+    });
+    let budget = BUDGET * u32::try_from(examples.div_ceil(MAX_EXAMPLES)).unwrap_or(u32::MAX);
+    (seed, examples, budget)
+}
 /// How much the server's resident memory may grow over the run.
 const RSS_GROWTH_LIMIT_KB: u64 = 100 * 1024;
 
@@ -197,12 +211,13 @@ async fn schemathesis_over_the_openapi_document_finds_no_server_error() {
     let work = tempfile::tempdir().unwrap();
     let log = work.path().join("responses.ndjson");
     let manifest = env!("CARGO_MANIFEST_DIR");
+    let (seed, examples, budget) = campaign();
     let started = Instant::now();
     let run = tokio::process::Command::new(&st)
         .args(["run", &format!("{manifest}/openapi/openapi.yaml")])
         .args(["--url", &s.base])
         .args(["--checks", "not_a_server_error"])
-        .args(["--seed", SEED, "--max-examples", MAX_EXAMPLES])
+        .args(["--seed", &seed, "--max-examples", &examples.to_string()])
         .args([
             "--workers",
             "1",
@@ -230,9 +245,9 @@ async fn schemathesis_over_the_openapi_document_finds_no_server_error() {
         .env("NO_COLOR", "1")
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(BUDGET, run)
+    let out = tokio::time::timeout(budget, run)
         .await
-        .unwrap_or_else(|_| panic!("schemathesis ran over its {BUDGET:?} budget"))
+        .unwrap_or_else(|_| panic!("schemathesis ran over its {budget:?} budget"))
         .expect("running schemathesis");
     let elapsed = started.elapsed();
     let report = format!(

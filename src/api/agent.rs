@@ -51,7 +51,8 @@ pub async fn work(
 /// The link of the node the request names, on the server that leads. Another server answers
 /// 409 `NotLeading` before it looks at who asks: the agent tries the next server it knows
 /// (nothing of its node runs here, and what it says must reach the server that runs it). So a
-/// 401 comes only from the leader, and tells the agent that its node is no longer known.
+/// 401 comes only from the leader once it knows all its nodes' agents, and tells the agent
+/// that its node was given up.
 async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
     if !state.leading.load(Ordering::Relaxed) {
         return Err(not_leading());
@@ -207,5 +208,16 @@ async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Lin
             state.agents.register(node, &known);
         }
     }
-    state.agents.authenticate(node, secret).ok_or_else(refused)
+    if let Some(link) = state.agents.authenticate(node, secret) {
+        return Ok(link);
+    }
+    if !state.agents.all_learnt() {
+        // Not the last word: the leader may have yet to learn the node's agent.
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServerBusy",
+            "This server has yet to learn its nodes' agents; ask again.",
+        ));
+    }
+    Err(refused())
 }

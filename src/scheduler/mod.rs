@@ -158,6 +158,9 @@ async fn try_lead(
 /// the leader_epoch migration); the term ends when `cancel` fires or the lock connection fails.
 async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &CancellationToken) {
     tracing::info!(epoch, "this server leads the scheduler");
+    // Until the allocator has adopted the nodes, an agent this server does not know may be one
+    // it has yet to learn.
+    s.runtime.agents.set_all_learnt(false);
     s.leading.store(true, Ordering::Relaxed);
     let options = (*s.db.connect_options()).clone().options([
         (store::leader::EPOCH_SETTING, epoch.to_string()),

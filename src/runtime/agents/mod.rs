@@ -36,6 +36,9 @@ pub struct Agents {
     pub url: Option<String>,
     /// The port this server takes agents on (the URL's, unless `url` says otherwise).
     pub port: u16,
+    /// Whether this server, leading, has learnt every running node's agent (see
+    /// [`Agents::all_learnt`]).
+    all_learnt: std::sync::atomic::AtomicBool,
 }
 
 /// One node's agent, as this server knows it.
@@ -103,6 +106,7 @@ impl Agents {
             silence,
             url,
             port,
+            all_learnt: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

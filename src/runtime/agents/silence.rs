@@ -38,6 +38,19 @@ impl Agents {
         }
     }
 
+    /// Whether every running node's agent is known here: this server leads, and has adopted
+    /// the nodes. Then an agent it does not know is of a node it has given up, not one it has
+    /// yet to learn, and its refusal is the last word (the agent stops: `agent::link`).
+    pub fn all_learnt(&self) -> bool {
+        self.all_learnt.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Says whether every running node's agent is known here ([`Agents::all_learnt`]).
+    pub fn set_all_learnt(&self, learnt: bool) {
+        self.all_learnt
+            .store(learnt, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts every agent's silence from now: a server that takes the lead holds links of
     /// agents that were refused while it did not lead, or that left when it lost the lead
     /// before; they have had no chance to find it yet.

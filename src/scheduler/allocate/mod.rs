@@ -160,6 +160,7 @@ impl Allocator {
         let adopted_running = running.iter().filter(|node| known.contains_key(*node));
         let learnt = adopted_running.map(|node| self.runtime.learn_agent(node));
         futures_util::future::join_all(learnt).await;
+        self.runtime.agents.set_all_learnt(true);
         // Records whose node row is gone (deleted with its pool while no server ran) end now.
         store::usage::close_orphaned(&self.db, now).await?;
         self.regain_unknown().await?;
