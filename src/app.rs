@@ -314,8 +314,8 @@ async fn choose_runtime(
     let hosts = &config.docker_hosts;
     let lost_after = std::time::Duration::from_secs(config.host_timeout);
     if config.runtime != RuntimeChoice::Local && !hosts.is_empty() {
-        // Hosts named on purpose: one that does not answer is an error, not a reason to run
-        // nodes elsewhere.
+        // Hosts named on purpose: one that does not answer is waited for as long as a lost
+        // host is, then its nodes are made elsewhere (`hosts::start`).
         let (listener, setup) = agents::AgentListener::for_docker(config, &layout).await?;
         let runtime = DockerHosts::connect(hosts, layout, lost_after, setup).await?;
         tracing::info!(

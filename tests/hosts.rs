@@ -522,6 +522,91 @@ async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
     .await;
 }
 
+/// A host given with `--docker-host` that does not answer when the server starts: the server
+/// waits for it up to `--host-timeout`, then starts without it, and says so in `/health/ready`.
+/// Its node is made again on the other host, and the task that ran there is requeued and runs
+/// again; the other host's node and task are adopted as they are. When the host answers, the
+/// container left on it is removed, not run again, and the server is ready.
+#[tokio::test]
+async fn a_server_starts_without_a_host_that_does_not_answer() {
+    let _alone = one_at_a_time().await;
+    images_on_every_host();
+    let mut engine = OwnEngine::start(&format!(
+        "/tmp/batchpool-engines/down-{}",
+        std::process::id()
+    ));
+    engine.build_test_image(&engine.url());
+    let own = host_args("")[1].clone();
+    let args = [
+        "--docker-host",
+        &own,
+        "--docker-host",
+        &engine.url(),
+        "--host-timeout",
+        "5",
+    ];
+    let mut s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 2, "idle").await;
+    let server = s.server_id().await;
+    assert_eq!(engine.containers(&server), 1, "a node on each host");
+    s.job_on("j", "p").await;
+    let tasks =
+        ["a", "b"].map(|id| json!({"id": id, "commandLine": "sleep 6; echo $AZ_BATCH_TASK_ID"}));
+    s.add_tasks("j", tasks.to_vec()).await;
+    for id in ["a", "b"] {
+        s.wait_task("j", id, "running").await;
+    }
+
+    s.kill().await;
+    engine.stop();
+    s.launch().await;
+    let ready = || async {
+        let r = reqwest::get(format!("{}/health/ready", s.base))
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let (status, body) = ready().await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["runtimeReachable"], false, "{body}");
+    let done = s.wait_all_completed("j", 2).await;
+    let mut requeues: Vec<i64> = done
+        .iter()
+        .map(|t| {
+            assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+            t["executionInfo"]["requeueCount"].as_i64().unwrap()
+        })
+        .collect();
+    requeues.sort();
+    assert_eq!(
+        requeues,
+        [0, 1],
+        "the task on the host that did not answer ran again"
+    );
+    for id in ["a", "b"] {
+        assert_eq!(s.stdout("j", id).await, format!("{id}\n"));
+    }
+    s.wait_nodes("p", 2, "idle").await;
+    assert_eq!(
+        nodes_per_host_of(&server, "p", &own),
+        2,
+        "both nodes on the host that answers"
+    );
+
+    engine.launch();
+    wait_for("the returning host to be cleared", || async {
+        (engine.containers(&server) == 0).then_some(())
+    })
+    .await;
+    wait_for("the server to be ready", || async {
+        (ready().await.0 == 200).then_some(())
+    })
+    .await;
+}
+
 /// The nodes of `pool` on one engine.
 fn nodes_per_host_of(server_id: &str, pool: &str, url: &str) -> usize {
     let listed = run_ok(

@@ -290,7 +290,7 @@ impl Runtime {
 
     /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
     pub async fn sync_hosts(&self, hosts: Vec<crate::domain::host::HostSpec>) {
-        self.node.sync_hosts(hosts).await
+        self.node.sync_hosts(&self.server_id, hosts).await
     }
 
     /// What the nodes' commands use, as their agents (connected to this server) last said.

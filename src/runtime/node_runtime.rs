@@ -165,8 +165,9 @@ pub trait NodeRuntime: Send + Sync {
         None
     }
 
-    /// The hosts added at run time (`batchpool host add`), for runtimes that have hosts.
-    fn sync_hosts<'a>(&'a self, _hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
+    /// The hosts added at run time (`batchpool host add`), for runtimes that have hosts; and
+    /// those of this server's (`server_id`) that did not answer at start, tried again.
+    fn sync_hosts<'a>(&'a self, _server_id: &'a str, _hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
 

@@ -100,8 +100,8 @@ impl DockerHosts {
     }
 
     /// Removes the containers on a host that answers again of nodes this server no longer
-    /// knows there (lost and replaced meanwhile).
-    async fn remove_forgotten(&self, host: usize, server_id: &str) {
+    /// knows there (lost and replaced meanwhile, or made again elsewhere at start).
+    pub(super) async fn remove_forgotten(&self, host: usize, server_id: &str) {
         let owner = self.host(host);
         let runtime = &owner.runtime;
         let found = match runtime.list_nodes(server_id).await {

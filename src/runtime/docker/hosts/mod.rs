@@ -14,6 +14,7 @@ use anyhow::Context;
 
 mod health;
 mod routing;
+mod start;
 
 use super::DockerRuntime;
 pub use crate::domain::host::HostSpec;
@@ -115,30 +116,11 @@ pub struct DockerHosts {
     health: health::Health,
     /// What every host's nodes need to run their agent.
     agent: Arc<super::AgentSetup>,
+    /// Hosts given at start that did not answer then (see `start`).
+    pending: Mutex<Vec<HostSpec>>,
 }
 
 impl DockerHosts {
-    /// Connects to every host; fails when one does not answer.
-    pub async fn connect(
-        specs: &[HostSpec],
-        layout: Layout,
-        lost_after: std::time::Duration,
-        agent: Arc<super::AgentSetup>,
-    ) -> anyhow::Result<Self> {
-        let mut hosts = Vec::new();
-        for spec in specs {
-            let docker = super::connect_host(spec)
-                .await
-                .with_context(|| format!("the Docker host {}", spec.url))?;
-            hosts.push(Host::new(
-                spec.clone(),
-                DockerRuntime::new(docker, layout.clone(), agent.clone()),
-                false,
-            ));
-        }
-        Ok(Self::new(hosts, layout, lost_after, agent))
-    }
-
     /// The local engine alone (DOCKER_HOST, or the default socket), with no cap.
     pub fn single(runtime: DockerRuntime, url: &str, lost_after: std::time::Duration) -> Self {
         let (layout, agent) = (runtime.layout.clone(), runtime.agent.clone());
@@ -168,6 +150,7 @@ impl DockerHosts {
             hosts: RwLock::new(hosts),
             layout,
             placed: Mutex::default(),
+            pending: Mutex::default(),
         }
     }
 
@@ -183,8 +166,10 @@ impl DockerHosts {
     /// Makes the hosts added with `batchpool host add` (`wanted`) this server's: connects to
     /// new ones (one that does not answer is tried again at the next sync), retires those
     /// removed, and takes back those added again, with their caps as the table has them. Hosts
-    /// given with `--docker-host` stay as they are.
-    async fn sync_hosts(&self, wanted: Vec<HostSpec>) {
+    /// given with `--docker-host` stay as they are; those that did not answer at start are
+    /// tried again.
+    async fn sync_hosts(&self, server_id: &str, wanted: Vec<HostSpec>) {
+        self.connect_pending(server_id).await;
         let hosts = self.all();
         for spec in &wanted {
             if let Some(known) = hosts.iter().find(|h| h.spec.url == spec.url) {

@@ -36,6 +36,10 @@ impl NodeRuntime for DockerHosts {
     /// Ready while every host answers: a host that does not cannot make or run nodes.
     fn reachable(&self) -> BoxFuture<'_, bool> {
         Box::pin(async {
+            if self.any_pending() {
+                tracing::warn!("readiness: a Docker host given at start has yet to answer");
+                return false;
+            }
             for host in self.all() {
                 if let Err(e) = host.runtime.docker.ping().await {
                     tracing::warn!(host = %host.spec.url, error = %e, "readiness: a Docker host does not answer");
@@ -185,8 +189,8 @@ impl NodeRuntime for DockerHosts {
         DockerHosts::room_for(self, spec, std::slice::from_ref(&spec.node_id)).is_some()
     }
 
-    fn sync_hosts<'a>(&'a self, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
-        Box::pin(DockerHosts::sync_hosts(self, hosts))
+    fn sync_hosts<'a>(&'a self, server_id: &'a str, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
+        Box::pin(DockerHosts::sync_hosts(self, server_id, hosts))
     }
 
     fn kill_group<'a>(
