@@ -51,6 +51,19 @@ fn images_on_every_host() {
 
 const METRICS_TOKEN: &str = "hosts-test";
 
+/// The server's `/metrics` (started with `--metrics-token` [`METRICS_TOKEN`]).
+async fn metrics(s: &TestServer) -> String {
+    reqwest::Client::new()
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(METRICS_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn server_on_three_hosts(suffix: &str) -> TestServer {
     images_on_every_host();
     let mut args = host_args(suffix);
@@ -98,15 +111,7 @@ async fn a_pool_spreads_over_the_hosts_and_runs_on_all_of_them() {
         "2 nodes per host"
     );
     // /metrics counts them per host too.
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", s.base))
-        .bearer_auth(METRICS_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&s).await;
     for pair in host_args("").chunks(2) {
         let series = format!(
             "batchpool_nodes{{account=\"batchpool\",pool=\"wide\",host=\"{}\",state=\"idle\"}} 2",
@@ -523,7 +528,8 @@ async fn losing_a_host_requeues_its_tasks_and_the_pool_grows_back_elsewhere() {
 }
 
 /// A host given with `--docker-host` that does not answer when the server starts: the server
-/// waits for it up to `--host-timeout`, then starts without it, and says so in `/health/ready`.
+/// waits for it up to `--host-timeout`, then starts without it, and says so in `/health/ready`
+/// and `/metrics`.
 /// Its node is made again on the other host, and the task that ran there is requeued and runs
 /// again; the other host's node and task are adopted as they are. When the host answers, the
 /// container left on it is removed, not run again, and the server is ready.
@@ -544,6 +550,8 @@ async fn a_server_starts_without_a_host_that_does_not_answer() {
         &engine.url(),
         "--host-timeout",
         "5",
+        "--metrics-token",
+        METRICS_TOKEN,
     ];
     let mut s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
     let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
@@ -572,6 +580,15 @@ async fn a_server_starts_without_a_host_that_does_not_answer() {
     let (status, body) = ready().await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["runtimeReachable"], false, "{body}");
+    let up = |url: &str, up: u8| format!("batchpool_docker_host_up{{host=\"{url}\"}} {up}");
+    let said = wait_for("the leader to say which hosts answer", || async {
+        let metrics = metrics(&s).await;
+        metrics.contains("batchpool_leader 1").then_some(metrics)
+    })
+    .await;
+    for series in [up(&own, 1), up(&engine.url(), 0)] {
+        assert!(said.lines().any(|l| l == series), "{series} in:\n{said}");
+    }
     let done = s.wait_all_completed("j", 2).await;
     let mut requeues: Vec<i64> = done
         .iter()
@@ -605,6 +622,8 @@ async fn a_server_starts_without_a_host_that_does_not_answer() {
         (ready().await.0 == 200).then_some(())
     })
     .await;
+    let said = metrics(&s).await;
+    assert!(said.lines().any(|l| l == up(&engine.url(), 1)), "{said}");
 }
 
 /// The nodes of `pool` on one engine.

@@ -90,6 +90,22 @@ pub async fn scrape(
         "batchpool_agents_connected {}",
         state.runtime.agents_known()
     );
+    family(
+        &mut out,
+        "batchpool_docker_host_up",
+        "gauge",
+        "Whether each Docker host answered when the leader last pinged it (on the leader only).",
+    );
+    if leads == 1 {
+        for (host, up) in state.runtime.hosts_answering() {
+            let host = escape(&host);
+            let _ = writeln!(
+                out,
+                "batchpool_docker_host_up{{host=\"{host}\"}} {}",
+                u8::from(up)
+            );
+        }
+    }
     let (open, idle) = (state.db.size(), state.db.num_idle());
     let most = state.db.options().get_max_connections();
     family(

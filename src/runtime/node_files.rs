@@ -117,6 +117,11 @@ impl Runtime {
         self.agents.learn(node, secret).await;
     }
 
+    /// Each Docker host by its URL, and whether it answered when last pinged.
+    pub fn hosts_answering(&self) -> Vec<(String, bool)> {
+        self.node.hosts_answering()
+    }
+
     /// How many nodes' agents this server knows.
     pub fn agents_known(&self) -> usize {
         self.agents.count()

@@ -165,6 +165,12 @@ pub trait NodeRuntime: Send + Sync {
         None
     }
 
+    /// Each host by its URL, and whether it answered when last pinged (a host given at start
+    /// that has yet to answer, too), for runtimes that have hosts.
+    fn hosts_answering(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
+
     /// The hosts added at run time (`batchpool host add`), for runtimes that have hosts; and
     /// those of this server's (`server_id`) that did not answer at start, tried again.
     fn sync_hosts<'a>(&'a self, _server_id: &'a str, _hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {

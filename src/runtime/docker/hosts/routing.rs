@@ -189,6 +189,10 @@ impl NodeRuntime for DockerHosts {
         DockerHosts::room_for(self, spec, std::slice::from_ref(&spec.node_id)).is_some()
     }
 
+    fn hosts_answering(&self) -> Vec<(String, bool)> {
+        DockerHosts::hosts_answering(self)
+    }
+
     fn sync_hosts<'a>(&'a self, server_id: &'a str, hosts: Vec<HostSpec>) -> BoxFuture<'a, ()> {
         Box::pin(DockerHosts::sync_hosts(self, server_id, hosts))
     }

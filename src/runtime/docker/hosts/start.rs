@@ -104,6 +104,20 @@ impl DockerHosts {
         }
     }
 
+    /// Each host by its URL, and whether it answered when last pinged; those given at start
+    /// that have yet to answer, as not answering.
+    pub(super) fn hosts_answering(&self) -> Vec<(String, bool)> {
+        let hosts = self.all();
+        let mut all: Vec<(String, bool)> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| (host.spec.url.clone(), self.health.answers(i)))
+            .collect();
+        let pending = self.pending.lock().expect("lock");
+        all.extend(pending.iter().map(|spec| (spec.url.clone(), false)));
+        all
+    }
+
     /// Whether a host given at start has yet to answer.
     pub(super) fn any_pending(&self) -> bool {
         !self.pending.lock().expect("lock").is_empty()
