@@ -197,7 +197,47 @@ impl Failover {
 
     /// Whether the leader has refused the node for [`GIVEN_UP_AFTER`]: it gave the node up.
     pub fn given_up(&self) -> bool {
+        self.given_up_at(Instant::now())
+    }
+
+    fn given_up_at(&self, now: Instant) -> bool {
         self.refused_since
-            .is_some_and(|since| since.elapsed() >= GIVEN_UP_AFTER)
+            .is_some_and(|since| now.duration_since(since) >= GIVEN_UP_AFTER)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link() -> Link {
+        crate::install_tls();
+        let client = || reqwest::Client::new();
+        Link::new(
+            "http://127.0.0.1:1",
+            "BatchpoolNode n:s".into(),
+            (client(), client()),
+        )
+    }
+
+    #[test]
+    fn only_a_refusal_that_lasts_with_no_work_between_gives_the_node_up() {
+        let link = link();
+        let mut failover = Failover::default();
+        let start = Instant::now();
+        let late = start + GIVEN_UP_AFTER + Duration::from_secs(1);
+        // Failures of other kinds, however long, are no refusal.
+        failover.failed(&link, &anyhow::anyhow!("connection refused"));
+        failover.failed(&link, &NotLeading.into());
+        assert!(!failover.given_up_at(late));
+        // Refused, then turned away by servers that do not lead: the clock runs on.
+        failover.failed(&link, &Refused.into());
+        failover.failed(&link, &NotLeading.into());
+        failover.failed(&link, &Refused.into());
+        assert!(!failover.given_up_at(Instant::now()));
+        assert!(failover.given_up_at(late));
+        // Work from any server starts it again.
+        failover.answered();
+        assert!(!failover.given_up_at(late));
     }
 }

@@ -75,9 +75,9 @@ impl DockerHosts {
                 }
             }
         }
-        let hosts_ = Self::new(hosts, layout, lost_after, agent);
-        *hosts_.pending.lock().expect("lock") = pending;
-        Ok(hosts_)
+        let all = Self::new(hosts, layout, lost_after, agent);
+        *all.pending.lock().expect("lock") = pending;
+        Ok(all)
     }
 
     /// Tries the hosts that did not answer at start again; one that answers now has the
