@@ -19,6 +19,11 @@ use crate::runtime::Layout;
 /// packets would otherwise hold the start for the client's whole connect timeout.
 const TRY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest a try of a pending host may take once the server runs: the try is part of the
+/// allocator's pass, which a host that hangs holds up by as much as by a ping of a host that
+/// runs nodes (`health::PING_TIMEOUT`).
+const RETRY_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl DockerHosts {
     /// Connects to every host given, waiting up to `lost_after` for those that do not answer,
     /// and goes on without them. Fails when none answers.
@@ -85,7 +90,7 @@ impl DockerHosts {
     pub(super) async fn connect_pending(&self, server_id: &str) {
         let pending = self.pending.lock().expect("lock").clone();
         for spec in pending {
-            let Ok(docker) = try_connect(&spec, Instant::now() + TRY_TIMEOUT).await else {
+            let Ok(docker) = try_connect(&spec, Instant::now() + RETRY_TIMEOUT).await else {
                 continue;
             };
             let runtime = DockerRuntime::new(docker, self.layout.clone(), self.agent.clone());
@@ -124,7 +129,8 @@ impl DockerHosts {
     }
 }
 
-/// One try to reach `spec`, given up at `deadline` (or after [`TRY_TIMEOUT`]).
+/// One try to reach `spec`, given up at `deadline` (but given at least a second, and at most
+/// [`TRY_TIMEOUT`]).
 async fn try_connect(spec: &HostSpec, deadline: Instant) -> anyhow::Result<Docker> {
     let left = deadline
         .saturating_duration_since(Instant::now())
