@@ -183,14 +183,7 @@ impl DockerHosts {
             }
             match super::connect_host(spec).await {
                 Ok(docker) => {
-                    let host = Host::new(
-                        spec.clone(),
-                        DockerRuntime::new(docker, self.layout.clone(), self.agent.clone()),
-                        true,
-                    );
-                    let mut hosts = self.hosts.write().expect("lock");
-                    hosts.push(host);
-                    self.health.grow(hosts.len());
+                    self.push_host(spec.clone(), docker, true);
                     tracing::info!(host = %spec.url, "a Docker host was added");
                 }
                 Err(e) => {
@@ -205,6 +198,15 @@ impl DockerHosts {
                 tracing::info!(host = %host.spec.url, "a Docker host was removed: it takes no new nodes");
             }
         }
+    }
+
+    /// Takes a host that answers now (`added` with `batchpool host add`); returns its index.
+    fn push_host(&self, spec: HostSpec, docker: bollard::Docker, added: bool) -> usize {
+        let runtime = DockerRuntime::new(docker, self.layout.clone(), self.agent.clone());
+        let mut hosts = self.hosts.write().expect("lock");
+        hosts.push(Host::new(spec, runtime, added));
+        self.health.grow(hosts.len());
+        hosts.len() - 1
     }
 
     /// Every host, as it is now.

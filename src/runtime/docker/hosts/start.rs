@@ -93,13 +93,7 @@ impl DockerHosts {
             let Ok(docker) = try_connect(&spec, Instant::now() + RETRY_TIMEOUT).await else {
                 continue;
             };
-            let runtime = DockerRuntime::new(docker, self.layout.clone(), self.agent.clone());
-            let index = {
-                let mut hosts = self.hosts.write().expect("lock");
-                hosts.push(Host::new(spec.clone(), runtime, false));
-                self.health.grow(hosts.len());
-                hosts.len() - 1
-            };
+            let index = self.push_host(spec.clone(), docker, false);
             self.pending
                 .lock()
                 .expect("lock")
