@@ -188,7 +188,6 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
         lost
     };
     let ((), lost) = tokio::join!(run_loops(&term, &stop), watch);
-    s.leading.store(false, Ordering::Relaxed);
     if !lost {
         let _ = store::leader::unlock(&mut lock).await;
     }
