@@ -422,6 +422,43 @@ on_both_runtimes!(
     retries_wall_clock_and_live_output
 );
 
+/// A task that fails and is retried goes back to its place in the job's queue: it runs again
+/// within about a second, not after the tasks queued behind it. (The dispatcher claims each
+/// job's tasks after the last one it placed, and from the queue's head at least every second.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_task_runs_again_before_its_jobs_long_queue_drains() {
+    let s = TestServer::start(Rt::Local).await;
+    let node = pool(&s, "q", 1, 1, "spread").await.remove(0);
+    job(
+        &s,
+        "q",
+        "q",
+        json!({"constraints": {"maxTaskRetryCount": 1}}),
+    )
+    .await;
+    let once = format!(
+        "test -f $AZ_BATCH_NODE_SHARED_DIR/failed || {{ touch $AZ_BATCH_NODE_SHARED_DIR/failed; exit 1; }}; {RECORD}"
+    );
+    let mut tasks = vec![task("retried", &once)];
+    tasks.extend((1..=12).map(|i| task(&format!("t{i:02}"), &format!("sleep 0.4; {RECORD}"))));
+    s.add_tasks("q", tasks).await;
+    s.wait_all_completed("q", 13).await;
+    let order: Vec<String> = s
+        .shared_file("q", &node, "order")
+        .await
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(order.len(), 13, "{order:?}");
+    let at = order.iter().position(|t| t == "q:retried").unwrap();
+    // 0.4 s a task: the retry is due after about three of the twelve others.
+    assert!(at < 7, "the retry ran {}th of 13: {order:?}", at + 1);
+    assert_eq!(
+        s.task("q", "retried").await["executionInfo"]["retryCount"],
+        1
+    );
+}
+
 async fn dependencies(rt: Rt) {
     let s = TestServer::start(rt).await;
     pool(&s, "d", 1, 4, "spread").await;

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use sqlx::PgPool;
 
 use super::complete::{self, Finished};
+use super::ready_cursor;
 use crate::domain::placement::{place_near, FreeNode, Needs};
 use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::store::{
@@ -107,6 +108,7 @@ async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>>
         } else {
             tx.commit().await?;
         }
+        ready_cursor::commit(&chosen.moved);
         return Ok(Vec::new());
     }
     let placed = store::tasks::start_attempts(
@@ -116,6 +118,7 @@ async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>>
     )
     .await?;
     tx.commit().await?;
+    ready_cursor::commit(&chosen.moved);
     Ok(placed)
 }
 
@@ -125,6 +128,8 @@ struct Chosen {
     task_pks: Vec<i64>,
     node_pks: Vec<i64>,
     slots: Vec<i32>,
+    /// Where the claims leave the jobs' ready cursors, once the pass is over.
+    moved: Vec<ready_cursor::Moved>,
 }
 
 impl Chosen {
@@ -242,8 +247,9 @@ impl Filling<'_> {
             return Ok(took);
         }
         let hidden = hide(&mut self.nodes, &job.excluded);
-        let ready = store::tasks::claim_ready(&mut **tx, (job.pk, after), want).await?;
+        let (ready, from_head) = claim_ready(tx, job.pk, want, after).await?;
         took.claimed = ready.len() as i64;
+        let mut outcomes = Vec::with_capacity(ready.len());
         for task in ready {
             took.last = task.pk;
             let needs = Needs {
@@ -251,7 +257,9 @@ impl Filling<'_> {
                 dedicated_only: task.dedicated_only,
             };
             let near = task.affinity.as_deref();
-            if let Some(node_pk) = place_near(&mut self.nodes, needs, self.fill, near) {
+            let node = place_near(&mut self.nodes, needs, self.fill, near);
+            outcomes.push((task.pk, node.is_some()));
+            if let Some(node_pk) = node {
                 self.chosen.task_pks.push(task.pk);
                 self.chosen.node_pks.push(node_pk);
                 self.chosen.slots.push(task.required_slots);
@@ -260,6 +268,13 @@ impl Filling<'_> {
             }
         }
         restore(&mut self.nodes, hidden);
+        if let Some(to) = ready_cursor::after_claim(outcomes) {
+            self.chosen.moved.push(ready_cursor::Moved {
+                job_pk: job.pk,
+                after: to,
+                from_head,
+            });
+        }
         Ok(took)
     }
 
@@ -300,6 +315,35 @@ impl Filling<'_> {
         }
         Ok(())
     }
+}
+
+/// Claims up to `want` of job `job_pk`'s ready tasks after task `after`, in pk order. The first
+/// claim of a job in a pass (`after` 0) starts after the job's [`ready_cursor`]; if that finds
+/// fewer than `want`, the tasks before the cursor are claimed too. Also says whether the claim
+/// covered every ready task from the head of the queue up to the last it returned.
+async fn claim_ready(
+    tx: &mut Tx<'_>,
+    job_pk: i64,
+    want: i64,
+    after: i64,
+) -> sqlx::Result<(Vec<store::tasks::Claimed>, bool)> {
+    let from = if after == 0 {
+        ready_cursor::start(job_pk)
+    } else {
+        after
+    };
+    let mut ready = store::tasks::claim_ready(&mut **tx, (job_pk, from), want).await?;
+    let left = want - ready.len() as i64;
+    if after != 0 || from == 0 || left == 0 {
+        return Ok((ready, from == 0));
+    }
+    // Our own claims are not skipped: a claim from the head returns the tasks before the
+    // cursor first, then those just claimed after it.
+    let mut before = store::tasks::claim_ready(&mut **tx, (job_pk, 0), left).await?;
+    let covered = (before.len() as i64) < left || before.last().is_some_and(|t| t.pk > from);
+    before.retain(|t| t.pk <= from);
+    before.append(&mut ready);
+    Ok((before, covered))
 }
 
 /// Where a share of `jobs` starts: after the job given the first task last time, or, if that

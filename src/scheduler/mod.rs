@@ -11,6 +11,7 @@ pub mod execute;
 mod housekeeping;
 pub(crate) mod packages;
 mod prep;
+mod ready_cursor;
 pub mod start_task;
 pub mod task_files;
 mod transfer;
