@@ -422,37 +422,47 @@ on_both_runtimes!(
     retries_wall_clock_and_live_output
 );
 
-/// A task that fails and is retried goes back to its place in the job's queue: it runs again
-/// within about a second, not after the tasks queued behind it. (The dispatcher claims each
-/// job's tasks after the last one it placed, and from the queue's head at least every second.)
+/// A task that becomes ready again behind tasks that started after it does not wait for the
+/// job's queue to drain. A retry goes back to its place at once; a task whose dependency ends
+/// after later tasks have started runs within about a second. (The dispatcher claims a job's
+/// tasks after the last one it placed, before a task it puts back itself, and from the queue's
+/// head at least every second.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_task_runs_again_before_its_jobs_long_queue_drains() {
+async fn tasks_ready_again_run_before_their_jobs_long_queue_drains() {
     let s = TestServer::start(Rt::Local).await;
     let node = pool(&s, "q", 1, 1, "spread").await.remove(0);
+    let body = json!({"maxTaskRetryCount": 1});
     job(
         &s,
         "q",
         "q",
-        json!({"constraints": {"maxTaskRetryCount": 1}}),
+        json!({"constraints": body, "usesTaskDependencies": true}),
     )
     .await;
     let once = format!(
         "test -f $AZ_BATCH_NODE_SHARED_DIR/failed || {{ touch $AZ_BATCH_NODE_SHARED_DIR/failed; exit 1; }}; {RECORD}"
     );
-    let mut tasks = vec![task("retried", &once)];
-    tasks.extend((1..=12).map(|i| task(&format!("t{i:02}"), &format!("sleep 0.4; {RECORD}"))));
+    let slow = format!("sleep 0.4; {RECORD}");
+    let mut tasks = vec![task("retried", &once), task("t01", &slow)];
+    // Added before t02, so it comes before t02 in the queue; ready once t03 has run.
+    tasks.push(json!({"id": "late", "commandLine": RECORD, "dependsOn": {"taskIds": ["t03"]}}));
+    tasks.extend((2..=12).map(|i| task(&format!("t{i:02}"), &slow)));
     s.add_tasks("q", tasks).await;
-    s.wait_all_completed("q", 13).await;
+    s.wait_all_completed("q", 14).await;
     let order: Vec<String> = s
         .shared_file("q", &node, "order")
         .await
         .lines()
         .map(String::from)
         .collect();
-    assert_eq!(order.len(), 13, "{order:?}");
-    let at = order.iter().position(|t| t == "q:retried").unwrap();
-    // 0.4 s a task: the retry is due after about three of the twelve others.
-    assert!(at < 7, "the retry ran {}th of 13: {order:?}", at + 1);
+    assert_eq!(order.len(), 14, "{order:?}");
+    assert_eq!(
+        order[0], "q:retried",
+        "the retry runs before t01: {order:?}"
+    );
+    let at = order.iter().position(|t| t == "q:late").unwrap();
+    // 0.4 s a task: t03 ends at about 1.6 s, and a claim from the head is due by 2.4 s.
+    assert!(at < 10, "late ran {}th of 14: {order:?}", at + 1);
     assert_eq!(
         s.task("q", "retried").await["executionInfo"]["retryCount"],
         1

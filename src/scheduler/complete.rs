@@ -94,8 +94,12 @@ pub fn nodes_of(batch: &[Finished]) -> Vec<i64> {
 }
 
 /// Records the outcomes in `tx`, whose caller has locked their nodes ([`nodes_of`]) first:
-/// nodes before tasks, the order every writer of both takes.
-pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -> sqlx::Result<()> {
+/// nodes before tasks, the order every writer of both takes. Returns the tasks back in their
+/// job's queue (retried or requeued), as (job pk, task pk).
+pub async fn record_in(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &[Finished],
+) -> sqlx::Result<Vec<(i64, i64)>> {
     let verdicts: Vec<Verdict> = batch.iter().map(|(a, o, _)| judge(a, o)).collect();
     let items: Vec<_> = batch
         .iter()
@@ -118,6 +122,11 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
         .map(|e| e.job_pk)
         .collect();
     let completed: HashSet<i64> = done.iter().map(|e| e.pk).collect();
+    let queued = ended
+        .iter()
+        .filter(|e| e.state == TaskState::Active)
+        .map(|e| (e.job_pk, e.pk))
+        .collect();
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
             continue;
@@ -142,7 +151,7 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
     for job_pk in ending_jobs {
         store::jobs::complete_if_all_tasks_done(&mut **tx, job_pk).await?;
     }
-    Ok(())
+    Ok(queued)
 }
 
 /// What an outcome means for its task: how the attempt ends, and the job's action if it failed.

@@ -7,11 +7,14 @@
 //! with the job. So each job keeps a cursor, the last task claimed and placed; the next claim
 //! starts after it.
 //!
-//! A task before the cursor can become ready again (a retry, a reactivation, its dependencies
-//! met, or a row another transaction held when the claim skipped it). Such a task is found by
-//! the next claim from the head, which comes at least every [`RESCAN`], and whenever a claim
-//! after the cursor finds fewer tasks than it wants (the end of the queue). It waits at most
-//! that long more than it would have; nothing is lost.
+//! A task before the cursor can become ready again. One that the dispatcher itself puts back
+//! (an attempt that failed and is retried, or is requeued) moves its job's cursor before it in
+//! the pass that records the end ([`lower`]), so it runs again before the tasks after it, as
+//! it did before the cursor. Any other (a reactivation, its dependencies met, a requeue by a
+//! node's loss or a preemption, a row another transaction held when the claim skipped it) is
+//! found by the next claim from the head, which comes at least every [`RESCAN`], and whenever
+//! a claim after the cursor finds fewer tasks than it wants (the end of the queue). It waits at
+//! most that long more than it would have; nothing is lost.
 //!
 //! The cursors are the leader's memory only: a new leader starts at the head.
 
@@ -86,6 +89,21 @@ pub fn commit(moves: &[Moved]) {
     }
 }
 
+/// Puts the cursors of the tasks' jobs (job pk, task pk) before them, at once: tasks back in the
+/// queue that the next claim must see. Lowering a cursor is always safe: a claim that starts
+/// earlier only walks more of the queue.
+pub fn lower(tasks: &[(i64, i64)]) {
+    if tasks.is_empty() {
+        return;
+    }
+    let mut cursors = CURSORS.lock().unwrap_or_else(|e| e.into_inner());
+    for (job_pk, pk) in tasks {
+        if let Some(c) = cursors.get_mut(job_pk) {
+            c.after = c.after.min(pk - 1);
+        }
+    }
+}
+
 /// Where the cursor goes after a claim of tasks `claimed` (in pk order, with whether each was
 /// placed): before the first task not placed, else at the last one claimed; `None` if the
 /// claim took nothing.
@@ -133,6 +151,13 @@ mod tests {
             from_head: false,
         }]);
         assert_eq!(start(job), 20);
+        lower(&[(job, 15), (job, 30), (-43, 1)]);
+        assert_eq!(
+            start(job),
+            14,
+            "a task back in the queue goes before the cursor"
+        );
+        assert_eq!(start(-43), 0);
         CURSORS.lock().unwrap().get_mut(&job).unwrap().scanned = Instant::now() - RESCAN;
         assert_eq!(start(job), 0, "a claim from the head is due");
     }
