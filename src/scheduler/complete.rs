@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 
+use super::ready_cursor;
 use super::task_files::Failure;
 use crate::domain::agent::Usage;
 use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
@@ -94,12 +95,10 @@ pub fn nodes_of(batch: &[Finished]) -> Vec<i64> {
 }
 
 /// Records the outcomes in `tx`, whose caller has locked their nodes ([`nodes_of`]) first:
-/// nodes before tasks, the order every writer of both takes. Returns the tasks back in their
-/// job's queue (retried or requeued), as (job pk, task pk).
-pub async fn record_in(
-    tx: &mut Transaction<'_, Postgres>,
-    batch: &[Finished],
-) -> sqlx::Result<Vec<(i64, i64)>> {
+/// nodes before tasks, the order every writer of both takes. A task retried or requeued here
+/// goes back to its place in its job's queue, before the tasks after it: its job's
+/// [`ready_cursor`] moves before it.
+pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -> sqlx::Result<()> {
     let verdicts: Vec<Verdict> = batch.iter().map(|(a, o, _)| judge(a, o)).collect();
     let items: Vec<_> = batch
         .iter()
@@ -122,11 +121,12 @@ pub async fn record_in(
         .map(|e| e.job_pk)
         .collect();
     let completed: HashSet<i64> = done.iter().map(|e| e.pk).collect();
-    let queued = ended
+    let queued: Vec<_> = ended
         .iter()
         .filter(|e| e.state == TaskState::Active)
         .map(|e| (e.job_pk, e.pk))
         .collect();
+    ready_cursor::lower(&queued);
     for ((a, _, _), v) in batch.iter().zip(&verdicts) {
         if !completed.contains(&a.pk) {
             continue;
@@ -151,7 +151,7 @@ pub async fn record_in(
     for job_pk in ending_jobs {
         store::jobs::complete_if_all_tasks_done(&mut **tx, job_pk).await?;
     }
-    Ok(queued)
+    Ok(())
 }
 
 /// What an outcome means for its task: how the attempt ends, and the job's action if it failed.

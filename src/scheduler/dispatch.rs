@@ -97,9 +97,7 @@ async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>>
     let mut tx = db.begin().await?;
     if !ended.is_empty() {
         store::nodes::lock_for_pass(&mut *tx, &complete::nodes_of(ended)).await?;
-        // A task retried or requeued here goes back to its place in the queue, before the
-        // tasks after it: this pass's claim starts before it.
-        ready_cursor::lower(&complete::record_in(&mut tx, ended).await?);
+        complete::record_in(&mut tx, ended).await?;
     }
     let chosen = choose(&mut tx).await?;
     if chosen.task_pks.is_empty() {

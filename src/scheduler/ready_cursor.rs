@@ -8,8 +8,8 @@
 //! starts after it.
 //!
 //! A task before the cursor can become ready again. One that the dispatcher itself puts back
-//! (an attempt that failed and is retried, or is requeued) moves its job's cursor before it in
-//! the pass that records the end ([`lower`]), so it runs again before the tasks after it, as
+//! (an attempt that failed and is retried, or is requeued) moves its job's cursor before it when
+//! its end is recorded ([`lower`]), so it runs again before the tasks after it, as
 //! it did before the cursor. Any other (a reactivation, its dependencies met, a requeue by a
 //! node's loss or a preemption, a row another transaction held when the claim skipped it) is
 //! found by the next claim from the head, which comes at least every [`RESCAN`], and whenever

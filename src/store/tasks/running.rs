@@ -116,8 +116,8 @@ pub async fn claim_ready(
     (job_pk, after): (i64, i64),
     limit: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
-    let rows: Vec<(i64, i32, bool, Option<String>)> = sqlx::query_as(
-        "SELECT pk, required_slots, dedicated_only, extra->'affinityInfo'->>'affinityId' \
+    sqlx::query_as(
+        "SELECT pk, required_slots, dedicated_only, extra->'affinityInfo'->>'affinityId' AS affinity \
          FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0 AND pk + 0 > $3 \
          ORDER BY pk + 0 LIMIT $2 FOR UPDATE SKIP LOCKED",
     )
@@ -126,20 +126,12 @@ pub async fn claim_ready(
     .bind(after)
     .persistent(false)
     .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(pk, required_slots, dedicated_only, affinity)| Claimed {
-            pk,
-            required_slots,
-            dedicated_only,
-            affinity,
-        })
-        .collect())
+    .await
 }
 
 /// A task dispatch has claimed: its pk, the slots it needs, and whether only a dedicated node
 /// may take it.
+#[derive(sqlx::FromRow)]
 pub struct Claimed {
     pub pk: i64,
     pub required_slots: i32,
