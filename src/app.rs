@@ -125,7 +125,7 @@ async fn run(
     let wake = Wakeups::new(std::time::Duration::from_millis(config.backup_tick_ms));
     let probes = api::health::Probes {
         runtime: runtime.clone(),
-        leading: Arc::default(),
+        leading: Default::default(),
     };
     let limits = limits(&config);
     let secret = store::peer_secret(&db).await?;

@@ -2,7 +2,6 @@
 //! own (`--agent-listen`, app::agents), not with the API: an agent asks for its node's work and
 //! sends what became of it. Each request names its node and that node's secret.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -17,6 +16,7 @@ use super::error::ApiError;
 use super::json::AzureJson;
 use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, WorkBatch};
 use crate::domain::endpoint::NOT_LEADING;
+use crate::ops::wake::Leading;
 use crate::runtime::agents::{encode, Agents, Link, Peers, ReplyBody};
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Runtime;
@@ -27,7 +27,7 @@ pub struct AgentState {
     pub server_id: String,
     pub peers: Arc<Peers>,
     /// Whether this server leads: only the leader gives agents work and takes their events.
-    pub leading: Arc<AtomicBool>,
+    pub leading: Leading,
 }
 
 /// Holds the request until there is work for the node; with the work, where the installation's
@@ -42,7 +42,7 @@ pub async fn work(
     // learns where to go instead of waiting out the hold.
     let mut batch = tokio::select! {
         batch = link.take_work(&hello) => batch,
-        () = lead_lost(&state.leading) => return Err(not_leading()),
+        () = state.leading.lost() => return Err(not_leading()),
     };
     batch.servers = state.peers.servers();
     Ok(Json(batch))
@@ -54,11 +54,11 @@ pub async fn work(
 /// 401 comes only from the leader once it knows all its nodes' agents, and tells the agent
 /// that its node was given up.
 async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
-    if !state.leading.load(Ordering::Relaxed) {
+    if !state.leading.get() {
         return Err(not_leading());
     }
     let link = authenticate(state, headers).await?;
-    if !state.leading.load(Ordering::Relaxed) {
+    if !state.leading.get() {
         return Err(not_leading());
     }
     Ok(link)
@@ -70,13 +70,6 @@ fn not_leading() -> ApiError {
         NOT_LEADING,
         "This server does not lead the scheduler; ask the next server.",
     )
-}
-
-/// Ends within a second of this server's ceasing to lead.
-async fn lead_lost(leading: &AtomicBool) {
-    while leading.load(Ordering::Relaxed) {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
 }
 
 pub async fn events(

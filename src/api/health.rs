@@ -1,7 +1,6 @@
 //! `/health` (liveness: the process answers) and `/health/ready` (readiness: it can serve, for a
 //! load balancer or an orchestrator to route by). Neither needs a signature.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::api::state::AppState;
+use crate::ops::wake::Leading;
 use crate::runtime::Runtime;
 
 /// A probe that takes longer than this counts as failed: readiness must answer while the
@@ -22,13 +22,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Probes {
     pub runtime: Arc<Runtime>,
     /// Set by the scheduler while this server leads it.
-    pub leading: Arc<AtomicBool>,
+    pub leading: Leading,
 }
 
 impl Probes {
     /// Whether this server leads the scheduler now.
     pub fn leads(&self) -> bool {
-        self.leading.load(std::sync::atomic::Ordering::Relaxed)
+        self.leading.get()
     }
 }
 
@@ -58,7 +58,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
         "databaseReachable": database,
         "runtime": state.probes.runtime.name(),
         "runtimeReachable": runtime,
-        "leadsScheduler": state.probes.leading.load(Ordering::Relaxed),
+        "leadsScheduler": state.probes.leading.get(),
     });
     (status, Json(body)).into_response()
 }

@@ -2,7 +2,6 @@
 //! agents connect to it as they start), and what Docker nodes need to run one.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -15,6 +14,7 @@ use crate::api;
 use crate::config::ServeConfig;
 use crate::domain::agent::{BODIES_PATH, EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
 use crate::domain::endpoint::Endpoint;
+use crate::ops::wake::Leading;
 use crate::runtime::agents::{Agents, Peers};
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
@@ -22,7 +22,7 @@ use crate::runtime::{Layout, Runtime};
 /// What the agents' side shares with the rest of the server: the runtime, this server among
 /// its peers, whether it leads (only the leader takes agents' work requests and events), and
 /// the database.
-pub type Shared = (Arc<Runtime>, Arc<Peers>, Arc<AtomicBool>, PgPool);
+pub type Shared = (Arc<Runtime>, Arc<Peers>, Leading, PgPool);
 
 /// The agents' port when --agent-listen does not say.
 const PORT: u16 = 8081;

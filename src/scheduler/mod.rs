@@ -16,7 +16,6 @@ pub mod start_task;
 pub mod task_files;
 mod transfer;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +24,7 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::ops;
+use crate::ops::wake::Leading;
 pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
 use crate::runtime::Runtime;
 use crate::store;
@@ -72,7 +72,7 @@ pub struct Scheduler {
     /// Moves tasks' resource and output files.
     pub fetcher: task_files::Fetcher,
     /// True while this server leads (for /health/ready).
-    pub leading: Arc<AtomicBool>,
+    pub leading: Leading,
     /// Where other servers ask this one about its nodes' files, told to them while it leads.
     pub peer_url: String,
     /// Makes the jobs of job schedules (the API's job add).
@@ -162,7 +162,7 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
     // Until the allocator has adopted the nodes, an agent this server does not know may be one
     // it has yet to learn.
     s.runtime.agents.set_all_learnt(false);
-    s.leading.store(true, Ordering::Relaxed);
+    s.leading.set(true);
     let options = (*s.db.connect_options()).clone().options([
         (store::leader::EPOCH_SETTING, epoch.to_string()),
         ("idle_in_transaction_session_timeout", LEASE.to_string()),
@@ -181,7 +181,7 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
     let watch = async {
         let lost = watch_lock(&mut lock, epoch, &stop).await;
         // Agents and health checks hear of it at once, not once the loops have wound down.
-        s.leading.store(false, Ordering::Relaxed);
+        s.leading.set(false);
         if lost {
             tracing::warn!(epoch, "stopped leading the scheduler");
         }
