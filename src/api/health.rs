@@ -58,7 +58,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
         "databaseReachable": database,
         "runtime": state.probes.runtime.name(),
         "runtimeReachable": runtime,
-        "leadsScheduler": state.probes.leading.get(),
+        "leadsScheduler": state.probes.leads(),
     });
     (status, Json(body)).into_response()
 }
