@@ -160,6 +160,7 @@ async fn run(
             server_id,
             wake,
             node_concurrency: config.node_concurrency,
+            tasks_ahead_per_slot: config.tasks_ahead_per_slot,
             max_nodes_per_pool: config.max_nodes_per_pool,
             bes,
             fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
@@ -171,7 +172,6 @@ async fn run(
     // On stdout, for people and for tests that start the server on port 0.
     println!("batchpool listening on http://{addr}");
     tracing::info!(%addr, "listening");
-
     let shutdown = cancel.clone();
     api::serve::serve(listener, api::router(state), &limits, async move {
         shutdown_signal().await;

@@ -267,7 +267,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
 
     for (id, next_unmet) in [("a", 0), ("b", 0)] {
         let mut tx = db.begin().await.unwrap();
-        let free = nodes::lock_free_slots(&mut *tx).await.unwrap();
+        let free = nodes::lock_free_slots(&mut *tx, 0).await.unwrap();
         assert_eq!(free.len(), 1, "the node has its one slot free before {id}");
         // Only the task whose dependencies are met is ready.
         let ready = tasks::claim_ready(&mut *tx, (job.pk, 0), 10).await.unwrap();
@@ -287,7 +287,7 @@ async fn a_task_life_keeps_slots_counts_and_dependencies_in_step() {
             NodeState::Running
         );
         assert!(
-            nodes::lock_free_slots(&db).await.unwrap().is_empty(),
+            nodes::lock_free_slots(&db, 0).await.unwrap().is_empty(),
             "the slot is taken"
         );
 
@@ -436,7 +436,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
     let three = [new_task("a", &[]), new_task("b", &[]), new_task("c", &[])];
     tasks::insert_many(&mut tx, job.pk, &three).await.unwrap();
     tx.commit().await.unwrap();
-    let mut placed = dispatch::pass(&db, &[]).await.unwrap();
+    let mut placed = dispatch::pass(&db, &[], 0).await.unwrap();
     placed.sort_by(|x, y| x.task_id.cmp(&y.task_id));
     let ids: Vec<_> = placed.iter().map(|a| a.task_id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "the node's two slots");
@@ -463,7 +463,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
             .map(|(a, _, _): &(tasks::AttemptRow, _, _)| a.task_id.clone());
         recorded.lock().unwrap().extend(ids)
     };
-    let placed = dispatch::record_and_pass(&db, note, &mut ended)
+    let placed = dispatch::record_and_pass(&db, note, &mut ended, 0)
         .await
         .unwrap();
     assert!(ended.is_empty(), "nothing left to record");
@@ -497,7 +497,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
         exit_code: 0,
         failure,
     };
-    dispatch::pass(&db, &[(c, outcome, None)]).await.unwrap();
+    dispatch::pass(&db, &[(c, outcome, None)], 0).await.unwrap();
     let c = tasks::get(&db, job.pk, "c").await.unwrap().unwrap();
     assert_eq!(c.state, TaskState::Completed);
     let info = c.failure_info.expect("the upload failure is told");

@@ -152,7 +152,16 @@ impl Server {
         slots: usize,
         job: &str,
     ) -> Self {
-        let s = Self::start(runtime).await;
+        Self::with_pool_and(&[], (runtime, pool, nodes, slots), job).await
+    }
+
+    /// As `with_pool`, the server started with more arguments for `serve`.
+    pub async fn with_pool_and(
+        args: &[String],
+        (runtime, pool, nodes, slots): (&str, &str, usize, usize),
+        job: &str,
+    ) -> Self {
+        let s = Self::start_with(runtime, args).await;
         s.create(
             "/pools",
             json!({"id": pool, "vmSize": "standard_d2s_v3", "targetDedicatedNodes": nodes, "taskSlotsPerNode": slots}),

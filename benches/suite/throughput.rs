@@ -1,5 +1,6 @@
 //! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
-//! of 2 nodes x BENCH_SLOTS (16) slots runs them; next to the same number of `/bin/sh -c true`
+//! of 2 nodes x BENCH_SLOTS (16) slots runs them, each node holding BENCH_AHEAD (2) tasks a slot
+//! ahead (`--tasks-ahead-per-slot`); next to the same number of `/bin/sh -c true`
 //! processes started by `xargs -P` the pool's slots (32) in the same run, just before and just
 //! after.
 
@@ -7,8 +8,9 @@ use std::time::Instant;
 
 use super::{add_tasks, cpu, pass_summary, timed_shell, Server};
 
-pub async fn run(tasks: usize, clients: usize, slots: usize) {
-    let s = Server::with_pool("local", "bench", 2, slots, "run").await;
+pub async fn run(tasks: usize, clients: usize, (slots, ahead): (usize, usize)) {
+    let args = ["--tasks-ahead-per-slot".to_string(), ahead.to_string()];
+    let s = Server::with_pool_and(&args, ("local", "bench", 2, slots), "run").await;
     let parallel = 2 * slots;
     // The baseline runs before and after, so a machine that gets busier or quieter during the
     // run moves both sides of the ratio alike.
@@ -29,7 +31,7 @@ pub async fn run(tasks: usize, clients: usize, slots: usize) {
         tasks as f64 / submit
     );
     println!(
-        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s); xargs -P {parallel} baseline {:.0} tasks/s ({before:.1} s before, {after:.1} s after); ratio {:.2}",
+        "throughput: end to end {:.0} tasks/s ({tasks} in {total:.1} s, {ahead} ahead a slot); xargs -P {parallel} baseline {:.0} tasks/s ({before:.1} s before, {after:.1} s after); ratio {:.2}",
         tasks as f64 / total,
         tasks as f64 / baseline,
         baseline / total

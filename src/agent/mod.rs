@@ -5,10 +5,12 @@
 //! agent finds the server that leads now (`link`).
 
 mod files;
+mod gate;
 mod link;
 mod load;
 mod procs;
 mod spawn;
+mod tasks;
 mod trash;
 
 use std::time::Duration;
@@ -55,7 +57,13 @@ pub async fn run() -> anyhow::Result<()> {
     let (events, outbox) = mpsc::unbounded_channel();
     tokio::spawn(send_events(link.clone(), outbox));
     tokio::spawn(load::report(link.clone(), procs.clone()));
-    let work = take_work(link, procs.clone(), events);
+    let node = tasks::Node {
+        link,
+        procs: procs.clone(),
+        events,
+        gate: Default::default(),
+    };
+    let work = take_work(node);
     let root = std::env::var_os(ENV_ROOT).map(std::path::PathBuf::from);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -120,17 +128,15 @@ async fn node_removed(root: Option<std::path::PathBuf>) {
 }
 
 /// Asks the server for work, and starts what comes, until the leader has given the node up.
-async fn take_work(
-    link: std::sync::Arc<Link>,
-    procs: procs::Procs,
-    events: mpsc::UnboundedSender<Event>,
-) {
+async fn take_work(node: tasks::Node) {
+    let link = node.link.clone();
     let (mut backoff, mut failover) = (Backoff::default(), Failover::default());
     let mut hello = Hello {
         boot: link.boot.clone(),
         got: None,
         users: true,
     };
+    let mut term = None;
     loop {
         let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
             Ok(batch) => batch,
@@ -155,25 +161,32 @@ async fn take_work(
         if batch.batch.is_some() {
             hello.got = batch.batch;
         }
+        if batch.term.is_some() && batch.term != term {
+            // Before any of the new leader's work: it may ask for their records.
+            node.forget_waiting();
+            term = batch.term;
+        }
         for work in batch.work {
-            start(&link, &procs, work, &events);
+            start(&node, work);
         }
     }
 }
 
-fn start(
-    link: &std::sync::Arc<Link>,
-    procs: &procs::Procs,
-    work: Work,
-    events: &mpsc::UnboundedSender<Event>,
-) {
+fn start(node: &tasks::Node, work: Work) {
+    let (link, events) = (&node.link, &node.events);
     match work {
         Work::Run {
             id,
             argv,
             env,
             task,
-        } => run_command(link, procs, (id, argv, env, task), events),
+        } => node.run(tasks::Command {
+            id,
+            argv,
+            env,
+            task,
+        }),
+        Work::Drop { run, .. } => node.cancel(run),
         Work::Kill { id, pid, boot } => {
             let ours = boot.is_none_or(|b| b == link.boot);
             let _ = events.send(Event::Answered {
@@ -205,87 +218,6 @@ fn start(
         } => {
             let until = within_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
             files::answer(link.clone(), id, (root, rel), op, until)
-        }
-    }
-}
-
-/// A command in its process group: `Started` once it runs, `Exited` (with what it used) once
-/// it ends, both written to a task's record first.
-#[allow(clippy::type_complexity)]
-fn run_command(
-    link: &std::sync::Arc<Link>,
-    procs: &procs::Procs,
-    (id, argv, env, task): (
-        u64,
-        Vec<String>,
-        Vec<(String, String)>,
-        Option<crate::domain::agent::TaskLaunch>,
-    ),
-    events: &mpsc::UnboundedSender<Event>,
-) {
-    if let Some(make) = task.as_ref().and_then(|t| t.make.as_ref()) {
-        // What a task did to its node can break this (it replaced `workitems`, say): then the
-        // command cannot run where it must, and ends as below, as the task's own failure, not
-        // the node's (which would requeue it for ever).
-        if let Err(e) = files::make_dirs(make) {
-            tracing::warn!(base = %make.base, error = %e, "making a task's directories failed");
-        }
-    }
-    if let Some((t, user)) = task.as_ref().and_then(|t| Some((t, t.user?))) {
-        // Never as root instead: if its directories cannot be its user's (a task of that user
-        // made them too deep, say), it fails as its own.
-        if let Err(e) = files::give_to_user(t, user) {
-            tracing::warn!(error = %e, "giving a task's directories to its user failed");
-            let _ = events.send(Event::Exited {
-                id,
-                code: 127,
-                usage: None,
-            });
-            return;
-        }
-    }
-    match procs.spawn(&argv, &env, task.as_ref()) {
-        Ok((pid, ended)) => {
-            // Its record first, so a server that restarts meanwhile finds the attempt running;
-            // with this agent's boot: after a restart of the node, the pid is another's.
-            let mut record = task.and_then(|t| {
-                let written = procs::Record::open(&t.record)
-                    .and_then(|mut r| r.add(format_args!("{pid} {}", link.boot)).map(|()| r));
-                written
-                    .inspect_err(|e| tracing::warn!(error = %e, "writing a task's record failed"))
-                    .ok()
-            });
-            let _ = events.send(Event::Started { id, pid });
-            let events = events.clone();
-            tokio::spawn(async move {
-                let (code, usage) = match ended.await {
-                    Ok((code, usage)) => (code, Some(usage)),
-                    Err(_) => (-1, None),
-                };
-                // Recorded before it is told: a server that missed the event reads it.
-                if let Some(record) = &mut record {
-                    if let Err(e) = record.add(code) {
-                        tracing::warn!(error = %e, "writing a task's record failed");
-                    }
-                }
-                let _ = events.send(Event::Exited { id, code, usage });
-            });
-        }
-        Err(spawn::NotStarted::Dir(e)) => {
-            // As the shell's `cd` would: the command cannot run where it must.
-            tracing::warn!(error = %e, "a task's working directory cannot be entered");
-            let usage = None;
-            let _ = events.send(Event::Exited {
-                id,
-                code: 127,
-                usage,
-            });
-        }
-        Err(spawn::NotStarted::Other(e)) => {
-            let _ = events.send(Event::Failed {
-                id,
-                message: format!("starting {:?}: {e}", argv.first()),
-            });
         }
     }
 }

@@ -45,6 +45,7 @@ pub async fn work(
         () = state.leading.lost() => return Err(not_leading()),
     };
     batch.servers = state.peers.servers();
+    batch.term = state.agents.term();
     Ok(Json(batch))
 }
 

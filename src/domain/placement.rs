@@ -8,8 +8,25 @@ pub struct FreeNode {
     pub node_pk: i64,
     pub id: String,
     pub free: i32,
+    /// Room for single-slot tasks beyond its free slots: they wait on the node, and start as
+    /// its slots free (`--tasks-ahead-per-slot`).
+    pub ahead: i32,
     /// False for a low-priority node.
     pub dedicated: bool,
+}
+
+impl FreeNode {
+    /// A node of a pool with `slots` per node, `free` of them free (below zero: tasks wait on
+    /// it already), that may hold `ahead` tasks per slot beyond them.
+    pub fn new(node_pk: i64, id: String, (free, slots, ahead): (i32, i32, i32)) -> Self {
+        Self {
+            node_pk,
+            id,
+            free: free.max(0),
+            ahead: (slots.saturating_mul(ahead) + free.min(0)).max(0),
+            dedicated: true,
+        }
+    }
 }
 
 /// What a task asks of its node: `slots` free, and with `dedicated_only`, a dedicated node.
@@ -50,6 +67,22 @@ pub fn place(nodes: &mut [FreeNode], needs: Needs, fill: NodeFillType) -> Option
     Some(chosen.node_pk)
 }
 
+/// Picks a node to hold a single-slot task until one of its slots frees (when no node has one
+/// free), and takes the room from it: the node with the most room, so that tasks wait on each
+/// node about as long. Wider tasks, and tasks in containers of their own (which the node's
+/// agent does not start), never wait on a node.
+pub fn place_ahead(nodes: &mut [FreeNode], needs: Needs) -> Option<i64> {
+    if needs.slots != 1 {
+        return None;
+    }
+    let fitting = nodes
+        .iter_mut()
+        .filter(|n| n.ahead > 0 && (n.dedicated || !needs.dedicated_only));
+    let chosen = fitting.reduce(|best, n| if n.ahead > best.ahead { n } else { best })?;
+    chosen.ahead -= 1;
+    Some(chosen.node_pk)
+}
+
 /// Whether `node` can take a task that `needs` this: enough free slots, and dedicated if the
 /// task must have a dedicated node.
 fn fits(node: &FreeNode, needs: Needs) -> bool {
@@ -67,6 +100,7 @@ mod tests {
                 node_pk: i as i64,
                 id: format!("n{i}"),
                 free,
+                ahead: 0,
                 dedicated: true,
             })
             .collect()
@@ -131,5 +165,33 @@ mod tests {
         assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), Some(1));
         assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), None);
         assert_eq!(place(&mut n, any(1), NodeFillType::Spread), Some(0));
+    }
+
+    #[test]
+    fn tasks_wait_on_nodes_only_beyond_their_free_slots_and_within_their_room() {
+        // Two nodes of 2 slots, 1 task ahead a slot: one with a slot free, one with a task
+        // waiting already.
+        let mut n = vec![
+            FreeNode::new(0, "n0".into(), (1, 2, 1)),
+            FreeNode::new(1, "n1".into(), (-1, 2, 1)),
+        ];
+        assert_eq!((n[0].free, n[0].ahead, n[1].free, n[1].ahead), (1, 2, 0, 1));
+        assert_eq!(FreeNode::new(2, "n2".into(), (1, 2, 0)).ahead, 0);
+        assert_eq!(place(&mut n, any(1), NodeFillType::Spread), Some(0));
+        assert_eq!(place(&mut n, any(1), NodeFillType::Spread), None);
+        assert_eq!(place_ahead(&mut n, any(2)), None, "a wide task never waits");
+        let ahead: Vec<_> = (0..4).map(|_| place_ahead(&mut n, any(1))).collect();
+        assert_eq!(ahead, vec![Some(0), Some(0), Some(1), None]);
+        // A low-priority node holds no task that must have a dedicated node.
+        let mut low = vec![FreeNode {
+            dedicated: false,
+            ..FreeNode::new(3, "n3".into(), (0, 1, 1))
+        }];
+        let dedicated_only = Needs {
+            slots: 1,
+            dedicated_only: true,
+        };
+        assert_eq!(place_ahead(&mut low, dedicated_only), None);
+        assert_eq!(place_ahead(&mut low, any(1)), Some(3));
     }
 }

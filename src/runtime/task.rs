@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use super::safe_fs::Below;
-use crate::domain::agent::{MakeDirs, TaskLaunch, Usage, Work};
+use crate::domain::agent::{MakeDirs, Slots, TaskLaunch, Usage, Work};
 use crate::domain::container::ContainerSettings;
 use crate::domain::run_as::TaskUser;
 
@@ -24,6 +24,9 @@ pub struct ExecSpec {
     pub container: Option<TaskContainer>,
     /// The non-administrator it runs as; the node's administrator if None.
     pub user: Option<TaskUser>,
+    /// The task's slots of its node's, for its node's agent to start it once they are free;
+    /// None for a command that starts at once (a start task, a job preparation task).
+    pub slots: Option<Slots>,
 }
 
 /// Who learns what of a command as it starts.
@@ -35,6 +38,9 @@ pub struct Started {
     pub container: Option<tokio::sync::oneshot::Sender<String>>,
     /// What it used, once it ended, where its node's agent started it and measured it.
     pub usage: Option<tokio::sync::oneshot::Sender<Usage>>,
+    /// Cancelled when the command is no longer wanted: one its node's agent holds for a slot
+    /// is dropped there, never started (one that runs is killed by its pid, as before).
+    pub stop: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl Started {
@@ -162,6 +168,8 @@ pub struct NodeCommand {
     pub env: Vec<(String, String)>,
     /// The non-administrator it runs as; the node's administrator if None.
     pub user: Option<TaskUser>,
+    /// Its slots of its node's ([`ExecSpec::slots`]).
+    pub slots: Option<Slots>,
 }
 
 impl NodeCommand {
@@ -188,6 +196,7 @@ impl NodeCommand {
                 record: self.record(),
                 make: Some(self.dirs.make_dirs(self.attempt)),
                 user: self.user,
+                slots: self.slots,
             }),
         }
     }
@@ -233,6 +242,7 @@ impl ExecSpec {
             attempt: self.attempt,
             env,
             user: self.user,
+            slots: self.slots,
         }
     }
 

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use super::complete::{self, Finished};
 use super::ready_cursor;
-use crate::domain::placement::{place_near, FreeNode, Needs};
+use crate::domain::placement::{place_ahead, place_near, FreeNode, Needs};
 use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::store::{
     self,
@@ -28,9 +28,9 @@ type Tx<'t> = sqlx::Transaction<'t, sqlx::Postgres>;
 /// Records the outcomes `ended`, then claims and records placements; returns the attempts now
 /// running, as the executor starts them. Each pass logs its time at debug level
 /// (`batchpool::scheduler::dispatch=debug`), which the benchmark reads.
-pub async fn pass(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>> {
+pub async fn pass(db: &PgPool, ended: &[Finished], ahead: i32) -> sqlx::Result<Vec<AttemptRow>> {
     let started = std::time::Instant::now();
-    let placed = claim(db, ended).await?;
+    let placed = claim(db, ended, ahead).await?;
     crate::metrics::DISPATCH_PASS.observe(started.elapsed());
     for attempt in placed.iter().filter(|a| a.attempt == 1) {
         if let Some(start) = attempt.start_time {
@@ -55,8 +55,9 @@ pub async fn record_and_pass(
     db: &PgPool,
     recorded: impl Fn(&[Finished]),
     ended: &mut Vec<Finished>,
+    ahead: i32,
 ) -> sqlx::Result<Vec<AttemptRow>> {
-    match pass(db, ended).await {
+    match pass(db, ended, ahead).await {
         Ok(placed) => {
             recorded(ended);
             ended.clear();
@@ -73,33 +74,34 @@ pub async fn record_and_pass(
         tracing::error!(count = left.len(), "recording outcomes failed; retrying");
     }
     *ended = left;
-    pass(db, &[]).await
+    pass(db, &[], ahead).await
 }
 
 /// Nodes that failed a job's preparation task take none of its tasks: their free slots are set
 /// aside while its tasks are placed.
-fn hide(nodes: &mut [FreeNode], excluded: &[i64]) -> Vec<(usize, i32)> {
+fn hide(nodes: &mut [FreeNode], excluded: &[i64]) -> Vec<(usize, i32, i32)> {
     nodes
         .iter_mut()
         .enumerate()
         .filter(|(_, n)| excluded.contains(&n.node_pk))
-        .map(|(i, n)| (i, std::mem::take(&mut n.free)))
+        .map(|(i, n)| (i, std::mem::take(&mut n.free), std::mem::take(&mut n.ahead)))
         .collect()
 }
 
-fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32)>) {
-    for (i, free) in hidden {
+fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32, i32)>) {
+    for (i, free, ahead) in hidden {
         nodes[i].free = free;
+        nodes[i].ahead = ahead;
     }
 }
 
-async fn claim(db: &PgPool, ended: &[Finished]) -> sqlx::Result<Vec<AttemptRow>> {
+async fn claim(db: &PgPool, ended: &[Finished], ahead: i32) -> sqlx::Result<Vec<AttemptRow>> {
     let mut tx = db.begin().await?;
     if !ended.is_empty() {
-        store::nodes::lock_for_pass(&mut *tx, &complete::nodes_of(ended)).await?;
+        store::nodes::lock_for_pass(&mut *tx, &complete::nodes_of(ended), ahead).await?;
         complete::record_in(&mut tx, ended).await?;
     }
-    let chosen = choose(&mut tx).await?;
+    let chosen = choose(&mut tx, ahead).await?;
     if chosen.task_pks.is_empty() {
         if ended.is_empty() {
             // Nothing written but the nodes' row locks: a rollback ends it without waiting for
@@ -176,8 +178,8 @@ const MAX_TURNS: usize = 10_000;
 
 /// Locks the nodes with free slots and claims ready tasks for them, pool by pool: jobs in
 /// priority order, and jobs of equal priority by the pool's jobDefaultOrder.
-async fn choose(tx: &mut Tx<'_>) -> sqlx::Result<Chosen> {
-    let free = store::nodes::lock_free_slots(&mut **tx).await?;
+async fn choose(tx: &mut Tx<'_>, ahead: i32) -> sqlx::Result<Chosen> {
+    let free = store::nodes::lock_free_slots(&mut **tx, ahead).await?;
     let mut pools: BTreeMap<i64, (String, String, NodeFillType, JobDefaultOrder, Vec<FreeNode>)> =
         BTreeMap::new();
     for row in free {
@@ -186,15 +188,13 @@ async fn choose(tx: &mut Tx<'_>) -> sqlx::Result<Chosen> {
             (id, account, row.fill, row.order, Vec::new())
         });
         entry.4.push(FreeNode {
-            node_pk: row.node_pk,
-            id: row.node_id,
-            free: row.free,
             dedicated: row.dedicated,
+            ..FreeNode::new(row.node_pk, row.node_id, (row.free, row.slots, ahead))
         });
     }
     let mut chosen = Chosen::default();
     for (pool_pk, (pool_id, account, fill, order, nodes)) in pools {
-        let free = nodes.iter().map(|n| i64::from(n.free)).sum();
+        let free = nodes.iter().map(|n| i64::from(n.free + n.ahead)).sum();
         let mut filling = Filling {
             nodes,
             fill,
@@ -257,7 +257,8 @@ impl Filling<'_> {
                 dedicated_only: task.dedicated_only,
             };
             let near = task.affinity.as_deref();
-            let node = place_near(&mut self.nodes, needs, self.fill, near);
+            let node = place_near(&mut self.nodes, needs, self.fill, near)
+                .or_else(|| (!task.own_container).then(|| place_ahead(&mut self.nodes, needs))?);
             outcomes.push((task.pk, node.is_some()));
             if let Some(node_pk) = node {
                 self.chosen.task_pks.push(task.pk);

@@ -66,6 +66,8 @@ pub struct Scheduler {
     pub server_id: String,
     pub wake: Wakeups,
     pub node_concurrency: usize,
+    /// Single-slot tasks a node may hold per slot beyond those it runs (`--tasks-ahead-per-slot`).
+    pub tasks_ahead_per_slot: i32,
     /// The most nodes an autoscale formula may give a pool (`--max-nodes-per-pool`).
     pub max_nodes_per_pool: i32,
     pub bes: bes::Config,
@@ -162,6 +164,7 @@ async fn lead(s: &Scheduler, mut lock: sqlx::PgConnection, epoch: i64, cancel: &
     // Until the allocator has adopted the nodes, an agent this server does not know may be one
     // it has yet to learn.
     s.runtime.agents.set_all_learnt(false);
+    s.runtime.agents.set_term(epoch);
     s.leading.set(true);
     let options = (*s.db.connect_options()).clone().options([
         (store::leader::EPOCH_SETTING, epoch.to_string()),
@@ -314,7 +317,8 @@ async fn dispatch_loop(
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
         executor.take_ended(&mut ended);
         let recorded = |done: &[_]| executor.recorded(done);
-        let placed = dispatch::record_and_pass(&s.db, recorded, &mut ended).await;
+        let placed =
+            dispatch::record_and_pass(&s.db, recorded, &mut ended, s.tasks_ahead_per_slot).await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
         // its process goes before the new attempts on its node start.
         let killing = executor.kill_ended().await.unwrap_or_else(|e| {

@@ -189,6 +189,7 @@ where
         env: command.env,
         container: command.container,
         user: runtime.task_user(command.run_as),
+        slots: None,
     };
     let start = chrono::Utc::now();
     let mut retry_count = 0;

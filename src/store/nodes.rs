@@ -36,6 +36,19 @@ pub struct NodeRow {
     pub retain_data: bool,
 }
 
+impl NodeRow {
+    /// The tasks and slots its running tasks take, of its pool's `slots` per node: those
+    /// placed on it beyond its slots (`--tasks-ahead-per-slot`, single-slot tasks all) wait for
+    /// a slot to free, and are not counted.
+    pub fn running_of(&self, slots: i32) -> (i32, i32) {
+        let waiting = (self.running_task_slots - slots).max(0);
+        (
+            self.running_tasks - waiting,
+            self.running_task_slots - waiting,
+        )
+    }
+}
+
 /// Reads whole `NodeRow`s: `select_nodes!("WHERE ...", args)` is the checked query over every column.
 macro_rules! select_nodes {
     ($rest:literal $(, $arg:expr)* $(,)?) => {
@@ -269,40 +282,52 @@ pub struct FreeSlots {
     pub pool_id: String,
     pub account: String,
     pub free: i32,
+    /// The pool's task slots per node.
+    pub slots: i32,
     pub fill: NodeFillType,
     pub order: JobDefaultOrder,
     pub dedicated: bool,
 }
 
-/// Locks every usable node (of an active pool) with free slots and returns its free slots, in
-/// node order.
-pub async fn lock_free_slots(db: impl PgExecutor<'_>) -> sqlx::Result<Vec<FreeSlots>> {
+/// Locks every usable node (of an active pool) with room for tasks and returns its free slots
+/// (below zero on a node given tasks ahead), in node order. With `ahead` (tasks ahead per
+/// slot, `--tasks-ahead-per-slot`), a node has room until its tasks fill `1 + ahead` times
+/// its slots.
+pub async fn lock_free_slots(db: impl PgExecutor<'_>, ahead: i32) -> sqlx::Result<Vec<FreeSlots>> {
     sqlx::query_as!(
         FreeSlots,
         r#"SELECT n.pk AS node_pk, n.id AS node_id, p.pk AS pool_pk, p.id AS pool_id, p.account,
-                p.task_slots_per_node - n.running_task_slots AS "free!", p.node_fill_type AS "fill: _",
-                p.job_default_order AS "order: _", n.is_dedicated AS dedicated
+                p.task_slots_per_node - n.running_task_slots AS "free!", p.task_slots_per_node AS slots,
+                p.node_fill_type AS "fill: _", p.job_default_order AS "order: _", n.is_dedicated AS dedicated
          FROM nodes n JOIN pools p ON p.pk = n.pool_pk
-         WHERE n.state IN ('idle', 'running') AND p.state = 'active' AND n.running_task_slots < p.task_slots_per_node
+         WHERE n.state IN ('idle', 'running') AND p.state = 'active'
+           AND n.running_task_slots < p.task_slots_per_node * (1 + $1::int)
            AND NOT n.scheduling_disabled
          ORDER BY n.pk FOR UPDATE OF n"#,
+        ahead,
     )
     .fetch_all(db)
     .await
 }
 
 /// Locks, in node order, the nodes `freeing` names (a batch of ended attempts frees slots on
-/// them) with every node [`lock_free_slots`] would lock: one transaction can then record the
-/// batch and fill the slots, having taken every node lock it needs at once, in the order every
-/// other writer takes them.
-pub async fn lock_for_pass(db: impl PgExecutor<'_>, freeing: &[i64]) -> sqlx::Result<()> {
+/// them) with every node [`lock_free_slots`] would lock (with the same `ahead`): one
+/// transaction can then record the batch and fill the slots, having taken every node lock it
+/// needs at once, in the order every other writer takes them.
+pub async fn lock_for_pass(
+    db: impl PgExecutor<'_>,
+    freeing: &[i64],
+    ahead: i32,
+) -> sqlx::Result<()> {
     sqlx::query!(
         r#"SELECT n.pk FROM nodes n JOIN pools p ON p.pk = n.pool_pk
          WHERE n.pk = ANY($1)
             OR (n.state IN ('idle', 'running') AND p.state = 'active'
-                AND n.running_task_slots < p.task_slots_per_node AND NOT n.scheduling_disabled)
+                AND n.running_task_slots < p.task_slots_per_node * (1 + $2::int)
+                AND NOT n.scheduling_disabled)
          ORDER BY n.pk FOR UPDATE OF n"#,
         freeing,
+        ahead,
     )
     .fetch_all(db)
     .await?;

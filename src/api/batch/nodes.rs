@@ -73,6 +73,7 @@ pub async fn find_node(app: &Ctx, pool: &PoolRow, node_id: &str) -> ApiResult<No
 
 /// A node as Azure's `BatchNode` JSON.
 pub(super) fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
+    let (running_tasks, running_slots) = n.running_of(pool.task_slots_per_node);
     let mut node = json!({
         "id": n.id,
         "url": format!("{base}/pools/{}/nodes/{}", pool.id, n.id),
@@ -84,8 +85,8 @@ pub(super) fn node_json(pool: &PoolRow, n: &NodeRow, base: &str) -> Value {
         "affinityId": format!("TVM:{}", n.id),
         "vmSize": pool.vm_size,
         "totalTasksRun": n.total_tasks_run,
-        "runningTasksCount": n.running_tasks,
-        "runningTaskSlotsCount": n.running_task_slots,
+        "runningTasksCount": running_tasks,
+        "runningTaskSlotsCount": running_slots,
         "totalTasksSucceeded": n.total_tasks_succeeded,
         "isDedicated": n.is_dedicated,
         "nodeAgentInfo": {"version": concat!("batchpool/", env!("CARGO_PKG_VERSION")), "lastUpdateTime": rfc3339(n.allocation_time)},

@@ -61,7 +61,10 @@ const LEGEND: &str = "<p class=\"legend\">Nodes: <span class=\"key n-idle\"></sp
 
 /// A pool: its facts, its heat map, the jobs on it (`jobs`, list items) and its resize form.
 fn pool_section(ui: &Ui, pool: &PoolRow, nodes: &[NodeRow], jobs: &str) -> String {
-    let used: i32 = nodes.iter().map(|n| n.running_task_slots).sum();
+    let used: i32 = nodes
+        .iter()
+        .map(|n| n.running_of(pool.task_slots_per_node).1)
+        .sum();
     let slots = pool.task_slots_per_node as i64 * nodes.len() as i64;
     let mut out = format!(
         "<section class=\"pool\" id=\"pool-{id}\"><h2>{id}</h2><p class=\"facts\">\
@@ -145,7 +148,8 @@ fn heat_map(pool: &PoolRow, nodes: &[NodeRow]) -> String {
     for (i, n) in nodes.iter().enumerate() {
         let (x, y) = ((i % ROW) * CELL, (i / ROW) * CELL);
         // How much of the cell is filled: the share of the node's slots in use.
-        let share = (n.running_task_slots.clamp(0, slots) as f64) / slots as f64;
+        let used = n.running_of(pool.task_slots_per_node).1;
+        let share = (used.clamp(0, slots) as f64) / slots as f64;
         let fill = (share * (CELL - 4) as f64).round();
         let _ = write!(
             svg,
@@ -155,7 +159,6 @@ fn heat_map(pool: &PoolRow, nodes: &[NodeRow]) -> String {
              <text x=\"{tx}\" y=\"{ty}\" text-anchor=\"middle\">{used}</text></g>",
             state = n.state.as_str(),
             id = Esc(&n.id),
-            used = n.running_task_slots,
             c = CELL - 4,
             fy = y as f64 + (CELL - 4) as f64 - fill,
             tx = x + (CELL - 4) / 2,

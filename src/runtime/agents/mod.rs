@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
+mod events;
 mod load;
 mod peers;
 mod polls;
@@ -18,7 +19,7 @@ mod replies;
 mod silence;
 
 use super::NodeError;
-use crate::domain::agent::{Event, Usage, Work};
+use crate::domain::agent::{Usage, Work};
 
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
@@ -39,6 +40,8 @@ pub struct Agents {
     /// Whether this server, leading, has learnt every running node's agent (see
     /// [`Agents::all_learnt`]).
     all_learnt: std::sync::atomic::AtomicBool,
+    /// The leader's term this server leads in (0 before it first leads).
+    term: std::sync::atomic::AtomicI64,
 }
 
 /// One node's agent, as this server knows it.
@@ -102,11 +105,14 @@ impl Agents {
     pub fn new(url: Option<String>, port: u16, silence: Duration) -> Self {
         Self {
             links: Mutex::default(),
-            next_id: AtomicU64::new(1),
+            // From a random start, as batches: an event a previous server's command sends
+            // late (its id that server's) never passes for an answer to one of this one's.
+            next_id: AtomicU64::new(uuid::Uuid::new_v4().as_u64_pair().0 >> 12 | 1),
             silence,
             url,
             port,
             all_learnt: std::sync::atomic::AtomicBool::new(false),
+            term: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -240,9 +246,14 @@ impl Agents {
         make: impl FnOnce(u64) -> Work,
         started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
+        let mut stop = started.stop.clone();
         let (link, id, mut ended) = self.submit(node, make, started)?;
         loop {
             tokio::select! {
+                () = async { stop.as_ref().expect("stop").cancelled().await }, if stop.is_some() => {
+                    stop = None;
+                    self.drop_unstarted(&link, id);
+                }
                 result = &mut ended => {
                     let result = result.map_err(|_| "the node was forgotten".to_string());
                     return result.and_then(|r| r).map_err(|e| anyhow::anyhow!("node {node}: {e}"));
@@ -259,6 +270,21 @@ impl Agents {
                 }
             }
         }
+    }
+
+    /// Has the node's agent drop the command `run` if it holds it still, waiting for a slot:
+    /// its caller then learns that it failed. One that started is killed by its pid instead.
+    fn drop_unstarted(&self, link: &Link, run: u64) {
+        {
+            let mut state = link.state.lock().expect("lock");
+            let waiting = state.runs.get(&run).is_some_and(|r| r.started.is_some());
+            if !waiting {
+                return;
+            }
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            state.queue.push(Work::Drop { id, run });
+        }
+        link.work.notify_one();
     }
 
     /// Queues work for the node's agent (`make` it from its id) and wakes the agent's request;
@@ -304,82 +330,6 @@ impl Agents {
             Ok(Ok(Err(e))) => anyhow::bail!("node {node}: {e}"),
             Ok(Err(_)) => anyhow::bail!("node {node}: the node was forgotten"),
             Err(_) => anyhow::bail!("node {node}: its agent did not answer in {timeout:?}"),
-        }
-    }
-}
-
-impl Link {
-    /// Takes the agent's events: tells the callers of `run` what became of their commands.
-    /// Events of commands no one here waits for (a previous server's) are let go.
-    pub fn deliver(&self, boot: &str, events: Vec<Event>) {
-        let mut state = self.state.lock().expect("lock");
-        self.seen(&mut state, boot);
-        for event in events {
-            let id = event.id();
-            match event {
-                Event::Started { pid, .. } => {
-                    if let Some(tx) = state.runs.get_mut(&id).and_then(|r| r.started.take()) {
-                        let _ = tx.send(pid);
-                    }
-                }
-                Event::Exited { code, usage, .. } => {
-                    if let Some(run) = state.runs.remove(&id) {
-                        if let (Some(tx), Some(usage)) = (run.usage, usage) {
-                            let _ = tx.send(usage);
-                        }
-                        let _ = run.ended.send(Ok(code));
-                    }
-                }
-                Event::Answered { yes, .. } => {
-                    if let Some(run) = state.runs.remove(&id) {
-                        let _ = run.ended.send(Ok(i64::from(yes)));
-                    }
-                }
-                Event::Failed { message, .. } => {
-                    if let Some(run) = state.runs.remove(&id) {
-                        let _ = run.ended.send(Err(message));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Notes that the agent spoke; an agent with a new boot is a node that restarted, and what
-    /// it ran before is gone.
-    fn seen(&self, state: &mut LinkState, boot: &str) {
-        state.last_seen = Instant::now();
-        if state.boot.as_deref() == Some(boot) {
-            return;
-        }
-        if state.boot.is_some() {
-            // What was sent to the old boot is gone; what is still queued, the new boot runs.
-            let queued: std::collections::HashSet<u64> = state.queue.iter().map(Work::id).collect();
-            let gone: Vec<u64> = state
-                .runs
-                .keys()
-                .filter(|id| !queued.contains(id))
-                .copied()
-                .collect();
-            for id in gone {
-                if let Some(run) = state.runs.remove(&id) {
-                    let _ = run.ended.send(Err("the node restarted".into()));
-                }
-            }
-            // Their askers learn it as their senders go.
-            state.replies.retain(|id, _| queued.contains(id));
-            state.inflight = None;
-        }
-        state.boot = Some(boot.to_string());
-        self.heard.notify_waiters();
-    }
-
-    fn fail_all(&self, why: &str) {
-        let mut state = self.state.lock().expect("lock");
-        state.queue.clear();
-        state.inflight = None;
-        state.replies.clear();
-        for (_, run) in state.runs.drain() {
-            let _ = run.ended.send(Err(why.to_string()));
         }
     }
 }

@@ -78,6 +78,7 @@ fn hand_out(state: &mut LinkState) -> WorkBatch {
         batch: Some(batch),
         work,
         servers: Vec::new(),
+        term: None,
     }
 }
 

@@ -51,6 +51,18 @@ impl Agents {
             .store(learnt, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The leader's term this server leads in, as agents learn it with their work.
+    pub fn set_term(&self, epoch: i64) {
+        self.term.store(epoch, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The term this server leads in, if it has led ([`WorkBatch::term`]).
+    ///
+    /// [`WorkBatch::term`]: crate::domain::agent::WorkBatch::term
+    pub fn term(&self) -> Option<i64> {
+        Some(self.term.load(std::sync::atomic::Ordering::Relaxed)).filter(|t| *t > 0)
+    }
+
     /// Counts every agent's silence from now: a server that takes the lead holds links of
     /// agents that were refused while it did not lead, or that left when it lost the lead
     /// before; they have had no chance to find it yet.

@@ -240,8 +240,10 @@ impl Executor {
             pid: Some(started),
             usage: Some(used),
             container: None,
+            stop: None,
         };
-        // Stops a download under way, so a killed or timed-out task never starts its command.
+        // Stops a download under way, or a command its node's agent holds for a slot, so a
+        // killed or timed-out task never starts its command.
         let stop = kill.child_token();
         let run = async {
             let code = if let Some(pid) = &adopted {

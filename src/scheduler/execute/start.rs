@@ -64,6 +64,10 @@ impl Executor {
             user: self
                 .runtime
                 .task_user(RunAs::of(a.user_identity.as_ref(), Command::Task(a.pk))),
+            slots: Some(crate::domain::agent::Slots {
+                needs: u32::try_from(a.required_slots).unwrap_or(1).max(1),
+                of: u32::try_from(a.pool_slots.unwrap_or(1)).unwrap_or(1).max(1),
+            }),
         };
         let (container, created) = tokio::sync::oneshot::channel::<String>();
         let (db, pk, attempt) = (self.db.clone(), a.pk, a.attempt);
@@ -76,6 +80,7 @@ impl Executor {
             }
         });
         started.container = Some(container);
+        started.stop = Some(stop.clone());
         match self
             .runtime
             .exec(&self.server_id, node_id, &spec, started)

@@ -117,7 +117,8 @@ pub async fn claim_ready(
     limit: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
     sqlx::query_as(
-        "SELECT pk, required_slots, dedicated_only, extra->'affinityInfo'->>'affinityId' AS affinity \
+        "SELECT pk, required_slots, dedicated_only, extra->'affinityInfo'->>'affinityId' AS affinity, \
+                coalesce(files ? 'containerSettings', false) AS own_container \
          FROM tasks WHERE job_pk = $1 AND state = 'active' AND unmet_deps = 0 AND pk + 0 > $3 \
          ORDER BY pk + 0 LIMIT $2 FOR UPDATE SKIP LOCKED",
     )
@@ -138,6 +139,9 @@ pub struct Claimed {
     pub dedicated_only: bool,
     /// The affinityId of the node it prefers (affinityInfo), if any.
     pub affinity: Option<String>,
+    /// Whether it runs in a container of its own (containerSettings), which the node's agent
+    /// does not start: it never waits on a node for a slot to free.
+    pub own_container: bool,
 }
 
 /// Starts a new attempt of each task on its node (parallel arrays) and returns the attempts.

@@ -16,6 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod files;
+
+pub use files::{resolve_range, FileError, FileInfo, FileOp, ReplyHead};
+
 pub const WORK_PATH: &str = "/agent/v1/work";
 pub const EVENTS_PATH: &str = "/agent/v1/events";
 /// Followed by `/{id}` of the [`Work::File`] answered.
@@ -74,6 +78,12 @@ pub struct WorkBatch {
     /// The installation's servers, as the leader knows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<super::endpoint::Endpoint>,
+    /// The leader's term (its epoch) that hands the work out. Commands an agent holds for a
+    /// slot to free ([`Slots`]) were placed in the term that sent them: an agent that hears of
+    /// another drops them before it does any of its work, so the new leader, finding no record
+    /// of them, requeues them, and they never run twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<i64>,
 }
 
 /// Something for the agent to do; `id` names it in the events that answer.
@@ -98,6 +108,9 @@ pub enum Work {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot: Option<String>,
     },
+    /// Drop the command `run` if it has not started (it waits for a slot, [`Slots`]): it is
+    /// answered with [`Event::Failed`], under its own id. One that started is left to a `Kill`.
+    Drop { id: u64, run: u64 },
     /// Answer whether the process `pid` is alive (with a `boot`, as for `Kill`).
     Alive {
         id: u64,
@@ -123,124 +136,13 @@ pub enum Work {
     },
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum FileOp {
-    /// What it is.
-    Stat,
-    /// What is in the directory (and below it, if `recursive`), names relative to it.
-    List { recursive: bool },
-    /// The file's bytes, all of them or `range` (first and last byte; no last: to the end).
-    Read { range: Option<(u64, Option<u64>)> },
-    /// Delete it: a file, an empty directory, or with `recursive` a directory and all in it
-    /// (links in it go as links). Answered with what it was.
-    Remove { recursive: bool },
-    /// Make the directory, and those above it, as needed (a link in the way is replaced, never
-    /// followed). Answered with what it is.
-    MakeDir,
-    /// Make the file anew from the bytes at [`BODIES_PATH`]`/{id}` (with `mode` if given): its
-    /// directories are made (a link in the way is replaced, never followed), it is written aside
-    /// and renamed into place, so it is there whole or not at all. Answered with what it is.
-    Write {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        mode: Option<u32>,
-    },
-}
-
-/// A file or directory (never a link) as a node sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FileInfo {
-    pub name: String,
-    pub is_dir: bool,
-    pub len: u64,
-    /// Milliseconds since 1970.
-    pub created_ms: i64,
-    pub modified_ms: i64,
-    /// The mode bits, as `stat` gives them.
-    pub mode: u32,
-}
-
-impl FileInfo {
-    pub fn of(name: String, meta: &std::fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        let ms = |t: std::io::Result<std::time::SystemTime>| {
-            t.ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        };
-        let modified_ms = ms(meta.modified()).unwrap_or(0);
-        Self {
-            name,
-            is_dir: meta.is_dir(),
-            len: meta.len(),
-            created_ms: ms(meta.created()).unwrap_or(modified_ms),
-            modified_ms,
-            mode: meta.mode(),
-        }
-    }
-}
-
-/// The first line of a reply to a [`Work::File`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum ReplyHead {
-    /// To `Stat`.
-    Info { info: FileInfo },
-    /// To `List`: `count` lines follow, a [`FileInfo`] (JSON) each.
-    Listing { count: usize },
-    /// To `Read`: `count` bytes of the file follow, from `start`.
-    Data {
-        info: FileInfo,
-        start: u64,
-        count: u64,
-    },
-    /// No answer, and why.
-    Error { error: FileError, message: String },
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "error", rename_all = "camelCase")]
-pub enum FileError {
-    NotFound,
-    IsDirectory,
-    /// The range asked for lies outside the file of `len` bytes.
-    BadRange {
-        len: u64,
-    },
-    /// A listing of more than [`MAX_LISTING`] entries.
-    TooMany,
-    /// A directory to delete that is not empty (and `recursive` was not asked for).
-    NotEmpty,
-    /// A removal stopped at its question's `within_ms`, with part of it still there.
-    Unfinished,
-    Failed,
-}
-
-/// The first byte and the count of a read of `range` (see [`FileOp::Read`]) from a file of
-/// `len` bytes; None if the range lies outside it. An empty file reads as empty, whatever the
-/// range.
-pub fn resolve_range(range: Option<(u64, Option<u64>)>, len: u64) -> Option<(u64, u64)> {
-    let Some((start, end)) = range else {
-        return Some((0, len));
-    };
-    let end = end.unwrap_or(len.saturating_sub(1));
-    if start > end || (len > 0 && start >= len) {
-        return None;
-    }
-    if len == 0 {
-        return Some((0, 0));
-    }
-    let end = end.min(len - 1);
-    Some((start, end - start + 1))
-}
-
 impl Work {
     pub fn id(&self) -> u64 {
         match self {
             Work::Run { id, .. }
             | Work::Kill { id, .. }
             | Work::Alive { id, .. }
+            | Work::Drop { id, .. }
             | Work::File { id, .. } => *id,
         }
     }
@@ -280,6 +182,18 @@ pub struct TaskLaunch {
     /// The non-administrator it runs as (its directory made its own first); root if None.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<crate::domain::run_as::TaskUser>,
+    /// The task's slots on its node: the agent starts it once they are free, in the order its
+    /// tasks came. None: at once (a start task, a job preparation task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<Slots>,
+}
+
+/// A task's slots, of its node's: the server may place single-slot tasks on a node beyond its
+/// slots (`--tasks-ahead-per-slot`), and the node's agent holds them until slots free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slots {
+    pub needs: u32,
+    pub of: u32,
 }
 
 /// Directories to make below `base` (a directory the server made: a node's root, an account's

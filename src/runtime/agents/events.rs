@@ -1,0 +1,83 @@
+//! The agent's events (`POST /agent/v1/events`): what became of the commands and questions
+//! callers wait on, and what a new boot of the agent means for them.
+
+use std::time::Instant;
+
+use super::{Link, LinkState};
+use crate::domain::agent::{Event, Work};
+
+impl Link {
+    /// Takes the agent's events: tells the callers of `run` what became of their commands.
+    /// Events of commands no one here waits for (a previous server's) are let go.
+    pub fn deliver(&self, boot: &str, events: Vec<Event>) {
+        let mut state = self.state.lock().expect("lock");
+        self.seen(&mut state, boot);
+        for event in events {
+            let id = event.id();
+            match event {
+                Event::Started { pid, .. } => {
+                    if let Some(tx) = state.runs.get_mut(&id).and_then(|r| r.started.take()) {
+                        let _ = tx.send(pid);
+                    }
+                }
+                Event::Exited { code, usage, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        if let (Some(tx), Some(usage)) = (run.usage, usage) {
+                            let _ = tx.send(usage);
+                        }
+                        let _ = run.ended.send(Ok(code));
+                    }
+                }
+                Event::Answered { yes, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        let _ = run.ended.send(Ok(i64::from(yes)));
+                    }
+                }
+                Event::Failed { message, .. } => {
+                    if let Some(run) = state.runs.remove(&id) {
+                        let _ = run.ended.send(Err(message));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notes that the agent spoke; an agent with a new boot is a node that restarted, and what
+    /// it ran before is gone.
+    pub(super) fn seen(&self, state: &mut LinkState, boot: &str) {
+        state.last_seen = Instant::now();
+        if state.boot.as_deref() == Some(boot) {
+            return;
+        }
+        if state.boot.is_some() {
+            // What was sent to the old boot is gone; what is still queued, the new boot runs.
+            let queued: std::collections::HashSet<u64> = state.queue.iter().map(Work::id).collect();
+            let gone: Vec<u64> = state
+                .runs
+                .keys()
+                .filter(|id| !queued.contains(id))
+                .copied()
+                .collect();
+            for id in gone {
+                if let Some(run) = state.runs.remove(&id) {
+                    let _ = run.ended.send(Err("the node restarted".into()));
+                }
+            }
+            // Their askers learn it as their senders go.
+            state.replies.retain(|id, _| queued.contains(id));
+            state.inflight = None;
+        }
+        state.boot = Some(boot.to_string());
+        self.heard.notify_waiters();
+    }
+
+    pub(super) fn fail_all(&self, why: &str) {
+        let mut state = self.state.lock().expect("lock");
+        state.queue.clear();
+        state.inflight = None;
+        state.replies.clear();
+        for (_, run) in state.runs.drain() {
+            let _ = run.ended.send(Err(why.to_string()));
+        }
+    }
+}
