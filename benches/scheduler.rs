@@ -6,7 +6,7 @@
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
-//!   with the server's `--tasks-ahead-per-slot` BENCH_AHEAD (2), against `xargs -P` the pool's
+//!   with the server's `--tasks-ahead-per-slot` BENCH_AHEAD (4), against `xargs -P` the pool's
 //!   slots (32) running the same processes;
 //! - latency: BENCH_LATENCY_TRIES (200) single tasks on an idle local pool, submit -> running and
 //!   submit -> completed;
@@ -57,7 +57,7 @@ async fn main() {
     );
     if selected("throughput") {
         let (tasks, slots) = (env("BENCH_TASKS", 100_000), env("BENCH_SLOTS", 16));
-        suite::throughput::run(tasks, clients, (slots, env("BENCH_AHEAD", 2))).await;
+        suite::throughput::run(tasks, clients, (slots, env("BENCH_AHEAD", 4))).await;
     }
     if selected("latency") {
         suite::latency::run(env("BENCH_LATENCY_TRIES", 200)).await;

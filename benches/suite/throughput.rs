@@ -1,5 +1,5 @@
 //! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
-//! of 2 nodes x BENCH_SLOTS (16) slots runs them, each node holding BENCH_AHEAD (2) tasks a slot
+//! of 2 nodes x BENCH_SLOTS (16) slots runs them, each node holding BENCH_AHEAD (4) tasks a slot
 //! ahead (`--tasks-ahead-per-slot`); next to the same number of `/bin/sh -c true`
 //! processes started by `xargs -P` the pool's slots (32) in the same run, just before and just
 //! after.
