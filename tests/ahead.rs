@@ -11,11 +11,7 @@ use serde_json::json;
 
 /// A command line no other test's process has.
 fn marker(rt: Rt, case: u32) -> String {
-    let base = match rt {
-        Rt::Docker => 43000,
-        Rt::Local => 44000,
-    };
-    format!("sleep {}", base + case)
+    common::marker(rt, (43000, 44000), case)
 }
 
 /// A server whose nodes hold one task a slot ahead, with a pool of one 1-slot node; its id.
@@ -26,12 +22,7 @@ async fn one_slot(rt: Rt) -> (TestServer, String) {
         &["--tasks-ahead-per-slot", "1"],
     )
     .await;
-    let body = json!({"id": "one", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 1});
-    assert_eq!(s.post("/pools", &body).await.0, 201);
-    let node = s.wait_nodes("one", 1, "idle").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let node = s.one_slot_node("one").await;
     s.job_on("j", "one").await;
     (s, node)
 }

@@ -8,13 +8,9 @@ mod common;
 use common::{wait_for, Rt, TestServer};
 use serde_json::json;
 
-/// A command line no other test's process has: `sleep` of a number unique to the runtime and case.
+/// A command line no other test's process has.
 fn marker(rt: Rt, case: u32) -> String {
-    let base = match rt {
-        Rt::Docker => 41000,
-        Rt::Local => 42000,
-    };
-    format!("sleep {}", base + case)
+    common::marker(rt, (41000, 42000), case)
 }
 
 /// A task that records in the node's shared `alive-<case>` how many processes run `marker`
@@ -59,12 +55,7 @@ async fn witnessed(s: &TestServer, node: &str, job: &str, marker: &str, case: u3
 
 async fn ending_work_kills_its_processes(rt: Rt) {
     let s = TestServer::start(rt).await;
-    let body = json!({"id": "one", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 1});
-    assert_eq!(s.post("/pools", &body).await.0, 201);
-    let node = s.wait_nodes("one", 1, "idle").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let node = s.one_slot_node("one").await;
 
     // Deleting a running task.
     let m = marker(rt, 1);

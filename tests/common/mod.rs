@@ -112,6 +112,16 @@ pub struct TestServer {
     agent_port: u16,
 }
 
+/// A command line no other test's process has: `sleep` of a number unique to the runtime and
+/// case, from the test file's bases (Docker's, local's).
+pub fn marker(rt: Rt, (docker, local): (u32, u32), case: u32) -> String {
+    let base = match rt {
+        Rt::Docker => docker,
+        Rt::Local => local,
+    };
+    format!("sleep {}", base + case)
+}
+
 /// A TCP port no one listens on now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("0.0.0.0:0")
@@ -687,6 +697,14 @@ impl TestServer {
         let (status, answer) = self.post("/pools", &body).await;
         assert_eq!(status, 201, "{answer}");
         self.wait_nodes(pool, 1, "idle").await;
+    }
+    /// A pool of one node with one slot, once that node is idle; the node's id.
+    pub async fn one_slot_node(&self, pool: &str) -> String {
+        let body = serde_json::json!({"id": pool, "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 1});
+        let (status, answer) = self.post("/pools", &body).await;
+        assert_eq!(status, 201, "{answer}");
+        let nodes = self.wait_nodes(pool, 1, "idle").await;
+        nodes[0]["id"].as_str().expect("node id").to_string()
     }
     /// A job on `pool`, with Azure's defaults.
     pub async fn job_on(&self, job: &str, pool: &str) {
