@@ -37,9 +37,8 @@ pub struct NodeRow {
 }
 
 impl NodeRow {
-    /// The tasks and slots its running tasks take, of its pool's `slots` per node: those
-    /// placed on it beyond its slots (`--tasks-ahead-per-slot`, single-slot tasks all) wait for
-    /// a slot to free, and are not counted.
+    /// Its running tasks and the slots they take, of its pool's `slots` per node; tasks held
+    /// beyond its slots (`--tasks-ahead-per-slot`, single-slot tasks all) are not counted.
     pub fn running_of(&self, slots: i32) -> (i32, i32) {
         let waiting = (self.running_task_slots - slots).max(0);
         (
@@ -290,9 +289,8 @@ pub struct FreeSlots {
 }
 
 /// Locks every usable node (of an active pool) with room for tasks and returns its free slots
-/// (below zero on a node given tasks ahead), in node order. With `ahead` (tasks ahead per
-/// slot, `--tasks-ahead-per-slot`), a node has room until its tasks fill `1 + ahead` times
-/// its slots.
+/// (below zero on a node holding tasks ahead), in node order: room until its tasks fill `1 +
+/// ahead` times its slots (`ahead`: `--tasks-ahead-per-slot`).
 pub async fn lock_free_slots(db: impl PgExecutor<'_>, ahead: i32) -> sqlx::Result<Vec<FreeSlots>> {
     sqlx::query_as!(
         FreeSlots,
