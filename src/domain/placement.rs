@@ -30,10 +30,13 @@ impl FreeNode {
 }
 
 /// What a task asks of its node: `slots` free, and with `dedicated_only`, a dedicated node.
+/// One with `own_container` runs in a container of its own, which the node's agent does not
+/// start: it never waits on a node ([`place_ahead`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Needs {
     pub slots: i32,
     pub dedicated_only: bool,
+    pub own_container: bool,
 }
 
 /// Picks a node for a task and takes its slots from it: the node `affinity` names (Azure's
@@ -72,7 +75,7 @@ pub fn place(nodes: &mut [FreeNode], needs: Needs, fill: NodeFillType) -> Option
 /// node about as long. Wider tasks, and tasks in containers of their own (which the node's
 /// agent does not start), never wait on a node.
 pub fn place_ahead(nodes: &mut [FreeNode], needs: Needs) -> Option<i64> {
-    if needs.slots != 1 {
+    if needs.slots != 1 || needs.own_container {
         return None;
     }
     let fitting = nodes
@@ -110,6 +113,7 @@ mod tests {
         Needs {
             slots,
             dedicated_only: false,
+            own_container: false,
         }
     }
 
@@ -158,8 +162,8 @@ mod tests {
         let mut n = nodes(&[4, 2]);
         n[0].dedicated = false;
         let dedicated = Needs {
-            slots: 1,
             dedicated_only: true,
+            ..any(1)
         };
         assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), Some(1));
         assert_eq!(place(&mut n, dedicated, NodeFillType::Spread), Some(1));
@@ -188,10 +192,15 @@ mod tests {
             ..FreeNode::new(3, "n3".into(), (0, 1, 1))
         }];
         let dedicated_only = Needs {
-            slots: 1,
             dedicated_only: true,
+            ..any(1)
         };
         assert_eq!(place_ahead(&mut low, dedicated_only), None);
+        let own_container = Needs {
+            own_container: true,
+            ..any(1)
+        };
+        assert_eq!(place_ahead(&mut low, own_container), None);
         assert_eq!(place_ahead(&mut low, any(1)), Some(3));
     }
 }

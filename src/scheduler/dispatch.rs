@@ -255,10 +255,11 @@ impl Filling<'_> {
             let needs = Needs {
                 slots: task.required_slots,
                 dedicated_only: task.dedicated_only,
+                own_container: task.own_container,
             };
             let near = task.affinity.as_deref();
             let node = place_near(&mut self.nodes, needs, self.fill, near)
-                .or_else(|| (!task.own_container).then(|| place_ahead(&mut self.nodes, needs))?);
+                .or_else(|| place_ahead(&mut self.nodes, needs));
             outcomes.push((task.pk, node.is_some()));
             if let Some(node_pk) = node {
                 self.chosen.task_pks.push(task.pk);

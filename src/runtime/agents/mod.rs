@@ -246,12 +246,14 @@ impl Agents {
         make: impl FnOnce(u64) -> Work,
         started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
-        let mut stop = started.stop.clone();
+        // Without a stop, one that never fires.
+        let stop = started.stop.clone().unwrap_or_default();
+        let mut dropped = false;
         let (link, id, mut ended) = self.submit(node, make, started)?;
         loop {
             tokio::select! {
-                () = async { stop.as_ref().expect("stop").cancelled().await }, if stop.is_some() => {
-                    stop = None;
+                () = stop.cancelled(), if !dropped => {
+                    dropped = true;
                     self.drop_unstarted(&link, id);
                 }
                 result = &mut ended => {

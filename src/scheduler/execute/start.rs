@@ -4,6 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
+use crate::domain::agent::Slots;
 use crate::domain::run_as::{Command, RunAs};
 use crate::runtime::{container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs};
 use crate::scheduler::complete::Outcome;
@@ -64,10 +65,7 @@ impl Executor {
             user: self
                 .runtime
                 .task_user(RunAs::of(a.user_identity.as_ref(), Command::Task(a.pk))),
-            slots: Some(crate::domain::agent::Slots {
-                needs: u32::try_from(a.required_slots).unwrap_or(1).max(1),
-                of: u32::try_from(a.pool_slots.unwrap_or(1)).unwrap_or(1).max(1),
-            }),
+            slots: Some(slots_of(a)),
         };
         let (container, created) = tokio::sync::oneshot::channel::<String>();
         let (db, pk, attempt) = (self.db.clone(), a.pk, a.attempt);
@@ -113,10 +111,17 @@ impl Executor {
 /// The attempt's own container, if its task runs in one: its share of the node is its slots'.
 fn task_container(a: &AttemptRow) -> Option<TaskContainer> {
     let settings = a.files.as_ref()?.0.container_settings.clone()?;
-    let slots = a.pool_slots.unwrap_or(1).max(1);
     Some(TaskContainer {
         settings,
-        share: (f64::from(a.required_slots) / f64::from(slots)).min(1.0),
+        share: (f64::from(a.required_slots) / f64::from(slots_of(a).of)).min(1.0),
         label: container_label(&a.job_id, &a.task_id, a.attempt),
     })
+}
+
+/// The attempt's slots, of its node's (at least one of each).
+fn slots_of(a: &AttemptRow) -> Slots {
+    Slots {
+        needs: u32::try_from(a.required_slots).unwrap_or(1).max(1),
+        of: u32::try_from(a.pool_slots.unwrap_or(1)).unwrap_or(1).max(1),
+    }
 }
