@@ -449,21 +449,28 @@ EOF
     # Azurite, Microsoft's Azure Storage emulator, from npm: the BES tests
     # read inputs from it and write outputs to it with real connection
     # strings and SAS tokens. Blob service only, on 127.0.0.1:10000, data in
-    # memory (nothing survives a restart of the emulator, nothing is needed).
+    # memory (nothing survives a restart of the emulator, nothing is needed). With
+    # --disableTelemetry: otherwise it looks up and posts to a telemetry host on the internet,
+    # and nothing the tests start may reach outside this machine.
     # ------------------------------------------------------------------
     local azurite_dir="${BATCHPOOL_AZURITE_DIR:-/tmp/batchpool-azurite}"
     local azurite_port="${BATCHPOOL_AZURITE_PORT:-10000}" i
     command -v npm >/dev/null || die "npm not found (install nodejs and npm)"
-    if [[ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" || ! -x "$azurite_dir/node_modules/.bin/s3rver" ]]; then
-        log "installing azurite and s3rver into $azurite_dir"
+    # Pinned: --disableTelemetry (below) needs 3.33 or later, and a seed gives the same emulator
+    # on every machine.
+    local azurite_version=3.35.0
+    if [[ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" || ! -x "$azurite_dir/node_modules/.bin/s3rver" ]] \
+        || ! grep -q "\"version\": \"$azurite_version\"" "$azurite_dir/node_modules/azurite/package.json"; then
+        log "installing azurite $azurite_version and s3rver into $azurite_dir"
         mkdir -p "$azurite_dir"
-        (cd "$azurite_dir" && npm install --no-audit --no-fund --silent azurite@3 s3rver@3 >&2) \
+        (cd "$azurite_dir" && npm install --no-audit --no-fund --silent "azurite@$azurite_version" s3rver@3 >&2) \
             || die "npm could not install azurite and s3rver"
     fi
     if ! (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null; then
         log "starting azurite on 127.0.0.1:$azurite_port (log: $azurite_dir/azurite.log)"
         setsid "$azurite_dir/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
             --blobPort "$azurite_port" --inMemoryPersistence --skipApiVersionCheck --loose \
+            --disableTelemetry \
             >>"$azurite_dir/azurite.log" 2>&1 </dev/null 3>&- &
         for ((i = 0; i < 100; i++)); do
             (exec 9<>"/dev/tcp/127.0.0.1/$azurite_port") 2>/dev/null && break

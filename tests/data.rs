@@ -344,6 +344,51 @@ async fn a_start_task_gets_its_resource_files_before_each_attempt() {
     assert!(info.get("exitCode").is_none(), "{info}");
 }
 
+/// Seed 004's start task: `install.sh` by `httpUrl` and the container that also holds it. Both
+/// orders, on every node of a pool: the later entry's file is the one the command finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_resource_files_on_one_path_give_the_later_one_on_every_node() {
+    let s = server(Rt::Docker).await;
+    let http = http_server().await.url;
+    let (name, url) = container("rl").await;
+    put_blob(&format!("{name}/data.txt"), "from blob\n").await;
+    let by_http = json!({"httpUrl": format!("{http}/data.txt"), "filePath": "data.txt"});
+    let by_container = json!({"storageContainerUrl": url});
+    let orders = [
+        ("http-last", json!([by_container, by_http]), "from http\n"),
+        ("blob-last", json!([by_http, by_container]), "from blob\n"),
+    ];
+    for (pool, files, _) in &orders {
+        let body = json!({"id": pool, "vmSize": "standard_a1", "targetDedicatedNodes": 2,
+            "startTask": {"commandLine": "cp data.txt $AZ_BATCH_NODE_SHARED_DIR/got.txt",
+                "waitForSuccess": true, "resourceFiles": files}});
+        assert_eq!(s.post("/pools", &body).await.0, 201);
+    }
+    for (pool, _, expected) in orders {
+        for node in s.wait_nodes(pool, 2, "idle").await {
+            let node = node["id"].as_str().unwrap();
+            assert_eq!(
+                s.shared_file(pool, node, "got.txt").await,
+                expected,
+                "{pool} {node}"
+            );
+        }
+    }
+    // A file where another entry needs a directory fails the attempt, named, in either order.
+    let clash = json!({"id": "clash", "vmSize": "standard_a1", "targetDedicatedNodes": 1,
+        "startTask": {"commandLine": "true", "waitForSuccess": true, "resourceFiles": [
+            {"httpUrl": format!("{http}/data.txt"), "filePath": "data.txt/inner"},
+            {"storageContainerUrl": url}]}});
+    assert_eq!(s.post("/pools", &clash).await.0, 201);
+    let info = s.wait_nodes("clash", 1, "starttaskfailed").await[0]["startTaskInfo"].clone();
+    assert_eq!(info["failureInfo"]["code"], "ResourceFileInvalid", "{info}");
+    let message = info["failureInfo"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("resourceFiles[1]") && message.contains("resourceFiles[0]"),
+        "{message}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn urls_that_lead_to_the_server_s_own_host_are_refused_by_default() {
     let s = TestServer::start(Rt::Local).await;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{account_cmd, docker_containers, key_line, Rt, TestServer};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A pool of one node, its job, and the node's IP address once it is idle.
 async fn pool_with_job(s: &TestServer, id: &str) -> String {
@@ -87,11 +87,12 @@ async fn accounts_nodes_cannot_reach_each_other_on_docker() {
         let mode = host["NetworkMode"].as_str().unwrap().to_string();
         assert_ne!(mode, "bridge");
         assert_ne!(mode, "default");
-        let attached: Vec<&String> = c["NetworkSettings"]["Networks"]
+        // Named by its id (a name can match two networks on engines before API 1.44).
+        let attached: Vec<&Value> = c["NetworkSettings"]["Networks"]
             .as_object()
-            .map(|m| m.keys().collect())
+            .map(|m| m.values().map(|n| &n["NetworkID"]).collect())
             .unwrap_or_default();
-        assert_eq!(attached, vec![&mode], "one network per node");
+        assert_eq!(attached, vec![&json!(mode)], "one network per node");
         networks.entry(account.to_string()).or_default().push(mode);
     }
     assert_eq!(networks["batchpool"][0], networks["batchpool"][1]);
@@ -107,8 +108,8 @@ async fn accounts_nodes_cannot_reach_each_other_on_docker() {
         let far_network = far_network.clone();
         async move {
             let out = std::process::Command::new("docker")
-                .args(["network", "ls", "-q", "--filter"])
-                .arg(format!("name=^{far_network}$"))
+                .args(["network", "ls", "-q", "--no-trunc", "--filter"])
+                .arg(format!("id={far_network}"))
                 .output()
                 .unwrap();
             out.stdout.is_empty().then_some(())

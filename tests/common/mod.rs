@@ -617,12 +617,21 @@ pub fn key_line<'a>(text: &'a str, label: &str) -> &'a str {
 }
 
 /// Polls `check` until it returns Some, for at most 90 s.
-pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    wait_for_long(what, 90, check).await
+}
+
+/// Polls `check` until it returns Some, for at most `seconds`.
+pub async fn wait_for_long<T, F, Fut>(what: &str, seconds: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(seconds);
     loop {
         if let Some(value) = check().await {
             return value;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::Context;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
-use super::{container_name, network_name, removal, status_of, DockerRuntime};
+use super::{container_name, removal, status_of, DockerRuntime};
 use crate::runtime::{FoundNode, LABEL_ACCOUNT, LABEL_NODE, LABEL_POOL, LABEL_SERVER, LABEL_TASK};
 
 impl DockerRuntime {
@@ -33,15 +33,8 @@ impl DockerRuntime {
             }
             _ => {}
         }
-        // The account's network goes with its last node; while other nodes use it, the engine
-        // refuses (403), which is as it should be. One being made on it holds it only once its
-        // container starts: until then, it stays for that node.
         if let Some(account) = account {
-            let _one_at_a_time = self.networks.lock().await;
-            let network = network_name(server_id, &account);
-            if !self.making_on(&network) {
-                let _ = self.docker.remove_network(&network).await;
-            }
+            self.after_last_node(server_id, &account).await;
         }
         Ok(())
     }

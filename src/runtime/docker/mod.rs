@@ -13,6 +13,7 @@ mod existing;
 mod hosts;
 mod image;
 mod logs;
+mod networks;
 mod node;
 mod task_container;
 mod volumes;
@@ -51,7 +52,8 @@ pub const NODE_ROOT: &str = "/mnt/batch/tasks";
 /// stops there instead of exhausting the host's pid space.
 pub const NODE_PIDS_LIMIT: i64 = 4096;
 
-/// The bridge network of an account's nodes on this installation.
+/// What the bridge networks of an account's nodes on this installation are named after (each
+/// adds a suffix of its own: see `ensure_network`); this server's key for the account's network.
 fn network_name(server_id: &str, account: &str) -> String {
     format!("batchpool-{server_id}-{account}")
 }
@@ -61,12 +63,12 @@ pub struct DockerRuntime {
     /// The volume on this engine that holds the agent's files, once it is filled.
     agent_volume: tokio::sync::Mutex<Option<String>>,
     layout: Layout,
-    /// Held while a network is looked up and made, or removed: engines before API 1.44 make a
-    /// second network of the same name when asked twice, and a name that matches two is
-    /// unusable.
+    /// Held while an account's network is looked up and made, or removed, so that this server
+    /// makes one network per account (`ensure_network` says what happens when two servers do).
     networks: tokio::sync::Mutex<()>,
-    /// Nodes being made on each network, from its lookup until their containers start (until
-    /// then no container holds the network): the network is not removed meanwhile.
+    /// Nodes being made on each account's network (by `network_name`), from its lookup until
+    /// their containers start (until then no container holds the network): this server does
+    /// not remove it meanwhile.
     making_on: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     /// What task containers need of each node's container, by container name.
     nodes: std::sync::Mutex<std::collections::HashMap<String, task_container::NodeContainer>>,

@@ -3,12 +3,10 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 
-use super::{
-    container_name, network_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT,
-};
+use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT};
 use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
 use crate::runtime::{
@@ -17,7 +15,7 @@ use crate::runtime::{
 };
 
 /// A step of making a node failed: `what` says which.
-fn failed(spec: &NodeSpec, what: &str, e: bollard::errors::Error) -> NodeError {
+pub(super) fn failed(spec: &NodeSpec, what: &str, e: bollard::errors::Error) -> NodeError {
     NodeError {
         code: "NodeCreationFailed",
         message: format!("{what} for node {}: {e}", spec.node_id),
@@ -30,22 +28,38 @@ impl DockerRuntime {
         self.ready_task_images(spec).await?;
         self.check_image(spec).await?;
         let name = container_name(&spec.server_id, &spec.node_id);
-        let (network, _making) = self.account_network(spec).await?;
-        let agent_env = vec![
-            format!("{ENV_URL}={}", self.agent_url(spec, &network).await?),
-            format!("{ENV_NODE}={}", spec.node_id),
-            format!("{ENV_SECRET}={}", new_secret()),
-            format!("{ENV_DIRS}={}", super::volumes::node_dirs()),
-        ];
-        self.create_with_agent(spec, &name, network, agent_env)
-            .await?;
-        if let Err(e) = self.docker.start_container(&name, None).await {
-            // 304: already running.
-            if status_of(&e) != Some(304) {
-                return Err(failed(spec, "starting the container", e));
+        // The account's network can go before the container holds it (another server removed
+        // it with its last node, or kept an older twin): then it is looked up again.
+        for _ in 0..3 {
+            let (network, _making) = self.account_network(spec).await?;
+            let agent_env = vec![
+                format!("{ENV_URL}={}", self.agent_url(spec, &network).await?),
+                format!("{ENV_NODE}={}", spec.node_id),
+                format!("{ENV_SECRET}={}", new_secret()),
+                format!("{ENV_DIRS}={}", super::volumes::node_dirs()),
+            ];
+            if self
+                .create_with_agent(spec, &name, network, agent_env)
+                .await?
+                == Made::NetworkGone
+            {
+                continue;
             }
+            if let Err(e) = self.docker.start_container(&name, None).await {
+                // 304: already running.
+                if status_of(&e) != Some(304) {
+                    return Err(failed(spec, "starting the container", e));
+                }
+            }
+            return self.handle(spec, name).await;
         }
-        self.handle(spec, name).await
+        Err(NodeError {
+            code: "NodeCreationFailed",
+            message: format!(
+                "the account's network on the Docker host went again and again before node {} could join it",
+                spec.node_id
+            ),
+        })
     }
 
     /// Creates the node's container with the agent's volume mounted, and makes sure, once the
@@ -60,15 +74,17 @@ impl DockerRuntime {
         name: &str,
         network: String,
         agent_env: Vec<String>,
-    ) -> Result<(), NodeError> {
+    ) -> Result<Made, NodeError> {
         for _ in 0..3 {
             let volume = self.agent_volume(spec).await?;
             let command = self.agent.files.command.clone();
             let body = container_body(spec, network.clone(), (command, &volume), agent_env.clone());
-            self.create_container(spec, name, body).await?;
+            if self.create_container(spec, name, body).await? == Made::NetworkGone {
+                return Ok(Made::NetworkGone);
+            }
             let holds = self.agent_complete_in(name).await;
             if holds.map_err(|e| failed(spec, "looking into the node agent's volume", e))? {
-                return Ok(());
+                return Ok(Made::Made);
             }
             let _ = self.docker.remove_container(name, Some(removal())).await;
             self.forget_agent_volume(&volume).await;
@@ -149,54 +165,20 @@ impl DockerRuntime {
         Ok(())
     }
 
-    /// The account's network, made if need be, kept while the node is made on it (until the
-    /// guard goes: its container has started, or it failed).
-    async fn account_network(&self, spec: &NodeSpec) -> Result<(String, MakingOn<'_>), NodeError> {
-        let _one_at_a_time = self.networks.lock().await;
-        let name = self
-            .ensure_network(&spec.server_id, &spec.account)
-            .await
-            .map_err(|e| failed(spec, "creating the account's network", e))?;
-        *self
-            .making_on
-            .lock()
-            .expect("lock")
-            .entry(name.clone())
-            .or_default() += 1;
-        let guard = MakingOn {
-            making_on: &self.making_on,
-            network: name.clone(),
-        };
-        Ok((name, guard))
-    }
-
-    /// Whether a node is being made on the network `name` (then it stays). Call it holding
-    /// `networks`.
-    pub(super) fn making_on(&self, name: &str) -> bool {
-        self.making_on.lock().expect("lock").contains_key(name)
-    }
-
     /// Creates the node's container; one that exists already is adopted.
     async fn create_container(
         &self,
         spec: &NodeSpec,
         name: &str,
         body: ContainerCreateBody,
-    ) -> Result<(), NodeError> {
+    ) -> Result<Made, NodeError> {
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        let mut created = self
-            .docker
-            .create_container(Some(options.clone()), body.clone())
-            .await;
-        if matches!(&created, Err(e) if status_of(e) == Some(404)) {
-            // The network went with the account's last node a moment ago: make it again, once.
-            self.account_network(spec).await?;
-            created = self.docker.create_container(Some(options), body).await;
-        }
-        match created {
-            Ok(_) => Ok(()),
+        match self.docker.create_container(Some(options), body).await {
+            Ok(_) => Ok(Made::Made),
+            // Its network went a moment ago (the image was there: `check_image`).
+            Err(e) if status_of(&e) == Some(404) => Ok(Made::NetworkGone),
             // It exists: a previous run created it before it could record so. Adopt it.
-            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => Ok(Made::Made),
             Err(e) => Err(failed(spec, "creating the container", e)),
         }
     }
@@ -227,52 +209,14 @@ impl DockerRuntime {
             host: String::new(),
         })
     }
-
-    /// Makes the account's network unless it exists; returns its name. Call it holding
-    /// `networks`.
-    async fn ensure_network(
-        &self,
-        server_id: &str,
-        account: &str,
-    ) -> Result<String, bollard::errors::Error> {
-        let name = network_name(server_id, account);
-        match self.docker.inspect_network(&name, None).await {
-            Err(e) if status_of(&e) == Some(404) => {}
-            other => return other.map(|_| name),
-        }
-        let request = NetworkCreateRequest {
-            name: name.clone(),
-            driver: Some("bridge".into()),
-            labels: Some(HashMap::from([
-                (LABEL_SERVER.to_string(), server_id.to_string()),
-                (LABEL_ACCOUNT.to_string(), account.to_string()),
-            ])),
-            ..Default::default()
-        };
-        match self.docker.create_network(request).await {
-            // 409: another server made it meanwhile (engines from API 1.44 on say so).
-            Err(e) if status_of(&e) != Some(409) => Err(e),
-            _ => Ok(name),
-        }
-    }
 }
 
-/// A node being made on a network: counted in `making_on` while it lives.
-struct MakingOn<'a> {
-    making_on: &'a std::sync::Mutex<HashMap<String, usize>>,
-    network: String,
-}
-
-impl Drop for MakingOn<'_> {
-    fn drop(&mut self) {
-        let mut making_on = self.making_on.lock().expect("lock");
-        if let Some(count) = making_on.get_mut(&self.network) {
-            *count -= 1;
-            if *count == 0 {
-                making_on.remove(&self.network);
-            }
-        }
-    }
+/// What came of making a node's container.
+#[derive(Debug, PartialEq)]
+enum Made {
+    Made,
+    /// Its network went before the container could join it.
+    NetworkGone,
 }
 
 /// The node's container: the vmSize's limits, root but never privileged, labelled with whose

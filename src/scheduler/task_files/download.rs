@@ -25,6 +25,15 @@ enum Fetch<'a> {
     },
 }
 
+impl Fetch<'_> {
+    /// Where it lands, below the working directory.
+    fn to(&self) -> &Path {
+        match self {
+            Fetch::Http { to, .. } | Fetch::Blob { to, .. } => to,
+        }
+    }
+}
+
 /// Downloads the resource files into the working directory, up to [`PARALLEL`] at once; the
 /// first failure ends it.
 pub async fn download(
@@ -47,7 +56,7 @@ pub async fn download(
         match rf.source(&at).map_err(invalid)? {
             Source::Http(url) => {
                 refuse_local(fetcher, url).await?;
-                fetches.push(Fetch::Http { url, to: rel, mode });
+                fetches.push((i, Fetch::Http { url, to: rel, mode }));
             }
             Source::AutoStorage { container, prefix } => {
                 let conn = linked_storage.ok_or_else(|| {
@@ -57,31 +66,59 @@ pub async fn download(
                     )
                 })?;
                 let container = Container::with_key(conn, container)?;
-                listed(&container, prefix, &rel, mode, &mut fetches).await?;
+                listed(&container, prefix, (i, &rel), mode, &mut fetches).await?;
             }
             Source::Container { url, prefix } => {
                 refuse_local(fetcher, url).await?;
                 let container = Container::open(url)?;
-                listed(&container, prefix, &rel, mode, &mut fetches).await?;
+                listed(&container, prefix, (i, &rel), mode, &mut fetches).await?;
             }
         }
     }
     // The futures are made first: a stream holding a closure over borrows is not Send.
     let http = fetcher.http();
-    let fetching: Vec<_> = fetches.into_iter().map(|f| fetch(http, on, f)).collect();
+    let fetching: Vec<_> = one_per_path(fetches)?
+        .into_iter()
+        .map(|f| fetch(http, on, f))
+        .collect();
     futures_util::stream::iter(fetching)
         .buffer_unordered(PARALLEL)
         .try_collect::<()>()
         .await
 }
 
-/// A fetch for each blob of the container under `prefix`, kept below `rel`.
-async fn listed(
+/// Where two resource files land on one path, the later in the list is the one written, as if
+/// they were downloaded in order, each over the one before (parallel writes of one path would
+/// race). A file where another needs a directory is refused, whatever the order.
+fn one_per_path(fetches: Vec<(usize, Fetch<'_>)>) -> Result<Vec<Fetch<'_>>, Failure> {
+    let mut by_path = std::collections::BTreeMap::new();
+    for (i, f) in fetches {
+        by_path.insert(f.to().to_path_buf(), (i, f));
+    }
+    // Sorted by components, a path's descendants follow it at once.
+    let paths: Vec<_> = by_path.iter().collect();
+    if let Some(pair) = paths.windows(2).find(|w| w[1].0.starts_with(w[0].0)) {
+        let ((file, (i, _)), (below, (j, _))) = (pair[0], pair[1]);
+        return Err(Failure::new(
+            "ResourceFileInvalid",
+            format!(
+                "resourceFiles[{i}] writes the file {} where resourceFiles[{j}] needs a directory for {}",
+                file.display(),
+                below.display()
+            ),
+        ));
+    }
+    Ok(by_path.into_values().map(|(_, f)| f).collect())
+}
+
+/// A fetch for each blob of the container under `prefix`, kept below `rel` (of resource file
+/// `i`).
+async fn listed<'a>(
     container: &Container,
     prefix: Option<&str>,
-    rel: &Path,
+    (i, rel): (usize, &Path),
     mode: u32,
-    fetches: &mut Vec<Fetch<'_>>,
+    fetches: &mut Vec<(usize, Fetch<'a>)>,
 ) -> Result<(), Failure> {
     for (name, _) in container.list(prefix).await? {
         let below = files::below(&name).ok_or_else(|| {
@@ -90,12 +127,13 @@ async fn listed(
                 format!("the blob {name:?} would land outside the task's working directory"),
             )
         })?;
-        fetches.push(Fetch::Blob {
+        let fetch = Fetch::Blob {
             blob: container.blob(&name)?,
             name,
             to: rel.join(below),
             mode,
-        });
+        };
+        fetches.push((i, fetch));
     }
     Ok(())
 }
@@ -167,4 +205,57 @@ fn write_failure(to: &Path, e: &str) -> Failure {
             to.display()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(url: &'static str, to: &str) -> Fetch<'static> {
+        Fetch::Http {
+            url,
+            to: PathBuf::from(to),
+            mode: 0o770,
+        }
+    }
+
+    fn urls(fetches: &[Fetch<'_>]) -> Vec<String> {
+        fetches
+            .iter()
+            .map(|f| match f {
+                Fetch::Http { url, to, .. } => format!("{url} {}", to.display()),
+                Fetch::Blob { name, .. } => name.clone(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn of_two_files_on_one_path_the_later_is_fetched_in_either_order() {
+        let kept = one_per_path(vec![(0, http("a", "x/f")), (1, http("b", "x/./f"))]).unwrap();
+        assert_eq!(urls(&kept), ["b x/./f"]);
+        let kept = one_per_path(vec![(0, http("b", "x/f")), (1, http("a", "x/f"))]).unwrap();
+        assert_eq!(urls(&kept), ["a x/f"]);
+        let apart = one_per_path(vec![(0, http("a", "f")), (1, http("b", "f-2"))]).unwrap();
+        assert_eq!(urls(&apart), ["a f", "b f-2"]);
+    }
+
+    #[test]
+    fn a_file_where_another_needs_a_directory_is_refused_by_name() {
+        for fetches in [
+            vec![
+                (0, http("a", "d")),
+                (1, http("b", "e")),
+                (2, http("c", "d/g")),
+            ],
+            vec![(0, http("c", "d/g/h")), (1, http("a", "d"))],
+        ] {
+            let failure = one_per_path(fetches).err().expect("refused");
+            assert_eq!(failure.code, "ResourceFileInvalid");
+            assert!(
+                failure.message.contains("the file d where"),
+                "{}",
+                failure.message
+            );
+        }
+    }
 }

@@ -167,8 +167,13 @@ impl DockerHosts {
     /// new ones (one that does not answer is tried again at the next sync), retires those
     /// removed, and takes back those added again, with their caps as the table has them. Hosts
     /// given with `--docker-host` stay as they are; those that did not answer at start are
-    /// tried again.
+    /// tried again. On each host that answers, the account networks left empty go.
     async fn sync_hosts(&self, server_id: &str, wanted: Vec<HostSpec>) {
+        for (i, host) in self.all().iter().enumerate() {
+            if self.health.answers(i) {
+                host.runtime.sweep_networks(server_id).await;
+            }
+        }
         self.connect_pending(server_id).await;
         let hosts = self.all();
         for spec in &wanted {
