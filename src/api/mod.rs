@@ -19,6 +19,7 @@ pub mod serve;
 pub mod state;
 pub mod ui;
 pub mod unsupported;
+pub mod versions;
 
 use std::sync::Arc;
 
@@ -37,7 +38,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let authenticated = Router::new()
         .merge(batch::router())
         .nest("/billing", billing::router())
-        .route_layer(axum::middleware::from_fn(check_api_version))
+        .route_layer(axum::middleware::from_fn(versions::layer))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::layer,
@@ -66,7 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 pub fn tasks_router(state: Arc<AppState>) -> Router {
     let routes = Router::new()
         .merge(batch::router())
-        .route_layer(axum::middleware::from_fn(check_api_version))
+        .route_layer(axum::middleware::from_fn(versions::layer))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::layer,
@@ -114,38 +115,6 @@ fn compression(
     tower_http::compression::CompressionLayer::new()
         .gzip(true)
         .compress_when(worth_it)
-}
-
-/// The api-versions of the SDKs this server answers (15.x and 14.x).
-pub const API_VERSIONS: [&str; 2] = ["2025-06-01", "2024-02-01.19.0"];
-
-/// A request naming another api-version is refused; one naming none is served (curl users).
-async fn check_api_version(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let version = req.uri().query().and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "api-version")
-            .map(|(_, v)| v.into_owned())
-    });
-    match version {
-        Some(v) if !API_VERSIONS.contains(&v.as_str()) => {
-            axum::response::IntoResponse::into_response(
-                ApiError::new(
-                    axum::http::StatusCode::BAD_REQUEST,
-                    "InvalidApiVersionParameter",
-                    format!(
-                        "The api-version {v:?} is not supported; use one of: {}.",
-                        API_VERSIONS.join(", ")
-                    ),
-                )
-                .with("QueryParameterName", "api-version")
-                .with("QueryParameterValue", v),
-            )
-        }
-        _ => next.run(req).await,
-    }
 }
 
 /// What a handler works with: the app, and the account the request was signed by. It derefs to

@@ -32,22 +32,59 @@ const SIGNED_HEADERS: [&str; 11] = [
 
 /// The canonical string the SDK signs.
 pub fn string_to_sign(method: &Method, uri: &Uri, headers: &HeaderMap, account: &str) -> String {
-    let value = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
+    let given = header(headers, "content-length");
+    let length = if given.is_empty() && method != Method::GET && method != Method::HEAD {
+        "0"
+    } else {
+        given
     };
+    canonical(method, uri, headers, account, length)
+}
+
+/// Every canonical string an official SDK may have signed for this request. A request without
+/// a body is signed with `0` on its Content-Length line by Python's SDK and `az` (and `0` is
+/// what arrives), and with an empty line by others (the JavaScript SDK's DELETE): both are
+/// taken, and nothing else.
+pub fn strings_to_sign(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    account: &str,
+) -> Vec<String> {
+    let ours = string_to_sign(method, uri, headers, account);
+    if !matches!(header(headers, "content-length"), "" | "0") {
+        return vec![ours];
+    }
+    let other = if ours.split('\n').nth(3) == Some("0") {
+        ""
+    } else {
+        "0"
+    };
+    vec![ours, canonical(method, uri, headers, account, other)]
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The canonical string with `length` on the Content-Length line.
+fn canonical(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    account: &str,
+    length: &str,
+) -> String {
     let mut s = format!("{}\n", method.as_str());
     for name in SIGNED_HEADERS {
-        let mut v = value(name);
-        if name == "content-length"
-            && v.is_empty()
-            && method != Method::GET
-            && method != Method::HEAD
-        {
-            v = "0";
-        }
+        let v = if name == "content-length" {
+            length
+        } else {
+            header(headers, name)
+        };
         s.push_str(v);
         s.push('\n');
     }
