@@ -16,7 +16,9 @@
 #
 # Exported: BATCHPOOL_TEST_DATABASE_URL (a sqlx-compatible postgres:// URL),
 # BATCHPOOL_SDK15_PYTHON / BATCHPOOL_SDK14_PYTHON / BATCHPOOL_AZ (the official
-# SDKs and CLI), BATCHPOOL_SCHEMATHESIS (the schema-driven fuzzer's `st`),
+# SDKs and CLI), BATCHPOOL_SDK_DIR / BATCHPOOL_SDK_MATRIX (older azure-batch
+# releases, each in $BATCHPOOL_SDK_DIR/azure-batch-<version>), BATCHPOOL_JS_DIR
+# (@azure/batch, the JavaScript SDK, in its node_modules), BATCHPOOL_SCHEMATHESIS (the schema-driven fuzzer's `st`),
 # BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
 # BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test),
 # BATCHPOOL_TEST_DOCKER_HOSTS (two more Docker engines' sockets, as extra hosts).
@@ -422,6 +424,23 @@ EOF
         fi
         printf "export BATCHPOOL_SDK%s_PYTHON='%s'\n" "${version%%.*}" "$venv/bin/python" >&3
     done
+    # Older releases, each speaking an older api-version (5.1.1: 2018-08-01.7.0 ... 14.0.0:
+    # 2023-05-01.17.0), for Microsoft's Python quickstart (tests/sdk.rs): azure-batch alone,
+    # installed side by side.
+    local matrix="5.1.1 9.0.0 11.0.0 12.0.0 13.0.0 14.0.0" pids=()
+    for version in $matrix; do
+        local venv="$sdk_dir/azure-batch-$version"
+        "$venv/bin/python" -c "import azure.batch" 2>/dev/null && continue
+        log "installing azure-batch $version into $venv"
+        (python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check \
+            "azure-batch==$version") &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" || die "pip could not install one of azure-batch $matrix"
+    done
+    printf "export BATCHPOOL_SDK_DIR='%s'\n" "$sdk_dir" >&3
+    printf "export BATCHPOOL_SDK_MATRIX='%s'\n" "$matrix" >&3
     # The Azure CLI (about 1.5 minutes to install the first time): `az batch` is
     # driven with --account-name/--account-key/--account-endpoint.
     local az_venv="$sdk_dir/azure-cli"
@@ -480,6 +499,16 @@ EOF
             || die "azurite did not listen on $azurite_port (see $azurite_dir/azurite.log)"
     fi
     printf "export BATCHPOOL_TEST_AZURITE='http://127.0.0.1:%s/devstoreaccount1'\n" "$azurite_port" >&3
+
+    # The official JavaScript SDK (tests/sdk.rs runs tests/sdk/flow.js with it), pinned.
+    local js_dir="${BATCHPOOL_JS_DIR:-/tmp/batchpool-js}"
+    if ! grep -qs '"version": "10.2.0"' "$js_dir/node_modules/@azure/batch/package.json"; then
+        log "installing @azure/batch 10.2.0 into $js_dir"
+        mkdir -p "$js_dir"
+        (cd "$js_dir" && npm install --no-audit --no-fund --silent @azure/batch@10.2.0 >&2) \
+            || die "npm could not install @azure/batch"
+    fi
+    printf "export BATCHPOOL_JS_DIR='%s'\n" "$js_dir" >&3
 
     # s3rver, an S3 emulator from npm, for s3:// locations; one bucket,
     # batchpool-test, with its well-known credentials S3RVER/S3RVER.

@@ -373,3 +373,78 @@ async fn az_batch_core_commands_work() {
     .await;
     assert_eq!(run(&["pool", "list", "--query", "[].id", "-o", "tsv"]), "");
 }
+
+/// Microsoft's Python quickstart (tests/sdk/quickstart.py) through every older SDK release of
+/// the matrix (BATCHPOOL_SDK_MATRIX, each in a virtualenv of its own under BATCHPOOL_SDK_DIR),
+/// each in its own api-version, all at once against one server. Local nodes: the quickstart's
+/// commands run `/bin/bash`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_sdks_run_microsoft_s_python_quickstart() {
+    let matrix = std::env::var("BATCHPOOL_SDK_MATRIX")
+        .expect("BATCHPOOL_SDK_MATRIX is not set: run the tests through scripts/test.sh");
+    let dir = std::env::var("BATCHPOOL_SDK_DIR").expect("BATCHPOOL_SDK_DIR");
+    let (name, url) = common::blobs::container("r").await;
+    let (base, sas) = url.split_once('?').unwrap();
+    let mut inputs = Vec::new();
+    for i in 0..3 {
+        let file = format!("taskdata{i}.txt");
+        common::blobs::put_blob(&format!("{name}/{file}"), &format!("contents of {file}\n")).await;
+        inputs.push(format!("{base}/{file}?{sas}"));
+    }
+    let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
+    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    let runs = matrix.split_whitespace().map(|version| {
+        let python = format!("{dir}/azure-batch-{version}/bin/python");
+        let run = tokio::process::Command::new(python)
+            .arg(format!(
+                "{}/tests/sdk/quickstart.py",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .env("BATCHPOOL_URL", &s.base)
+            .env("BATCHPOOL_ACCOUNT", &account)
+            .env("BATCHPOOL_KEY", &key)
+            .env("BATCHPOOL_INPUTS", inputs.join("\n"))
+            .env("BATCHPOOL_VM_SIZE", "STANDARD_A1_V2")
+            .output();
+        async move { (version, run.await.expect("running the quickstart")) }
+    });
+    for (version, out) in futures_util::future::join_all(runs).await {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("quickstart passed"),
+            "azure-batch {version}:\n{stdout}\n{}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            s.log_tail()
+        );
+    }
+}
+
+/// The official JavaScript SDK, @azure/batch 10.2.0 from npm (installed by scripts/test-env.sh
+/// into BATCHPOOL_JS_DIR), along tests/sdk/flow.js.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_sdk_runs_unchanged() {
+    let modules = std::env::var("BATCHPOOL_JS_DIR")
+        .expect("BATCHPOOL_JS_DIR is not set: run the tests through scripts/test.sh");
+    let (name, url) = common::blobs::container("r").await;
+    common::blobs::put_blob(&format!("{name}/in.txt"), "resource\n").await;
+    let (base, sas) = url.split_once('?').unwrap();
+    let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
+    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    let out = tokio::process::Command::new("node")
+        .arg(format!("{}/tests/sdk/flow.js", env!("CARGO_MANIFEST_DIR")))
+        .env("NODE_PATH", format!("{modules}/node_modules"))
+        .env("BATCHPOOL_URL", &s.base)
+        .env("BATCHPOOL_ACCOUNT", account)
+        .env("BATCHPOOL_KEY", key)
+        .env("BATCHPOOL_INPUT", format!("{base}/in.txt?{sas}"))
+        .output()
+        .await
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("javascript flow passed"),
+        "{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log_tail()
+    );
+}
