@@ -1,13 +1,16 @@
 //! `cargo bench --bench scheduler`: the server as its own process (release build, its own
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
-//! server; BENCH_ONLY=throughput,latency,docker,containers,nodes,hosts,data,files,slurm,scale,
+//! server; BENCH_ONLY=throughput,latency,versions,docker,containers,nodes,hosts,data,files,slurm,scale,
 //! autoscale (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
 //!   with the server's `--tasks-ahead-per-slot` BENCH_AHEAD (4), against `xargs -P` the pool's
 //!   slots (32) running the same processes;
+//! - versions: BENCH_VERSION_ROUNDS (200) rounds of an addtaskcollection of 100 tasks and a list
+//!   of 1,000 tasks in 2025-06-01, 2024-02-01.19.0 and 2018-08-01.7.0 (translated), interleaved:
+//!   p50 and p99 of each against 2025-06-01's.
 //! - latency: BENCH_LATENCY_TRIES (200) single tasks on an idle local pool, submit -> running and
 //!   submit -> completed;
 //! - docker: BENCH_DOCKER_TASKS (20,000) no-op tasks on a Docker pool of 2 nodes x 16 slots
@@ -61,6 +64,9 @@ async fn main() {
     }
     if selected("latency") {
         suite::latency::run(env("BENCH_LATENCY_TRIES", 200)).await;
+    }
+    if selected("versions") {
+        suite::versions::run(env("BENCH_VERSION_ROUNDS", 200)).await;
     }
     if selected("docker") || selected("containers") || selected("nodes") {
         if let Some(docker) = suite::docker::engine().await {

@@ -17,6 +17,7 @@ pub mod scale;
 mod shared_key;
 pub mod slurm;
 pub mod throughput;
+pub mod versions;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
