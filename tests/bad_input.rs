@@ -77,9 +77,16 @@ async fn bad_pool_requests_are_refused_and_change_nothing() {
     assert_eq!(value_of(&body, "PropertyName"), Some("vmSize"));
     let reason = value_of(&body, "Reason").unwrap();
     assert!(
-        reason.contains("standard_a1") && reason.contains("standard_d2s_v3"),
-        "the known sizes are listed: {reason}"
+        reason.contains("804 Azure sizes") && reason.contains("--vm-sizes FILE"),
+        "it says how to add a size: {reason}"
     );
+    // A size with GPUs, which nodes are not given, is refused by name, in any case.
+    let (status, body) = s
+        .post("/pools", &json!({"id": "p", "vmSize": "Standard_NC6s_v3"}))
+        .await;
+    azure_error(status, &body, 400, "InvalidPropertyValue");
+    let reason = value_of(&body, "Reason").unwrap();
+    assert!(reason.contains("standard_nc6s_v3 has 1 GPU(s)"), "{reason}");
 
     // Each bad property of a pool: the status, the code and the detail Azure names.
     let base = json!({"id": "p", "vmSize": "standard_a1"});

@@ -404,7 +404,6 @@ async fn older_sdks_run_microsoft_s_python_quickstart() {
             .env("BATCHPOOL_ACCOUNT", &account)
             .env("BATCHPOOL_KEY", &key)
             .env("BATCHPOOL_INPUTS", inputs.join("\n"))
-            .env("BATCHPOOL_VM_SIZE", "STANDARD_A1_V2")
             .output();
         async move { (version, run.await.expect("running the quickstart")) }
     });

@@ -23,7 +23,7 @@ VERSION = azure.batch.VERSION if hasattr(azure.batch, "VERSION") else azure.batc
 MAJOR = int(VERSION.split(".")[0])
 POOL_ID, JOB_ID = f"PythonQuickstartPool{MAJOR}", f"PythonQuickstartJob{MAJOR}"
 # The quickstart's own size, in its own capitals.
-POOL_VM_SIZE = os.environ.get("BATCHPOOL_VM_SIZE", "STANDARD_DS1_V2")
+POOL_VM_SIZE = "STANDARD_DS1_V2"
 
 
 def log(*args):

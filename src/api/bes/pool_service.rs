@@ -257,15 +257,8 @@ async fn swagger_service(
 /// The size's name as the table keeps it, and its CPU and memory; unnamed, a D2 v3.
 fn vm_size(app: &AppState, given: Option<String>) -> BesResult<(String, VmSize)> {
     let size_name = given.unwrap_or_else(|| "standard_d2_v3".to_string());
-    app.settings.vm_sizes.get(&size_name).ok_or_else(|| {
-        BesError::bad(
-            "InvalidVmSize",
-            format!(
-                "VmSize {size_name:?} is unknown; the known sizes are: {}.",
-                app.settings.vm_sizes.names().join(", ")
-            ),
-        )
-        .target("VmSize")
+    app.settings.vm_sizes.usable(&size_name).map_err(|why| {
+        BesError::bad("InvalidVmSize", format!("VmSize {size_name:?}: {why}.")).target("VmSize")
     })
 }
 

@@ -212,16 +212,10 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
 /// The size's name as the table keeps it, and its CPU and memory.
 pub(super) fn vm_size(settings: &Settings, given: Option<String>) -> ApiResult<(String, VmSize)> {
     let vm_size = given.ok_or_else(|| ApiError::missing_property("vmSize"))?;
-    settings.vm_sizes.get(&vm_size).ok_or_else(|| {
-        ApiError::invalid_property(
-            "vmSize",
-            &vm_size,
-            format!(
-                "unknown vmSize; the known sizes are: {}",
-                settings.vm_sizes.names().join(", ")
-            ),
-        )
-    })
+    settings
+        .vm_sizes
+        .usable(&vm_size)
+        .map_err(|why| ApiError::invalid_property("vmSize", &vm_size, why))
 }
 
 pub(super) fn task_slots(given: Option<i32>) -> ApiResult<i32> {
