@@ -6,8 +6,37 @@ mod common;
 
 use common::{Rt, TestServer};
 
+/// A client program running `tests/sdk/<script>` against `s`, signing as its account.
+fn client(s: &TestServer, program: &str, script: &str) -> tokio::process::Command {
+    let (account, key) = s
+        .http
+        .credentials
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("credentials");
+    let mut command = tokio::process::Command::new(program);
+    command
+        .arg(format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR")))
+        .env("BATCHPOOL_URL", &s.base)
+        .env("BATCHPOOL_ACCOUNT", account)
+        .env("BATCHPOOL_KEY", key);
+    command
+}
+
+/// The client `who` exited 0 and said `passed`; else what it printed, and the server's log.
+fn assert_passed(who: &str, out: &std::process::Output, passed: &str, s: &TestServer) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(passed),
+        "{who}:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log_tail()
+    );
+}
+
 /// Runs `tests/sdk/<script>` with the SDK of `sdk_env` against a fresh server; its stdout must
-/// end with `passed`.
+/// say `passed`.
 async fn sdk_script(
     s: TestServer,
     sdk_env: &str,
@@ -17,30 +46,12 @@ async fn sdk_script(
 ) {
     let python = std::env::var(sdk_env)
         .unwrap_or_else(|_| panic!("{sdk_env} is not set: run the tests through scripts/test.sh"));
-    let (account, key) = s
-        .http
-        .credentials
-        .lock()
-        .unwrap()
-        .clone()
-        .expect("credentials");
-    let out = tokio::process::Command::new(python)
-        .arg(format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR")))
-        .env("BATCHPOOL_URL", &s.base)
-        .env("BATCHPOOL_ACCOUNT", account)
-        .env("BATCHPOOL_KEY", key)
+    let out = client(&s, &python, script)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .await
         .expect("running the SDK script");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the SDK flow failed:\n{stdout}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        s.log_tail()
-    );
-    assert!(stdout.contains(passed), "{stdout}");
+    assert_passed(&format!("the SDK flow of {sdk_env}"), &out, passed, &s);
 }
 
 async fn conformance(sdk_env: &str, rt: Rt) {
@@ -392,28 +403,19 @@ async fn older_sdks_run_microsoft_s_python_quickstart() {
         inputs.push(format!("{base}/{file}?{sas}"));
     }
     let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
-    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
     let runs = matrix.split_whitespace().map(|version| {
         let python = format!("{dir}/azure-batch-{version}/bin/python");
-        let run = tokio::process::Command::new(python)
-            .arg(format!(
-                "{}/tests/sdk/quickstart.py",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .env("BATCHPOOL_URL", &s.base)
-            .env("BATCHPOOL_ACCOUNT", &account)
-            .env("BATCHPOOL_KEY", &key)
+        let run = client(&s, &python, "quickstart.py")
             .env("BATCHPOOL_INPUTS", inputs.join("\n"))
             .output();
         async move { (version, run.await.expect("running the quickstart")) }
     });
     for (version, out) in futures_util::future::join_all(runs).await {
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("quickstart passed"),
-            "azure-batch {version}:\n{stdout}\n{}\nserver log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            s.log_tail()
+        assert_passed(
+            &format!("azure-batch {version}"),
+            &out,
+            "quickstart passed",
+            &s,
         );
     }
 }
@@ -428,22 +430,11 @@ async fn the_javascript_sdk_runs_unchanged() {
     common::blobs::put_blob(&format!("{name}/in.txt"), "resource\n").await;
     let (base, sas) = url.split_once('?').unwrap();
     let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
-    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
-    let out = tokio::process::Command::new("node")
-        .arg(format!("{}/tests/sdk/flow.js", env!("CARGO_MANIFEST_DIR")))
+    let out = client(&s, "node", "flow.js")
         .env("NODE_PATH", format!("{modules}/node_modules"))
-        .env("BATCHPOOL_URL", &s.base)
-        .env("BATCHPOOL_ACCOUNT", account)
-        .env("BATCHPOOL_KEY", key)
         .env("BATCHPOOL_INPUT", format!("{base}/in.txt?{sas}"))
         .output()
         .await
         .expect("running node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("javascript flow passed"),
-        "{stdout}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        s.log_tail()
-    );
+    assert_passed("@azure/batch 10.2.0", &out, "javascript flow passed", &s);
 }

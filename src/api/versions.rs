@@ -146,13 +146,7 @@ pub async fn layer(req: Request, next: Next) -> Response {
 /// The request's JSON body in the newest shape (whatever its Content-Type says: it is not
 /// checked). `guard::read_body_in_time` has read it whole already, within the limit.
 async fn translate_request(req: Request, deltas: &[&Delta]) -> Result<Request, Response> {
-    let renames: Vec<(&str, &str)> = deltas
-        .iter()
-        .filter_map(|d| match d {
-            Delta::Renamed { old, new } => Some((*old, *new)),
-            Delta::Wrapped { .. } => None,
-        })
-        .collect();
+    let renames = renames(deltas, Direction::In);
     if renames.is_empty() {
         return Ok(req);
     }
@@ -191,13 +185,7 @@ async fn translate_answer(answer: Response, deltas: &[&Delta], path: &str) -> Re
     let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let renames: Vec<(&str, &str)> = deltas
-        .iter()
-        .filter_map(|d| match d {
-            Delta::Renamed { old, new } => Some((*new, *old)),
-            Delta::Wrapped { .. } => None,
-        })
-        .collect();
+    let renames = renames(deltas, Direction::Out);
     let unwrap = deltas.iter().find_map(|d| match d {
         Delta::Wrapped { route, field } if path.ends_with(route) => Some(*field),
         _ => None,
@@ -211,6 +199,25 @@ async fn translate_answer(answer: Response, deltas: &[&Delta], path: &str) -> Re
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(json))
+}
+
+/// Which way a body goes: a request's in (older names to the newest), an answer's out.
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    In,
+    Out,
+}
+
+/// The renames of `deltas`, each (from, to) for a body going `direction`.
+fn renames(deltas: &[&Delta], direction: Direction) -> Vec<(&'static str, &'static str)> {
+    deltas
+        .iter()
+        .filter_map(|d| match d {
+            Delta::Renamed { old, new } if direction == Direction::In => Some((*old, *new)),
+            Delta::Renamed { old, new } => Some((*new, *old)),
+            Delta::Wrapped { .. } => None,
+        })
+        .collect()
 }
 
 /// `json` with the keys renamed (from the first of each pair to the second), or None when it
