@@ -187,9 +187,38 @@ async fn many_accounts_first_pools_at_once_get_one_network_each() {
                 .status();
             assert_eq!(status, 202);
         }
-        common::wait_for_long("every network gone with its nodes", 300, || async {
-            account_networks(&server_id).is_empty().then_some(())
-        })
-        .await;
+        networks_gone_with_their_nodes(&server_id).await;
+    }
+}
+
+/// Waits until the installation's nodes are gone and its account networks with them. Engine
+/// 20.10 at times keeps an endpoint of a container it has removed (under many removals at
+/// once), and then refuses to remove that network ("has active endpoints") until it restarts:
+/// a network left 20 s after the last node went must be one of those, which this test cannot
+/// remove either; one it can remove is one batchpool left behind.
+async fn networks_gone_with_their_nodes(server_id: &str) {
+    common::wait_for_long("every node gone", 300, || async {
+        docker_containers(server_id).is_empty().then_some(())
+    })
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if account_networks(server_id).is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for id in account_networks(server_id).into_values().flatten() {
+        let out = std::process::Command::new("docker")
+            .args(["network", "rm", &id])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "batchpool left the empty network {id}, which could be removed"
+        );
+        assert!(said.contains("active endpoints"), "{id}: {said}");
+        eprintln!("the engine keeps a removed container's endpoint on {id}: {said}");
     }
 }
