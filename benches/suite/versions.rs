@@ -45,12 +45,15 @@ pub async fn run(rounds: usize) {
                     "resourceFiles": resource_file(VERSIONS[v])})
                 })
                 .collect();
-            s.create(
-                &format!("/jobs/list{v}/addtaskcollection"),
-                json!({"value": tasks}),
-                200,
-            )
-            .await;
+            let path = format!(
+                "/jobs/list{v}/addtaskcollection?api-version={}",
+                VERSIONS[v]
+            );
+            let (status, answer) = s.post(&path, &json!({"value": tasks})).await;
+            let added = answer["value"]
+                .as_array()
+                .map(|r| r.iter().all(|t| t["status"] == "success"));
+            assert_eq!((status, added), (200, Some(true)), "{answer}");
         }
     }
     let mut add = vec![Vec::new(); VERSIONS.len()];

@@ -220,42 +220,49 @@ fn renames(deltas: &[&Delta], direction: Direction) -> Vec<(&'static str, &'stat
         .collect()
 }
 
-/// `json` with the keys renamed (from the first of each pair to the second), or None when it
-/// holds none of them (then it is left as it came, byte for byte).
+/// `json` with the keys renamed (from the first of each pair to the second), byte for byte
+/// otherwise; None when it holds none of them (then it is left as it came). Keys are found as
+/// the quoted name between `{` or `,` and `:` (whitespace allowed): a string value, or a name
+/// inside a string (its quotes escaped), is never taken for one. It works on the bytes, never
+/// parsing the whole body: a 1,000-task answer costs a scan, not a parse and a serialization.
 fn renamed(json: &[u8], renames: &[(&str, &str)]) -> Option<Vec<u8>> {
-    let holds = |key: &str| {
-        let quoted = format!("\"{key}\"");
-        json.windows(quoted.len()).any(|w| w == quoted.as_bytes())
-    };
-    if !renames.iter().any(|(from, _)| holds(from)) {
-        return None;
+    let mut changed: Option<Vec<u8>> = None;
+    for (from, to) in renames {
+        let quoted = format!("\"{from}\"");
+        let source = changed.as_deref().unwrap_or(json);
+        let mut out = Vec::new();
+        let mut copied = 0;
+        for at in memchr::memmem::find_iter(source, quoted.as_bytes()) {
+            if !is_key(source, at, quoted.len()) {
+                continue;
+            }
+            if out.is_empty() {
+                out.reserve(source.len() + 64);
+            }
+            out.extend_from_slice(&source[copied..at]);
+            out.extend_from_slice(format!("\"{to}\"").as_bytes());
+            copied = at + quoted.len();
+        }
+        if copied > 0 {
+            out.extend_from_slice(&source[copied..]);
+            changed = Some(out);
+        }
     }
-    let mut value: Value = serde_json::from_slice(json).ok()?;
-    rename_keys(&mut value, renames);
-    serde_json::to_vec(&value).ok()
+    changed
+}
+
+/// Whether the quoted name at `at` (of `len` bytes) is an object's key.
+fn is_key(json: &[u8], at: usize, len: usize) -> bool {
+    let before = json[..at].iter().rev().find(|b| !b.is_ascii_whitespace());
+    let after = json[at + len..].iter().find(|b| !b.is_ascii_whitespace());
+    matches!(before, Some(b'{' | b',')) && after == Some(&b':')
 }
 
 /// `json`'s object `field` alone, keys renamed.
 fn unwrapped(json: &[u8], field: &str, renames: &[(&str, &str)]) -> Option<Vec<u8>> {
     let value: Value = serde_json::from_slice(json).ok()?;
-    let mut inner = value.get(field)?.clone();
-    rename_keys(&mut inner, renames);
-    serde_json::to_vec(&inner).ok()
-}
-
-fn rename_keys(value: &mut Value, renames: &[(&str, &str)]) {
-    match value {
-        Value::Object(map) => {
-            for (from, to) in renames {
-                if let Some(v) = map.remove(*from) {
-                    map.insert((*to).to_string(), v);
-                }
-            }
-            map.values_mut().for_each(|v| rename_keys(v, renames));
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| rename_keys(v, renames)),
-        _ => {}
-    }
+    let inner = serde_json::to_vec(value.get(field)?).ok()?;
+    Some(renamed(&inner, renames).unwrap_or(inner))
 }
 
 #[cfg(test)]
@@ -289,6 +296,16 @@ mod tests {
                 "startTask": {"resourceFiles": [{"httpUrl": "http://a/b", "filePath": "b"}]}})
         );
         assert_eq!(renamed(br#"{"id":"p"}"#, &renames), None, "left as it came");
+        // Only keys: not a value, not a name inside a string, not an escaped quote's neighbour.
+        let tricky =
+            br#"{"commandLine":"echo \"maxTasksPerNode\": 1","displayName":"maxTasksPerNode",
+            "list":["maxTasksPerNode"], "maxTasksPerNode" : 2}"#;
+        let out = String::from_utf8(renamed(tricky, &renames).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            String::from_utf8_lossy(tricky)
+                .replace(r#""maxTasksPerNode" : 2"#, r#""taskSlotsPerNode" : 2"#)
+        );
     }
 
     #[test]
