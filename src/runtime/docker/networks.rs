@@ -1,10 +1,10 @@
 //! An account's bridge network on an engine: one per account, made with its first node there,
 //! found by its labels and named by its id, removed with its last node (or swept once empty).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bollard::models::NetworkCreateRequest;
-use bollard::query_parameters::ListNetworksOptionsBuilder;
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder};
 
 use super::{network_name, status_of, DockerRuntime};
 use crate::runtime::{NodeError, NodeSpec, LABEL_ACCOUNT, LABEL_SERVER};
@@ -82,20 +82,21 @@ impl DockerRuntime {
         account: &str,
     ) -> Result<Option<String>, bollard::errors::Error> {
         let mut networks = self.account_networks(server_id, account).await?.into_iter();
-        let oldest = networks.next();
-        for extra in networks {
-            self.remove_network(&extra).await;
+        let oldest = networks.next().map(|(id, _)| id);
+        let extras: Vec<_> = networks.collect();
+        if !extras.is_empty() {
+            self.remove_unheld(server_id, &extras).await;
         }
         Ok(oldest)
     }
 
-    /// The ids of the account's networks on this engine, oldest first (then by id, so every
+    /// The account's networks on this engine (id, name), oldest first (then by id, so every
     /// server orders them alike).
     async fn account_networks(
         &self,
         server_id: &str,
         account: &str,
-    ) -> Result<Vec<String>, bollard::errors::Error> {
+    ) -> Result<Vec<(String, String)>, bollard::errors::Error> {
         let labels = vec![
             format!("{LABEL_SERVER}={server_id}"),
             format!("{LABEL_ACCOUNT}={account}"),
@@ -124,11 +125,19 @@ impl DockerRuntime {
                         .map(|t| t.with_timezone(&chrono::Utc))
                 });
                 // A network whose time cannot be read sorts last.
-                Some((created.is_none(), created, n.id?))
+                Some((
+                    created.is_none(),
+                    created,
+                    n.id?,
+                    n.name.unwrap_or_default(),
+                ))
             })
             .collect();
         found.sort();
-        Ok(found.into_iter().map(|(_, _, id)| id).collect())
+        Ok(found
+            .into_iter()
+            .map(|(_, _, id, name)| (id, name))
+            .collect())
     }
 
     /// The account's networks go with its last node on this engine; while other nodes use
@@ -139,9 +148,8 @@ impl DockerRuntime {
         if self.making_on(&network_name(server_id, account)) {
             return;
         }
-        let networks = self.account_networks(server_id, account).await;
-        for network in networks.unwrap_or_default() {
-            self.remove_network(&network).await;
+        if let Ok(networks) = self.account_networks(server_id, account).await {
+            self.remove_unheld(server_id, &networks).await;
         }
     }
 
@@ -149,7 +157,11 @@ impl DockerRuntime {
     /// being made on: those whose last node's removal could not take them (the engine was
     /// busy, or the container had gone already), and twins another server made.
     pub(super) async fn sweep_networks(&self, server_id: &str) {
-        let _one_at_a_time = self.networks.lock().await;
+        // Nodes are being made or removed: the allocator's pass does not wait behind them; the
+        // next pass sweeps.
+        let Ok(_one_at_a_time) = self.networks.try_lock() else {
+            return;
+        };
         let filters = HashMap::from([
             ("label", vec![format!("{LABEL_SERVER}={server_id}")]),
             ("dangling", vec!["true".to_string()]),
@@ -160,15 +172,49 @@ impl DockerRuntime {
         let Ok(networks) = self.docker.list_networks(Some(options)).await else {
             return;
         };
-        for n in networks {
-            let labels = n.labels.unwrap_or_default();
-            let (Some(account), Some(id)) = (labels.get(LABEL_ACCOUNT), n.id) else {
-                continue;
-            };
-            if labels.get(LABEL_SERVER).map(String::as_str) == Some(server_id)
-                && !self.making_on(&network_name(server_id, account))
+        let empty: Vec<(String, String)> = networks
+            .into_iter()
+            .filter_map(|n| {
+                let labels = n.labels.unwrap_or_default();
+                let account = labels.get(LABEL_ACCOUNT)?;
+                let ours = labels.get(LABEL_SERVER).map(String::as_str) == Some(server_id);
+                (ours && !self.making_on(&network_name(server_id, account)))
+                    .then_some((n.id?, n.name.unwrap_or_default()))
+            })
+            .collect();
+        if !empty.is_empty() {
+            self.remove_unheld(server_id, &empty).await;
+        }
+    }
+
+    /// Removes those of `networks` (id, name) that no container of the installation is made
+    /// on, running or not: a stopped node (deallocated, or its host restarting) holds no
+    /// endpoint, so the engine would let its network go, and the node could never start
+    /// again. Nothing is removed when the containers cannot be listed.
+    async fn remove_unheld(&self, server_id: &str, networks: &[(String, String)]) {
+        let filters = HashMap::from([("label", vec![format!("{LABEL_SERVER}={server_id}")])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let Ok(containers) = self.docker.list_containers(Some(options)).await else {
+            return;
+        };
+        let mut held = HashSet::new();
+        for c in containers {
+            held.extend(c.host_config.and_then(|h| h.network_mode));
+            for (name, endpoint) in c
+                .network_settings
+                .and_then(|n| n.networks)
+                .unwrap_or_default()
             {
-                self.remove_network(&id).await;
+                held.insert(name);
+                held.extend(endpoint.network_id);
+            }
+        }
+        for (id, name) in networks {
+            if !held.contains(id) && !held.contains(name) {
+                self.remove_network(id).await;
             }
         }
     }
