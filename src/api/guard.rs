@@ -127,7 +127,7 @@ pub async fn read_body_in_time(
         .await
 }
 
-fn too_large(ml: bool) -> Response {
+pub(super) fn too_large(ml: bool) -> Response {
     let message =
         format!("The request body is too large; at most {MAX_BODY_BYTES} bytes are accepted.");
     closing(if ml {

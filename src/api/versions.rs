@@ -153,14 +153,7 @@ async fn translate_request(req: Request, deltas: &[&Delta]) -> Result<Request, R
     let (mut parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestBodyTooLarge",
-                format!("The request body is larger than {MAX_BODY_BYTES} bytes."),
-            )
-            .into_response()
-        })?;
+        .map_err(|_| super::guard::too_large(false))?;
     let bytes = match renamed(&bytes, &renames) {
         Some(json) => {
             parts.headers.remove(header::CONTENT_LENGTH);

@@ -32,12 +32,7 @@ const SIGNED_HEADERS: [&str; 11] = [
 
 /// The canonical string the SDK signs.
 pub fn string_to_sign(method: &Method, uri: &Uri, headers: &HeaderMap, account: &str) -> String {
-    let given = header(headers, "content-length");
-    let length = if given.is_empty() && method != Method::GET && method != Method::HEAD {
-        "0"
-    } else {
-        given
-    };
+    let length = signed_length(method, header(headers, "content-length"));
     canonical(method, uri, headers, account, length)
 }
 
@@ -51,16 +46,25 @@ pub fn strings_to_sign(
     headers: &HeaderMap,
     account: &str,
 ) -> Vec<String> {
-    let ours = string_to_sign(method, uri, headers, account);
-    if !matches!(header(headers, "content-length"), "" | "0") {
-        return vec![ours];
+    let given = header(headers, "content-length");
+    let ours = signed_length(method, given);
+    if !matches!(given, "" | "0") {
+        return vec![canonical(method, uri, headers, account, ours)];
     }
-    let other = if ours.split('\n').nth(3) == Some("0") {
-        ""
-    } else {
+    let other = if ours == "0" { "" } else { "0" };
+    [ours, other]
+        .map(|length| canonical(method, uri, headers, account, length))
+        .to_vec()
+}
+
+/// The Content-Length line as Python's SDK signs it: `0` for a request without a body that is
+/// not a GET or HEAD, else the header as it came.
+fn signed_length<'a>(method: &Method, given: &'a str) -> &'a str {
+    if given.is_empty() && method != Method::GET && method != Method::HEAD {
         "0"
-    };
-    vec![ours, canonical(method, uri, headers, account, other)]
+    } else {
+        given
+    }
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {

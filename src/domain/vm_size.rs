@@ -102,10 +102,6 @@ impl VmSizeTable {
         self.0.get(&key).map(|s| (key, *s))
     }
 
-    pub fn names(&self) -> Vec<&str> {
-        self.0.keys().map(String::as_str).collect()
-    }
-
     /// How many sizes it knows.
     pub fn len(&self) -> usize {
         self.0.len()
