@@ -21,7 +21,8 @@
 # (@azure/batch, the JavaScript SDK, in its node_modules), BATCHPOOL_SCHEMATHESIS (the schema-driven fuzzer's `st`),
 # BATCHPOOL_TEST_AZURITE (the Azure Storage emulator's blob URL),
 # BATCHPOOL_TEST_S3 (an S3 emulator's URL, with a bucket batchpool-test),
-# BATCHPOOL_TEST_DOCKER_HOSTS (two more Docker engines' sockets, as extra hosts).
+# BATCHPOOL_TEST_DOCKER_HOSTS (two more Docker engines' sockets, as extra hosts),
+# BATCHPOOL_DEBIAN_ROOTFS (where the tests keep the Debian node image's root filesystem).
 #
 # Knobs (environment):
 #   BATCHPOOL_TEST_PG_DIR    socket + data directory (default /tmp/batchpool-test-pg)
@@ -203,7 +204,8 @@ _batchpool_test_env() (
     # unzip: local nodes unzip application packages with the host's (Docker nodes with busybox's).
     # docker-compose: the deployment test validates docker-compose.yml with it.
     # chromium: the dashboard's test drives it headless (tests/ui.rs).
-    local pkgs=(docker.io busybox-static unzip docker-compose chromium)
+    # debootstrap: the Debian node image (pools naming a marketplace image) is built with it.
+    local pkgs=(docker.io busybox-static unzip docker-compose chromium debootstrap)
     local -a missing
     mapfile -t missing < <(missing_pkgs "${pkgs[@]}")
     if ((${#missing[@]})); then
@@ -412,6 +414,9 @@ EOF
     # through both. Reused when already installed.
     # ------------------------------------------------------------------
     local sdk_dir="${BATCHPOOL_SDK_DIR:-/tmp/batchpool-sdk}" version
+    # Where the tests keep the Debian root filesystem the Debian node image is built from
+    # (`batchpool build-node-image --debian --rootfs`): debootstrap runs once a machine.
+    printf "export BATCHPOOL_DEBIAN_ROOTFS='%s'\n" "$sdk_dir/debian-bookworm" >&3
     for version in 15.1.0 14.2.0; do
         local venv="$sdk_dir/azure-batch-$version"
         # azure-storage-blob beside it: the data tests upload inputs and read outputs with it.

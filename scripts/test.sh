@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source scripts/test-env.sh
 : "${BATCHPOOL_TEST_DATABASE_URL:?scripts/test-env.sh did not provide a database}"
 export BATCHPOOL_TEST_DATABASE_URL BATCHPOOL_SDK15_PYTHON BATCHPOOL_SDK14_PYTHON BATCHPOOL_AZ BATCHPOOL_SCHEMATHESIS \
-    BATCHPOOL_SDK_DIR BATCHPOOL_SDK_MATRIX BATCHPOOL_JS_DIR
+    BATCHPOOL_SDK_DIR BATCHPOOL_SDK_MATRIX BATCHPOOL_JS_DIR BATCHPOOL_DEBIAN_ROOTFS
 
 if ! command -v cargo >/dev/null; then
     echo "cargo is not installed: install Rust (https://rustup.rs) first" >&2

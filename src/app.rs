@@ -293,6 +293,7 @@ fn load_settings(config: &ServeConfig) -> anyhow::Result<Settings> {
         classic_concurrency: config.classic_concurrency,
         account: config.account.clone(),
         default_image: config.default_image.clone(),
+        marketplace_image: config.marketplace_image.clone(),
         vm_sizes,
         image_map,
         max_nodes_per_pool: config.max_nodes_per_pool,

@@ -31,7 +31,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the server.
     Serve(Box<ServeConfig>),
-    /// Build the default node image from a static busybox, with no registry.
+    /// Build a node image with no registry: the default one from a static busybox, or with
+    /// --debian the Debian one from Debian's packages.
     BuildNodeImage(BuildImageConfig),
     /// Batch accounts and their Shared Key keys.
     Account(AccountConfig),
@@ -236,6 +237,16 @@ pub struct ServeConfig {
     )]
     pub default_image: String,
 
+    /// The image a node runs when its pool names a marketplace `imageReference` that the image
+    /// map does not: by default the Debian image (bash, coreutils, python3), which the server
+    /// builds with debootstrap on an engine that lacks it.
+    #[arg(
+        long,
+        env = "BATCHPOOL_MARKETPLACE_IMAGE",
+        default_value = crate::runtime::docker::DEBIAN_IMAGE
+    )]
+    pub marketplace_image: String,
+
     /// JSON file of extra vm sizes: {"name": {"vcpus": 1, "memoryMiB": 1024}}.
     #[arg(long, env = "BATCHPOOL_VM_SIZES")]
     pub vm_sizes: Option<PathBuf>,
@@ -341,11 +352,23 @@ pub struct ServeConfig {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BuildImageConfig {
-    #[arg(long, default_value = "batchpool/node:latest")]
-    pub tag: String,
+    /// The image's name: `batchpool/node:latest`, or `batchpool/debian:bookworm` with --debian.
+    #[arg(long)]
+    pub tag: Option<String>,
     /// A statically linked busybox (Debian: busybox-static).
-    #[arg(long, default_value = "/bin/busybox")]
+    #[arg(long, default_value = "/bin/busybox", conflicts_with = "debian")]
     pub busybox: PathBuf,
+    /// Build the Debian image (bash, coreutils, python3) that pools naming a marketplace
+    /// imageReference run, from Debian's packages with debootstrap (as root).
+    #[arg(long)]
+    pub debian: bool,
+    /// With --debian: the root filesystem to build from, made there by debootstrap when it has
+    /// no /usr/bin/bash yet (a second build reuses it). Unset: a temporary directory.
+    #[arg(long, requires = "debian")]
+    pub rootfs: Option<PathBuf>,
+    /// With --debian: the Debian mirror debootstrap downloads from.
+    #[arg(long, requires = "debian")]
+    pub mirror: Option<String>,
     /// The engine to build on, as `serve --docker-host` names one (`tls=DIR` included).
     #[arg(long, env = "DOCKER_HOST")]
     pub docker_host: Option<crate::domain::host::HostSpec>,

@@ -71,9 +71,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(host) => batchpool::runtime::docker::connect_host(host).await?,
                 None => batchpool::runtime::docker::connect(None).await?,
             };
-            batchpool::runtime::docker::build_busybox_image(&docker, &c.tag, &c.busybox).await?;
-            println!("built {}", c.tag);
+            let tag = match (&c.tag, c.debian) {
+                (Some(tag), _) => tag.clone(),
+                (None, true) => batchpool::runtime::docker::DEBIAN_IMAGE.to_string(),
+                (None, false) => "batchpool/node:latest".to_string(),
+            };
+            if c.debian {
+                build_debian(&docker, &tag, &c).await?;
+            } else {
+                batchpool::runtime::docker::build_busybox_image(&docker, &tag, &c.busybox).await?;
+            }
+            println!("built {tag}");
             Ok(())
         }
     }
+}
+
+/// `build-node-image --debian`: from `--rootfs`, or from a temporary root filesystem that is
+/// removed afterwards.
+async fn build_debian(
+    docker: &bollard::Docker,
+    tag: &str,
+    c: &batchpool::config::BuildImageConfig,
+) -> anyhow::Result<()> {
+    use batchpool::runtime::docker::build_debian_image;
+    let mirror = c.mirror.as_deref();
+    if let Some(rootfs) = &c.rootfs {
+        return build_debian_image(docker, tag, rootfs, mirror).await;
+    }
+    let scratch = scratch_dir()?;
+    let built = build_debian_image(docker, tag, &scratch.join("rootfs"), mirror).await;
+    std::fs::remove_dir_all(&scratch)?;
+    built
+}
+
+/// A new directory under the temporary directory, for this process only.
+fn scratch_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("batchpool-debian-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }

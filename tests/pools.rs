@@ -477,7 +477,8 @@ async fn a_node_leaving_with_retained_data_keeps_its_tasks_files_until_their_ret
 /// A pool's `imageReference` chooses its nodes' image through `--image-map`: by
 /// publisher/offer/sku regardless of case, or by `virtualMachineImageId` or a gallery's image id;
 /// one the map lacks gets
-/// the default image, and `containerConfiguration`'s first image wins over either.
+/// the Debian image (`--marketplace-image`), and `containerConfiguration`'s first image wins over
+/// either.
 /// `nodeAgentSKUId` is taken whatever it names and returned as sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
@@ -508,7 +509,7 @@ async fn an_image_reference_chooses_the_node_image_through_the_image_map() {
         (
             "unmapped",
             json!({"imageReference": unmapped, "nodeAgentSKUId": sku}),
-            common::TEST_IMAGE,
+            batchpool::runtime::docker::DEBIAN_IMAGE,
         ),
         (
             "named",

@@ -387,8 +387,8 @@ async fn az_batch_core_commands_work() {
 
 /// Microsoft's Python quickstart (tests/sdk/quickstart.py) through every older SDK release of
 /// the matrix (BATCHPOOL_SDK_MATRIX, each in a virtualenv of its own under BATCHPOOL_SDK_DIR),
-/// each in its own api-version, all at once against one server. Local nodes: the quickstart's
-/// commands run `/bin/bash`.
+/// each in its own api-version, all at once against one server, on Docker: the quickstart's
+/// Ubuntu image reference gets the Debian node image, where its commands find `/bin/bash`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn older_sdks_run_microsoft_s_python_quickstart() {
     let matrix = std::env::var("BATCHPOOL_SDK_MATRIX")
@@ -402,7 +402,7 @@ async fn older_sdks_run_microsoft_s_python_quickstart() {
         common::blobs::put_blob(&format!("{name}/{file}"), &format!("contents of {file}\n")).await;
         inputs.push(format!("{base}/{file}?{sas}"));
     }
-    let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
+    let s = TestServer::start_allowing_local_urls(Rt::Docker, &[]).await;
     let runs = matrix.split_whitespace().map(|version| {
         let python = format!("{dir}/azure-batch-{version}/bin/python");
         let run = client(&s, &python, "quickstart.py")
@@ -429,7 +429,7 @@ async fn the_javascript_sdk_runs_unchanged() {
     let (name, url) = common::blobs::container("r").await;
     common::blobs::put_blob(&format!("{name}/in.txt"), "resource\n").await;
     let (base, sas) = url.split_once('?').unwrap();
-    let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
+    let s = TestServer::start_allowing_local_urls(Rt::Docker, &[]).await;
     let out = client(&s, "node", "flow.js")
         .env("NODE_PATH", format!("{modules}/node_modules"))
         .env("BATCHPOOL_INPUT", format!("{base}/in.txt?{sas}"))

@@ -29,7 +29,7 @@ pub async fn run(rounds: usize) {
     let s = Server::start("local").await;
     s.create("/pools", json!({"id": "vp", "vmSize": "standard_a1"}), 201)
         .await;
-    for v in 0..VERSIONS.len() {
+    for (v, version) in VERSIONS.iter().enumerate() {
         for job in [format!("add{v}"), format!("list{v}")] {
             s.create(
                 "/jobs",
@@ -42,7 +42,7 @@ pub async fn run(rounds: usize) {
             let tasks: Vec<Value> = (0..100)
                 .map(|i| {
                     json!({"id": format!("t{batch}-{i}"), "commandLine": "true",
-                    "resourceFiles": resource_file(VERSIONS[v])})
+                    "resourceFiles": resource_file(version)})
                 })
                 .collect();
             let path = format!(

@@ -15,6 +15,8 @@ use crate::runtime::{Layout, Runtime};
 pub struct Settings {
     pub account: String,
     pub default_image: String,
+    /// What pools whose `imageReference` the image map does not name run.
+    pub marketplace_image: String,
     pub vm_sizes: VmSizeTable,
     /// "publisher/offer/sku" (lower case) or an image id -> Docker image.
     pub image_map: HashMap<String, String>,

@@ -15,6 +15,9 @@ pub struct Layout {
     /// The node agent's program and libraries in a tar archive, which each Docker host unpacks
     /// into a volume its nodes mount read-only.
     pub agent: PathBuf,
+    /// The Debian root filesystem the Debian node image is built from, made by debootstrap the
+    /// first time a node needs that image.
+    pub debian_rootfs: PathBuf,
 }
 
 impl Layout {
@@ -23,6 +26,7 @@ impl Layout {
             nodes: data_dir.join("nodes"),
             applications: data_dir.join("applications"),
             agent: data_dir.join("agent.tar"),
+            debian_rootfs: data_dir.join("node-images").join("debian-bookworm"),
         }
     }
 

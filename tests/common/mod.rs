@@ -190,7 +190,40 @@ fn ensure_test_image() {
             TEST_IMAGE,
             "batchpool/node:latest",
         ]));
+        ensure_debian_image("unix:///var/run/docker.sock");
     });
+}
+
+/// The Debian node image (what pools naming a marketplace image run) on the engine at `host`,
+/// built with our own `build-node-image --debian` from the root filesystem the tests keep in
+/// BATCHPOOL_DEBIAN_ROOTFS (made there by debootstrap the first time, under a lock).
+pub fn ensure_debian_image(host: &str) {
+    let present = std::process::Command::new("docker")
+        .args([
+            "-H",
+            host,
+            "image",
+            "inspect",
+            batchpool::runtime::docker::DEBIAN_IMAGE,
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if present {
+        return;
+    }
+    run_ok(
+        std::process::Command::new("flock")
+            .arg(format!("{}.lock", debian_rootfs()))
+            .arg(env!("CARGO_BIN_EXE_batchpool"))
+            .args(["build-node-image", "--debian", "--rootfs", &debian_rootfs()])
+            .args(["--docker-host", host]),
+    );
+}
+
+/// Where the tests keep the Debian root filesystem (scripts/test-env.sh says).
+pub fn debian_rootfs() -> String {
+    std::env::var("BATCHPOOL_DEBIAN_ROOTFS")
+        .expect("BATCHPOOL_DEBIAN_ROOTFS (run the tests through scripts/test.sh)")
 }
 
 impl TestServer {

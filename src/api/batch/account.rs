@@ -46,15 +46,63 @@ fn counts_by_state(nodes: &[&store::nodes::NodeRow]) -> Value {
     })
 }
 
-/// The images a pool can name here: the image map's and the default.
-fn images(app: &Ctx) -> Vec<(Value, String)> {
-    let mut images: BTreeMap<String, String> = app.settings.image_map.clone().into_iter().collect();
-    images
-        .entry("batchpool/node/default".into())
-        .or_insert_with(|| app.settings.default_image.clone());
-    images
-        .into_iter()
-        .map(|(key, image)| {
+/// The marketplace images Azure Batch lists for Linux pools, with the node agent SKU Azure gives
+/// each: here each runs `--marketplace-image`, unless the image map names it.
+const MARKETPLACE: &[(&str, &str)] = &[
+    ("almalinux/almalinux-x86_64/8-gen2", "batch.node.el 8"),
+    ("almalinux/almalinux-x86_64/9-gen2", "batch.node.el 9"),
+    (
+        "canonical/0001-com-ubuntu-server-focal/20_04-lts",
+        "batch.node.ubuntu 20.04",
+    ),
+    (
+        "canonical/0001-com-ubuntu-server-jammy/22_04-lts",
+        "batch.node.ubuntu 22.04",
+    ),
+    (
+        "canonical/ubuntu-24_04-lts/server",
+        "batch.node.ubuntu 24.04",
+    ),
+    ("debian/debian-11/11", "batch.node.debian 11"),
+    ("debian/debian-12/12", "batch.node.debian 12"),
+    (
+        "microsoft-azure-batch/ubuntu-server-container/20-04-lts",
+        "batch.node.ubuntu 20.04",
+    ),
+    ("microsoft-dsvm/ubuntu-hpc/2204", "batch.node.ubuntu 22.04"),
+];
+
+const NODE_AGENT_SKU: &str = "batch.node.batchpool";
+
+/// One image a pool can name here.
+struct Listed {
+    reference: Value,
+    node_agent_sku: &'static str,
+    /// The Docker image its nodes run.
+    image: String,
+}
+
+/// The images a pool can name here: the default first, then the marketplace images Azure lists
+/// and the image map's entries, by name (the map's image where it names one of Azure's).
+fn images(app: &Ctx) -> Vec<Listed> {
+    let settings = &app.settings;
+    let mut named: BTreeMap<String, (&'static str, String)> = MARKETPLACE
+        .iter()
+        .map(|(key, sku)| (key.to_string(), (*sku, settings.marketplace_image.clone())))
+        .collect();
+    for (key, image) in &settings.image_map {
+        named
+            .entry(key.clone())
+            .or_insert((NODE_AGENT_SKU, String::new()))
+            .1 = image.clone();
+    }
+    let default = (
+        "batchpool/node/default".to_string(),
+        (NODE_AGENT_SKU, settings.default_image.clone()),
+    );
+    std::iter::once(default)
+        .chain(named)
+        .map(|(key, (node_agent_sku, image))| {
             let mut parts = key.splitn(3, '/');
             let reference = json!({
                 "publisher": parts.next().unwrap_or_default(),
@@ -62,12 +110,14 @@ fn images(app: &Ctx) -> Vec<(Value, String)> {
                 "sku": parts.next().unwrap_or_default(),
                 "version": "latest",
             });
-            (reference, image)
+            Listed {
+                reference,
+                node_agent_sku,
+                image,
+            }
         })
         .collect()
 }
-
-const NODE_AGENT_SKU: &str = "batch.node.batchpool";
 
 /// `GET /supportedimages`.
 pub async fn supported_images(
@@ -76,21 +126,28 @@ pub async fn supported_images(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
     let list = ListQuery::from_query(&query, &["osType", "verificationType", "nodeAgentSKUId"])?;
-    let items = images(&app).into_iter().enumerate().map(|(i, (reference, image))| {
+    let items = images(&app).into_iter().enumerate().map(|(i, listed)| {
         (i.to_string(), json!({
-            "nodeAgentSKUId": NODE_AGENT_SKU, "imageReference": reference, "osType": "linux",
-            "verificationType": "verified", "capabilities": [format!("DockerImage:{image}")],
+            "nodeAgentSKUId": listed.node_agent_sku, "imageReference": listed.reference, "osType": "linux",
+            "verificationType": "verified", "capabilities": [format!("DockerImage:{}", listed.image)],
         }))
     });
     Ok(Json(list.page_of(&base, "/supportedimages", items)))
 }
 
-/// `GET /nodeagentskus` (older API versions).
+/// `GET /nodeagentskus` (older API versions): the same images, by node agent SKU.
 pub async fn node_agent_skus(app: Ctx) -> ApiResult<Json<Value>> {
-    let references: Vec<Value> = images(&app).into_iter().map(|(r, _)| r).collect();
-    Ok(Json(
-        json!({"value": [{"id": NODE_AGENT_SKU, "verifiedImageReferences": references, "osType": "linux"}]}),
-    ))
+    let mut skus: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for listed in images(&app) {
+        skus.entry(listed.node_agent_sku)
+            .or_default()
+            .push(listed.reference);
+    }
+    let value: Vec<Value> = skus
+        .into_iter()
+        .map(|(id, references)| json!({"id": id, "verifiedImageReferences": references, "osType": "linux"}))
+        .collect();
+    Ok(Json(json!({ "value": value })))
 }
 
 fn time(name: &str, value: Option<&String>) -> ApiResult<Option<DateTime<Utc>>> {

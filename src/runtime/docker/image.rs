@@ -104,13 +104,24 @@ pub async fn build_busybox_image(docker: &Docker, tag: &str, busybox: &Path) -> 
     let binary =
         std::fs::read(busybox).with_context(|| format!("reading {}", busybox.display()))?;
     let context = busybox_build_context(&binary)?;
+    let context = futures_util::stream::once(async { Ok(bytes::Bytes::from(context)) });
+    build(docker, tag, context).await
+}
+
+/// Builds `tag` from a tar build context (a Dockerfile and what it copies) through the engine's
+/// build API, and checks that the image is there.
+pub(super) async fn build(
+    docker: &Docker,
+    tag: &str,
+    context: impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+) -> anyhow::Result<()> {
     let options = BuildImageOptionsBuilder::default()
         .dockerfile("Dockerfile")
         .t(tag)
         .rm(true)
         .forcerm(true)
         .build();
-    let mut progress = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    let mut progress = docker.build_image(options, None, Some(bollard::body_try_stream(context)));
     while let Some(step) = progress.next().await {
         let step = step.context("building the node image")?;
         if let Some(err) = step.error_detail.and_then(|d| d.message) {

@@ -8,6 +8,7 @@
 //! (`no-new-privileges`), and a node holds a bounded number of processes.
 
 mod agent_files;
+mod debian;
 mod exec;
 mod existing;
 mod hosts;
@@ -22,6 +23,7 @@ use anyhow::Context;
 use bollard::Docker;
 
 pub use agent_files::AGENT_DIR;
+pub use debian::{build_debian_image, DEBIAN_IMAGE};
 pub use hosts::{DockerHosts, HostSpec};
 pub use image::build_busybox_image;
 
@@ -33,6 +35,8 @@ use super::Layout;
 pub struct AgentSetup {
     pub agents: std::sync::Arc<Agents>,
     pub files: agent_files::AgentFiles,
+    /// The Debian node image, built on a host when a node there needs it.
+    pub debian: debian::DebianImage,
 }
 
 impl AgentSetup {
@@ -41,6 +45,7 @@ impl AgentSetup {
         Ok(Self {
             agents,
             files: agent_files::prepare(&layout.agent)?,
+            debian: debian::DebianImage::new(layout.debian_rootfs.clone()),
         })
     }
 }

@@ -126,11 +126,22 @@ impl DockerRuntime {
         Ok(format!("http://{gateway}:{}", agents.port))
     }
 
-    /// Nodes never pull their image: it must be on the engine already.
+    /// Nodes never pull their image: it must be on the engine already, or be the Debian image,
+    /// which is built here when it is not.
     async fn check_image(&self, spec: &NodeSpec) -> Result<(), NodeError> {
         let Err(e) = self.docker.inspect_image(&spec.image).await else {
             return Ok(());
         };
+        if status_of(&e) == Some(404) && spec.image == super::DEBIAN_IMAGE {
+            return self.agent.debian.ensure(&self.docker).await.map_err(|why| NodeError {
+                code: "ImageNotFound",
+                message: format!(
+                    "the image {:?} is not present on the Docker engine, and building it failed: {why}; \
+                     build it with `batchpool build-node-image --debian` (as root, with debootstrap), then resize the pool to 0 and back, or recreate it",
+                    spec.image
+                ),
+            });
+        }
         if status_of(&e) == Some(404) {
             return Err(NodeError {
                 code: "ImageNotFound",

@@ -321,9 +321,10 @@ pub(super) fn resolve_image(settings: &Settings, vm_config: Option<&Value>) -> A
                 .map(Option::unwrap_or_default)
                 .join("/"),
         };
-        if let Some(image) = settings.image_map.get(&key.to_ascii_lowercase()) {
-            return Ok(image.clone());
-        }
+        return Ok(match settings.image_map.get(&key.to_ascii_lowercase()) {
+            Some(image) => image.clone(),
+            None => settings.marketplace_image.clone(),
+        });
     }
     Ok(settings.default_image.clone())
 }
