@@ -402,11 +402,13 @@ async fn older_sdks_run_microsoft_s_python_quickstart() {
         common::blobs::put_blob(&format!("{name}/{file}"), &format!("contents of {file}\n")).await;
         inputs.push(format!("{base}/{file}?{sas}"));
     }
+    let (outputs, output_url) = common::blobs::container("rwl").await;
     let s = TestServer::start_allowing_local_urls(Rt::Docker, &[]).await;
     let runs = matrix.split_whitespace().map(|version| {
         let python = format!("{dir}/azure-batch-{version}/bin/python");
         let run = client(&s, &python, "quickstart.py")
             .env("BATCHPOOL_INPUTS", inputs.join("\n"))
+            .env("BATCHPOOL_OUTPUT", &output_url)
             .output();
         async move { (version, run.await.expect("running the quickstart")) }
     });
@@ -417,6 +419,13 @@ async fn older_sdks_run_microsoft_s_python_quickstart() {
             "quickstart passed",
             &s,
         );
+        // The core flow's output files, uploaded as each task succeeded.
+        let major = version.split('.').next().unwrap();
+        for i in 0..12 {
+            let blob = format!("{outputs}/{major}/t{i}.txt");
+            let got = common::blobs::get_blob(&blob).await.map(|(text, _)| text);
+            assert_eq!(got.as_deref(), Some(format!("{i}\n").as_str()), "{blob}");
+        }
     }
 }
 

@@ -118,3 +118,62 @@ async fn an_unpublished_version_is_refused_with_the_list() {
         assert!(message.contains(version), "{version} not in {message}");
     }
 }
+
+/// Seed 003's `az batch pool create --json-file pooldef.json`, in the shape of its time
+/// (api-version 2018-08-01.7.0: `maxTasksPerNode`, a resource file's `blobSource`, an integer as
+/// a string), with its Windows parts made Linux (Ubuntu's image, a bash start task) and without
+/// its application package: the pool's three nodes run the start task as admin, and the pool
+/// reads back in the newest version with `taskSlotsPerNode`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_003_s_pool_definition_runs_in_its_own_version() {
+    let s = TestServer::start_allowing_local_urls(Rt::Docker, &[]).await;
+    let (name, url) = container("r").await;
+    put_blob(&format!("{name}/setup.sh"), "id -u\n").await;
+    let (base, sas) = url.split_once('?').unwrap();
+    let pooldef = json!({
+      "id": "pool01",
+      "virtualMachineConfiguration": {
+        "imageReference": {
+          "publisher": "Canonical",
+          "offer": "0001-com-ubuntu-server-jammy",
+          "sku": "22_04-lts",
+          "version": "latest"
+        },
+        "nodeAgentSKUId": "batch.node.ubuntu 22.04"
+      },
+      "vmSize": "Standard_A1",
+      "targetDedicatedNodes": "3",
+      "enableInterNodeCommunication": true,
+      "maxTasksPerNode": 1,
+      "startTask": {
+        "commandLine": "/bin/bash -c 'bash setup.sh > $AZ_BATCH_NODE_SHARED_DIR/uid'",
+        "resourceFiles": [
+          {
+            "blobSource": format!("{base}/setup.sh?{sas}"),
+            "filePath": "setup.sh"
+          }
+        ],
+        "userIdentity": {
+          "autoUser": {
+            "elevationLevel": "admin"
+          }
+        },
+        "waitForSuccess": true
+      }
+    });
+    let (status, answer) = s.post("/pools?api-version=2018-08-01.7.0", &pooldef).await;
+    assert_eq!(status, 201, "{answer}");
+    for node in s.wait_nodes("pool01", 3, "idle").await {
+        let node = node["id"].as_str().unwrap();
+        assert_eq!(s.shared_file("pool01", node, "uid").await, "0\n", "{node}");
+    }
+    let (_, pool) = s.get("/pools/pool01").await;
+    assert_eq!(
+        (
+            &pool["taskSlotsPerNode"],
+            &pool["enableInterNodeCommunication"]
+        ),
+        (&json!(1), &json!(true)),
+        "{pool}"
+    );
+}

@@ -5,8 +5,10 @@ resource file, polling until every task completes, each task's stdout.txt, then 
 pool deleted. Each SDK speaks its own api-version, in its own shape: 5.x a resource file's
 blob_source, before 10.0 a pool's max_tasks_per_node and bare task counts.
 
-BATCHPOOL_URL, BATCHPOOL_ACCOUNT and BATCHPOOL_KEY say where and who; BATCHPOOL_INPUTS holds the
-input files' SAS URLs, one a line (the quickstart uploads them to its storage account first).
+Then the core flow every client of the matrix runs (core_flow). BATCHPOOL_URL, BATCHPOOL_ACCOUNT and
+BATCHPOOL_KEY say where and who; BATCHPOOL_INPUTS holds the input files' SAS URLs, one a line (the
+quickstart uploads them to its storage account first); BATCHPOOL_OUTPUT is a container's SAS URL
+that output files may be written to.
 """
 
 import datetime
@@ -89,9 +91,59 @@ def main():
     counts = client.job.get_task_counts(JOB_ID)
     counts = counts if MAJOR < 10 else counts.task_counts  # bare before api-version 2020-09-01.12.0
     assert (counts.completed, counts.succeeded) == (len(inputs), len(inputs)), counts
+    core_flow(client, inputs[0][0])
     client.job.delete(JOB_ID)
     client.pool.delete(POOL_ID)
     log("quickstart passed")
+
+
+def core_flow(client, input_url):
+    """The core flow every client of the matrix runs, past the quickstart: a pool whose start task
+    gets a SAS resource file, tasks whose output files go to a SAS container, paging, $filter, a
+    ranged read, terminate. The test checks the uploaded files."""
+    pool, job = f"CorePool{MAJOR}", f"CoreJob{MAJOR}"
+    client.pool.add(batchmodels.PoolAddParameter(
+        id=pool, vm_size="standard_a1_v2", target_dedicated_nodes=1,
+        virtual_machine_configuration=batchmodels.VirtualMachineConfiguration(
+            image_reference=batchmodels.ImageReference(publisher="canonical", offer="0001-com-ubuntu-server-jammy", sku="22_04-lts"),
+            node_agent_sku_id="batch.node.ubuntu 22.04"),
+        start_task=batchmodels.StartTask(
+            command_line="/bin/bash -c 'cp in.txt $AZ_BATCH_NODE_SHARED_DIR/in.txt'", wait_for_success=True,
+            resource_files=[resource_file(input_url, "in.txt")])))
+    client.job.add(batchmodels.JobAddParameter(id=job, pool_info=batchmodels.PoolInformation(pool_id=pool)))
+    upload = batchmodels.OutputFileUploadOptions(upload_condition=batchmodels.OutputFileUploadCondition.task_success)
+    tasks = [batchmodels.TaskAddParameter(
+        id=f"t{i}", command_line=f"/bin/bash -c 'cat $AZ_BATCH_NODE_SHARED_DIR/in.txt; echo {i} > out.txt'",
+        output_files=[batchmodels.OutputFile(
+            file_pattern="out.txt", upload_options=upload,
+            destination=batchmodels.OutputFileDestination(container=batchmodels.OutputFileBlobContainerDestination(
+                container_url=os.environ["BATCHPOOL_OUTPUT"], path=f"{MAJOR}/t{i}.txt")))])
+        for i in range(12)]
+    result = client.task.add_collection(job, tasks)
+    assert all(r.status == batchmodels.TaskAddStatus.success for r in result.value), result
+    deadline = time.time() + 300
+    while not all(t.state == batchmodels.TaskState.completed for t in client.task.list(job)):
+        assert time.time() < deadline, "the core flow's tasks did not complete in time"
+        time.sleep(0.5)
+    # Five a page: the SDK follows odata.nextLink.
+    paged = list(client.task.list(job, task_list_options=batchmodels.TaskListOptions(max_results=5)))
+    assert sorted(t.id for t in paged) == sorted(f"t{i}" for i in range(12)), [t.id for t in paged]
+    done = list(client.task.list(job, task_list_options=batchmodels.TaskListOptions(
+        filter="state eq 'completed' and executionInfo/exitCode eq 0", select="id,state")))
+    assert len(done) == 12 and done[0].command_line is None, done
+    ranged = b"".join(client.file.get_from_task(job, "t3", "stdout.txt", file_get_from_task_options=
+                                                batchmodels.FileGetFromTaskOptions(ocp_range="bytes=9-11"))).decode()
+    assert ranged == "of ", ranged
+    client.task.add(job, batchmodels.TaskAddParameter(id="long", command_line="sleep 60"))
+    deadline = time.time() + 120
+    while client.task.get(job, "long").state != batchmodels.TaskState.running:
+        assert time.time() < deadline, "the long task did not start"
+        time.sleep(0.2)
+    client.task.terminate(job, "long")
+    assert client.task.get(job, "long").state == batchmodels.TaskState.completed
+    client.job.terminate(job)
+    client.job.delete(job)
+    client.pool.delete(pool)
 
 
 if __name__ == "__main__":
