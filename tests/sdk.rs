@@ -118,12 +118,13 @@ async fn azure_batch_14_runs_unchanged() {
     conformance("BATCHPOOL_SDK14_PYTHON", Rt::Local).await;
 }
 
-/// `az batch` (azure-cli from PyPI) with --account-name/--account-key/--account-endpoint.
+/// `az batch` (azure-cli from PyPI) with --account-name/--account-key/--account-endpoint, on Docker
+/// nodes (its Ubuntu image runs the Debian image).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_batch_core_commands_work() {
     let az = std::env::var("BATCHPOOL_AZ")
         .expect("BATCHPOOL_AZ is not set: run the tests through scripts/test.sh");
-    let s = TestServer::start(Rt::Local).await;
+    let s = TestServer::start(Rt::Docker).await;
     let (account, key) = s
         .http
         .credentials
