@@ -23,7 +23,7 @@ use crate::domain::vm_size::VmSizeTable;
 use crate::embedded_pg::EmbeddedPostgres;
 use crate::runtime::agents::Peers;
 use crate::runtime::docker::DockerHosts;
-use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime};
+use crate::runtime::{docker, DockerRuntime, Layout, LocalRuntime, Runtime, SimulatedRuntime};
 use crate::scheduler::{Scheduler, Wakeups};
 use crate::{api, scheduler, store};
 
@@ -31,6 +31,8 @@ pub use account::account_command;
 pub use host::host_command;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    // A socket for each node's agent, and each client.
+    crate::sys::process::raise_fd_limit();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let data_dir = std::path::absolute(&config.data_dir)?;
@@ -326,8 +328,15 @@ async fn choose_runtime(
         let agents = listener.agents.clone();
         return Ok((Runtime::new(runtime, agents, server_id), listener));
     }
+    if config.runtime == RuntimeChoice::Simulated {
+        let (listener, url) = agents::AgentListener::for_local(config).await?;
+        let agents = listener.agents.clone();
+        let runtime = SimulatedRuntime::new(layout, agents.clone(), url, &config.fleet_sim);
+        tracing::info!(fleet = %config.fleet_sim, "nodes are simulated by the fleet simulator");
+        return Ok((Runtime::new(runtime, agents, server_id), listener));
+    }
     let docker = match config.runtime {
-        RuntimeChoice::Local => None,
+        RuntimeChoice::Local | RuntimeChoice::Simulated => None,
         RuntimeChoice::Docker => Some(docker::connect(None).await?),
         RuntimeChoice::Auto => match docker::connect(None).await {
             Ok(client) => {
@@ -356,7 +365,7 @@ async fn choose_runtime(
     Ok((Runtime::new(runtime, agents, server_id), listener))
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
     tokio::select! {

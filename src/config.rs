@@ -1,3 +1,4 @@
+// Long: every command and every flag with its environment variable, one table to read as a whole.
 //! Command line and environment. Everything the server reads from outside is read here, once.
 
 use std::fmt;
@@ -41,6 +42,9 @@ pub enum Command {
     /// Whether a server is ready (`/health/ready` answers 200): exit status 0 if so, 1 if not.
     /// For container healthchecks, where the image has no curl.
     Health(HealthConfig),
+    /// Simulated nodes for `serve --runtime simulated`: thousands of node agents in one process,
+    /// whose commands only pretend to run (docs/fleet-sim.md).
+    FleetSim(FleetSimConfig),
     /// The client commands: pool, job, task, queue, status (docs/cli.md).
     #[command(flatten)]
     Client(crate::cli::ClientCommand),
@@ -169,6 +173,9 @@ pub enum RuntimeChoice {
     Auto,
     Docker,
     Local,
+    /// Nodes simulated by a `batchpool fleet-sim` process (`--fleet-sim`), for measuring the
+    /// server with thousands of nodes.
+    Simulated,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -187,6 +194,14 @@ pub struct ServeConfig {
 
     #[arg(long, env = "BATCHPOOL_RUNTIME", value_enum, default_value = "auto")]
     pub runtime: RuntimeChoice,
+
+    /// With `--runtime simulated`: the URL of the `batchpool fleet-sim` that simulates the nodes.
+    #[arg(
+        long,
+        env = "BATCHPOOL_FLEET_SIM",
+        default_value = "http://127.0.0.1:8090"
+    )]
+    pub fleet_sim: String,
 
     /// A Docker engine nodes run on: `unix:///var/run/docker.sock` or `tcp://HOST:PORT`, with
     /// optional caps on what its nodes may take together: `URL,cpus=N,memory=MiB`. Repeat it
@@ -348,6 +363,17 @@ pub struct ServeConfig {
     /// the host.
     #[arg(long, env = "BATCHPOOL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct FleetSimConfig {
+    /// Where the simulator takes the server's orders (make, stop, restart, remove a node).
+    #[arg(
+        long,
+        env = "BATCHPOOL_FLEET_SIM_LISTEN",
+        default_value = "127.0.0.1:8090"
+    )]
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod ops;
 pub mod runtime;
 pub mod scheduler;
+pub mod sim;
 pub mod storage;
 pub mod store;
 pub mod sys;

@@ -65,6 +65,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Agent => batchpool::agent::run().await,
+        Command::FleetSim(c) => batchpool::sim::run(c.listen).await,
         Command::Client(_) => unreachable!("client commands run in main"),
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {

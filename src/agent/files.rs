@@ -133,7 +133,7 @@ async fn send(
 }
 
 /// Streams an answer to the replies route: its head line, then `rest`.
-async fn post(
+pub(crate) async fn post(
     link: &Link,
     id: u64,
     head: ReplyHead,

@@ -11,7 +11,7 @@ use crate::domain::endpoint::{Endpoint, NOT_LEADING};
 const MOVE_AFTER: Duration = Duration::from_secs(5);
 
 /// Where the server is and who this node is, from the environment the server gave the node.
-pub(super) struct Link {
+pub(crate) struct Link {
     url: Mutex<String>,
     servers: Mutex<Vec<Endpoint>>,
     pub authorization: String,
@@ -30,7 +30,7 @@ pub(super) const GIVEN_UP_AFTER: Duration = Duration::from_secs(30);
 
 /// The server answered that it does not lead.
 #[derive(Debug)]
-pub(super) struct NotLeading;
+pub(crate) struct NotLeading;
 
 impl std::fmt::Display for NotLeading {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,7 +43,7 @@ impl std::error::Error for NotLeading {}
 /// The leading server knows no node by this agent's name and secret (only the leader looks at
 /// who asks: another server answers [`NotLeading`] first).
 #[derive(Debug)]
-pub(super) struct Refused;
+pub(crate) struct Refused;
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,7 +146,7 @@ fn resolve(server: &Endpoint, current: &str) -> Option<String> {
 
 /// Waits longer after each failure in a row, up to 2 s, and says so in the log now and then.
 #[derive(Default)]
-pub(super) struct Backoff {
+pub(crate) struct Backoff {
     failures: u32,
 }
 
@@ -169,7 +169,7 @@ impl Backoff {
 /// not lead, the agent turns to the next server. It keeps count too of how long the leader has
 /// refused it, with no server's work in between.
 #[derive(Default)]
-pub(super) struct Failover {
+pub(crate) struct Failover {
     failing_since: Option<Instant>,
     refused_since: Option<Instant>,
 }

@@ -4,9 +4,9 @@
 //! is away: commands go on, and their events wait until the server answers again, or until the
 //! agent finds the server that leads now (`link`).
 
-mod files;
-mod gate;
-mod link;
+pub(crate) mod files;
+pub(crate) mod gate;
+pub(crate) mod link;
 mod load;
 mod procs;
 mod spawn;
@@ -225,7 +225,10 @@ fn start(node: &tasks::Node, work: Work) {
 /// Sends events in batches, as they come: what came while a batch was on its way goes in the
 /// next. A command's start waits up to [`START_HOLD`] for company (most often its own end), so a
 /// short command costs one request, not two. A batch the server did not take is sent again.
-async fn send_events(link: std::sync::Arc<Link>, mut outbox: mpsc::UnboundedReceiver<Event>) {
+pub(crate) async fn send_events(
+    link: std::sync::Arc<Link>,
+    mut outbox: mpsc::UnboundedReceiver<Event>,
+) {
     let mut backoff = Backoff::default();
     let mut held: Vec<Event> = Vec::new();
     let mut due = tokio::time::Instant::now();

@@ -11,6 +11,7 @@ pub mod local;
 mod node_files;
 mod node_runtime;
 mod removing;
+pub mod simulated;
 mod task;
 mod task_files;
 
@@ -24,6 +25,7 @@ pub use docker::DockerRuntime;
 pub use layout::Layout;
 pub use local::LocalRuntime;
 pub use node_runtime::{BoxFuture, NodeRuntime, MAX_AGENT_LOG};
+pub use simulated::SimulatedRuntime;
 pub use task::{
     container_label, AttemptPid, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
 };

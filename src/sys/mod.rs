@@ -6,4 +6,5 @@
 pub mod file_answer;
 pub mod file_write;
 pub mod listing;
+pub mod process;
 pub mod safe_fs;

@@ -275,13 +275,11 @@ impl TestServer {
             .open(self.log_path())
             .expect("log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_batchpool"));
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--runtime",
-            self.runtime.name(),
-        ]);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        // The test's runtime, unless it names another (`--runtime simulated`).
+        if !self.extra_args.iter().any(|a| a == "--runtime") {
+            cmd.args(["--runtime", self.runtime.name()]);
+        }
         // The test image, unless the test names another.
         if !self.extra_args.iter().any(|a| a == "--default-image") {
             cmd.args(["--default-image", TEST_IMAGE]);

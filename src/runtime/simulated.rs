@@ -1,0 +1,294 @@
+//! The `simulated` runtime: nodes are simulated by a `batchpool fleet-sim` process
+//! (`crate::sim`), which this server asks to make, stop, restart and remove them, as it asks a
+//! Docker engine for containers. Each node's agent speaks the agent protocol to this server, so
+//! everything past making the node (work, events, files, adoption after a restart) takes the
+//! same path as on the other runtimes. For measuring the server with thousands of nodes
+//! (docs/fleet-sim.md); the simulated commands only pretend to run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::agents::{new_secret, Agents};
+use super::{
+    AttemptPid, BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime,
+    NodeSpec, NODE_DIRS,
+};
+use crate::domain::agent::Work;
+use crate::sim::{NodeOrder, SimNode};
+
+/// A simulated node's root, as its commands see it: where a Linux node has it on Azure.
+const NODE_ROOT: &str = "/mnt/batch/tasks";
+
+/// How long an agent may take to answer a kill or a liveness question.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct SimulatedRuntime {
+    layout: Layout,
+    agents: Arc<Agents>,
+    /// Where simulated nodes' agents reach this server.
+    agent_url: String,
+    /// The simulator's URL.
+    fleet: String,
+    http: reqwest::Client,
+}
+
+impl SimulatedRuntime {
+    pub fn new(layout: Layout, agents: Arc<Agents>, agent_url: String, fleet: &str) -> Self {
+        Self {
+            layout,
+            agents,
+            agent_url,
+            fleet: fleet.trim_end_matches('/').to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .tls_certs_only([])
+                .build()
+                .expect("an HTTP client"),
+        }
+    }
+
+    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+        if spec.containers.is_some() {
+            return Err(NodeError {
+                code: "ContainerNotSupported",
+                message: "the simulated runtime runs no containers: make the pool without containerConfiguration".into(),
+            });
+        }
+        let order = NodeOrder {
+            server: spec.server_id.clone(),
+            node: spec.node_id.clone(),
+            secret: new_secret(),
+            url: self.agent_url.clone(),
+            dirs: NODE_DIRS
+                .iter()
+                .map(|d| format!("{NODE_ROOT}/{d}"))
+                .collect(),
+        };
+        let made: SimNode = self
+            .call(
+                self.http
+                    .post(format!("{}/nodes", self.fleet))
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&order).unwrap_or_default()),
+            )
+            .await
+            .and_then(|r| Ok(serde_json::from_slice(&r)?))
+            .map_err(|e| NodeError {
+                code: "NodeCreationFailed",
+                message: format!(
+                    "the fleet simulator at {} did not make node {}: {e:#}",
+                    self.fleet, spec.node_id
+                ),
+            })?;
+        // A node that existed keeps its secret.
+        self.agents.register(&spec.node_id, &made.secret);
+        Ok(NodeHandle {
+            container_id: spec.node_id.clone(),
+            ip_address: "127.0.0.1".into(),
+            host: self.fleet.clone(),
+        })
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<bytes::Bytes> {
+        let response = request.send().await?;
+        let status = response.status();
+        let body = response.bytes().await?;
+        anyhow::ensure!(status.is_success(), "it answered {status}");
+        Ok(body)
+    }
+
+    async fn on_node(&self, node_id: &str, what: &str) -> anyhow::Result<()> {
+        let url = format!("{}/nodes/{node_id}{what}", self.fleet);
+        let request = if what.is_empty() {
+            self.http.delete(url)
+        } else {
+            self.http.post(url)
+        };
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("asking the fleet simulator at {}", self.fleet))?;
+        let status = response.status();
+        anyhow::ensure!(
+            status.is_success() || status == 404,
+            "the fleet simulator answered {status}"
+        );
+        Ok(())
+    }
+
+    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+        let url = format!("{}/nodes?server={server_id}", self.fleet);
+        let body = self
+            .call(self.http.get(url))
+            .await
+            .with_context(|| format!("listing the fleet simulator's nodes at {}", self.fleet))?;
+        let nodes: Vec<SimNode> = serde_json::from_slice(&body)?;
+        Ok(nodes
+            .into_iter()
+            .map(|n| {
+                if n.running {
+                    self.agents.register(&n.node, &n.secret);
+                }
+                FoundNode {
+                    node_id: n.node,
+                    running: n.running,
+                }
+            })
+            .collect())
+    }
+
+    /// The secret of the node's agent, from the simulator, if the node runs and is this
+    /// installation's.
+    async fn secret(&self, server_id: &str, node_id: &str) -> Option<String> {
+        let url = format!("{}/nodes/{node_id}", self.fleet);
+        let body = self.call(self.http.get(url)).await.ok()?;
+        let node: SimNode = serde_json::from_slice(&body).ok()?;
+        (node.running && node.server == server_id).then_some(node.secret)
+    }
+
+    async fn ask(&self, server_id: &str, node_id: &str, make: impl FnOnce(u64) -> Work) -> bool {
+        let secret = self.secret(server_id, node_id);
+        if !self.agents.learn(node_id, secret).await {
+            return false;
+        }
+        self.agents
+            .ask(node_id, make, ASK_TIMEOUT)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+impl NodeRuntime for SimulatedRuntime {
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn node_root(&self, _host_root: &Path) -> String {
+        NODE_ROOT.into()
+    }
+
+    fn agent_advice(&self) -> String {
+        format!(
+            "it was to reach it at {}, from the fleet simulator at {}",
+            self.agent_url, self.fleet
+        )
+    }
+
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            self.call(self.http.get(format!("{}/health", self.fleet)))
+                .await
+                .is_ok()
+        })
+    }
+
+    fn create_node<'a>(
+        &'a self,
+        spec: &'a NodeSpec,
+    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
+        Box::pin(SimulatedRuntime::create_node(self, spec))
+    }
+
+    fn remove_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            self.on_node(node_id, "").await?;
+            self.agents.forget(node_id);
+            Ok(())
+        })
+    }
+
+    fn restart_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(self.on_node(node_id, "/restart"))
+    }
+
+    fn stop_node<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(self.on_node(node_id, "/stop"))
+    }
+
+    /// A simulated node's agent keeps no log.
+    fn agent_log<'a>(
+        &'a self,
+        _server_id: &'a str,
+        node_id: &'a str,
+        _since: i64,
+        _until: i64,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>> {
+        Box::pin(async move {
+            Ok(format!("node {node_id} is simulated: its agent keeps no log\n").into_bytes())
+        })
+    }
+
+    fn list_nodes<'a>(
+        &'a self,
+        server_id: &'a str,
+    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
+        Box::pin(SimulatedRuntime::list_nodes(self, server_id))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        command: &'a NodeCommand,
+        started: crate::runtime::Started,
+    ) -> BoxFuture<'a, anyhow::Result<i64>> {
+        Box::pin(async move {
+            let secret = self.secret(server_id, node_id);
+            anyhow::ensure!(
+                self.agents.learn(node_id, secret).await,
+                "node {node_id} has no agent"
+            );
+            self.agents
+                .run(node_id, |id| command.work(id), started)
+                .await
+        })
+    }
+
+    fn agent_secret<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(self.secret(server_id, node_id))
+    }
+
+    fn kill_group<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: &'a AttemptPid,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            self.ask(server_id, node_id, |id| pid.kill(id)).await;
+            Ok(())
+        })
+    }
+
+    fn is_alive<'a>(
+        &'a self,
+        server_id: &'a str,
+        node_id: &'a str,
+        pid: &'a AttemptPid,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(self.ask(server_id, node_id, |id| pid.alive(id)))
+    }
+}

@@ -1,0 +1,126 @@
+//! The simulated fleet (`batchpool fleet-sim`, `serve --runtime simulated`): hundreds of nodes
+//! whose agents speak the agent protocol from one process, placed, run, read, adopted after a
+//! restart and removed through the ordinary API.
+
+mod common;
+
+use common::{free_port, fresh_database, wait_for_long, Rt, TestServer};
+use serde_json::{json, Value};
+
+const NODES: usize = 300;
+
+/// A `batchpool fleet-sim` on a free port, ended with the test.
+async fn fleet_sim() -> (tokio::process::Child, String) {
+    batchpool::install_tls();
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+        .args(["fleet-sim", "--listen", url.trim_start_matches("http://")])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting fleet-sim");
+    let health = format!("{url}/health");
+    wait_for_long("the fleet simulator to answer", 30, || async {
+        reqwest::get(&health)
+            .await
+            .ok()
+            .filter(|r| r.status().is_success())
+            .map(|_| ())
+    })
+    .await;
+    (child, url)
+}
+
+async fn sim_stats(url: &str) -> Value {
+    reqwest::get(format!("{url}/stats"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Waits until the pool has `count` idle nodes.
+async fn idle(s: &TestServer, pool: &str, count: u64) {
+    wait_for_long(&format!("{count} idle nodes"), 120, || async {
+        let (_, counts) = s.get("/nodecounts").await;
+        let mine = counts["value"]
+            .as_array()?
+            .iter()
+            .find(|c| c["poolId"] == pool)?
+            .clone();
+        (mine["dedicated"]["idle"] == count && mine["dedicated"]["total"] == count).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_simulated_fleet_runs_tasks_and_is_adopted_after_a_restart() {
+    let (_fleet, url) = fleet_sim().await;
+    let flags = [
+        "--runtime",
+        "simulated",
+        "--fleet-sim",
+        &url,
+        "--max-nodes-per-pool",
+        "1000",
+    ];
+    let mut s = TestServer::start_with(Rt::Local, Some(fresh_database().await), &flags).await;
+    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": NODES, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    idle(&s, "sim", NODES as u64).await;
+    assert_eq!(sim_stats(&url).await["running"], NODES);
+
+    s.job_on("j", "sim").await;
+    let tasks: Vec<Value> = (0..1000)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": format!("/bin/sh -c 'sleep 0.2; exit {}'", i % 2)}))
+        .collect();
+    for chunk in tasks.chunks(100) {
+        let (status, added) = s
+            .post("/jobs/j/addtaskcollection", &json!({"value": chunk}))
+            .await;
+        assert_eq!(status, 200, "{added}");
+    }
+    wait_for_long("1,000 tasks to complete", 120, || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["completed"] == 1000).then_some(())
+    })
+    .await;
+    let (_, counts) = s.get("/jobs/j/taskcounts").await;
+    assert_eq!(
+        (
+            &counts["taskCounts"]["succeeded"],
+            &counts["taskCounts"]["failed"]
+        ),
+        (&json!(500), &json!(500))
+    );
+    assert_eq!(
+        s.stdout("j", "t7").await,
+        "simulated: /bin/sh -c 'sleep 0.2; exit 1'\n"
+    );
+    let t7 = s.task("j", "t7").await;
+    assert_eq!(t7["executionInfo"]["exitCode"], 1, "{t7}");
+
+    // A restart adopts every node: none is made again, and they run work.
+    s.kill().await;
+    s.launch().await;
+    let adopted = format!("adopted existing nodes adopted={NODES}");
+    wait_for_long("the nodes to be adopted", 60, || async {
+        s.log_contains(&adopted).then_some(())
+    })
+    .await;
+    idle(&s, "sim", NODES as u64).await;
+    assert_eq!(sim_stats(&url).await["nodes"], NODES);
+    let late = json!({"id": "late", "commandLine": "sleep 0.1"});
+    assert_eq!(s.post("/jobs/j/tasks", &late).await.0, 201);
+    let done = s.wait_task("j", "late", "completed").await;
+    assert_eq!(done["executionInfo"]["exitCode"], 0, "{done}");
+
+    // Resized to zero, the nodes go from the simulator too.
+    let resize = json!({"targetDedicatedNodes": 0});
+    assert_eq!(s.post("/pools/sim/resize", &resize).await.0, 202);
+    wait_for_long("the simulated nodes to go", 120, || async {
+        (sim_stats(&url).await["nodes"] == 0).then_some(())
+    })
+    .await;
+}
