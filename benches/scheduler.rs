@@ -2,7 +2,7 @@
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
 //! server; BENCH_ONLY=throughput,latency,versions,docker,containers,nodes,hosts,data,files,slurm,scale,
-//! autoscale (comma-separated) picks sections.
+//! autoscale,fleet (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
@@ -39,6 +39,11 @@
 //!   (interval PT5S), submit -> running; and the CPU (server and its PostgreSQL) of
 //!   BENCH_AUTOSCALE_POOLS (1,000) pools on Azure's documented formula every 5 s, against as
 //!   many fixed-size pools.
+//! - fleet: a simulated fleet (`batchpool fleet-sim`, `serve --runtime simulated`): a pool
+//!   resized 0 -> BENCH_FLEET_STEP (1,000) -> BENCH_FLEET_NODES (10,000) until all are idle; the
+//!   idle fleet's CPU over a minute (server and PostgreSQL, the simulator apart); BENCH_FLEET_TASKS
+//!   (100,000) tasks of `sleep 1` on 4 slots a node: starts a second sustained, CPU per task; the
+//!   server's peak RSS and PostgreSQL's size.
 //!
 //! The Docker sections are skipped when no engine answers. A quick run that checks it works:
 //! BENCH_TASKS=2000 BENCH_LATENCY_TRIES=20 BENCH_DOCKER_TASKS=100 BENCH_NODES=5 BENCH_QUEUED=20000
@@ -110,6 +115,15 @@ async fn main() {
         suite::autoscale::run(
             env("BENCH_AUTOSCALE_TRIES", 5),
             env("BENCH_AUTOSCALE_POOLS", 1_000),
+        )
+        .await;
+    }
+    if selected("fleet") {
+        suite::fleet::run(
+            env("BENCH_FLEET_STEP", 1_000),
+            env("BENCH_FLEET_NODES", 10_000),
+            env("BENCH_FLEET_TASKS", 100_000),
+            clients,
         )
         .await;
     }

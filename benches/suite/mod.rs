@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod data;
 pub mod docker;
 pub mod files;
+pub mod fleet;
 pub mod hosts;
 pub mod latency;
 pub mod scale;
