@@ -6,7 +6,7 @@
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
-//!   with the server's `--tasks-ahead-per-slot` BENCH_AHEAD (4), against `xargs -P` the pool's
+//!   the server's default tasks ahead (`auto`; BENCH_AHEAD sets `--tasks-ahead-per-slot`), against `xargs -P` the pool's
 //!   slots (32) running the same processes;
 //! - versions: BENCH_VERSION_ROUNDS (200) rounds of an addtaskcollection of 100 tasks and a list
 //!   of 1,000 tasks in 2025-06-01, 2024-02-01.19.0 and 2018-08-01.7.0 (translated), interleaved:
@@ -65,7 +65,8 @@ async fn main() {
     );
     if selected("throughput") {
         let (tasks, slots) = (env("BENCH_TASKS", 100_000), env("BENCH_SLOTS", 16));
-        suite::throughput::run(tasks, clients, (slots, env("BENCH_AHEAD", 4))).await;
+        let ahead = std::env::var("BENCH_AHEAD").ok();
+        suite::throughput::run(tasks, clients, (slots, ahead)).await;
     }
     if selected("latency") {
         suite::latency::run(env("BENCH_LATENCY_TRIES", 200)).await;

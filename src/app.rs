@@ -130,6 +130,15 @@ async fn run(
         leading: Default::default(),
     };
     let limits = limits(&config);
+    // Every node's agent holds a connection (its long poll) and opens more: the agents' listener
+    // takes as many as the open files left by the API's connections allow.
+    let agent_limits = api::serve::Limits {
+        max_connections: agent_connections(
+            crate::sys::process::raise_fd_limit(),
+            config.max_connections,
+        ),
+        ..limits.clone()
+    };
     let secret = store::peer_secret(&db).await?;
     let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
     let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
@@ -150,7 +159,7 @@ async fn run(
         (runtime.clone(), peers, leading.clone(), db.clone()),
         api::tasks_router(state.clone()),
         server_id.clone(),
-        limits.clone(),
+        agent_limits,
         cancel.clone(),
     );
     let scheduler = tokio::spawn(scheduler::run(
@@ -186,6 +195,17 @@ async fn run(
     let _ = agents.await;
     db.close().await;
     Ok(())
+}
+
+/// Connections the agents' listener serves at once: what the open-file limit leaves beside the
+/// API's connections and a reserve (PostgreSQL, Docker engines, files), and never fewer than the
+/// API's own bound.
+fn agent_connections(open_files: u64, api_connections: usize) -> usize {
+    const RESERVE: u64 = 1024;
+    let left = open_files.saturating_sub(api_connections as u64 + RESERVE);
+    usize::try_from(left)
+        .unwrap_or(usize::MAX)
+        .max(api_connections)
 }
 
 fn limits(config: &ServeConfig) -> api::serve::Limits {

@@ -337,10 +337,11 @@ pub struct ServeConfig {
 
     /// Single-slot tasks each node may hold per task slot beyond the tasks it runs: each starts
     /// the moment a slot frees, with no round trip to this server (docs/scheduling.md, "Tasks
-    /// ahead"). Raises the throughput of many short tasks; a task held behind long ones waits
-    /// for them while another node may have come free. 0: a task is placed only on a free slot.
-    #[arg(long, env = "BATCHPOOL_TASKS_AHEAD_PER_SLOT", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=16))]
-    pub tasks_ahead_per_slot: i32,
+    /// ahead"). `auto`: 2, for tasks of jobs whose recent tasks ran short, on nodes running only
+    /// such tasks. A number (0 to 16): that many for every single-slot task, even behind long
+    /// ones. 0: a task is placed only on a free slot.
+    #[arg(long, env = "BATCHPOOL_TASKS_AHEAD_PER_SLOT", default_value = "auto")]
+    pub tasks_ahead_per_slot: crate::scheduler::ahead::AheadSetting,
 
     /// Seconds a client may take to send a request's headers; also how long an idle keep-alive
     /// connection stays open.

@@ -124,3 +124,58 @@ async fn a_held_task_runs_once_across_a_restart() {
     s.wait_task("j", "last", "completed").await;
     assert_eq!(s.shared_file("one", &node, "held").await, "ran\n");
 }
+
+/// By default (`auto`), tasks are held ahead only for a job whose recent tasks ran short, and
+/// only on a node that runs nothing else: with a long task of another job in one node's slot,
+/// the short job's tasks all go to the other node (which holds some of them ahead), none waits
+/// behind the long task, and all are done long before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_short_job_s_tasks_are_never_held_behind_a_long_task() {
+    let rt = Rt::Local;
+    let s = TestServer::start(rt).await;
+    let pool = json!({"id": "two", "vmSize": "standard_a1", "targetDedicatedNodes": 2, "taskSlotsPerNode": 1});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    s.wait_nodes("two", 2, "idle").await;
+    s.job_on("short", "two").await;
+    s.job_on("long", "two").await;
+    let short = |from: usize, to: usize| -> Vec<serde_json::Value> {
+        (from..to)
+            .map(|i| json!({"id": format!("s{i}"), "commandLine": "sleep 0.2"}))
+            .collect()
+    };
+    // The short job shows it runs short.
+    s.add_tasks("short", short(0, 10)).await;
+    s.wait_all_completed("short", 10).await;
+
+    let m = marker(rt, 9);
+    s.add_tasks("long", vec![json!({"id": "l", "commandLine": m})])
+        .await;
+    wait_for(&format!("{m} to run"), || async {
+        s.process_running(&m).await.then_some(())
+    })
+    .await;
+    let long_node = s.task("long", "l").await["nodeInfo"]["nodeId"].clone();
+
+    s.add_tasks("short", short(10, 30)).await;
+    let done = s.wait_all_completed("short", 30).await;
+    assert_eq!(s.task("long", "l").await["state"], "running");
+    let mut on_free_node: Vec<(String, String)> = Vec::new();
+    for t in done
+        .iter()
+        .filter(|t| t["id"].as_str().unwrap()[1..].parse::<usize>().unwrap() >= 10)
+    {
+        assert_ne!(
+            t["nodeInfo"]["nodeId"], long_node,
+            "held behind the long task: {t}"
+        );
+        let info = &t["executionInfo"];
+        on_free_node.push((
+            info["startTime"].as_str().unwrap().to_string(),
+            info["endTime"].as_str().unwrap().to_string(),
+        ));
+    }
+    // The free node has one slot: a task placed while another ran there was held ahead.
+    on_free_node.sort();
+    let held = on_free_node.windows(2).filter(|w| w[1].0 < w[0].1).count();
+    assert!(held > 0, "no task was held ahead: {on_free_node:?}");
+}

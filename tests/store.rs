@@ -10,6 +10,7 @@ use batchpool::domain::job::{AllTasksComplete, TaskFailureMode, TaskState};
 use batchpool::domain::pool::{
     AllocationState, JobDefaultOrder, NodeFillType, NodeState, PoolState,
 };
+use batchpool::scheduler::ahead::AheadSetting;
 use batchpool::store::{self, jobs, nodes, pools, tasks};
 use serde_json::json;
 use sqlx::migrate::Migrator;
@@ -436,7 +437,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
     let three = [new_task("a", &[]), new_task("b", &[]), new_task("c", &[])];
     tasks::insert_many(&mut tx, job.pk, &three).await.unwrap();
     tx.commit().await.unwrap();
-    let mut placed = dispatch::pass(&db, &[], 0).await.unwrap();
+    let mut placed = dispatch::pass(&db, &[], &Default::default()).await.unwrap();
     placed.sort_by(|x, y| x.task_id.cmp(&y.task_id));
     let ids: Vec<_> = placed.iter().map(|a| a.task_id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "the node's two slots");
@@ -463,9 +464,14 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
             .map(|(a, _, _): &(tasks::AttemptRow, _, _)| a.task_id.clone());
         recorded.lock().unwrap().extend(ids)
     };
-    let placed = dispatch::record_and_pass(&db, note, &mut ended, 0)
-        .await
-        .unwrap();
+    let placed = dispatch::record_and_pass(
+        &db,
+        note,
+        &mut ended,
+        (AheadSetting::Fixed(0), &Default::default()),
+    )
+    .await
+    .unwrap();
     assert!(ended.is_empty(), "nothing left to record");
     let mut recorded = recorded.into_inner().unwrap();
     recorded.sort();
@@ -497,7 +503,9 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
         exit_code: 0,
         failure,
     };
-    dispatch::pass(&db, &[(c, outcome, None)], 0).await.unwrap();
+    dispatch::pass(&db, &[(c, outcome, None)], &Default::default())
+        .await
+        .unwrap();
     let c = tasks::get(&db, job.pk, "c").await.unwrap().unwrap();
     assert_eq!(c.state, TaskState::Completed);
     let info = c.failure_info.expect("the upload failure is told");

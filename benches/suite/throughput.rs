@@ -1,6 +1,6 @@
 //! End to end: BENCH_TASKS no-op tasks (`true`) added through addtaskcollection while a local pool
-//! of 2 nodes x BENCH_SLOTS (16) slots runs them, each node holding BENCH_AHEAD (4) tasks a slot
-//! ahead (`--tasks-ahead-per-slot`); next to the same number of `/bin/sh -c true`
+//! of 2 nodes x BENCH_SLOTS (16) slots runs them, the server with its default tasks ahead
+//! (`auto`), or BENCH_AHEAD's `--tasks-ahead-per-slot` where it is set; next to the same number of `/bin/sh -c true`
 //! processes started by `xargs -P` the pool's slots (32) in the same run, just before and just
 //! after.
 
@@ -8,8 +8,12 @@ use std::time::Instant;
 
 use super::{add_tasks, cpu, pass_summary, timed_shell, Server};
 
-pub async fn run(tasks: usize, clients: usize, (slots, ahead): (usize, usize)) {
-    let args = ["--tasks-ahead-per-slot".to_string(), ahead.to_string()];
+pub async fn run(tasks: usize, clients: usize, (slots, ahead): (usize, Option<String>)) {
+    let args: Vec<String> = match &ahead {
+        Some(ahead) => vec!["--tasks-ahead-per-slot".into(), ahead.clone()],
+        None => Vec::new(),
+    };
+    let ahead = ahead.unwrap_or_else(|| "auto".into());
     let s = Server::with_pool_and(&args, ("local", "bench", 2, slots), "run").await;
     let parallel = 2 * slots;
     // The baseline runs before and after, so a machine that gets busier or quieter during the

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use sqlx::PgPool;
 
+use super::ahead::{Ahead, AheadSetting, Recent};
 use super::complete::{self, Finished};
 use super::ready_cursor;
 use crate::domain::placement::{place_ahead, place_near, FreeNode, Needs};
@@ -28,7 +29,7 @@ type Tx<'t> = sqlx::Transaction<'t, sqlx::Postgres>;
 /// Records the outcomes `ended`, then claims and records placements; returns the attempts now
 /// running, as the executor starts them. Each pass logs its time at debug level
 /// (`batchpool::scheduler::dispatch=debug`), which the benchmark reads.
-pub async fn pass(db: &PgPool, ended: &[Finished], ahead: i32) -> sqlx::Result<Vec<AttemptRow>> {
+pub async fn pass(db: &PgPool, ended: &[Finished], ahead: &Ahead) -> sqlx::Result<Vec<AttemptRow>> {
     let started = std::time::Instant::now();
     let placed = claim(db, ended, ahead).await?;
     crate::metrics::DISPATCH_PASS.observe(started.elapsed());
@@ -46,8 +47,8 @@ pub async fn pass(db: &PgPool, ended: &[Finished], ahead: i32) -> sqlx::Result<V
     Ok(placed)
 }
 
-/// A dispatch pass that records `ended` first, and tells `recorded` which are in the
-/// database. If that pass fails, the outcomes are recorded apart ([`complete::record_many`]:
+/// A dispatch pass that records `ended` first (and learns from them which jobs run short, for
+/// `setting`'s tasks ahead), and tells `recorded` which are in the database. If that pass fails, the outcomes are recorded apart ([`complete::record_many`]:
 /// one bad record holds back neither the others nor the pass), then the pass runs without
 /// them; outcomes that could not be recorded at all stay in `ended` for the next pass, as the
 /// database may be back by then.
@@ -55,8 +56,10 @@ pub async fn record_and_pass(
     db: &PgPool,
     recorded: impl Fn(&[Finished]),
     ended: &mut Vec<Finished>,
-    ahead: i32,
+    (setting, recent): (AheadSetting, &Recent),
 ) -> sqlx::Result<Vec<AttemptRow>> {
+    recent.observe(ended);
+    let ahead = &Ahead::for_pass(setting, recent);
     match pass(db, ended, ahead).await {
         Ok(placed) => {
             recorded(ended);
@@ -95,10 +98,11 @@ fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32, i32)>) {
     }
 }
 
-async fn claim(db: &PgPool, ended: &[Finished], ahead: i32) -> sqlx::Result<Vec<AttemptRow>> {
+async fn claim(db: &PgPool, ended: &[Finished], ahead: &Ahead) -> sqlx::Result<Vec<AttemptRow>> {
     let mut tx = db.begin().await?;
     if !ended.is_empty() {
-        store::nodes::lock_for_pass(&mut *tx, &complete::nodes_of(ended), ahead).await?;
+        let freeing = complete::nodes_of(ended);
+        store::nodes::lock_for_pass(&mut *tx, &freeing, ahead.per_slot).await?;
         complete::record_in(&mut tx, ended).await?;
     }
     let chosen = choose(&mut tx, ahead).await?;
@@ -156,7 +160,10 @@ impl Chosen {
 /// A pool's free slots as a pass fills them.
 struct Filling<'c> {
     nodes: Vec<FreeNode>,
+    /// Each node's index in `nodes`, by its key.
+    at: HashMap<i64, usize>,
     fill: NodeFillType,
+    ahead: &'c Ahead,
     /// Free slots left in the pool.
     free: i64,
     chosen: &'c mut Chosen,
@@ -178,8 +185,15 @@ const MAX_TURNS: usize = 10_000;
 
 /// Locks the nodes with free slots and claims ready tasks for them, pool by pool: jobs in
 /// priority order, and jobs of equal priority by the pool's jobDefaultOrder.
-async fn choose(tx: &mut Tx<'_>, ahead: i32) -> sqlx::Result<Chosen> {
-    let free = store::nodes::lock_free_slots(&mut **tx, ahead).await?;
+async fn choose(tx: &mut Tx<'_>, ahead: &Ahead) -> sqlx::Result<Chosen> {
+    let free = store::nodes::lock_free_slots(&mut **tx, ahead.per_slot).await?;
+    let running_others = match &ahead.jobs {
+        Some(short) if ahead.per_slot > 0 => {
+            let nodes: Vec<i64> = free.iter().map(|n| n.node_pk).collect();
+            store::tasks::nodes_running_other_jobs(&mut **tx, &nodes, short).await?
+        }
+        _ => Vec::new(),
+    };
     let mut pools: BTreeMap<i64, (String, String, NodeFillType, JobDefaultOrder, Vec<FreeNode>)> =
         BTreeMap::new();
     for row in free {
@@ -187,17 +201,30 @@ async fn choose(tx: &mut Tx<'_>, ahead: i32) -> sqlx::Result<Chosen> {
             let (id, account) = (row.pool_id.clone(), row.account.clone());
             (id, account, row.fill, row.order, Vec::new())
         });
+        // A node running a task of a job not known to be short holds none ahead of it.
+        let per_slot = if running_others.contains(&row.node_pk) {
+            0
+        } else {
+            ahead.per_slot
+        };
         entry.4.push(FreeNode {
             dedicated: row.dedicated,
-            ..FreeNode::new(row.node_pk, row.node_id, (row.free, row.slots, ahead))
+            ..FreeNode::new(row.node_pk, row.node_id, (row.free, row.slots, per_slot))
         });
     }
     let mut chosen = Chosen::default();
     for (pool_pk, (pool_id, account, fill, order, nodes)) in pools {
         let free = nodes.iter().map(|n| i64::from(n.free + n.ahead)).sum();
+        let at = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node_pk, i))
+            .collect();
         let mut filling = Filling {
             nodes,
+            at,
             fill,
+            ahead,
             free,
             chosen: &mut chosen,
         };
@@ -219,6 +246,16 @@ async fn choose(tx: &mut Tx<'_>, ahead: i32) -> sqlx::Result<Chosen> {
 }
 
 impl Filling<'_> {
+    /// Takes the room to hold tasks from `node_pk`, where a task of a job not known to be short
+    /// was just placed.
+    fn hold_none_on(&mut self, node_pk: i64) {
+        let Some(&i) = self.at.get(&node_pk) else {
+            return;
+        };
+        let node = &mut self.nodes[i];
+        self.free -= i64::from(std::mem::take(&mut node.ahead));
+    }
+
     /// How many more tasks `job` may start now, having been given `placed` in this pass: the
     /// free slots, within its maxParallelTasks.
     fn room(&self, job: &JobRoom, placed: i64) -> i64 {
@@ -258,8 +295,17 @@ impl Filling<'_> {
                 own_container: task.own_container,
             };
             let near = task.affinity.as_deref();
-            let node = place_near(&mut self.nodes, needs, self.fill, near)
-                .or_else(|| place_ahead(&mut self.nodes, needs));
+            let node = match place_near(&mut self.nodes, needs, self.fill, near) {
+                Some(node) => {
+                    if self.ahead.per_slot > 0 && !self.ahead.may_hold(job.pk) {
+                        // Nothing is held behind a task of a job not known to be short.
+                        self.hold_none_on(node);
+                    }
+                    Some(node)
+                }
+                None if self.ahead.may_hold(job.pk) => place_ahead(&mut self.nodes, needs),
+                None => None,
+            };
             outcomes.push((task.pk, node.is_some()));
             if let Some(node_pk) = node {
                 self.chosen.task_pks.push(task.pk);

@@ -2,6 +2,7 @@
 //! the allocator (pools -> nodes) and the dispatcher (tasks -> slots, with the executor that runs
 //! them). API writes wake the loops; a slow timer only backs them up.
 
+pub mod ahead;
 pub mod allocate;
 pub mod bes;
 pub mod complete;
@@ -67,7 +68,7 @@ pub struct Scheduler {
     pub wake: Wakeups,
     pub node_concurrency: usize,
     /// Single-slot tasks a node may hold per slot beyond those it runs (`--tasks-ahead-per-slot`).
-    pub tasks_ahead_per_slot: i32,
+    pub tasks_ahead_per_slot: ahead::AheadSetting,
     /// The most nodes an autoscale formula may give a pool (`--max-nodes-per-pool`).
     pub max_nodes_per_pool: i32,
     pub bes: bes::Config,
@@ -312,13 +313,20 @@ async fn dispatch_loop(
 ) {
     // Outcomes taken from the executor and not recorded yet.
     let mut ended = Vec::new();
+    // Which jobs ran short lately, for tasks ahead (this term's memory).
+    let recent = ahead::Recent::default();
     loop {
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
         executor.take_ended(&mut ended);
         let recorded = |done: &[_]| executor.recorded(done);
-        let placed =
-            dispatch::record_and_pass(&s.db, recorded, &mut ended, s.tasks_ahead_per_slot).await;
+        let placed = dispatch::record_and_pass(
+            &s.db,
+            recorded,
+            &mut ended,
+            (s.tasks_ahead_per_slot, &recent),
+        )
+        .await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
         // its process goes before the new attempts on its node start.
         let killing = executor.kill_ended().await.unwrap_or_else(|e| {

@@ -2,20 +2,28 @@
 //! it has used (for the figures of `fleet-sim`, which leave it out of the server's).
 
 /// Raises the soft limit of open files to the hard one: a server with thousands of agents
-/// connected, or a simulator of as many nodes, holds a socket for each.
-pub fn raise_fd_limit() {
+/// connected, or a simulator of as many nodes, holds a socket for each. Returns the limit now.
+pub fn raise_fd_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit and setrlimit with a valid pointer to an rlimit.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
         }
     }
+    limit.rlim_cur
 }
 
 /// The CPU time (user and kernel, ms) this process has used, and its resident memory (bytes).

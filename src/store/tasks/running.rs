@@ -243,6 +243,22 @@ pub async fn forget_files_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx
     .map(drop)
 }
 
+/// Of `nodes`, those running (or preparing) a task of a job not among `jobs`.
+pub async fn nodes_running_other_jobs(
+    db: impl PgExecutor<'_>,
+    nodes: &[i64],
+    jobs: &[i64],
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT node_pk AS "node_pk!" FROM tasks
+         WHERE node_pk = ANY($1) AND state IN ('preparing', 'running') AND job_pk <> ALL($2)"#,
+        nodes,
+        jobs,
+    )
+    .fetch_all(db)
+    .await
+}
+
 pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state IN ('preparing', 'running')) AS "running!""#,
