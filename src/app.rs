@@ -130,15 +130,6 @@ async fn run(
         leading: Default::default(),
     };
     let limits = limits(&config);
-    // Every node's agent holds a connection (its long poll) and opens more: the agents' listener
-    // takes as many as the open files left by the API's connections allow.
-    let agent_limits = api::serve::Limits {
-        max_connections: agent_connections(
-            crate::sys::process::raise_fd_limit(),
-            config.max_connections,
-        ),
-        ..limits.clone()
-    };
     let secret = store::peer_secret(&db).await?;
     let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
     let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
@@ -159,7 +150,7 @@ async fn run(
         (runtime.clone(), peers, leading.clone(), db.clone()),
         api::tasks_router(state.clone()),
         server_id.clone(),
-        agent_limits,
+        agent_limits(&config),
         cancel.clone(),
     );
     let scheduler = tokio::spawn(scheduler::run(
@@ -206,6 +197,18 @@ fn agent_connections(open_files: u64, api_connections: usize) -> usize {
     usize::try_from(left)
         .unwrap_or(usize::MAX)
         .max(api_connections)
+}
+
+/// The agents' listener's limits: the API's, with as many connections as the open files allow
+/// (every node's agent holds one, its long poll, and opens more).
+fn agent_limits(config: &ServeConfig) -> api::serve::Limits {
+    api::serve::Limits {
+        max_connections: agent_connections(
+            crate::sys::process::raise_fd_limit(),
+            config.max_connections,
+        ),
+        ..limits(config)
+    }
 }
 
 fn limits(config: &ServeConfig) -> api::serve::Limits {
@@ -385,7 +388,7 @@ async fn choose_runtime(
     Ok((Runtime::new(runtime, agents, server_id), listener))
 }
 
-pub(crate) async fn shutdown_signal() {
+async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
     tokio::select! {

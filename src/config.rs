@@ -258,7 +258,7 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "BATCHPOOL_MARKETPLACE_IMAGE",
-        default_value = crate::runtime::docker::DEBIAN_IMAGE
+        default_value = crate::domain::pool::DEBIAN_IMAGE
     )]
     pub marketplace_image: String,
 
@@ -341,7 +341,7 @@ pub struct ServeConfig {
     /// such tasks. A number (0 to 16): that many for every single-slot task, even behind long
     /// ones. 0: a task is placed only on a free slot.
     #[arg(long, env = "BATCHPOOL_TASKS_AHEAD_PER_SLOT", default_value = "auto")]
-    pub tasks_ahead_per_slot: crate::scheduler::ahead::AheadSetting,
+    pub tasks_ahead_per_slot: crate::domain::placement::AheadSetting,
 
     /// Seconds a client may take to send a request's headers; also how long an idle keep-alive
     /// connection stays open.

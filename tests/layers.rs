@@ -2,8 +2,9 @@
 //! `app` -> `api`, `scheduler` (never each other) -> `ops` -> `store`, `storage`, `runtime`,
 //! `embedded_pg` (never each other) -> `domain`; `runtime`, `api` and `agent` may use `sys` (OS
 //! helpers, which use `domain` alone); `api` and `scheduler` count into `metrics` (which imports
-//! nothing). `cli`, the client commands, uses `domain` alone; `config` names its commands and is
-//! read by `app` alone. A `use` that
+//! nothing). `cli`, the client commands, uses `domain` alone; `sim` (`batchpool fleet-sim`) uses
+//! `agent`'s parts, `domain` and `sys`; `config` names its commands and is read by `app` alone.
+//! A `use` that
 //! runs the wrong way fails here with its file and line. Crate-root items (`crate::install_tls`)
 //! belong to no layer.
 
@@ -33,6 +34,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("config", &["domain", "cli"]),
     ("cli", &["domain"]),
     ("agent", &["domain", "sys"]),
+    // `batchpool fleet-sim`: simulated nodes' agents, with the agent's own parts.
+    ("sim", &["agent", "domain", "sys"]),
     (
         "api",
         &[

@@ -40,6 +40,7 @@ pub mod container;
 pub mod duration;
 pub mod endpoint;
 pub mod files;
+pub mod fleet;
 pub mod host;
 pub mod ids;
 pub mod lenient;

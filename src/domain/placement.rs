@@ -39,6 +39,29 @@ pub struct Needs {
     pub own_container: bool,
 }
 
+/// What `--tasks-ahead-per-slot` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AheadSetting {
+    /// Held tasks only for short jobs, on nodes that run only short jobs' tasks.
+    Auto,
+    /// This many a slot, for every single-slot task (0: none).
+    Fixed(i32),
+}
+
+impl std::str::FromStr for AheadSetting {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<i32>() {
+            Ok(n) if (0..=16).contains(&n) => Ok(Self::Fixed(n)),
+            _ => Err(format!("{s:?}: give auto, or a number from 0 to 16")),
+        }
+    }
+}
+
 /// Picks a node for a task and takes its slots from it: the node `affinity` names (Azure's
 /// affinityId, `TVM:<node id>`) if it has room, as a hint only; otherwise as [`place`] does.
 pub fn place_near(
@@ -86,6 +109,24 @@ pub fn place_ahead(nodes: &mut [FreeNode], needs: Needs) -> Option<i64> {
     Some(chosen.node_pk)
 }
 
+/// Nodes that failed a job's preparation task take none of its tasks: their free slots are set
+/// aside while its tasks are placed.
+pub fn hide(nodes: &mut [FreeNode], excluded: &[i64]) -> Vec<(usize, i32, i32)> {
+    nodes
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, n)| excluded.contains(&n.node_pk))
+        .map(|(i, n)| (i, std::mem::take(&mut n.free), std::mem::take(&mut n.ahead)))
+        .collect()
+}
+
+pub fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32, i32)>) {
+    for (i, free, ahead) in hidden {
+        nodes[i].free = free;
+        nodes[i].ahead = ahead;
+    }
+}
+
 /// Whether `node` can take a task that `needs` this: enough free slots, and dedicated if the
 /// task must have a dedicated node.
 fn fits(node: &FreeNode, needs: Needs) -> bool {
@@ -95,6 +136,16 @@ fn fits(node: &FreeNode, needs: Needs) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_setting_is_auto_or_a_number_up_to_16() {
+        assert_eq!("auto".parse(), Ok(AheadSetting::Auto));
+        assert_eq!("AUTO".parse(), Ok(AheadSetting::Auto));
+        assert_eq!("4".parse(), Ok(AheadSetting::Fixed(4)));
+        assert!("17".parse::<AheadSetting>().is_err());
+        assert!("-1".parse::<AheadSetting>().is_err());
+        assert!("some".parse::<AheadSetting>().is_err());
+    }
 
     fn nodes(free: &[i32]) -> Vec<FreeNode> {
         free.iter()

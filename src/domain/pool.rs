@@ -3,6 +3,10 @@
 
 use serde::Deserialize;
 
+/// The image pools with an unmapped `imageReference` run unless `--marketplace-image` names
+/// another (docs/nodes.md, "The Debian image"); the server builds it on an engine that lacks it.
+pub const DEBIAN_IMAGE: &str = "batchpool/debian:bookworm";
+
 wire_enum!(PoolState { Active = "active", Deleting = "deleting" });
 
 wire_enum!(AllocationState { Steady = "steady", Resizing = "resizing", Stopping = "stopping" });

@@ -17,7 +17,7 @@ use super::{
     NodeSpec, NODE_DIRS,
 };
 use crate::domain::agent::Work;
-use crate::sim::{NodeOrder, SimNode};
+use crate::domain::fleet::{NodeOrder, SimNode};
 
 /// A simulated node's root, as its commands see it: where a Linux node has it on Azure.
 const NODE_ROOT: &str = "/mnt/batch/tasks";

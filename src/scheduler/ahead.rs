@@ -8,29 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::complete::{Finished, Outcome};
-
-/// What `--tasks-ahead-per-slot` says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AheadSetting {
-    /// Held tasks only for short jobs, on nodes that run only short jobs' tasks.
-    Auto,
-    /// This many a slot, for every single-slot task (0: none).
-    Fixed(i32),
-}
-
-impl std::str::FromStr for AheadSetting {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(Self::Auto);
-        }
-        match s.parse::<i32>() {
-            Ok(n) if (0..=16).contains(&n) => Ok(Self::Fixed(n)),
-            _ => Err(format!("{s:?}: give auto, or a number from 0 to 16")),
-        }
-    }
-}
+pub use crate::domain::placement::AheadSetting;
 
 /// Tasks held a slot in `auto`: enough to start the next task the moment a slot frees (the
 /// benchmark's 0.80-0.82 of `xargs` with 2, against 0.67-0.71 with none).
@@ -129,16 +107,6 @@ impl Ahead {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_setting_is_auto_or_a_number_up_to_16() {
-        assert_eq!("auto".parse(), Ok(AheadSetting::Auto));
-        assert_eq!("AUTO".parse(), Ok(AheadSetting::Auto));
-        assert_eq!("4".parse(), Ok(AheadSetting::Fixed(4)));
-        assert!("17".parse::<AheadSetting>().is_err());
-        assert!("-1".parse::<AheadSetting>().is_err());
-        assert!("some".parse::<AheadSetting>().is_err());
-    }
 
     #[test]
     fn only_short_jobs_may_have_tasks_held_in_auto() {

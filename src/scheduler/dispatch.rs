@@ -16,7 +16,7 @@ use sqlx::PgPool;
 use super::ahead::{Ahead, AheadSetting, Recent};
 use super::complete::{self, Finished};
 use super::ready_cursor;
-use crate::domain::placement::{place_ahead, place_near, FreeNode, Needs};
+use crate::domain::placement::{hide, place_ahead, place_near, restore, FreeNode, Needs};
 use crate::domain::pool::{JobDefaultOrder, NodeFillType};
 use crate::store::{
     self,
@@ -78,24 +78,6 @@ pub async fn record_and_pass(
     }
     *ended = left;
     pass(db, &[], ahead).await
-}
-
-/// Nodes that failed a job's preparation task take none of its tasks: their free slots are set
-/// aside while its tasks are placed.
-fn hide(nodes: &mut [FreeNode], excluded: &[i64]) -> Vec<(usize, i32, i32)> {
-    nodes
-        .iter_mut()
-        .enumerate()
-        .filter(|(_, n)| excluded.contains(&n.node_pk))
-        .map(|(i, n)| (i, std::mem::take(&mut n.free), std::mem::take(&mut n.ahead)))
-        .collect()
-}
-
-fn restore(nodes: &mut [FreeNode], hidden: Vec<(usize, i32, i32)>) {
-    for (i, free, ahead) in hidden {
-        nodes[i].free = free;
-        nodes[i].ahead = ahead;
-    }
 }
 
 async fn claim(db: &PgPool, ended: &[Finished], ahead: &Ahead) -> sqlx::Result<Vec<AttemptRow>> {

@@ -19,43 +19,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::agent::link::Link;
 use crate::domain::agent::{authorization, POLL_HOLD_SECS};
 
-/// What the server asks for when it makes a node.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeOrder {
-    /// The installation the node belongs to (its labels, on a real runtime).
-    pub server: String,
-    pub node: String,
-    pub secret: String,
-    /// Where the node's agent reaches the server.
-    pub url: String,
-    /// The directories the node starts with, absolute.
-    pub dirs: Vec<String>,
-}
-
-/// A node as the simulator lists it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SimNode {
-    pub server: String,
-    pub node: String,
-    pub secret: String,
-    pub running: bool,
-}
-
-/// What the simulator itself uses, so that figures can leave it out.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SimStats {
-    pub nodes: usize,
-    pub running: usize,
-    /// CPU time (user and kernel) of the simulator's process since it started.
-    pub cpu_ms: u64,
-    pub rss_bytes: u64,
-}
+pub use crate::domain::fleet::{NodeOrder, SimNode, SimStats};
 
 struct Node {
     order: NodeOrder,
@@ -123,7 +92,7 @@ pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
         .with_context(|| format!("binding {listen}"))?;
     println!("fleet-sim listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app)
-        .with_graceful_shutdown(crate::app::shutdown_signal())
+        .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
 }
@@ -229,5 +198,14 @@ async fn stop(State(fleet): Fl, Path(node): Path<String>) -> StatusCode {
             StatusCode::NO_CONTENT
         }
         None => StatusCode::NOT_FOUND,
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }

@@ -11,9 +11,7 @@ use anyhow::Context;
 use bollard::Docker;
 use bytes::Bytes;
 
-/// The image pools with an unmapped `imageReference` run unless `--marketplace-image` names
-/// another; the server builds it on an engine that lacks it.
-pub const DEBIAN_IMAGE: &str = "batchpool/debian:bookworm";
+pub use crate::domain::pool::DEBIAN_IMAGE;
 
 const SUITE: &str = "bookworm";
 const PACKAGES: &str = "bash,coreutils,python3,ca-certificates,procps";
