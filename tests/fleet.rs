@@ -16,6 +16,8 @@ async fn fleet_sim() -> (tokio::process::Child, String) {
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
         .args(["fleet-sim", "--listen", url.trim_start_matches("http://")])
         .stdout(std::process::Stdio::null())
+        // Its agents say so while the server restarts: not the test's to show.
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("starting fleet-sim");
