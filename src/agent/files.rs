@@ -72,18 +72,22 @@ async fn written(
     (root, rel): (&str, &str),
     mode: Option<u32>,
 ) -> anyhow::Result<crate::domain::agent::FileInfo> {
-    let response = link
-        .streams
-        .get(format!("{}{BODIES_PATH}/{id}", link.url()))
-        .header("authorization", &link.authorization)
-        .send()
+    let bytes = body(link, id)
         .await?
-        .error_for_status()?;
-    let bytes = response
         .bytes_stream()
         .map(|c| c.map_err(std::io::Error::other));
     let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
     Ok(crate::sys::file_write::write(&root, &rel, bytes, mode).await?)
+}
+
+/// The bytes the server holds for the write `id`, as they come.
+pub(crate) async fn body(link: &Link, id: u64) -> reqwest::Result<reqwest::Response> {
+    link.streams
+        .get(format!("{}{BODIES_PATH}/{id}", link.url()))
+        .header("authorization", &link.authorization)
+        .send()
+        .await?
+        .error_for_status()
 }
 
 /// Makes the answer and streams it to the server.

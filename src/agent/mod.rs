@@ -130,6 +130,15 @@ async fn node_removed(root: Option<std::path::PathBuf>) {
 /// Asks the server for work, and starts what comes, until the leader has given the node up.
 async fn take_work(node: tasks::Node) {
     let link = node.link.clone();
+    // Before any of a new leader's work: it may ask for their records.
+    let new_term = || node.forget_waiting();
+    poll_work(&link, new_term, |work| start(&node, work)).await;
+}
+
+/// The agent's loop: asks the server at `link` for work (naming the batch it got last), hands
+/// each piece to `take`, after `new_term` when a new leader's term begins; fails over to the next
+/// server as [`Failover`] says, and returns once the leader has given the node up.
+pub(crate) async fn poll_work(link: &Link, new_term: impl Fn(), mut take: impl FnMut(Work)) {
     let (mut backoff, mut failover) = (Backoff::default(), Failover::default());
     let mut hello = Hello {
         boot: link.boot.clone(),
@@ -141,7 +150,7 @@ async fn take_work(node: tasks::Node) {
         let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
             Ok(batch) => batch,
             Err(e) => {
-                failover.failed(&link, &e);
+                failover.failed(link, &e);
                 if failover.given_up() {
                     tracing::warn!(
                         server = %link.url(),
@@ -162,12 +171,11 @@ async fn take_work(node: tasks::Node) {
             hello.got = batch.batch;
         }
         if batch.term.is_some() && batch.term != term {
-            // Before any of the new leader's work: it may ask for their records.
-            node.forget_waiting();
+            new_term();
             term = batch.term;
         }
         for work in batch.work {
-            start(&node, work);
+            take(work);
         }
     }
 }

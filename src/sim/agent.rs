@@ -15,10 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::fs::{self, Fs, MAX_FILE};
 use crate::agent::gate::Gate;
-use crate::agent::link::{Backoff, Failover, Link};
+use crate::agent::link::Link;
 use crate::domain::agent::{
-    Event, FileError, FileOp, Hello, Load, ReplyHead, Slots, TaskLaunch, Work, WorkBatch,
-    BODIES_PATH, EVENTS_PATH, LOAD_PERIOD_SECS, WORK_PATH,
+    Event, FileError, FileOp, Load, ReplyHead, Slots, TaskLaunch, Work, EVENTS_PATH,
+    LOAD_PERIOD_SECS,
 };
 
 /// A command waiting for its slots, or running.
@@ -66,39 +66,10 @@ pub fn start(link: Link, fs: Arc<Mutex<Fs>>) -> Vec<tokio::task::JoinHandle<()>>
 /// Asks the server for work and answers it, until the leader has given the node up.
 async fn take_work(agent: Arc<Agent>) {
     let link = agent.link.clone();
-    let (mut backoff, mut failover) = (Backoff::default(), Failover::default());
-    let mut hello = Hello {
-        boot: link.boot.clone(),
-        got: None,
-        users: true,
+    let new_term = || {
+        agent.gate().clear();
     };
-    let mut term = None;
-    loop {
-        let batch: WorkBatch = match link.post(WORK_PATH, &hello).await {
-            Ok(batch) => batch,
-            Err(e) => {
-                failover.failed(&link, &e);
-                if failover.given_up() {
-                    return;
-                }
-                backoff.wait("asking for work", &e).await;
-                continue;
-            }
-        };
-        backoff.reset();
-        failover.answered();
-        link.learn_servers(batch.servers);
-        if batch.batch.is_some() {
-            hello.got = batch.batch;
-        }
-        if batch.term.is_some() && batch.term != term {
-            agent.gate().clear();
-            term = batch.term;
-        }
-        for work in batch.work {
-            agent.clone().take(work);
-        }
-    }
+    crate::agent::poll_work(&link, new_term, |work| agent.clone().take(work)).await;
 }
 
 impl Agent {
@@ -245,14 +216,7 @@ impl Agent {
     }
 
     async fn fetch_body(&self, id: u64) -> anyhow::Result<Bytes> {
-        let link = &self.link;
-        let response = link
-            .streams
-            .get(format!("{}{BODIES_PATH}/{id}", link.url()))
-            .header("authorization", &link.authorization)
-            .send()
-            .await?
-            .error_for_status()?;
+        let response = crate::agent::files::body(&self.link, id).await?;
         anyhow::ensure!(
             response
                 .content_length()
