@@ -134,9 +134,8 @@ async fn run(
     let peers = Arc::new(Peers::new(agent_listener.peer_url(&config), &secret)?);
     let (leading, peer_url) = (probes.leading.clone(), peers.url.clone());
     let bes = bes_config(&config, &settings)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener =
+        api::serve::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
     let tokens = Issuer::new(task_key, settings.public_url.clone());
     let state = Arc::new(AppState::new(

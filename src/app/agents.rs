@@ -37,8 +37,7 @@ impl AgentListener {
     /// Binds `--agent-listen`, or `default` where it is not given.
     pub async fn bind(config: &ServeConfig, default: SocketAddr) -> anyhow::Result<Self> {
         let addr = config.agent_listen.unwrap_or(default);
-        let listener = TcpListener::bind(addr)
-            .await
+        let listener = crate::api::serve::bind(addr)
             .with_context(|| format!("binding --agent-listen {addr}"))?;
         let port = listener.local_addr()?.port();
         let silence = std::time::Duration::from_secs(config.agent_timeout);
