@@ -25,7 +25,11 @@ async fn fleet_sim() -> (tokio::process::Child, String) {
         .args(["fleet-sim", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(std::process::Stdio::null())
         // Its agents' complaints once the server has stopped are not the section's.
-        .stderr(std::process::Stdio::null())
+        .stderr(if std::env::var_os("BENCH_SIM_LOG").is_some() {
+            std::process::Stdio::inherit()
+        } else {
+            std::process::Stdio::null()
+        })
         .kill_on_drop(true)
         .spawn()
         .unwrap();

@@ -318,7 +318,7 @@ async fn dispatch_loop(
     loop {
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
-        executor.take_ended(&mut ended);
+        let more = executor.take_ended(&mut ended);
         let recorded = |done: &[_]| executor.recorded(done);
         let placed = dispatch::record_and_pass(
             &s.db,
@@ -333,9 +333,16 @@ async fn dispatch_loop(
             tracing::error!(error = %e, "killing ended attempts failed");
             Default::default()
         });
+        // More ends than one pass records are waiting (many tasks ended at once): the next pass
+        // takes them now, not at the next wake-up, which may be a tick away. (Not after a
+        // failed pass: the database may be down.)
+        let again = more && placed.is_ok() && !cancel.is_cancelled();
         match placed {
             Ok(placed) => executor.start_placed(placed, &killing),
             Err(e) => tracing::error!(error = %e, "dispatch pass failed"),
+        }
+        if again {
+            continue;
         }
         tokio::select! {
             _ = cancel.cancelled() => break,

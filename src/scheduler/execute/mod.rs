@@ -107,8 +107,8 @@ impl Executor {
     }
 
     /// Adds to `batch` the outcomes that came since the last call, up to [`OUTCOME_BATCH`] in
-    /// all: the next dispatch pass records them.
-    pub fn take_ended(&self, batch: &mut Vec<complete::Finished>) {
+    /// all: the next dispatch pass records them. True if more are waiting past those.
+    pub fn take_ended(&self, batch: &mut Vec<complete::Finished>) -> bool {
         let mut ended = self.ended.lock().expect("lock");
         while batch.len() < OUTCOME_BATCH {
             match ended.try_recv() {
@@ -116,6 +116,7 @@ impl Executor {
                 Err(_) => break,
             }
         }
+        !ended.is_empty()
     }
 
     /// The outcomes of `batch` are in the database: their attempts are no longer watched, so
