@@ -2,7 +2,8 @@
 //! --runtime simulated`), so that the server is measured alone: a pool resized 0 -> `step` ->
 //! `nodes` until all are idle; what the idle fleet costs (the server and its PostgreSQL, the
 //! simulator apart); `tasks` tasks of `sleep 1` on 4 slots a node: starts a second, sustained;
-//! the server's peak RSS and PostgreSQL's size on disk.
+//! the server's peak RSS and PostgreSQL's size on disk; a restart (SIGKILL) with every agent
+//! connected: how long until it listens, and until a task on each slot has run.
 
 use std::time::{Duration, Instant};
 
@@ -10,14 +11,16 @@ use serde_json::{json, Value};
 
 use super::{add_tasks, cpu, Server};
 
+/// A port no one listens on now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 /// A fleet simulator on a free port, ended with the section.
 async fn fleet_sim() -> (tokio::process::Child, String) {
     batchpool::install_tls();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let bin = std::env::var("BENCH_SERVER_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
@@ -96,15 +99,19 @@ fn size_of(dir: &std::path::Path) -> u64 {
 
 pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
     let (_sim, url) = fleet_sim().await;
+    // A fixed port for the agents: they come back to it after the restart.
+    let agents = format!("127.0.0.1:{}", free_port());
     let args: Vec<String> = [
         "--fleet-sim",
         &url,
         "--max-nodes-per-pool",
         &nodes.to_string(),
+        "--agent-listen",
+        &agents,
     ]
     .map(String::from)
     .to_vec();
-    let s = Server::start_with("simulated", &args).await;
+    let mut s = Server::start_with("simulated", &args).await;
     let pool = json!({"id": "fleet", "vmSize": "standard_d4s_v3", "targetDedicatedNodes": 0, "taskSlotsPerNode": 4});
     s.create("/pools", pool, 201).await;
     let first = resize(&s, "fleet", step).await;
@@ -151,6 +158,23 @@ pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
         "fleet: server peak RSS {:.0} MiB; PostgreSQL {:.0} MiB on disk",
         s.peak_rss_mib(),
         size_of(&s.data_dir().join("postgres")) as f64 / (1 << 20) as f64
+    );
+
+    let killed = Instant::now();
+    s.restart().await;
+    let listening = killed.elapsed().as_secs_f64();
+    s.create(
+        "/jobs",
+        json!({"id": "after", "poolInfo": {"poolId": "fleet"}}),
+        201,
+    )
+    .await;
+    let slots = nodes * 4;
+    add_tasks(&s, "after", slots, clients, "true").await;
+    s.wait_completed("after", slots).await;
+    println!(
+        "fleet: a restart (SIGKILL) with {nodes} agents connected: listening again in {listening:.1} s; a task on each of the {slots} slots (every node adopted) done {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
     );
     s.stop().await;
 }

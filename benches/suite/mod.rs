@@ -49,9 +49,14 @@ pub struct Server {
     pub http: reqwest::Client,
     pub key: String,
     /// Dispatch passes that placed tasks: (tasks placed, microseconds), from the server's log.
-    passes: Arc<Mutex<Vec<(u64, u64)>>>,
+    passes: Passes,
     dir: tempfile::TempDir,
+    /// The runtime and arguments it was started with, to start it again.
+    launch: (String, Vec<String>),
 }
+
+/// Dispatch passes that placed tasks: (tasks placed, microseconds).
+type Passes = Arc<Mutex<Vec<(u64, u64)>>>;
 
 /// Signs a request with Shared Key, as the Azure SDKs do (the tests' own signing).
 pub fn signed(key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
@@ -84,49 +89,11 @@ impl Server {
 
     /// As `start`, with more arguments for `serve`.
     pub async fn start_with(runtime: &str, args: &[String]) -> Self {
-        let bin = std::env::var("BENCH_SERVER_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
         let dir = tempfile::Builder::new()
             .prefix("bpbench")
             .tempdir()
             .unwrap();
-        let mut child = tokio::process::Command::new(bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime])
-            .args(["--agent-listen", "0.0.0.0:0"])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(args)
-            .env_remove("DATABASE_URL")
-            // The data section's storage (Azurite) listens on this host.
-            .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_RUST_LOG")
-                    .unwrap_or("warn,batchpool::scheduler::dispatch=debug".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let passes = Arc::new(Mutex::new(Vec::new()));
-        let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
-        let sink = passes.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = errors.next_line().await {
-                match parse_pass(&line) {
-                    Some(pass) => sink.lock().unwrap().push(pass),
-                    None => eprintln!("{line}"),
-                }
-            }
-        });
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next_line().await.unwrap().expect("server exited");
-            if let Some(addr) = line.strip_prefix("batchpool listening on ") {
-                break addr.to_string();
-            }
-        };
+        let (child, base, passes) = spawn(runtime, args, dir.path()).await;
         let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap();
         // Our reqwest has TLS without a built-in crypto provider: install the server's (ring).
         batchpool::install_tls();
@@ -137,7 +104,17 @@ impl Server {
             key,
             passes,
             dir,
+            launch: (runtime.to_string(), args.to_vec()),
         }
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same data directory; returns once
+    /// it listens. Its nodes' agents come back to it if `--agent-listen` named a fixed port.
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill().await;
+        let (runtime, args) = self.launch.clone();
+        let (child, base, passes) = spawn(&runtime, &args, self.dir.path()).await;
+        (self.child, self.base, self.passes) = (child, base, passes);
     }
 
     /// The server's data directory.
@@ -269,6 +246,59 @@ impl Server {
         unsafe { libc::kill(self.child.id().unwrap() as i32, libc::SIGTERM) };
         let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
     }
+}
+
+/// Starts the release binary (or BENCH_SERVER_BIN) as `serve` on `runtime` with `args`, its data
+/// in `dir`; the process, its API's base URL once it listens, and the dispatch passes its log
+/// tells of.
+async fn spawn(
+    runtime: &str,
+    args: &[String],
+    dir: &std::path::Path,
+) -> (tokio::process::Child, String, Passes) {
+    let bin = std::env::var("BENCH_SERVER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
+    let mut command = tokio::process::Command::new(bin);
+    command.args(["serve", "--listen", "127.0.0.1:0", "--runtime", runtime]);
+    if !args.iter().any(|a| a == "--agent-listen") {
+        command.args(["--agent-listen", "0.0.0.0:0"]);
+    }
+    let mut child = command
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        // The data section's storage (Azurite) listens on this host.
+        .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_RUST_LOG")
+                .unwrap_or("warn,batchpool::scheduler::dispatch=debug".into()),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let passes = Arc::new(Mutex::new(Vec::new()));
+    let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
+    let sink = passes.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = errors.next_line().await {
+            match parse_pass(&line) {
+                Some(pass) => sink.lock().unwrap().push(pass),
+                None => eprintln!("{line}"),
+            }
+        }
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next_line().await.unwrap().expect("server exited");
+        if let Some(addr) = line.strip_prefix("batchpool listening on ") {
+            break addr.to_string();
+        }
+    };
+    (child, base, passes)
 }
 
 /// Adds `count` tasks to `job` from `clients` concurrent clients, 100 per addtaskcollection;

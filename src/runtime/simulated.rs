@@ -33,7 +33,14 @@ pub struct SimulatedRuntime {
     /// The simulator's URL.
     fleet: String,
     http: reqwest::Client,
+    /// Requests to the simulator at once: after a restart every agent's first request makes the
+    /// server look its node up, and 10,000 lookups on as many connections exhausted the
+    /// process's open files.
+    calls: tokio::sync::Semaphore,
 }
+
+/// At most this many requests to the simulator at once.
+const CALLS: usize = 64;
 
 impl SimulatedRuntime {
     pub fn new(layout: Layout, agents: Arc<Agents>, agent_url: String, fleet: &str) -> Self {
@@ -47,6 +54,7 @@ impl SimulatedRuntime {
                 .tls_certs_only([])
                 .build()
                 .expect("an HTTP client"),
+            calls: tokio::sync::Semaphore::new(CALLS),
         }
     }
 
@@ -93,6 +101,7 @@ impl SimulatedRuntime {
     }
 
     async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<bytes::Bytes> {
+        let _turn = self.calls.acquire().await?;
         let response = request.send().await?;
         let status = response.status();
         let body = response.bytes().await?;
@@ -107,6 +116,7 @@ impl SimulatedRuntime {
         } else {
             self.http.post(url)
         };
+        let _turn = self.calls.acquire().await?;
         let response = request
             .send()
             .await
