@@ -8,7 +8,7 @@
 //! their slots are filled by the commit that frees them, and a busy pool pays one transaction
 //! (and one wait for the disk) for each round of ends and starts, not two.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use sqlx::PgPool;
@@ -48,9 +48,9 @@ pub async fn pass(db: &PgPool, ended: &[Finished], ahead: &Ahead) -> sqlx::Resul
 }
 
 /// A dispatch pass that records `ended` first (and learns from them which jobs run short, for
-/// `setting`'s tasks ahead), and tells `recorded` which are in the database. If that pass fails, the outcomes are recorded apart ([`complete::record_many`]:
-/// one bad record holds back neither the others nor the pass), then the pass runs without
-/// them; outcomes that could not be recorded at all stay in `ended` for the next pass, as the
+/// `setting`'s tasks ahead), and tells `recorded` which are in the database. If that pass
+/// fails, the outcomes are recorded apart ([`complete::record_many`]: one bad record holds
+/// back neither the others nor the pass), then the pass runs without them; outcomes that could not be recorded at all stay in `ended` for the next pass, as the
 /// database may be back by then.
 pub async fn record_and_pass(
     db: &PgPool,
@@ -169,12 +169,14 @@ const MAX_TURNS: usize = 10_000;
 /// priority order, and jobs of equal priority by the pool's jobDefaultOrder.
 async fn choose(tx: &mut Tx<'_>, ahead: &Ahead) -> sqlx::Result<Chosen> {
     let free = store::nodes::lock_free_slots(&mut **tx, ahead.per_slot).await?;
-    let running_others = match &ahead.jobs {
+    // Looked up once a node, of up to every node of the installation: a set.
+    let running_others: HashSet<i64> = match &ahead.jobs {
         Some(short) if ahead.per_slot > 0 => {
             let nodes: Vec<i64> = free.iter().map(|n| n.node_pk).collect();
-            store::tasks::nodes_running_other_jobs(&mut **tx, &nodes, short).await?
+            let others = store::tasks::nodes_running_other_jobs(&mut **tx, &nodes, short).await?;
+            others.into_iter().collect()
         }
-        _ => Vec::new(),
+        _ => HashSet::new(),
     };
     let mut pools: BTreeMap<i64, (String, String, NodeFillType, JobDefaultOrder, Vec<FreeNode>)> =
         BTreeMap::new();

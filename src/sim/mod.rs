@@ -34,6 +34,16 @@ struct Node {
 }
 
 impl Node {
+    /// The node as the simulator lists it.
+    fn listed(&self) -> SimNode {
+        SimNode {
+            server: self.order.server.clone(),
+            node: self.order.node.clone(),
+            secret: self.order.secret.clone(),
+            running: self.loops.is_some(),
+        }
+    }
+
     fn stop(&mut self) {
         for handle in self.loops.take().into_iter().flatten() {
             handle.abort();
@@ -120,12 +130,7 @@ async fn list(State(fleet): Fl, Query(q): Query<ListQuery>) -> Json<Vec<SimNode>
     let listed = nodes
         .values()
         .filter(|n| q.server.as_ref().is_none_or(|s| *s == n.order.server))
-        .map(|n| SimNode {
-            server: n.order.server.clone(),
-            node: n.order.node.clone(),
-            secret: n.order.secret.clone(),
-            running: n.loops.is_some(),
-        })
+        .map(Node::listed)
         .collect();
     Json(listed)
 }
@@ -133,12 +138,7 @@ async fn list(State(fleet): Fl, Query(q): Query<ListQuery>) -> Json<Vec<SimNode>
 async fn one(State(fleet): Fl, Path(node): Path<String>) -> Result<Json<SimNode>, StatusCode> {
     let nodes = fleet.nodes();
     let n = nodes.get(&node).ok_or(StatusCode::NOT_FOUND)?;
-    Ok(Json(SimNode {
-        server: n.order.server.clone(),
-        node: n.order.node.clone(),
-        secret: n.order.secret.clone(),
-        running: n.loops.is_some(),
-    }))
+    Ok(Json(n.listed()))
 }
 
 /// Makes the node and boots its agent; a node that exists keeps its files and secret, and is
@@ -152,27 +152,14 @@ async fn make(State(fleet): Fl, Json(order): Json<NodeOrder>) -> Json<SimNode> {
         }
         Node {
             order: order.clone(),
-            fs: Arc::default(),
+            fs: Arc::new(Mutex::new(files)),
             loops: None,
         }
-        .with_files(files)
     });
     if node.loops.is_none() {
         fleet.boot(node);
     }
-    Json(SimNode {
-        server: node.order.server.clone(),
-        node: node.order.node.clone(),
-        secret: node.order.secret.clone(),
-        running: true,
-    })
-}
-
-impl Node {
-    fn with_files(self, files: fs::Fs) -> Self {
-        *self.fs.lock().unwrap_or_else(|e| e.into_inner()) = files;
-        self
-    }
+    Json(node.listed())
 }
 
 async fn remove(State(fleet): Fl, Path(node): Path<String>) -> StatusCode {
