@@ -2,7 +2,7 @@
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
 //! server; BENCH_ONLY=throughput,latency,versions,docker,containers,nodes,hosts,data,files,slurm,scale,
-//! autoscale,fleet (comma-separated) picks sections.
+//! autoscale,fleet,failover,fairness,c1m (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
@@ -43,7 +43,15 @@
 //!   resized 0 -> BENCH_FLEET_STEP (1,000) -> BENCH_FLEET_NODES (10,000) until all are idle; the
 //!   idle fleet's CPU over a minute (server and PostgreSQL, the simulator apart); BENCH_FLEET_TASKS
 //!   (100,000) tasks of `sleep 1` on 4 slots a node: starts a second sustained, CPU per task; the
-//!   server's peak RSS and PostgreSQL's size.
+//!   server's peak RSS and PostgreSQL's size; a restart (SIGKILL) with every agent connected.
+//! - failover: two servers on one database, the first leading BENCH_FLEET_NODES simulated nodes
+//!   with nearly every slot running: the leader killed, until the second leads, places, and has
+//!   every agent; no task run twice.
+//! - fairness: BENCH_FAIR_ACCOUNTS (10) accounts, each a pool of its share of BENCH_FLEET_NODES and
+//!   10 jobs of mixed priority of BENCH_FAIR_TASKS (1,000) tasks of `sleep 5`, queued, then every
+//!   pool resized at once: each job's first start by priority, inversions, the accounts' spread.
+//! - c1m: BENCH_C1M_TASKS (1,000,000) tasks of 1-30 s from BENCH_C1M_CLIENTS (8) clients on
+//!   BENCH_FLEET_NODES x 4 slots: the placement curve, starts a second, submit -> running.
 //!
 //! The Docker sections are skipped when no engine answers. A quick run that checks it works:
 //! BENCH_TASKS=2000 BENCH_LATENCY_TRIES=20 BENCH_DOCKER_TASKS=100 BENCH_NODES=5 BENCH_QUEUED=20000
@@ -125,6 +133,25 @@ async fn main() {
             env("BENCH_FLEET_NODES", 10_000),
             env("BENCH_FLEET_TASKS", 100_000),
             clients,
+        )
+        .await;
+    }
+    if selected("failover") {
+        suite::failover::run(env("BENCH_FLEET_NODES", 10_000), clients).await;
+    }
+    if selected("fairness") {
+        suite::fairness::run(
+            env("BENCH_FAIR_ACCOUNTS", 10),
+            env("BENCH_FLEET_NODES", 10_000) / env("BENCH_FAIR_ACCOUNTS", 10),
+            env("BENCH_FAIR_TASKS", 1_000),
+        )
+        .await;
+    }
+    if selected("c1m") {
+        suite::c1m::run(
+            env("BENCH_FLEET_NODES", 10_000),
+            env("BENCH_C1M_TASKS", 1_000_000),
+            env("BENCH_C1M_CLIENTS", 8),
         )
         .await;
     }

@@ -126,3 +126,52 @@ async fn a_simulated_fleet_runs_tasks_and_is_adopted_after_a_restart() {
     })
     .await;
 }
+
+/// A second server started after the nodes got their work: the agents hear of it at once, not
+/// with their next work, so when the leader is killed right after, they turn to the second,
+/// which keeps their running tasks: none is requeued or run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_hear_of_a_new_server_at_once_and_follow_the_lead_to_it() {
+    let (_fleet, url) = fleet_sim().await;
+    let flags = ["--runtime", "simulated", "--fleet-sim", &url];
+    let db = fresh_database().await;
+    let mut first = TestServer::start_with(Rt::Local, Some(db.clone()), &flags).await;
+    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": 4, "taskSlotsPerNode": 2});
+    assert_eq!(first.post("/pools", &pool).await.0, 201);
+    idle(&first, "sim", 4).await;
+    first.job_on("j", "sim").await;
+    let tasks: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 20"}))
+        .collect();
+    first.add_tasks("j", tasks).await;
+    wait_for_long("8 running tasks", 30, || async {
+        let (_, counts) = first.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["running"] == 8).then_some(())
+    })
+    .await;
+
+    // The agents' work named the first server alone; their next would come in 20 s.
+    let second = TestServer::start_with(Rt::Local, Some(db), &flags).await;
+    wait_for_long("the leader to know the second server", 10, || async {
+        first
+            .log_contains("the installation's servers changed count=2")
+            .then_some(())
+    })
+    .await;
+    first.kill().await;
+
+    let done = second.wait_all_completed("j", 8).await;
+    for t in &done {
+        let info = &t["executionInfo"];
+        assert_eq!(
+            (&info["result"], &info["requeueCount"], &info["retryCount"]),
+            (&json!("success"), &json!(0), &json!(0)),
+            "{t}"
+        );
+    }
+    assert!(
+        second.log_contains("adopted=8 lost=0"),
+        "{}",
+        second.log_tail()
+    );
+}

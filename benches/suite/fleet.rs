@@ -9,16 +9,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{add_tasks, cpu, Server};
+use super::{add_tasks, cpu, Client, Server};
 
 /// A port no one listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
 /// A fleet simulator on a free port, ended with the section.
-async fn fleet_sim() -> (tokio::process::Child, String) {
+pub async fn fleet_sim() -> (tokio::process::Child, String) {
     batchpool::install_tls();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -43,7 +43,7 @@ async fn fleet_sim() -> (tokio::process::Child, String) {
 }
 
 /// The simulator's own CPU time so far, in seconds.
-async fn sim_cpu(url: &str) -> f64 {
+pub async fn sim_cpu(url: &str) -> f64 {
     let stats: Value = reqwest::get(format!("{url}/stats"))
         .await
         .unwrap()
@@ -54,7 +54,7 @@ async fn sim_cpu(url: &str) -> f64 {
 }
 
 /// The pool's dedicated node counts.
-async fn counts(s: &Server, pool: &str) -> Value {
+async fn counts(s: &Client, pool: &str) -> Value {
     let all = s.get("/nodecounts").await;
     all["value"]
         .as_array()
@@ -64,7 +64,7 @@ async fn counts(s: &Server, pool: &str) -> Value {
 }
 
 /// Resizes the pool to `nodes` and waits until all are idle; the seconds it took.
-async fn resize(s: &Server, pool: &str, nodes: usize) -> f64 {
+pub async fn resize(s: &Client, pool: &str, nodes: usize) -> f64 {
     let started = Instant::now();
     s.create(
         &format!("/pools/{pool}/resize"),
@@ -97,23 +97,60 @@ fn size_of(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
-    let (_sim, url) = fleet_sim().await;
-    // A fixed port for the agents: they come back to it after the restart.
+/// The metrics token the fleet sections start their servers with.
+pub const METRICS: &str = "bench-metrics";
+
+/// `serve`'s arguments for a server of the simulator at `url` with pools of up to `nodes` nodes;
+/// its agents' listener on a fixed port (they come back to it after a restart), its metrics on.
+pub fn serve_args(url: &str, nodes: usize) -> Vec<String> {
     let agents = format!("127.0.0.1:{}", free_port());
-    let args: Vec<String> = [
+    [
         "--fleet-sim",
-        &url,
+        url,
         "--max-nodes-per-pool",
         &nodes.to_string(),
         "--agent-listen",
         &agents,
+        "--metrics-token",
+        METRICS,
     ]
     .map(String::from)
-    .to_vec();
-    let mut s = Server::start_with("simulated", &args).await;
-    let pool = json!({"id": "fleet", "vmSize": "standard_d4s_v3", "targetDedicatedNodes": 0, "taskSlotsPerNode": 4});
+    .to_vec()
+}
+
+/// A gauge of the server's metrics (`batchpool_leader`, `batchpool_agents_connected`); None
+/// while it does not answer.
+pub async fn gauge(s: &Client, name: &str) -> Option<f64> {
+    let resp = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(METRICS)
+        .send()
+        .await
+        .ok()?;
+    let text = resp.text().await.ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until `name` reads at least `value` on `s`; the seconds since `since`.
+pub async fn wait_gauge(s: &Client, name: &str, value: f64, since: Instant) -> f64 {
+    while gauge(s, name).await.is_none_or(|v| v < value) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    since.elapsed().as_secs_f64()
+}
+
+/// A pool `id` of 4 slots a node, resized to no nodes.
+pub async fn empty_pool(s: &Client, id: &str) {
+    let pool = json!({"id": id, "vmSize": "standard_d4s_v3", "targetDedicatedNodes": 0, "taskSlotsPerNode": 4});
     s.create("/pools", pool, 201).await;
+}
+
+pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
+    let (_sim, url) = fleet_sim().await;
+    let mut s = Server::start_with("simulated", &serve_args(&url, nodes)).await;
+    empty_pool(&s, "fleet").await;
     let first = resize(&s, "fleet", step).await;
     let all = resize(&s, "fleet", nodes).await;
     println!(
@@ -143,7 +180,7 @@ pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
     let (before, sim_before) = (cpu::sample(s.pid(), s.data_dir()), sim_cpu(&url).await);
     let started = Instant::now();
     let adding = add_tasks(&s, "j", tasks, clients, "sleep 1");
-    let (add_secs, curve) = tokio::join!(adding, start_curve(&s, tasks));
+    let (add_secs, curve) = tokio::join!(adding, start_curve(&s, "j", tasks));
     let total = started.elapsed().as_secs_f64();
     let server_pg =
         cpu::sample(s.pid(), s.data_dir()).server_and_postgres() - before.server_and_postgres();
@@ -160,32 +197,56 @@ pub async fn run(step: usize, nodes: usize, tasks: usize, clients: usize) {
         size_of(&s.data_dir().join("postgres")) as f64 / (1 << 20) as f64
     );
 
+    restart(&mut s, nodes, clients).await;
+    s.stop_with_postgres().await;
+}
+
+/// Kills the server (SIGKILL) with every agent connected and starts it again: when it listens,
+/// when a task runs again, when every agent has come back, and a round of tasks on every slot
+/// beside the same round before the kill.
+async fn restart(s: &mut Server, nodes: usize, clients: usize) {
+    let slots = nodes * 4;
+    let warm = round(s, "warm", slots, clients).await;
     let killed = Instant::now();
     s.restart().await;
     let listening = killed.elapsed().as_secs_f64();
     s.create(
         "/jobs",
-        json!({"id": "after", "poolInfo": {"poolId": "fleet"}}),
+        json!({"id": "first", "poolInfo": {"poolId": "fleet"}}),
         201,
     )
     .await;
-    let slots = nodes * 4;
-    add_tasks(&s, "after", slots, clients, "true").await;
-    s.wait_completed("after", slots).await;
+    add_tasks(s, "first", 1, 1, "true").await;
+    s.wait_completed("first", 1).await;
+    let placing = killed.elapsed().as_secs_f64();
+    let adopted = wait_gauge(s, "batchpool_agents_connected", nodes as f64, killed).await;
+    let after = round(s, "after", slots, clients).await;
     println!(
-        "fleet: a restart (SIGKILL) with {nodes} agents connected: listening again in {listening:.1} s; a task on each of the {slots} slots (every node adopted) done {:.1} s after the kill",
-        killed.elapsed().as_secs_f64()
+        "fleet: a restart (SIGKILL) with {nodes} agents connected: listening again in {listening:.1} s; a task run {placing:.1} s after the kill; every agent back {adopted:.1} s after it; a task on each of the {slots} slots in {after:.1} s (before the kill: {warm:.1} s)"
     );
-    s.stop().await;
 }
 
-/// Samples how many tasks have started (running or completed) every 200 ms until all have
-/// completed: (seconds since the start, started).
-async fn start_curve(s: &Server, tasks: usize) -> Vec<(f64, u64)> {
+/// A job of `tasks` tasks of `true` on the pool `fleet`: the seconds until all completed.
+async fn round(s: &Client, job: &str, tasks: usize, clients: usize) -> f64 {
+    let started = Instant::now();
+    s.create(
+        "/jobs",
+        json!({"id": job, "poolInfo": {"poolId": "fleet"}}),
+        201,
+    )
+    .await;
+    add_tasks(s, job, tasks, clients, "true").await;
+    s.wait_completed(job, tasks).await;
+    started.elapsed().as_secs_f64()
+}
+
+/// Samples how many tasks of `job` have started (running or completed) every 200 ms until all
+/// have completed: (seconds since the start, started).
+pub async fn start_curve(s: &Client, job: &str, tasks: usize) -> Vec<(f64, u64)> {
     let started = Instant::now();
     let mut curve = Vec::new();
     loop {
-        let c = s.get("/jobs/j/taskcounts").await;
+        let c = s.get(&format!("/jobs/{job}/taskcounts")).await;
         let count = |k: &str| c["taskCounts"][k].as_u64().unwrap_or(0);
         curve.push((
             started.elapsed().as_secs_f64(),
@@ -200,7 +261,7 @@ async fn start_curve(s: &Server, tasks: usize) -> Vec<(f64, u64)> {
 }
 
 /// Starts a second between the samples where 10% and 90% of the tasks had started.
-fn sustained(curve: &[(f64, u64)], tasks: usize) -> f64 {
+pub fn sustained(curve: &[(f64, u64)], tasks: usize) -> f64 {
     let at = |share: f64| {
         let want = (tasks as f64 * share) as u64;
         curve.iter().find(|(_, n)| *n >= want).copied()

@@ -5,10 +5,13 @@ pub mod autoscale;
 #[path = "../../tests/common/blobs.rs"]
 #[allow(dead_code)]
 mod blobs;
+pub mod c1m;
 pub mod containers;
 pub mod cpu;
 pub mod data;
 pub mod docker;
+pub mod failover;
+pub mod fairness;
 pub mod files;
 pub mod fleet;
 pub mod hosts;
@@ -43,25 +46,39 @@ pub fn selected(section: &str) -> bool {
     }
 }
 
-pub struct Server {
-    child: tokio::process::Child,
+/// A client of the server that signs as one account.
+#[derive(Clone)]
+pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
+    pub account: String,
     pub key: String,
+}
+
+pub struct Server {
+    child: tokio::process::Child,
+    /// The client of the server's own account (`batchpool`); the server derefs to it.
+    client: Client,
     /// Dispatch passes that placed tasks: (tasks placed, microseconds), from the server's log.
     passes: Passes,
     dir: tempfile::TempDir,
     /// The runtime and arguments it was started with, to start it again.
-    launch: (String, Vec<String>),
+    launch: (String, Vec<String>, Option<String>),
 }
 
 /// Dispatch passes that placed tasks: (tasks placed, microseconds).
 type Passes = Arc<Mutex<Vec<(u64, u64)>>>;
 
-/// Signs a request with Shared Key, as the Azure SDKs do (the tests' own signing).
+/// Signs a request with Shared Key as the account `batchpool`, as the Azure SDKs do (the tests'
+/// own signing).
 pub fn signed(key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
+    signed_as("batchpool", key, builder)
+}
+
+/// Signs a request with Shared Key as `account`.
+pub fn signed_as(account: &str, key: &str, builder: reqwest::RequestBuilder) -> reqwest::Request {
     let mut req = builder.build().unwrap();
-    shared_key::sign(&mut req, "batchpool", key);
+    shared_key::sign(&mut req, account, key);
     req
 }
 
@@ -89,22 +106,43 @@ impl Server {
 
     /// As `start`, with more arguments for `serve`.
     pub async fn start_with(runtime: &str, args: &[String]) -> Self {
+        Self::launch(runtime, args, None).await
+    }
+
+    /// A second server of the installation: on `first`'s PostgreSQL, with a data directory of
+    /// its own and `args` for `serve`.
+    pub async fn join(first: &Server, args: &[String]) -> Self {
+        let socket = first.data_dir().join("postgres");
+        let url = format!(
+            "postgres://batchpool@localhost/batchpool?host={}",
+            socket.display()
+        );
+        let mut second = Self::launch(&first.launch.0, args, Some(url)).await;
+        second.client.key = first.key.clone();
+        second
+    }
+
+    async fn launch(runtime: &str, args: &[String], database: Option<String>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("bpbench")
             .tempdir()
             .unwrap();
-        let (child, base, passes) = spawn(runtime, args, dir.path()).await;
-        let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap();
+        let (child, base, passes) = spawn(runtime, args, dir.path(), database.as_deref()).await;
+        let key = std::fs::read_to_string(dir.path().join("batchpool.key")).unwrap_or_default();
         // Our reqwest has TLS without a built-in crypto provider: install the server's (ring).
         batchpool::install_tls();
-        Server {
-            child,
+        let client = Client {
             base,
             http: reqwest::Client::new(),
+            account: "batchpool".into(),
             key,
+        };
+        Server {
+            child,
+            client,
             passes,
             dir,
-            launch: (runtime.to_string(), args.to_vec()),
+            launch: (runtime.to_string(), args.to_vec(), database),
         }
     }
 
@@ -112,9 +150,10 @@ impl Server {
     /// it listens. Its nodes' agents come back to it if `--agent-listen` named a fixed port.
     pub async fn restart(&mut self) {
         let _ = self.child.kill().await;
-        let (runtime, args) = self.launch.clone();
-        let (child, base, passes) = spawn(&runtime, &args, self.dir.path()).await;
-        (self.child, self.base, self.passes) = (child, base, passes);
+        let (runtime, args, database) = self.launch.clone();
+        let (child, base, passes) =
+            spawn(&runtime, &args, self.dir.path(), database.as_deref()).await;
+        (self.child, self.client.base, self.passes) = (child, base, passes);
     }
 
     /// The server's data directory.
@@ -157,11 +196,85 @@ impl Server {
         s
     }
 
+    /// Takes the dispatch passes logged since the last call.
+    pub fn take_passes(&self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut *self.passes.lock().unwrap())
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap()
+    }
+
+    /// Peak resident set size of the server process, in MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        kb / 1024.0
+    }
+
+    /// Stops the server and then its embedded PostgreSQL, which a server that found it running
+    /// (after a SIGKILL) leaves running.
+    pub async fn stop_with_postgres(self) {
+        let pid_file = self.data_dir().join("postgres/postmaster.pid");
+        self.stop().await;
+        let pid = std::fs::read_to_string(pid_file).unwrap_or_default();
+        if let Some(pid) = pid
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<i32>().ok())
+        {
+            // SAFETY: kill has no memory preconditions. SIGINT: PostgreSQL's fast shutdown.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+            let gone = async {
+                while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(30), gone).await;
+        }
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to end; its PostgreSQL runs on.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        }
+    }
+}
+
+impl Client {
+    /// The same server, signing as `account` with `key`.
+    pub fn as_account(&self, account: &str, key: &str) -> Client {
+        Client {
+            account: account.into(),
+            key: key.into(),
+            ..self.clone()
+        }
+    }
+
+    /// A request signed as this client's account.
+    pub fn signed(&self, builder: reqwest::RequestBuilder) -> reqwest::Request {
+        signed_as(&self.account, &self.key, builder)
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let req = signed(
-            &self.key,
-            self.http.post(format!("{}{path}", self.base)).json(body),
-        );
+        let req = self.signed(self.http.post(format!("{}{path}", self.base)).json(body));
         let resp = self.http.execute(req).await.unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
@@ -174,7 +287,7 @@ impl Server {
     }
 
     pub async fn get(&self, path: &str) -> Value {
-        let req = signed(&self.key, self.http.get(format!("{}{path}", self.base)));
+        let req = self.signed(self.http.get(format!("{}{path}", self.base)));
         self.http.execute(req).await.unwrap().json().await.unwrap()
     }
 
@@ -214,37 +327,13 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
 
-    /// Takes the dispatch passes logged since the last call.
-    pub fn take_passes(&self) -> Vec<(u64, u64)> {
-        std::mem::take(&mut *self.passes.lock().unwrap())
-    }
+impl std::ops::Deref for Server {
+    type Target = Client;
 
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id().unwrap()
-    }
-
-    /// Peak resident set size of the server process, in MiB.
-    pub fn peak_rss_mib(&self) -> f64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
-        let kb: f64 = status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .unwrap()
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        kb / 1024.0
-    }
-
-    pub async fn stop(mut self) {
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(self.child.id().unwrap() as i32, libc::SIGTERM) };
-        let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+    fn deref(&self) -> &Client {
+        &self.client
     }
 }
 
@@ -255,6 +344,7 @@ async fn spawn(
     runtime: &str,
     args: &[String],
     dir: &std::path::Path,
+    database: Option<&str>,
 ) -> (tokio::process::Child, String, Passes) {
     let bin = std::env::var("BENCH_SERVER_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_batchpool").to_string());
@@ -263,11 +353,14 @@ async fn spawn(
     if !args.iter().any(|a| a == "--agent-listen") {
         command.args(["--agent-listen", "0.0.0.0:0"]);
     }
+    match database {
+        Some(url) => command.env("DATABASE_URL", url),
+        None => command.env_remove("DATABASE_URL"),
+    };
     let mut child = command
         .arg("--data-dir")
         .arg(dir)
         .args(args)
-        .env_remove("DATABASE_URL")
         // The data section's storage (Azurite) listens on this host.
         .env("BATCHPOOL_ALLOW_LOCAL_URLS", "true")
         .env(
@@ -303,7 +396,7 @@ async fn spawn(
 
 /// Adds `count` tasks to `job` from `clients` concurrent clients, 100 per addtaskcollection;
 /// returns the seconds it took.
-pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, command: &str) -> f64 {
+pub async fn add_tasks(s: &Client, job: &str, count: usize, clients: usize, command: &str) -> f64 {
     let command = command.to_string();
     add_tasks_with(
         s,
@@ -318,7 +411,7 @@ pub async fn add_tasks(s: &Server, job: &str, count: usize, clients: usize, comm
 /// Adds `count` tasks, the i-th made by `task(i)`, 100 per request from `clients` clients;
 /// returns the seconds it took.
 pub async fn add_tasks_with(
-    s: &Server,
+    s: &Client,
     job: &str,
     count: usize,
     clients: usize,
@@ -329,14 +422,7 @@ pub async fn add_tasks_with(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..clients {
-        let (next, http, base, job, task, key) = (
-            next.clone(),
-            s.http.clone(),
-            s.base.clone(),
-            job.to_string(),
-            task.clone(),
-            s.key.clone(),
-        );
+        let (next, client, job, task) = (next.clone(), s.clone(), job.to_string(), task.clone());
         workers.push(tokio::spawn(async move {
             loop {
                 let chunk = next.fetch_add(100, std::sync::atomic::Ordering::Relaxed);
@@ -345,12 +431,13 @@ pub async fn add_tasks_with(
                 }
                 let tasks: Vec<Value> =
                     (chunk..(chunk + 100).min(count)).map(|i| task(i)).collect();
-                let req = signed(
-                    &key,
-                    http.post(format!("{base}/jobs/{job}/addtaskcollection"))
+                let req = client.signed(
+                    client
+                        .http
+                        .post(format!("{}/jobs/{job}/addtaskcollection", client.base))
                         .json(&json!({"value": tasks})),
                 );
-                let resp = http.execute(req).await.unwrap();
+                let resp = client.http.execute(req).await.unwrap();
                 assert_eq!(resp.status(), 200);
                 let body: Value = resp.json().await.unwrap();
                 assert!(

@@ -31,20 +31,31 @@ pub struct AgentState {
 }
 
 /// Holds the request until there is work for the node; with the work, where the installation's
-/// servers are.
+/// servers are. An agent that has not heard of the servers as they are now is told at once
+/// (its boot's first request, and held requests when the list changes): the agent turns to
+/// them if this server goes, so it must know them before then, not at its next work.
 pub async fn work(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
     AzureJson(hello): AzureJson<Hello>,
 ) -> Result<Json<WorkBatch>, ApiError> {
     let link = leader_s_link(&state, &headers).await?;
-    // A request held when this server stops leading is let go at once: the agent's next one
-    // learns where to go instead of waiting out the hold.
-    let mut batch = tokio::select! {
-        batch = link.take_work(&hello) => batch,
-        () = state.leading.lost() => return Err(not_leading()),
+    let changed = state.peers.changed();
+    tokio::pin!(changed);
+    changed.as_mut().enable();
+    let (version, _) = state.peers.servers();
+    let mut batch = if link.told_servers(&hello.boot, version) {
+        // A request held when this server stops leading is let go at once: the agent's next
+        // one learns where to go instead of waiting out the hold.
+        tokio::select! {
+            batch = link.take_work(&hello) => batch,
+            () = state.leading.lost() => return Err(not_leading()),
+            () = changed => WorkBatch::default(),
+        }
+    } else {
+        WorkBatch::default()
     };
-    batch.servers = state.peers.servers();
+    batch.servers = state.peers.servers().1;
     batch.term = state.agents.term();
     Ok(Json(batch))
 }

@@ -76,6 +76,8 @@ struct LinkState {
     last_seen: Instant,
     /// Whether the agent starts tasks as their users ([`Hello::users`]).
     users: bool,
+    /// The boot last handed the installation's servers, and the list's version it was handed.
+    told: Option<(String, u64)>,
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
@@ -137,6 +139,7 @@ impl Agents {
                 boot: None,
                 last_seen: Instant::now(),
                 users: false,
+                told: None,
             }),
             work: Notify::new(),
             heard: Notify::new(),

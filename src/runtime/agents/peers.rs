@@ -17,8 +17,11 @@ use crate::runtime::NodeError;
 pub struct Peers {
     /// Where other servers reach this one (its agents' listener).
     pub url: String,
-    /// The installation's servers as agents reach them, as the database said last.
-    servers: std::sync::Mutex<Vec<Endpoint>>,
+    /// The installation's servers as agents reach them, as the database said last, with the
+    /// number of times the list changed.
+    servers: std::sync::Mutex<(u64, Vec<Endpoint>)>,
+    /// Wakes the agents' held work requests when the list changes, to hand them the new one.
+    changed: tokio::sync::Notify,
     /// SHA-256 of the installation's peer secret.
     digest: [u8; 32],
     authorization: String,
@@ -33,6 +36,7 @@ impl Peers {
         Ok(Self {
             url: url.trim_end_matches('/').to_string(),
             servers: std::sync::Mutex::default(),
+            changed: tokio::sync::Notify::new(),
             digest: Sha256::digest(secret.as_bytes()).into(),
             authorization: format!("{PEER_AUTH_SCHEME} {secret}"),
             http,
@@ -40,16 +44,27 @@ impl Peers {
     }
 
     /// Takes the installation's servers as the database says them now; whether they changed.
+    /// A change wakes the agents' held work requests ([`Peers::changed`]).
     pub fn set_servers(&self, servers: Vec<Endpoint>) -> bool {
         let mut known = self.servers.lock().expect("lock");
-        let changed = *known != servers;
-        *known = servers;
-        changed
+        if known.1 == servers {
+            return false;
+        }
+        *known = (known.0 + 1, servers);
+        drop(known);
+        self.changed.notify_waiters();
+        true
     }
 
-    /// The installation's servers, for the agents to find the leader by.
-    pub fn servers(&self) -> Vec<Endpoint> {
+    /// The installation's servers, for the agents to find the leader by, and which version of
+    /// the list they are (it counts the changes).
+    pub fn servers(&self) -> (u64, Vec<Endpoint>) {
         self.servers.lock().expect("lock").clone()
+    }
+
+    /// Completes at the list's next change: enable it before reading the list not to miss one.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 
     /// Whether an `Authorization` header carries the installation's peer secret.

@@ -14,6 +14,18 @@ use crate::domain::agent::{Hello, Work, WorkBatch, MAX_BATCH, POLL_HOLD_SECS};
 const ANSWER_MARGIN: Duration = Duration::from_secs(2);
 
 impl Link {
+    /// Whether the agent's boot `boot` has been handed version `version` of the installation's
+    /// servers ([`super::Peers::servers`]); from now on it has.
+    pub fn told_servers(&self, boot: &str, version: u64) -> bool {
+        let mut state = self.state.lock().expect("lock");
+        let told = state
+            .told
+            .as_ref()
+            .is_some_and(|(b, v)| b == boot && *v == version);
+        state.told = Some((boot.to_string(), version));
+        told
+    }
+
     /// Takes the work waiting for the agent, waiting for some up to the poll's hold.
     pub async fn take_work(&self, hello: &Hello) -> WorkBatch {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(POLL_HOLD_SECS);
