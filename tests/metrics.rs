@@ -61,6 +61,7 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
         Some(1.0),
         "{first}"
     );
+    assert_eq!(value(&first, "batchpool_servers"), Some(1.0), "{first}");
     let waited = "batchpool_task_submit_to_running_seconds_count";
     assert_eq!(value(&first, waited), Some(5.0), "{first}");
     let started = "batchpool_node_start_seconds_count";

@@ -17,6 +17,8 @@ pub async fn run(nodes: usize, clients: usize) {
     let mut first = Server::start_with("simulated", &serve_args(&url, nodes)).await;
     let second = Server::join(&first, &serve_args(&url, nodes)).await;
     assert_eq!(gauge(&first, "batchpool_leader").await, Some(1.0));
+    // The leader reads the installation's servers every 2 s, and tells its agents at once.
+    wait_gauge(&first, "batchpool_servers", 2.0, Instant::now()).await;
     empty_pool(&first, "fleet").await;
     resize(&first, "fleet", nodes).await;
     // A slot free on about one node in four, for the task that shows placement resumed.

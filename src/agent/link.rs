@@ -165,8 +165,8 @@ impl Backoff {
     }
 }
 
-/// When the server the agent asks for work has failed it for [`MOVE_AFTER`], or says it does
-/// not lead, the agent turns to the next server. It keeps count too of how long the leader has
+/// When the server the agent asks for work has failed it for [`MOVE_AFTER`], cannot be
+/// connected to, or says it does not lead, the agent turns to the next server. It keeps count too of how long the leader has
 /// refused it, with no server's work in between.
 #[derive(Default)]
 pub(crate) struct Failover {
@@ -183,8 +183,12 @@ impl Failover {
             self.failing_since = None;
             return link.move_on("the server does not lead");
         }
+        // Nothing listens where the server was (or its host is gone): no use waiting for it.
+        let unreachable = e
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_connect);
         let since = *self.failing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= MOVE_AFTER {
+        if unreachable || since.elapsed() >= MOVE_AFTER {
             self.failing_since = None;
             link.move_on("the server does not answer");
         }

@@ -92,6 +92,13 @@ pub async fn scrape(
     );
     family(
         &mut out,
+        "batchpool_servers",
+        "gauge",
+        "The installation's servers, as this server last read them (every 2 s).",
+    );
+    let _ = writeln!(out, "batchpool_servers {}", state.peers.servers().1.len());
+    family(
+        &mut out,
         "batchpool_docker_host_up",
         "gauge",
         "Whether each Docker host answered when the leader last pinged it (on the leader only).",
