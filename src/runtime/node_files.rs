@@ -132,6 +132,11 @@ impl Runtime {
         self.agents.knows(node)
     }
 
+    /// Whether `node`'s agent has spoken to this server and is not silent (`--agent-timeout`).
+    pub fn agent_heard_lately(&self, node: &str) -> bool {
+        self.agents.heard_lately(node)
+    }
+
     /// The directory `at` lies below, as `node` sees it; None if it is not the node's root.
     fn in_node(&self, node: &str, at: &Below) -> Option<String> {
         (at.root == self.host_root(node)).then(|| self.node_root(node))

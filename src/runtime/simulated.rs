@@ -5,6 +5,7 @@
 //! same path as on the other runtimes. For measuring the server with thousands of nodes
 //! (docs/fleet-sim.md); the simulated commands only pretend to run.
 
+use crate::runtime::ASK_TIMEOUT;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +22,6 @@ use crate::domain::fleet::{NodeOrder, SimNode};
 
 /// A simulated node's root, as its commands see it: where a Linux node has it on Azure.
 const NODE_ROOT: &str = "/mnt/batch/tasks";
-
-/// How long an agent may take to answer a kill or a liveness question.
-const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct SimulatedRuntime {
     layout: Layout,

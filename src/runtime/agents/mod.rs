@@ -159,6 +159,16 @@ impl Agents {
         self.links.lock().expect("lock").contains_key(node)
     }
 
+    /// Whether `node`'s agent has spoken to this server and not been silent since for longer
+    /// than `--agent-timeout`: it lives, even if it is slow to answer.
+    pub fn heard_lately(&self, node: &str) -> bool {
+        let link = self.links.lock().expect("lock").get(node).cloned();
+        link.is_some_and(|l| {
+            let state = l.state.lock().expect("lock");
+            state.boot.is_some() && state.last_seen.elapsed() < self.silence
+        })
+    }
+
     /// Whether `node` runs an agent this server knows: from now, or (after a restart) by the
     /// secret `secret` finds on the node itself, asked only if the agent is not known yet.
     pub async fn learn(

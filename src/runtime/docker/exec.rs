@@ -1,6 +1,7 @@
 //! Commands in a node's container: the wrapper that runs a task, and the short `kill` commands
 //! that stop it or look for it.
 
+use crate::runtime::ASK_TIMEOUT;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -13,10 +14,6 @@ use super::{container_name, status_of, DockerRuntime};
 use crate::runtime::task::WRAPPER;
 use crate::runtime::AttemptPid;
 use crate::runtime::NodeCommand;
-
-/// How long a node's agent may take to answer a kill or a liveness question before the engine
-/// is asked instead (an agent reconnecting after a server restart takes up to 2 s).
-const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an attached exec streams back.
 pub(super) type Output =

@@ -5,6 +5,7 @@
 
 mod agent;
 
+use crate::runtime::ASK_TIMEOUT;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -38,10 +39,6 @@ struct NodeLabels {
 }
 
 const LABELS_FILE: &str = ".batchpool-node.json";
-
-/// How long an agent may take to answer a kill or a liveness question before this server
-/// answers it itself (the processes are on this host).
-const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl LocalRuntime {
     pub fn new(layout: Layout, agents: Arc<Agents>, agent_url: String) -> Self {

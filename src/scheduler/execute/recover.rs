@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Executor;
-use crate::runtime::container_label;
+use crate::runtime::agents::FILE_ANSWER_TIMEOUT;
+use crate::runtime::{container_label, AttemptPid, NodeError, TaskDirs, ASK_TIMEOUT};
 use crate::scheduler::complete::{self, Outcome};
 use crate::scheduler::task_files;
 use crate::store::{self, tasks::AttemptRow};
@@ -72,8 +73,7 @@ impl Executor {
             let record = match &unreachable {
                 Some(_) => None,
                 None => self
-                    .runtime
-                    .attempt_record(&node_id, &dirs, a.attempt)
+                    .asked_record(&node_id, &dirs, a.attempt)
                     .await
                     .unwrap_or_else(|e| {
                         tracing::warn!(node = %node_id, error = %e.message, "recovering attempts");
@@ -81,7 +81,20 @@ impl Executor {
                         None
                     }),
             };
-            let (pid, code) = record.unwrap_or_default();
+            let (pid, mut code) = record.unwrap_or_default();
+            // The pid of an attempt a previous server started is known only from its record.
+            let mut alive = None;
+            if code.is_none() {
+                alive = match pid.filter(|p| p.pid > 1) {
+                    Some(pid) if self.asked_alive(&node_id, &pid).await => Some(pid),
+                    _ => None,
+                };
+                // Gone: it may have ended after its record was read, and left its code since.
+                if alive.is_none() && unreachable.is_none() {
+                    let again = self.asked_record(&node_id, &dirs, a.attempt).await;
+                    code = again.ok().flatten().and_then(|(_, code)| code);
+                }
+            }
             if let Some(code) = code {
                 self.remove_own_container(&a).await;
                 let on = self.task_files(&node_id, &dirs);
@@ -90,13 +103,6 @@ impl Executor {
                 counts.finished += 1;
                 continue;
             }
-            // The pid of an attempt a previous server started is known only from its record.
-            let alive = match pid.filter(|p| p.pid > 1) {
-                Some(pid) if self.runtime.is_alive(&self.server_id, &node_id, &pid).await => {
-                    Some(pid)
-                }
-                _ => None,
-            };
             if alive.is_some() {
                 self.spawn(a, alive, Vec::new());
                 counts.adopted += 1;
@@ -110,6 +116,45 @@ impl Executor {
             }
         }
         Ok(counts)
+    }
+
+    /// The attempt's record as the node's agent reads it. An agent that does not answer within
+    /// the wait but has spoken to this server lately is asked again: it lives (a new leader's agents
+    /// all arrive at once, and answer slowly), and taking its attempts for lost would requeue
+    /// tasks that still run. Only an agent silent for `--agent-timeout` loses them.
+    async fn asked_record(
+        &self,
+        node_id: &str,
+        dirs: &TaskDirs,
+        attempt: i32,
+    ) -> Result<Option<(Option<AttemptPid>, Option<i64>)>, NodeError> {
+        loop {
+            let asked = std::time::Instant::now();
+            match self.runtime.attempt_record(node_id, dirs, attempt).await {
+                // Unanswered for the whole wait: an error that comes sooner is an answer.
+                Err(e)
+                    if asked.elapsed() >= FILE_ANSWER_TIMEOUT
+                        && self.runtime.agent_heard_lately(node_id) =>
+                {
+                    tracing::info!(node = %node_id, error = %e.message, "recovering attempts: asking the agent again");
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Whether the attempt's process lives, as the node's agent says; asked again, as
+    /// [`Self::asked_record`] does, while a question goes unanswered for [`ASK_TIMEOUT`] (an
+    /// answer, yes or no, comes sooner) and the agent has spoken lately.
+    async fn asked_alive(&self, node_id: &str, pid: &AttemptPid) -> bool {
+        loop {
+            let asked = std::time::Instant::now();
+            let alive = self.runtime.is_alive(&self.server_id, node_id, pid).await;
+            if alive || asked.elapsed() < ASK_TIMEOUT || !self.runtime.agent_heard_lately(node_id) {
+                return alive;
+            }
+            tracing::info!(node = %node_id, "recovering attempts: asking the agent again whether a process lives");
+        }
     }
 
     /// Removes the container of an attempt a previous server started, if it ran in one: no one
