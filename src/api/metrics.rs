@@ -71,48 +71,7 @@ pub async fn scrape(
     write_database(&state, &mut out)
         .await
         .map_err(ApiError::internal)?;
-    let leads = u8::from(state.probes.leads());
-    family(
-        &mut out,
-        "batchpool_leader",
-        "gauge",
-        "Whether this server leads the scheduler.",
-    );
-    let _ = writeln!(out, "batchpool_leader {leads}");
-    family(
-        &mut out,
-        "batchpool_agents_connected",
-        "gauge",
-        "Node agents this server knows.",
-    );
-    let _ = writeln!(
-        out,
-        "batchpool_agents_connected {}",
-        state.runtime.agents_known()
-    );
-    family(
-        &mut out,
-        "batchpool_servers",
-        "gauge",
-        "The installation's servers, as this server last read them (every 2 s).",
-    );
-    let _ = writeln!(out, "batchpool_servers {}", state.peers.servers().1.len());
-    family(
-        &mut out,
-        "batchpool_docker_host_up",
-        "gauge",
-        "Whether each Docker host answered when the leader last pinged it (on the leader only).",
-    );
-    if leads == 1 {
-        for (host, up) in state.runtime.hosts_answering() {
-            let host = escape(&host);
-            let _ = writeln!(
-                out,
-                "batchpool_docker_host_up{{host=\"{host}\"}} {}",
-                u8::from(up)
-            );
-        }
-    }
+    write_server(&state, &mut out);
     let (open, idle) = (state.db.size(), state.db.num_idle());
     let most = state.db.options().get_max_connections();
     family(
@@ -189,4 +148,51 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
         );
     }
     Ok(())
+}
+
+/// This server in the installation: whether it leads, its agents, the servers it knows, and
+/// (leading) the Docker hosts that answer.
+fn write_server(state: &AppState, out: &mut String) {
+    let leads = u8::from(state.probes.leads());
+    family(
+        out,
+        "batchpool_leader",
+        "gauge",
+        "Whether this server leads the scheduler.",
+    );
+    let _ = writeln!(out, "batchpool_leader {leads}");
+    family(
+        out,
+        "batchpool_agents_connected",
+        "gauge",
+        "Node agents this server knows.",
+    );
+    let _ = writeln!(
+        out,
+        "batchpool_agents_connected {}",
+        state.runtime.agents_known()
+    );
+    family(
+        out,
+        "batchpool_servers",
+        "gauge",
+        "The installation's servers, as this server last read them (every 2 s).",
+    );
+    let _ = writeln!(out, "batchpool_servers {}", state.peers.servers().1.len());
+    family(
+        out,
+        "batchpool_docker_host_up",
+        "gauge",
+        "Whether each Docker host answered when the leader last pinged it (on the leader only).",
+    );
+    if leads == 1 {
+        for (host, up) in state.runtime.hosts_answering() {
+            let host = escape(&host);
+            let _ = writeln!(
+                out,
+                "batchpool_docker_host_up{{host=\"{host}\"}} {}",
+                u8::from(up)
+            );
+        }
+    }
 }

@@ -33,11 +33,6 @@ pub use task_files::{FileData, TaskFiles};
 
 use crate::domain::container::PoolContainers;
 
-/// How long a node's agent may take to answer a kill or a liveness question before the
-/// runtime answers it another way (the engine, this host's processes) or takes it for no (an
-/// agent reconnecting after a server restart takes up to 2 s).
-pub const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Labels (container labels, or `node.json` for local nodes) that say whose node this is.
 pub const LABEL_SERVER: &str = "batchpool.server";
 pub const LABEL_ACCOUNT: &str = "batchpool.account";

@@ -5,7 +5,7 @@
 //! same path as on the other runtimes. For measuring the server with thousands of nodes
 //! (docs/fleet-sim.md); the simulated commands only pretend to run.
 
-use crate::runtime::ASK_TIMEOUT;
+use crate::runtime::agents::ASK_TIMEOUT;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

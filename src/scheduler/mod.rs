@@ -17,8 +17,9 @@ pub mod start_task;
 pub mod task_files;
 mod transfer;
 
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
@@ -275,6 +276,11 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
 /// waits for nothing while nothing runs, so a first task starts as soon as it is added.
 const GATHER: Duration = Duration::from_millis(2);
 
+/// How often the dispatch loop looks at every attempt it runs for one ended elsewhere (the task
+/// terminated, deleted or requeued through the API) to kill its process; after each pass it
+/// looks at those on the nodes the pass placed on.
+const STALE_SWEEP: Duration = Duration::from_millis(500);
+
 /// Once the allocator has adopted the nodes, recovers the attempts a previous leader started,
 /// then dispatches and keeps house side by side. Housekeeping waits for kills and for agents (a
 /// deleted job's directories, expired task files); in its own loop it never holds up a pass,
@@ -315,6 +321,8 @@ async fn dispatch_loop(
     let mut ended = Vec::new();
     // Which jobs ran short lately, for tasks ahead (this term's memory).
     let recent = ahead::Recent::default();
+    // When every running attempt was last looked at for having been ended elsewhere.
+    let mut swept = Instant::now();
     loop {
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
@@ -328,11 +336,27 @@ async fn dispatch_loop(
         )
         .await;
         // A slot the pass handed on may have been freed by ending an attempt that still runs:
-        // its process goes before the new attempts on its node start.
-        let killing = executor.kill_ended().await.unwrap_or_else(|e| {
-            tracing::error!(error = %e, "killing ended attempts failed");
-            Default::default()
-        });
+        // its process goes before the new attempts on its node start. So the attempts on the
+        // nodes the pass placed on are looked at after every pass, and all of them (those a
+        // terminate or a delete ended) at most every [`STALE_SWEEP`]: with 40,000 attempts
+        // running, looking at all after every pass took most of PostgreSQL's time.
+        let on: Option<HashSet<&str>> = match (&placed, swept.elapsed() >= STALE_SWEEP) {
+            (_, true) => None,
+            (Ok(placed), false) => {
+                Some(placed.iter().filter_map(|a| a.node_id.as_deref()).collect())
+            }
+            (Err(_), false) => Some(HashSet::new()),
+        };
+        if on.is_none() {
+            swept = Instant::now();
+        }
+        let killing = match on.as_ref().filter(|on| on.is_empty()) {
+            Some(_) => Default::default(),
+            None => executor.kill_ended(on.as_ref()).await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "killing ended attempts failed");
+                Default::default()
+            }),
+        };
         // More ends than one pass records are waiting (many tasks ended at once): the next pass
         // takes them now, not at the next wake-up, which may be a tick away. (Not after a
         // failed pass: the database may be down.)
@@ -344,10 +368,15 @@ async fn dispatch_loop(
         if again {
             continue;
         }
+        // While attempts run, the sweep is never much later than due.
+        let tick = match executor.running_count() {
+            0 => s.wake.tick,
+            _ => s.wake.tick.min(STALE_SWEEP),
+        };
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = s.wake.dispatch.notified() => {}
-            _ = tokio::time::sleep(s.wake.tick) => {}
+            _ = tokio::time::sleep(tick) => {}
         }
         if executor.running_count() > 0 {
             // Busy: more ends are on their way. Passes that wait a moment for them record and

@@ -25,6 +25,11 @@ pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 pub use silence::Silent;
 
+/// How long a node's agent may take to answer a kill or a liveness question before the
+/// runtime answers it another way (the engine, this host's processes) or takes it for no (an
+/// agent reconnecting after a server restart takes up to 2 s).
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The agents of this server's nodes, and how they reach it.
 pub struct Agents {
     links: Mutex<HashMap<String, Arc<Link>>>,

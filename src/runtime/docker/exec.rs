@@ -1,7 +1,7 @@
 //! Commands in a node's container: the wrapper that runs a task, and the short `kill` commands
 //! that stop it or look for it.
 
-use crate::runtime::ASK_TIMEOUT;
+use crate::runtime::agents::ASK_TIMEOUT;
 use std::pin::Pin;
 use std::time::Duration;
 

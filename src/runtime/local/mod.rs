@@ -5,7 +5,7 @@
 
 mod agent;
 
-use crate::runtime::ASK_TIMEOUT;
+use crate::runtime::agents::ASK_TIMEOUT;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;

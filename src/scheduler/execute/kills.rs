@@ -35,16 +35,25 @@ impl Executor {
     /// job deleted, terminated, requeued), and returns once their processes are gone: the
     /// slots the database already counts free are handed on only after that.
     pub async fn reap(&self) -> sqlx::Result<()> {
-        let killing = self.kill_ended().await?.into_values().flatten();
+        let killing = self.kill_ended(None).await?.into_values().flatten();
         gone(&killing.collect::<Vec<_>>()).await;
         Ok(())
     }
 
-    /// Kills the attempts this server runs whose attempt was ended elsewhere; what tells when
-    /// each is over, by node.
-    pub async fn kill_ended(&self) -> sqlx::Result<Killing> {
-        let (pks, attempts): (Vec<i64>, Vec<i32>) =
-            self.running.lock().expect("lock").keys().copied().unzip();
+    /// Kills the attempts this server runs whose attempt was ended elsewhere, on the nodes
+    /// `on` names (None: on every node); what tells when each is over, by node.
+    pub async fn kill_ended(
+        &self,
+        on: Option<&std::collections::HashSet<&str>>,
+    ) -> sqlx::Result<Killing> {
+        let (pks, attempts): (Vec<i64>, Vec<i32>) = self
+            .running
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, w)| on.is_none_or(|on| w.node.as_deref().is_some_and(|n| on.contains(n))))
+            .map(|(key, _)| *key)
+            .unzip();
         let mut killing = Killing::new();
         if pks.is_empty() {
             return Ok(killing);

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Executor;
-use crate::runtime::agents::FILE_ANSWER_TIMEOUT;
-use crate::runtime::{container_label, AttemptPid, NodeError, TaskDirs, ASK_TIMEOUT};
+use crate::runtime::agents::{ASK_TIMEOUT, FILE_ANSWER_TIMEOUT};
+use crate::runtime::{container_label, AttemptPid, NodeError, TaskDirs};
 use crate::scheduler::complete::{self, Outcome};
 use crate::scheduler::task_files;
 use crate::store::{self, tasks::AttemptRow};
