@@ -175,3 +175,51 @@ async fn agents_hear_of_a_new_server_at_once_and_follow_the_lead_to_it() {
         second.log_tail()
     );
 }
+
+/// After a restart, a node whose agent asks for work but answers questions late (20 s, past
+/// the server's 15 s wait for a file) keeps its running tasks: the new server asks it again
+/// rather than taking them for lost, so each runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_agent_keeps_its_running_tasks_across_a_restart() {
+    let (_fleet, url) = fleet_sim().await;
+    let flags = ["--runtime", "simulated", "--fleet-sim", &url];
+    let mut s = TestServer::start_with(Rt::Local, Some(fresh_database().await), &flags).await;
+    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    idle(&s, "sim", 1).await;
+    let node = s.nodes("sim").await[0]["id"].as_str().unwrap().to_string();
+    s.job_on("j", "sim").await;
+    let tasks: Vec<Value> = (0..2)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 30"}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    wait_for_long("2 running tasks", 30, || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["running"] == 2).then_some(())
+    })
+    .await;
+
+    s.kill().await;
+    let slow = reqwest::Client::new()
+        .post(format!("{url}/nodes/{node}/slow?seconds=20"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(slow.status(), 204);
+    s.launch().await;
+    wait_for_long("the tasks to complete", 120, || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["completed"] == 2).then_some(())
+    })
+    .await;
+    let (_, list) = s.get("/jobs/j/tasks").await;
+    for t in list["value"].as_array().unwrap() {
+        let info = &t["executionInfo"];
+        assert_eq!(
+            (&info["result"], &info["requeueCount"]),
+            (&json!("success"), &json!(0)),
+            "{t}"
+        );
+    }
+    assert!(s.log_contains("asking the agent again"), "{}", s.log_tail());
+}

@@ -36,6 +36,9 @@ pub struct Agent {
     fs: Arc<Mutex<Fs>>,
     events: mpsc::UnboundedSender<Event>,
     gate: Mutex<Gate<Command>>,
+    /// Until when the node answers questions (files, kills, liveness) late: set through the
+    /// simulator's API, kept by the node across boots.
+    slow: Slow,
     /// The running commands by pid: a kill ends them.
     running: Mutex<HashMap<i32, oneshot::Sender<()>>>,
     next_pid: std::sync::atomic::AtomicI32,
@@ -45,11 +48,15 @@ pub struct Agent {
 
 /// Starts an agent for the node over `link`, with `fs` its files; its loops end when the
 /// returned handles are aborted (the node stops) or the server gives the node up.
-pub fn start(link: Link, fs: Arc<Mutex<Fs>>) -> Vec<tokio::task::JoinHandle<()>> {
+/// Until when a node answers its server's questions late (None: it answers at once).
+pub type Slow = Arc<Mutex<Option<std::time::Instant>>>;
+
+pub fn start(link: Link, fs: Arc<Mutex<Fs>>, slow: Slow) -> Vec<tokio::task::JoinHandle<()>> {
     let (events, outbox) = mpsc::unbounded_channel();
     let agent = Arc::new(Agent {
         link: Arc::new(link),
         fs,
+        slow,
         events,
         gate: Mutex::default(),
         running: Mutex::default(),
@@ -82,6 +89,21 @@ impl Agent {
     }
 
     fn take(self: Arc<Self>, work: Work) {
+        let question = matches!(
+            work,
+            Work::Kill { .. } | Work::Alive { .. } | Work::File { .. }
+        );
+        let late = *self.slow.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(wait) = late
+            .and_then(|until| until.checked_duration_since(std::time::Instant::now()))
+            .filter(|_| question)
+        {
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                self.take(work);
+            });
+            return;
+        }
         let ours = |boot: &Option<String>| boot.as_ref().is_none_or(|b| *b == self.link.boot);
         match work {
             Work::Run {

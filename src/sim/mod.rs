@@ -31,6 +31,8 @@ struct Node {
     fs: Arc<Mutex<fs::Fs>>,
     /// The agent's loops while the node runs.
     loops: Option<Vec<tokio::task::JoinHandle<()>>>,
+    /// Until when it answers questions late (`POST /nodes/{node}/slow`).
+    slow: agent::Slow,
 }
 
 impl Node {
@@ -69,7 +71,7 @@ impl Fleet {
         let order = &node.order;
         let auth = authorization(&order.node, &order.secret);
         let link = Link::new(&order.url, auth, (self.http.clone(), self.streams.clone()));
-        node.loops = Some(agent::start(link, node.fs.clone()));
+        node.loops = Some(agent::start(link, node.fs.clone(), node.slow.clone()));
     }
 }
 
@@ -96,6 +98,7 @@ pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
         .route("/nodes/{node}", get(one).delete(remove))
         .route("/nodes/{node}/restart", post(restart))
         .route("/nodes/{node}/stop", post(stop))
+        .route("/nodes/{node}/slow", post(slow))
         .with_state(fleet);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -154,6 +157,7 @@ async fn make(State(fleet): Fl, Json(order): Json<NodeOrder>) -> Json<SimNode> {
             order: order.clone(),
             fs: Arc::new(Mutex::new(files)),
             loops: None,
+            slow: Arc::default(),
         }
     });
     if node.loops.is_none() {
@@ -186,6 +190,30 @@ async fn stop(State(fleet): Fl, Path(node): Path<String>) -> StatusCode {
         }
         None => StatusCode::NOT_FOUND,
     }
+}
+
+#[derive(Deserialize)]
+struct SlowQuery {
+    seconds: f64,
+}
+
+/// For the next `seconds`, the node's agent asks for work and runs it as before, but answers
+/// its server's questions (files, kills, liveness) only once they are over: a node that lives
+/// but answers slowly.
+async fn slow(
+    State(fleet): Fl,
+    Path(node): Path<String>,
+    Query(q): Query<SlowQuery>,
+) -> StatusCode {
+    let nodes = fleet.nodes();
+    let Some(node) = nodes.get(&node) else {
+        return StatusCode::NOT_FOUND;
+    };
+    let Ok(wait) = Duration::try_from_secs_f64(q.seconds) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    *node.slow.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now() + wait);
+    StatusCode::NO_CONTENT
 }
 
 async fn shutdown_signal() {
