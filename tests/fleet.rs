@@ -127,6 +127,24 @@ async fn a_simulated_fleet_runs_tasks_and_is_adopted_after_a_restart() {
     .await;
 }
 
+/// A pool `sim` of `nodes` nodes x 2 slots and a job `j` with a task of `command` running on
+/// each slot.
+async fn every_slot_running(s: &TestServer, nodes: usize, command: &str) {
+    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": nodes, "taskSlotsPerNode": 2});
+    assert_eq!(s.post("/pools", &pool).await.0, 201);
+    idle(s, "sim", nodes as u64).await;
+    s.job_on("j", "sim").await;
+    let tasks: Vec<Value> = (0..nodes * 2)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": command}))
+        .collect();
+    s.add_tasks("j", tasks).await;
+    wait_for_long("a task running on every slot", 30, || async {
+        let (_, counts) = s.get("/jobs/j/taskcounts").await;
+        (counts["taskCounts"]["running"] == nodes * 2).then_some(())
+    })
+    .await;
+}
+
 /// A second server started after the nodes got their work: the agents hear of it at once, not
 /// with their next work, so when the leader is killed right after, they turn to the second,
 /// which keeps their running tasks: none is requeued or run twice.
@@ -136,19 +154,7 @@ async fn agents_hear_of_a_new_server_at_once_and_follow_the_lead_to_it() {
     let flags = ["--runtime", "simulated", "--fleet-sim", &url];
     let db = fresh_database().await;
     let mut first = TestServer::start_with(Rt::Local, Some(db.clone()), &flags).await;
-    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": 4, "taskSlotsPerNode": 2});
-    assert_eq!(first.post("/pools", &pool).await.0, 201);
-    idle(&first, "sim", 4).await;
-    first.job_on("j", "sim").await;
-    let tasks: Vec<Value> = (0..8)
-        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 20"}))
-        .collect();
-    first.add_tasks("j", tasks).await;
-    wait_for_long("8 running tasks", 30, || async {
-        let (_, counts) = first.get("/jobs/j/taskcounts").await;
-        (counts["taskCounts"]["running"] == 8).then_some(())
-    })
-    .await;
+    every_slot_running(&first, 4, "sleep 20").await;
 
     // The agents' work named the first server alone; their next would come in 20 s.
     let second = TestServer::start_with(Rt::Local, Some(db), &flags).await;
@@ -184,20 +190,8 @@ async fn a_slow_agent_keeps_its_running_tasks_across_a_restart() {
     let (_fleet, url) = fleet_sim().await;
     let flags = ["--runtime", "simulated", "--fleet-sim", &url];
     let mut s = TestServer::start_with(Rt::Local, Some(fresh_database().await), &flags).await;
-    let pool = json!({"id": "sim", "vmSize": "standard_d2_v3", "targetDedicatedNodes": 1, "taskSlotsPerNode": 2});
-    assert_eq!(s.post("/pools", &pool).await.0, 201);
-    idle(&s, "sim", 1).await;
+    every_slot_running(&s, 1, "sleep 30").await;
     let node = s.nodes("sim").await[0]["id"].as_str().unwrap().to_string();
-    s.job_on("j", "sim").await;
-    let tasks: Vec<Value> = (0..2)
-        .map(|i| json!({"id": format!("t{i}"), "commandLine": "sleep 30"}))
-        .collect();
-    s.add_tasks("j", tasks).await;
-    wait_for_long("2 running tasks", 30, || async {
-        let (_, counts) = s.get("/jobs/j/taskcounts").await;
-        (counts["taskCounts"]["running"] == 2).then_some(())
-    })
-    .await;
 
     s.kill().await;
     let slow = reqwest::Client::new()
