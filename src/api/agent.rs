@@ -43,8 +43,7 @@ pub async fn work(
     let changed = state.peers.changed();
     tokio::pin!(changed);
     changed.as_mut().enable();
-    let (version, _) = state.peers.servers();
-    let mut batch = if link.told_servers(&hello.boot, version) {
+    let mut batch = if link.told_servers(&hello.boot, state.peers.version()) {
         // A request held when this server stops leading is let go at once: the agent's next
         // one learns where to go instead of waiting out the hold.
         tokio::select! {

@@ -62,6 +62,11 @@ impl Peers {
         self.servers.lock().expect("lock").clone()
     }
 
+    /// Which version of the list this server has (it counts the changes).
+    pub fn version(&self) -> u64 {
+        self.servers.lock().expect("lock").0
+    }
+
     /// Completes at the list's next change: enable it before reading the list not to miss one.
     pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.changed.notified()

@@ -22,7 +22,9 @@ impl Link {
             .told
             .as_ref()
             .is_some_and(|(b, v)| b == boot && *v == version);
-        state.told = Some((boot.to_string(), version));
+        if !told {
+            state.told = Some((boot.to_string(), version));
+        }
         told
     }
 
