@@ -392,8 +392,9 @@ impl Runtime {
         self.node.kill_group(server_id, node_id, pid).await
     }
 
-    /// Whether an attempt's process is still alive (after a restart, to wait for it).
-    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> bool {
+    /// Whether an attempt's process is still alive (after a restart, to wait for it); None if
+    /// its node could not be asked.
+    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> Option<bool> {
         self.node.is_alive(server_id, node_id, pid).await
     }
 }

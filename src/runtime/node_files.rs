@@ -132,9 +132,10 @@ impl Runtime {
         self.agents.knows(node)
     }
 
-    /// Whether `node`'s agent has spoken to this server and is not silent (`--agent-timeout`).
-    pub fn agent_heard_lately(&self, node: &str) -> bool {
-        self.agents.heard_lately(node)
+    /// Whether `node`'s agent, asked since `asked`, may still answer: known, and neither silent
+    /// nor asked for longer than `--agent-timeout`.
+    pub fn agent_may_answer(&self, node: &str, asked: std::time::Instant) -> bool {
+        self.agents.may_answer(node, asked)
     }
 
     /// The directory `at` lies below, as `node` sees it; None if it is not the node's root.

@@ -195,11 +195,12 @@ pub trait NodeRuntime: Send + Sync {
         pid: &'a AttemptPid,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
 
-    /// Whether the process `pid` is alive on the node.
+    /// Whether the process `pid` is alive on the node; None if the node could not be asked
+    /// (its agent did not answer, its engine could not be reached): not a "no".
     fn is_alive<'a>(
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
         pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, bool>;
+    ) -> BoxFuture<'a, Option<bool>>;
 }

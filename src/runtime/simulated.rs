@@ -157,15 +157,18 @@ impl SimulatedRuntime {
         (node.running && node.server == server_id).then_some(node.secret)
     }
 
-    async fn ask(&self, server_id: &str, node_id: &str, make: impl FnOnce(u64) -> Work) -> bool {
+    /// The node's agent's answer; None if it could not be asked or did not answer.
+    async fn ask(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        make: impl FnOnce(u64) -> Work,
+    ) -> Option<bool> {
         let secret = self.secret(server_id, node_id);
         if !self.agents.learn(node_id, secret).await {
-            return false;
+            return None;
         }
-        self.agents
-            .ask(node_id, make, ASK_TIMEOUT)
-            .await
-            .unwrap_or(false)
+        self.agents.ask(node_id, make, ASK_TIMEOUT).await.ok()
     }
 }
 
@@ -296,7 +299,7 @@ impl NodeRuntime for SimulatedRuntime {
         server_id: &'a str,
         node_id: &'a str,
         pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, bool> {
+    ) -> BoxFuture<'a, Option<bool>> {
         Box::pin(self.ask(server_id, node_id, |id| pid.alive(id)))
     }
 }

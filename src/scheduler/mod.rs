@@ -281,10 +281,10 @@ const GATHER: Duration = Duration::from_millis(2);
 /// looks at those on the nodes the pass placed on.
 const STALE_SWEEP: Duration = Duration::from_millis(500);
 
-/// Once the allocator has adopted the nodes, recovers the attempts a previous leader started,
-/// then dispatches and keeps house side by side. Housekeeping waits for kills and for agents (a
-/// deleted job's directories, expired task files); in its own loop it never holds up a pass,
-/// nor the outcomes passes record.
+/// Once the allocator has adopted the nodes, reads the attempts a previous leader started, then
+/// dispatches, recovers those and keeps house side by side. Housekeeping waits for kills and for
+/// agents (a deleted job's directories, expired task files); in its own loop it never holds up a
+/// pass, nor the outcomes passes record.
 async fn dispatch_and_keep_house(
     s: &Scheduler,
     executor: Arc<execute::Executor>,
@@ -297,19 +297,27 @@ async fn dispatch_and_keep_house(
         _ = cancel.cancelled() => return,
         done = adopted.wait_for(|done| *done) => if done.is_err() { return },
     }
-    // Before housekeeping too: a job deleted now has its attempts killed only once they are
-    // watched again.
-    while let Err(e) = executor.recover().await {
-        tracing::error!(error = %e, "recovering running attempts failed; retrying");
+    // Before the first pass: what runs once it starts is this server's own.
+    let unrecovered = loop {
+        match executor.unrecovered().await {
+            Ok(unrecovered) => break unrecovered,
+            Err(e) => tracing::error!(error = %e, "reading running attempts failed; retrying"),
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(s.wake.tick) => {}
         }
-    }
-    tokio::join!(
-        dispatch_loop(s, &executor, cancel),
-        housekeeping::run(s, &executor, cancel)
-    );
+    };
+    // Housekeeping after the recovery: a job deleted now has its attempts killed only once
+    // they are watched again.
+    let recover_and_keep_house = async {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            () = executor.recover(unrecovered) => {}
+        }
+        housekeeping::run(s, &executor, cancel).await;
+    };
+    tokio::join!(dispatch_loop(s, &executor, cancel), recover_and_keep_house);
 }
 
 async fn dispatch_loop(

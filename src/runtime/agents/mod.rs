@@ -164,14 +164,14 @@ impl Agents {
         self.links.lock().expect("lock").contains_key(node)
     }
 
-    /// Whether `node`'s agent has spoken to this server and not been silent since for longer
-    /// than `--agent-timeout`: it lives, even if it is slow to answer.
-    pub fn heard_lately(&self, node: &str) -> bool {
+    /// Whether `node`'s agent, asked a question since `asked` and not answering yet, may still
+    /// answer: this server knows it, it has not been silent for longer than `--agent-timeout`
+    /// (counted from its last word, or from when this server learnt of it or took the lead;
+    /// past that its node is lost, [`Agents::silent`]), and it has not been asked for longer.
+    pub fn may_answer(&self, node: &str, asked: Instant) -> bool {
         let link = self.links.lock().expect("lock").get(node).cloned();
-        link.is_some_and(|l| {
-            let state = l.state.lock().expect("lock");
-            state.boot.is_some() && state.last_seen.elapsed() < self.silence
-        })
+        let waited = |since: Instant| since.elapsed() < self.silence;
+        waited(asked) && link.is_some_and(|l| waited(l.state.lock().expect("lock").last_seen))
     }
 
     /// Whether `node` runs an agent this server knows: from now, or (after a restart) by the

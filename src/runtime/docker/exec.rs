@@ -185,23 +185,33 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> bool {
+    /// Whether the process lives, as the node's agent says, else as `kill -0` in the node says;
+    /// None if neither could be asked.
+    pub(super) async fn is_alive(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        pid: &AttemptPid,
+    ) -> Option<bool> {
         if self.has_agent(server_id, node_id).await {
             let alive = |id| pid.alive(id);
             match self.agent.agents.ask(node_id, alive, ASK_TIMEOUT).await {
-                Ok(yes) => return yes,
+                Ok(yes) => return Some(yes),
                 Err(e) => tracing::debug!(error = %e, "asking the agent failed"),
             }
         }
-        matches!(
-            self.run_quick(
-                server_id,
-                node_id,
-                vec!["kill".into(), "-0".into(), pid.pid.to_string()]
-            )
-            .await,
-            Ok(0)
-        )
+        let signal = vec!["kill".into(), "-0".into(), pid.pid.to_string()];
+        match self.run_quick(server_id, node_id, signal).await {
+            Ok(code) => Some(code == 0),
+            // Its node's container is gone or stopped: so is the process.
+            Err(e) if matches!(e.downcast_ref::<bollard::errors::Error>(), Some(b) if matches!(status_of(b), Some(404 | 409))) => {
+                Some(false)
+            }
+            Err(e) => {
+                tracing::debug!(error = %format!("{e:#}"), "asking the node's engine failed");
+                None
+            }
+        }
     }
 }
 

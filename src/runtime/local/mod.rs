@@ -277,12 +277,12 @@ impl NodeRuntime for LocalRuntime {
         _server_id: &'a str,
         node_id: &'a str,
         pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, bool> {
+    ) -> BoxFuture<'a, Option<bool>> {
         Box::pin(async move {
             match self.ask(node_id, |id| pid.alive(id)).await {
-                Some(alive) => alive,
+                Some(alive) => Some(alive),
                 // SAFETY: signal 0 only checks that the process exists.
-                None => unsafe { libc::kill(pid.pid, 0) == 0 },
+                None => Some(unsafe { libc::kill(pid.pid, 0) == 0 }),
             }
         })
     }

@@ -305,7 +305,7 @@ impl Executor {
             }
             polls += 1;
             if polls.is_multiple_of(25)
-                && !self.runtime.is_alive(&self.server_id, node_id, pid).await
+                && self.runtime.is_alive(&self.server_id, node_id, pid).await == Some(false)
             {
                 // It may have written its exit code just before dying.
                 return self

@@ -227,12 +227,10 @@ impl NodeRuntime for DockerHosts {
         server_id: &'a str,
         node_id: &'a str,
         pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, bool> {
+    ) -> BoxFuture<'a, Option<bool>> {
         Box::pin(async move {
-            match self.host_of(node_id) {
-                Ok(host) => host.runtime.is_alive(server_id, node_id, pid).await,
-                Err(_) => false,
-            }
+            let host = self.host_of(node_id).ok()?;
+            host.runtime.is_alive(server_id, node_id, pid).await
         })
     }
 }
