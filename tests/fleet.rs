@@ -184,7 +184,8 @@ async fn agents_hear_of_a_new_server_at_once_and_follow_the_lead_to_it() {
 
 /// After a restart, a node whose agent asks for work but answers questions late (20 s, past
 /// the server's 15 s wait for a file) keeps its running tasks: the new server asks it again
-/// rather than taking them for lost, so each runs once.
+/// rather than taking them for lost, so each runs once. Placement does not wait for it
+/// meanwhile: a task added to another pool runs before the slow node's attempts are recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_agent_keeps_its_running_tasks_across_a_restart() {
     let (_fleet, url) = fleet_sim().await;
@@ -192,6 +193,9 @@ async fn a_slow_agent_keeps_its_running_tasks_across_a_restart() {
     let mut s = TestServer::start_with(Rt::Local, Some(fresh_database().await), &flags).await;
     every_slot_running(&s, 1, "sleep 30").await;
     let node = s.nodes("sim").await[0]["id"].as_str().unwrap().to_string();
+    let other = json!({"id": "other", "vmSize": "standard_d2_v3", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &other).await.0, 201);
+    idle(&s, "other", 1).await;
 
     s.kill().await;
     let slow = reqwest::Client::new()
@@ -201,6 +205,17 @@ async fn a_slow_agent_keeps_its_running_tasks_across_a_restart() {
         .unwrap();
     assert_eq!(slow.status(), 204);
     s.launch().await;
+    s.job_on("k", "other").await;
+    s.add_tasks("k", vec![json!({"id": "now", "commandLine": "true"})])
+        .await;
+    s.wait_all_completed("k", 1).await;
+    // Once by the first server, at its start; not yet by this one.
+    assert_eq!(
+        s.log_count("recovered the attempts of a previous run"),
+        1,
+        "the new task waited for the slow node's recovery: {}",
+        s.log_tail()
+    );
     wait_for_long("the tasks to complete", 120, || async {
         let (_, counts) = s.get("/jobs/j/taskcounts").await;
         (counts["taskCounts"]["completed"] == 2).then_some(())

@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::c1m::task_times;
-use super::fleet::{empty_pool, fleet_sim, gauge, resize, serve_args, wait_gauge};
+use super::fleet::{empty_pool, fleet_sim, gauge, resize, serve_args, sim_stats, wait_gauge};
 use super::{add_tasks, Server};
 
 pub async fn run(nodes: usize, clients: usize) {
@@ -54,9 +54,13 @@ pub async fn run(nodes: usize, clients: usize) {
     second.wait_completed("long", busy).await;
     let done = killed.elapsed().as_secs_f64();
     let times = task_times(&second, "long").await;
-    let twice = times.iter().filter(|t| t.attempts > 1).count();
+    let requeued = times.iter().filter(|t| t.attempts > 1).count();
+    // What the nodes ran: each of the `busy` tasks and the new one once, and a requeued task
+    // whose first attempt never reached its node (placed just before the kill) once too.
+    let started = sim_stats(&url).await["started"].as_u64().unwrap_or(0) as usize;
+    let twice = started.saturating_sub(busy + 1);
     println!(
-        "failover: the leader killed (SIGKILL) with {nodes} agents connected and {busy} tasks running: the second server leads {leads:.1} s after the kill; a new task run {placing:.1} s after it; every agent with the second server {adopted:.1} s after it; the {busy} running tasks all completed {done:.1} s after it, {twice} of them run more than once"
+        "failover: the leader killed (SIGKILL) with {nodes} agents connected and {busy} tasks running: the second server leads {leads:.1} s after the kill; a new task run {placing:.1} s after it; every agent with the second server {adopted:.1} s after it; the {busy} running tasks all completed {done:.1} s after it; {requeued} requeued (their attempts had not reached their nodes, or were taken for lost), the nodes started {started} commands: {twice} tasks run twice"
     );
     second.stop().await;
     first.stop_with_postgres().await;

@@ -42,15 +42,19 @@ pub async fn fleet_sim() -> (tokio::process::Child, String) {
     (child, url)
 }
 
-/// The simulator's own CPU time so far, in seconds.
-pub async fn sim_cpu(url: &str) -> f64 {
-    let stats: Value = reqwest::get(format!("{url}/stats"))
+/// What the simulator reports of itself (`GET /stats`).
+pub async fn sim_stats(url: &str) -> Value {
+    reqwest::get(format!("{url}/stats"))
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
-    stats["cpuMs"].as_f64().unwrap_or(0.0) / 1e3
+        .unwrap()
+}
+
+/// The simulator's own CPU time so far, in seconds.
+pub async fn sim_cpu(url: &str) -> f64 {
+    sim_stats(url).await["cpuMs"].as_f64().unwrap_or(0.0) / 1e3
 }
 
 /// The pool's dedicated node counts.

@@ -34,4 +34,8 @@ pub struct SimStats {
     /// CPU time (user and kernel) of the simulator's process since it started.
     pub cpu_ms: u64,
     pub rss_bytes: u64,
+    /// Commands the nodes' agents started, all nodes, since the simulator started: each run
+    /// of a task counts once, however often the server asked for it.
+    #[serde(default)]
+    pub started: u64,
 }

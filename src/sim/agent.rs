@@ -44,14 +44,23 @@ pub struct Agent {
     next_pid: std::sync::atomic::AtomicI32,
     /// CPU time the simulated commands "used": their run time, as if each kept a core busy.
     cpu_ms: std::sync::atomic::AtomicU64,
+    /// Commands started, by every node of the simulator.
+    started: Started,
 }
+
+/// How many commands the simulator's nodes have started.
+pub type Started = Arc<std::sync::atomic::AtomicU64>;
 
 /// Starts an agent for the node over `link`, with `fs` its files; its loops end when the
 /// returned handles are aborted (the node stops) or the server gives the node up.
 /// Until when a node answers its server's questions late (None: it answers at once).
 pub type Slow = Arc<Mutex<Option<std::time::Instant>>>;
 
-pub fn start(link: Link, fs: Arc<Mutex<Fs>>, slow: Slow) -> Vec<tokio::task::JoinHandle<()>> {
+pub fn start(
+    link: Link,
+    fs: Arc<Mutex<Fs>>,
+    (slow, started): (Slow, Started),
+) -> Vec<tokio::task::JoinHandle<()>> {
     let (events, outbox) = mpsc::unbounded_channel();
     let agent = Arc::new(Agent {
         link: Arc::new(link),
@@ -62,6 +71,7 @@ pub fn start(link: Link, fs: Arc<Mutex<Fs>>, slow: Slow) -> Vec<tokio::task::Joi
         running: Mutex::default(),
         next_pid: std::sync::atomic::AtomicI32::new(100),
         cpu_ms: Default::default(),
+        started,
     });
     vec![
         tokio::spawn(crate::agent::send_events(agent.link.clone(), outbox)),
@@ -174,6 +184,8 @@ impl Agent {
         }
         let (stop, stopped) = oneshot::channel();
         self.running.lock().expect("lock").insert(pid, stop);
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = self.events.send(Event::Started {
             id: command.id,
             pid,

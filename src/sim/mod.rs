@@ -58,6 +58,8 @@ struct Fleet {
     nodes: Mutex<HashMap<String, Node>>,
     http: reqwest::Client,
     streams: reqwest::Client,
+    /// Commands started by every node (`GET /stats`).
+    started: agent::Started,
 }
 
 impl Fleet {
@@ -71,7 +73,8 @@ impl Fleet {
         let order = &node.order;
         let auth = authorization(&order.node, &order.secret);
         let link = Link::new(&order.url, auth, (self.http.clone(), self.streams.clone()));
-        node.loops = Some(agent::start(link, node.fs.clone(), node.slow.clone()));
+        let counts = (node.slow.clone(), self.started.clone());
+        node.loops = Some(agent::start(link, node.fs.clone(), counts));
     }
 }
 
@@ -90,6 +93,7 @@ pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
             .build()
             .context("making the HTTP client")?,
         streams: client().build().context("making the HTTP client")?,
+        started: Default::default(),
     });
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))
@@ -120,6 +124,7 @@ async fn stats(State(fleet): Fl) -> Json<SimStats> {
         running: nodes.values().filter(|n| n.loops.is_some()).count(),
         cpu_ms,
         rss_bytes,
+        started: fleet.started.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
