@@ -307,11 +307,12 @@ impl Executor {
             if polls.is_multiple_of(25)
                 && self.runtime.is_alive(&self.server_id, node_id, pid).await == Some(false)
             {
-                // It may have written its exit code just before dying.
-                return self
-                    .recorded_exit(a, node_id, dirs)
-                    .await?
-                    .ok_or_else(|| "the process ended without an exit code".into());
+                // It may have written its exit code just before dying; a node slow to tell
+                // is asked again, as in a recovery.
+                return match self.asked_record(node_id, dirs, a.attempt).await? {
+                    (_, Some(code)) => Ok(code),
+                    (_, None) => Err("the process ended without an exit code".into()),
+                };
             }
             tokio::time::sleep(ADOPTED_POLL).await;
         }

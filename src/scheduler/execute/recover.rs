@@ -141,7 +141,7 @@ impl Executor {
     /// leader's agents all arrive at once, and answer slowly, and taking its attempts for lost
     /// would requeue tasks that still run. Only an agent silent (or unanswering) for
     /// `--agent-timeout` loses them.
-    async fn asked_record(
+    pub(super) async fn asked_record(
         &self,
         node_id: &str,
         dirs: &TaskDirs,

@@ -25,32 +25,9 @@ impl Executor {
         stop: &CancellationToken,
         mut started: Started,
     ) -> Result<Result<i64, String>, Outcome> {
-        let stopped = || Outcome::Lost("stopped while preparing".into());
-        let prepared = tokio::select! {
-            prepared = self.prep.ensure(a) => prepared,
-            _ = stop.cancelled() => return Err(stopped()),
-        };
-        prepared.map_err(Outcome::NodeUnprepared)?;
-        let installed = tokio::select! {
-            installed = self.packages.install(a) => installed,
-            _ = stop.cancelled() => return Err(stopped()),
-        };
-        let package_env = installed.map_err(Outcome::NotPrepared)?;
-        let downloaded = tokio::select! {
-            failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(node_id, dirs)) => failure,
-            _ = stop.cancelled() => return Err(stopped()),
-        };
-        if let Some(failure) = downloaded {
-            return Err(Outcome::NotPrepared(failure));
-        }
-        let on = self.task_files(node_id, dirs);
-        let staged = tokio::select! {
-            failure = super::super::bes::stage_inputs(&self.db, &self.bes, on, a) => failure,
-            _ = stop.cancelled() => return Err(stopped()),
-        };
-        if let Some(failure) = staged {
-            return Err(Outcome::NotPrepared(failure));
-        }
+        // Boxed: its futures are large and over before the command starts, and every running
+        // attempt's watch (40,000 of them on a large fleet) would hold their room while it runs.
+        let package_env = Box::pin(self.prepare(a, node_id, dirs, stop)).await?;
         task_files::prepared(&self.db, a).await;
         let spec = ExecSpec {
             command_line: a.command_line.clone(),
@@ -90,6 +67,45 @@ impl Executor {
                 Err(e) => Ok(Err(format!("{e:#}"))),
             },
         }
+    }
+
+    /// Prepares the attempt's node for its job, installs its application packages (their
+    /// environment is returned) and downloads its resource files and inputs; stopped early by
+    /// `stop`.
+    async fn prepare(
+        &self,
+        a: &AttemptRow,
+        node_id: &str,
+        dirs: &TaskDirs,
+        stop: &CancellationToken,
+    ) -> Result<Vec<(String, String)>, Outcome> {
+        let stopped = || Outcome::Lost("stopped while preparing".into());
+        let prepared = tokio::select! {
+            prepared = self.prep.ensure(a) => prepared,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        prepared.map_err(Outcome::NodeUnprepared)?;
+        let installed = tokio::select! {
+            installed = self.packages.install(a) => installed,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        let package_env = installed.map_err(Outcome::NotPrepared)?;
+        let downloaded = tokio::select! {
+            failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(node_id, dirs)) => failure,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        if let Some(failure) = downloaded {
+            return Err(Outcome::NotPrepared(failure));
+        }
+        let on = self.task_files(node_id, dirs);
+        let staged = tokio::select! {
+            failure = super::super::bes::stage_inputs(&self.db, &self.bes, on, a) => failure,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        if let Some(failure) = staged {
+            return Err(Outcome::NotPrepared(failure));
+        }
+        Ok(package_env)
     }
 
     /// The token of an attempt of a task with authenticationTokenSettings, and where the API
