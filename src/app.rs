@@ -125,7 +125,7 @@ async fn run(
 
     let cancel = CancellationToken::new();
     let wake = Wakeups::new(std::time::Duration::from_millis(config.backup_tick_ms));
-    let probes = api::health::Probes {
+    let probes = api::state::Probes {
         runtime: runtime.clone(),
         leading: Default::default(),
     };

@@ -151,3 +151,118 @@ fn the_scanner_sees_grouped_and_nested_paths() {
     );
     assert!(named_layers("use crate::install_tls;", &layers).is_empty());
 }
+
+/// A file's module path below src/: `scheduler/task_files/mod.rs` is `scheduler::task_files`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut path: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if path.last().is_some_and(|l| l == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The paths a line names through `crate::` or `super::`, made absolute from `module` (the
+/// file's module), each group `{a, b::c}` opened.
+fn named_paths(line: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    for (at, _) in line.match_indices(|c: char| c == 'c' || c == 's') {
+        let rest = &line[at..];
+        if at > 0 && line[..at].ends_with(|c: char| word(c) || c == ':') {
+            continue;
+        }
+        let (mut base, mut rest) = if let Some(r) = rest.strip_prefix("crate::") {
+            (Vec::new(), r)
+        } else if rest.starts_with("super::") {
+            (module.to_vec(), rest)
+        } else {
+            continue;
+        };
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        let head: String = rest.chars().take_while(|c| word(*c) || *c == ':').collect();
+        base.extend(head.split("::").filter(|s| !s.is_empty()).map(String::from));
+        match rest[head.len()..].strip_prefix('{') {
+            Some(group) => {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                for part in group.split(',') {
+                    let mut path = base.clone();
+                    path.extend(part.trim().split("::").map(String::from));
+                    found.push(path);
+                }
+            }
+            None => found.push(base),
+        }
+    }
+    found
+}
+
+/// Two modules of one folder never import each other: a circle hides which of them is the
+/// lower, and one of them holds what belongs to neither (issue 58).
+#[test]
+fn no_two_modules_of_a_folder_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let is_module = |path: &[String]| {
+        let dir = path.iter().fold(src.clone(), |d, p| d.join(p));
+        dir.with_extension("rs").is_file() || dir.join("mod.rs").is_file()
+    };
+    // (importer, imported) siblings -> where.
+    let mut edges = std::collections::BTreeMap::<(String, String), String>::new();
+    for file in source::rust_files(&src) {
+        let module = module_of(&src, &file);
+        let text = std::fs::read_to_string(&file).unwrap();
+        // Tests' `super` is the file's own module.
+        let text = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for path in named_paths(line, &module) {
+                let shared = module.iter().zip(&path).take_while(|(a, b)| a == b).count();
+                if shared >= module.len() || shared >= path.len() || !is_module(&path[..=shared]) {
+                    continue;
+                }
+                let (from, to) = (module[..=shared].join("::"), path[..=shared].join("::"));
+                let at = format!("{}:{}", file.strip_prefix(&src).unwrap().display(), n + 1);
+                edges.entry((from, to)).or_insert(at);
+            }
+        }
+    }
+    let circles: Vec<String> = edges
+        .iter()
+        .filter(|((from, to), _)| from < to && edges.contains_key(&(to.clone(), from.clone())))
+        .map(|((from, to), at)| {
+            let back = &edges[&(to.clone(), from.clone())];
+            format!("{from} <-> {to} ({at}; {back})")
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "modules that import each other:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_scanner_resolves_super_and_groups() {
+    let module: Vec<String> = vec!["scheduler".into(), "execute".into()];
+    let paths = named_paths(
+        "use super::complete::{self, Outcome}; x(crate::ops::wake::notify)",
+        &module,
+    );
+    let joined: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        joined,
+        [
+            "scheduler::complete::self",
+            "scheduler::complete::Outcome",
+            "ops::wake::notify"
+        ]
+    );
+}

@@ -497,7 +497,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
 
     // A message that quotes a NUL (from a storage service, say), which jsonb cannot hold, is
     // recorded with the NUL replaced, not refused.
-    let failure = batchpool::scheduler::task_files::Failure::new("FileUploadError", "bad\0name");
+    let failure = batchpool::scheduler::complete::Failure::new("FileUploadError", "bad\0name");
     let c = placed.into_iter().next().unwrap();
     let outcome = Outcome::UploadFailed {
         exit_code: 0,

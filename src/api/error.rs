@@ -89,6 +89,14 @@ impl ApiError {
         )
     }
 
+    pub fn job_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "JobNotFound",
+            format!("The specified job {id:?} does not exist."),
+        )
+    }
+
     /// 500: logged with its cause; the client learns nothing private.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");

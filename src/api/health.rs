@@ -11,26 +11,10 @@ use axum::Json;
 use serde_json::json;
 
 use crate::api::state::AppState;
-use crate::ops::wake::Leading;
-use crate::runtime::Runtime;
 
 /// A probe that takes longer than this counts as failed: readiness must answer while the
 /// database hangs, not after the pool's 30 s acquire timeout.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What readiness looks at besides the database.
-pub struct Probes {
-    pub runtime: Arc<Runtime>,
-    /// Set by the scheduler while this server leads it.
-    pub leading: Leading,
-}
-
-impl Probes {
-    /// Whether this server leads the scheduler now.
-    pub fn leads(&self) -> bool {
-        self.leading.get()
-    }
-}
 
 pub async fn live() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))

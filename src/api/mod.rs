@@ -131,6 +131,15 @@ impl std::ops::Deref for Ctx {
     }
 }
 
+impl Ctx {
+    /// The account's job `id`, or JobNotFound.
+    pub async fn job(&self, id: &str) -> Result<crate::store::jobs::JobRow, ApiError> {
+        crate::store::jobs::get(&self.db, &self.account, id, crate::store::jobs::Lock::None)
+            .await?
+            .ok_or_else(|| ApiError::job_not_found(id))
+    }
+}
+
 impl FromRequestParts<Arc<AppState>> for Ctx {
     type Rejection = ApiError;
 

@@ -7,9 +7,23 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::domain::vm_size::VmSizeTable;
-use crate::ops::wake::{notify_leader, Wakeups};
+use crate::ops::wake::{notify_leader, Leading, Wakeups};
 use crate::runtime::agents::Peers;
 use crate::runtime::{Layout, Runtime};
+
+/// What readiness looks at besides the database.
+pub struct Probes {
+    pub runtime: Arc<Runtime>,
+    /// Set by the scheduler while this server leads it.
+    pub leading: Leading,
+}
+
+impl Probes {
+    /// Whether this server leads the scheduler now.
+    pub fn leads(&self) -> bool {
+        self.leading.get()
+    }
+}
 
 /// What handlers need to know about this server's setup.
 pub struct Settings {
@@ -46,7 +60,7 @@ pub struct AppState {
     /// The other servers on the database: the leader answers for its nodes' files.
     pub peers: Arc<Peers>,
     /// What /health/ready checks besides the database.
-    pub probes: super::health::Probes,
+    pub probes: Probes,
     wake: Wakeups,
     /// What tasks' authentication tokens are signed with (`api::auth`).
     pub task_key: crate::domain::task_token::TokenKey,
@@ -57,7 +71,7 @@ impl AppState {
         db: PgPool,
         settings: Settings,
         (layout, peers, task_key): (Layout, Arc<Peers>, crate::domain::task_token::TokenKey),
-        probes: super::health::Probes,
+        probes: Probes,
         wake: Wakeups,
     ) -> Self {
         Self {

@@ -3,6 +3,7 @@
 
 pub mod applications;
 pub mod autoscale;
+pub mod bes;
 pub mod jobs;
 pub mod preempt;
 pub mod schedules;

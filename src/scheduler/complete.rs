@@ -8,7 +8,6 @@ use serde_json::Value;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use super::ready_cursor;
-use super::task_files::Failure;
 use crate::domain::agent::Usage;
 use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
@@ -35,6 +34,32 @@ pub enum Outcome {
     Lost(String),
     /// It ended, but the database refused to record how (the reason): it fails, saying so.
     Unrecorded(String),
+}
+
+/// Why an attempt could not run or its files could not be moved, as a task's failureInfo says
+/// it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::storage::BlobError> for Failure {
+    fn from(e: crate::storage::BlobError) -> Self {
+        Failure {
+            code: e.code,
+            message: e.message,
+        }
+    }
 }
 
 /// An attempt that ended: how, and what its command used where its node's agent measured it.

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use sqlx::PgPool;
 
-use super::start_task::{run_command, NodeCommand, Placement};
-use super::task_files::{Failure, Fetcher};
+use super::complete::Failure;
+use super::environment::{package_dir, pool_package_env, Placement};
+use super::node_command::{run_command, NodeCommand};
+use super::task_files::Fetcher;
 use crate::domain::agent::FileOp;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
 use crate::domain::run_as::RunAs;
@@ -188,21 +190,4 @@ impl Packages {
             )))
         }
     }
-}
-
-/// Where a pool package is on a node (`dir`), as the variables that tell commands so.
-pub fn pool_package_env(p: &PoolPackage, dir: &str) -> Vec<(String, String)> {
-    let mut env = vec![(
-        package_variable(&p.application_id, Some(&p.resolved)),
-        dir.to_string(),
-    )];
-    if p.version.is_none() {
-        env.push((package_variable(&p.application_id, None), dir.to_string()));
-    }
-    env
-}
-
-/// Where a package version is installed on a node, as the node sees it.
-pub fn package_dir(runtime: &Runtime, node_id: &str, id: &str, version: &str) -> String {
-    format!("{}/applications/{id}#{version}", runtime.node_root(node_id))
 }

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use super::start_task::{job_command_environment, run_command, NodeCommand, Placement};
+use super::environment::{job_command_environment, Placement};
+use super::node_command::{run_command, NodeCommand};
 use super::task_files::{self, Fetcher};
 use crate::domain::container::ContainerSettings;
 use crate::domain::job_prep::{retention_ticks, JobPreparationTask};

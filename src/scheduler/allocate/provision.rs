@@ -8,7 +8,8 @@ use serde_json::json;
 use super::{being_provisioned, Allocator};
 use crate::domain::pool::{NodeState, StartTask};
 use crate::runtime::{NodeHandle, NodeSpec, ALLOCATION_FAILED};
-use crate::scheduler::start_task::{self, Placement};
+use crate::scheduler::environment::Placement;
+use crate::scheduler::start_task;
 use crate::scheduler::task_files;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
@@ -43,7 +44,10 @@ impl Allocator {
         let Some(handle) = self.make_container(pool, &node).await? else {
             return Ok(());
         };
-        let Some(package_env) = self.install_packages(pool, &node).await? else {
+        // Boxed, as the start task is: their futures are large, and every node being made
+        // (10,000 at once on a large resize, most waiting their turn at the runtime) would
+        // hold their room until then.
+        let Some(package_env) = Box::pin(self.install_packages(pool, &node)).await? else {
             return Ok(());
         };
         let start_task: Option<StartTask> = pool
@@ -61,8 +65,7 @@ impl Allocator {
         let Some(task) = start_task else {
             return Ok(());
         };
-        self.run_start_task(pool, &node, &task, package_env, wait)
-            .await
+        Box::pin(self.run_start_task(pool, &node, &task, package_env, wait)).await
     }
 
     /// Installs the pool's application packages on the node; the variables that tell its

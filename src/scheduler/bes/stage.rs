@@ -13,7 +13,7 @@ use crate::domain::duration::IsoDuration;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
 use crate::runtime::agents::ByteStream;
 use crate::runtime::TaskFiles;
-use crate::scheduler::task_files::Failure;
+use crate::scheduler::complete::Failure;
 use crate::scheduler::transfer;
 use crate::storage::{self, DataReference};
 use crate::store;

@@ -7,9 +7,10 @@ use super::Executor;
 use crate::domain::agent::Slots;
 use crate::domain::run_as::{Command, RunAs};
 use crate::runtime::{container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs};
+use crate::scheduler::complete::Failure;
 use crate::scheduler::complete::Outcome;
-use crate::scheduler::start_task::task_environment;
-use crate::scheduler::task_files::{self, Failure};
+use crate::scheduler::environment::task_environment;
+use crate::scheduler::task_files;
 use crate::store;
 use crate::store::tasks::AttemptRow;
 

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::{Failure, Fetcher, PARALLEL};
+use super::{Fetcher, PARALLEL};
 use crate::domain::files::{self, ResourceFile, Source};
 use crate::runtime::TaskFiles;
+use crate::scheduler::complete::Failure;
 use crate::scheduler::transfer::{self, HttpFailure};
 use crate::storage::{self, Container};
 

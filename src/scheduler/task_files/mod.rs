@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use super::complete::Outcome;
+use super::complete::{Failure, Outcome};
 use crate::domain::files::is_host_local;
 use crate::runtime::TaskFiles;
-use crate::storage::{self, BlobError};
+use crate::storage;
 use crate::store::tasks::AttemptRow;
 
 mod download;
@@ -21,31 +21,6 @@ pub use upload::upload;
 
 /// How many files of one task move at once.
 const PARALLEL: usize = 8;
-
-/// Why files could not be moved, as a task's failureInfo says it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Failure {
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<BlobError> for Failure {
-    fn from(e: BlobError) -> Self {
-        Failure {
-            code: e.code,
-            message: e.message,
-        }
-    }
-}
 
 /// What fetches resource files and uploads output files. It is the server, not the node, that
 /// makes these requests, so unless the operator allows it (`--allow-local-urls`) no URL may lead to

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use futures_util::StreamExt;
 use object_store::{Attribute, Attributes};
 
-use super::{Failure, Fetcher, PARALLEL};
+use super::{Fetcher, PARALLEL};
 use crate::domain::files::{self, OutputFile, Pattern};
 use crate::runtime::TaskFiles;
+use crate::scheduler::complete::Failure;
 use crate::scheduler::transfer;
 use crate::storage::Container;
 

@@ -138,7 +138,7 @@ pub(super) async fn task_root(
     job_id: &str,
     task_id: &str,
 ) -> ApiResult<(String, String, Option<Place>)> {
-    let job = super::super::jobs::find(app, job_id).await?;
+    let job = app.job(job_id).await?;
     let task = super::super::tasks::find(app, &job, task_id).await?;
     let Some(node) = task.node_id.clone() else {
         return Ok((job.id, task.id, None));

@@ -21,24 +21,9 @@ use crate::api::{etag, odata, resource_headers, rfc3339, BaseUrl, Conditions, Li
 use crate::domain::job::JobState;
 use crate::domain::IsoDuration;
 use crate::store::{self, jobs::JobRow};
-pub use props::{check_retry_count, env_json};
 pub use state::{disable, enable, terminate};
 pub(crate) use write::insert as insert_job;
 pub use write::{check_specification, create, patch, replace, specification};
-
-pub async fn find(app: &Ctx, job_id: &str) -> ApiResult<JobRow> {
-    store::jobs::get(&app.db, &app.account, job_id, store::jobs::Lock::None)
-        .await?
-        .ok_or_else(|| job_not_found(job_id))
-}
-
-pub fn job_not_found(job_id: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "JobNotFound",
-        format!("The specified job {job_id:?} does not exist."),
-    )
-}
 
 pub async fn get(
     app: Ctx,
@@ -47,7 +32,7 @@ pub async fn get(
     (select, expand): (Select, crate::api::Expand),
     conditions: Conditions,
 ) -> ApiResult<Response> {
-    let job = find(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     conditions.check(job.last_modified, true)?;
     let mut v = job_json(&job, &base);
     if expand.stats {
@@ -65,7 +50,7 @@ pub async fn preparation_status(
     BaseUrl(base): BaseUrl,
     Path(job_id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let job = find(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     if job.preparation_task.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -129,7 +114,7 @@ async fn lock_open_job(
 ) -> ApiResult<JobRow> {
     let job = store::jobs::get(&mut **tx, &app.account, job_id, store::jobs::Lock::Update)
         .await?
-        .ok_or_else(|| job_not_found(job_id))?;
+        .ok_or_else(|| ApiError::job_not_found(job_id))?;
     refuse_if_finished(&job)?;
     Ok(job)
 }
@@ -161,14 +146,14 @@ pub async fn delete(
     conditions: Conditions,
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &conditions).await?;
-    let job = find(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     store::jobs::set_state(&app.db, job.pk, JobState::Deleting).await?;
     app.wake_dispatcher();
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
 pub async fn task_counts(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Json<Value>> {
-    let job = find(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     let c = store::tasks::counts(&app.db, job.pk).await?;
     Ok(Json(json!({
         "taskCounts": {"active": c.active, "running": c.running, "completed": c.completed, "succeeded": c.succeeded, "failed": c.failed},
@@ -177,7 +162,7 @@ pub async fn task_counts(app: Ctx, Path(job_id): Path<String>) -> ApiResult<Json
 }
 
 async fn accepted(app: &Ctx, job_id: &str) -> ApiResult<Response> {
-    let job = find(app, job_id).await?;
+    let job = app.job(job_id).await?;
     Ok((StatusCode::ACCEPTED, resource_headers(job.last_modified)).into_response())
 }
 
@@ -247,5 +232,5 @@ async fn check_write(app: &Ctx, job_id: &str, conditions: &Conditions) -> ApiRes
     if conditions.is_empty() {
         return Ok(());
     }
-    conditions.check(find(app, job_id).await?.last_modified, false)
+    conditions.check(app.job(job_id).await?.last_modified, false)
 }

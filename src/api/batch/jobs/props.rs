@@ -1,7 +1,7 @@
 //! The properties a job is created or updated with, checked as Azure checks them.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auto_pool::{keep_alive_change, AutoPool};
 use crate::api::batch::pools::MetadataItem;
@@ -9,7 +9,6 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::state::Settings;
 use crate::domain::ids::check_id;
 use crate::domain::job::{AllTasksComplete, TaskFailureMode};
-use crate::domain::pool::EnvironmentSetting;
 use crate::domain::IsoDuration;
 use crate::store::jobs::JobRow;
 
@@ -62,18 +61,6 @@ pub(super) fn check_max_parallel(n: i32) -> ApiResult<i32> {
             "maxParallelTasks",
             n.to_string(),
             "must be -1 (no limit) or at least 1",
-        ))
-    }
-}
-
-pub fn check_retry_count(name: &str, n: i32) -> ApiResult<i32> {
-    if n >= -1 {
-        Ok(n)
-    } else {
-        Err(ApiError::invalid_property(
-            name,
-            n.to_string(),
-            "must be -1 (unlimited) or more",
         ))
     }
 }
@@ -156,26 +143,6 @@ fn enum_value<T>(
     let Some(v) = value else { return Ok(default) };
     parse(&v)
         .ok_or_else(|| ApiError::invalid_property(name, &v, format!("must be one of: {allowed}")))
-}
-
-pub fn env_json(name: &str, settings: Option<Vec<EnvironmentSetting>>) -> ApiResult<Value> {
-    let settings = settings.unwrap_or_default();
-    if let Some(bad) = settings
-        .iter()
-        .find(|e| e.name.is_empty() || e.name.contains('='))
-    {
-        return Err(ApiError::invalid_property(
-            name,
-            &bad.name,
-            "a name must be non-empty and contain no '='",
-        ));
-    }
-    Ok(Value::Array(
-        settings
-            .into_iter()
-            .map(|e| json!({"name": e.name, "value": e.value.unwrap_or_default()}))
-            .collect(),
-    ))
 }
 
 pub(super) fn metadata_json(m: Option<Vec<MetadataItem>>) -> Value {

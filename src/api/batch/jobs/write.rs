@@ -8,13 +8,13 @@ use serde_json::{Map, Value};
 
 use super::auto_pool::AutoPool;
 use super::props::{
-    check_max_parallel, check_pool_info, check_priority, check_retry_count, env_json,
-    metadata_json, on_all_tasks_complete, on_task_failure, updated_pool_info, Constraints, JobPool,
-    PoolInfo,
+    check_max_parallel, check_pool_info, check_priority, metadata_json, on_all_tasks_complete,
+    on_task_failure, updated_pool_info, Constraints, JobPool, PoolInfo,
 };
-use super::{check_write, find, lock_open_job};
+use super::{check_write, lock_open_job};
 use crate::api::batch::pools::MetadataItem;
 use crate::api::batch::support::{refuse_unsupported, JOB_ADD, JOB_UPDATE};
+use crate::api::batch::tasks::{check_retry_count, env_json};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::state::Settings;
@@ -268,7 +268,7 @@ async fn update(app: &Ctx, job_id: &str, body: JobUpdate, replace: bool) -> ApiR
     store::jobs::complete_if_all_tasks_done(&mut *tx, job.pk).await?;
     tx.commit().await?;
     app.wake_dispatcher();
-    let job = find(app, job_id).await?;
+    let job = app.job(job_id).await?;
     Ok((StatusCode::OK, resource_headers(job.last_modified)).into_response())
 }
 

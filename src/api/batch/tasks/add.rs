@@ -13,7 +13,6 @@ use serde_json::{json, Value};
 use super::deps::in_ranges;
 use super::task_url;
 use super::validate::{known_ids, validate, TaskCreate};
-use crate::api::batch::jobs::job_not_found;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::{parse, AzureJson};
 use crate::api::{created, etag, rfc3339, BaseUrl, Ctx};
@@ -30,7 +29,7 @@ type Tx<'c> = sqlx::Transaction<'c, sqlx::Postgres>;
 async fn open_job(tx: &mut Tx<'_>, app: &Ctx, job_id: &str) -> ApiResult<JobRow> {
     let job = store::jobs::get(&mut **tx, &app.account, job_id, store::jobs::Lock::Share)
         .await?
-        .ok_or_else(|| job_not_found(job_id))?;
+        .ok_or_else(|| ApiError::job_not_found(job_id))?;
     match job.state {
         JobState::Completed | JobState::Terminating => Err(ApiError::new(
             StatusCode::CONFLICT,

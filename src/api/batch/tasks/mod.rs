@@ -15,7 +15,6 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::jobs::find as find_job;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::Ctx;
@@ -28,7 +27,7 @@ pub use add::{add, add_collection};
 pub(crate) use files::{check_resource_files, checked_packages, refuse_auto_storage};
 pub use json::task_json;
 use validate::TaskConstraints;
-pub use validate::TaskCreate;
+pub use validate::{check_retry_count, env_json, TaskCreate};
 
 fn task_url(base: &str, job_id: &str, task_id: &str) -> String {
     format!("{base}/jobs/{job_id}/tasks/{task_id}")
@@ -56,7 +55,7 @@ pub async fn get(
     (select, expand): (Select, crate::api::Expand),
     conditions: Conditions,
 ) -> ApiResult<Response> {
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     conditions.check(task.last_modified, true)?;
     let mut v = task_json(&job, &task, &base);
@@ -75,7 +74,7 @@ pub async fn list(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
     let list = ListQuery::from_query(&query, odata::TASK_PROPERTIES)?;
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     // A state filter narrows the scan itself (the queue of a big job is mostly one state).
     let state = list
         .filter()
@@ -116,7 +115,7 @@ pub async fn update(
     AzureJson(body): AzureJson<TaskUpdate>,
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &task_id, &conditions).await?;
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let c = body.constraints.unwrap_or_default();
     let retries = c.retry_count(&job)?;
@@ -139,7 +138,7 @@ pub async fn terminate(
     conditions: Conditions,
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &task_id, &conditions).await?;
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let info = ops::jobs::ended_by("terminated by a user");
     let mut tx = app.db.begin().await?;
@@ -172,7 +171,7 @@ pub async fn reactivate(
     conditions: Conditions,
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &task_id, &conditions).await?;
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     if matches!(
         job.state,
         JobState::Completed | JobState::Terminating | JobState::Deleting
@@ -213,7 +212,7 @@ pub async fn delete(
     conditions: Conditions,
 ) -> ApiResult<Response> {
     check_write(&app, &job_id, &task_id, &conditions).await?;
-    let job = find_job(&app, &job_id).await?;
+    let job = app.job(&job_id).await?;
     let task = find(&app, &job, &task_id).await?;
     let mut tx = app.db.begin().await?;
     let info = ops::jobs::ended_by("the task was deleted");
@@ -245,6 +244,6 @@ async fn check_write(
     if conditions.is_empty() {
         return Ok(());
     }
-    let job = find_job(app, job_id).await?;
+    let job = app.job(job_id).await?;
     conditions.check(find(app, &job, task_id).await?.last_modified, false)
 }

@@ -4,11 +4,10 @@ use std::collections::{HashMap, HashSet};
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::deps::{dependencies, in_ranges, task_number, Dependencies};
 use super::files::{container_settings, refuse_auto_storage, task_files, FileContext};
-use crate::api::batch::jobs::{check_retry_count, env_json};
 use crate::api::batch::support::{refuse_unsupported, EXIT_CONDITIONS, TASK_ADD};
 use crate::api::error::{ApiError, ApiResult};
 use crate::domain::files::{OutputFile, PackageReference, ResourceFile};
@@ -329,4 +328,37 @@ pub(super) async fn known_ids(
         known.missing_in_range = ranges.into_iter().zip(missing).collect();
     }
     Ok(known)
+}
+/// A retry count: -1 (without limit) or more.
+pub fn check_retry_count(name: &str, n: i32) -> ApiResult<i32> {
+    if n >= -1 {
+        Ok(n)
+    } else {
+        Err(ApiError::invalid_property(
+            name,
+            n.to_string(),
+            "must be -1 (unlimited) or more",
+        ))
+    }
+}
+
+/// Environment settings as stored: each name non-empty and without '='.
+pub fn env_json(name: &str, settings: Option<Vec<EnvironmentSetting>>) -> ApiResult<Value> {
+    let settings = settings.unwrap_or_default();
+    if let Some(bad) = settings
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains('='))
+    {
+        return Err(ApiError::invalid_property(
+            name,
+            &bad.name,
+            "a name must be non-empty and contain no '='",
+        ));
+    }
+    Ok(Value::Array(
+        settings
+            .into_iter()
+            .map(|e| json!({"name": e.name, "value": e.value.unwrap_or_default()}))
+            .collect(),
+    ))
 }

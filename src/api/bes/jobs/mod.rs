@@ -8,7 +8,6 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::{json, Value};
-use sqlx::{Postgres, Transaction};
 
 use super::check_version;
 use super::error::{BesError, BesResult};
@@ -16,7 +15,6 @@ use super::services::authorize;
 use crate::api::rfc3339;
 use crate::api::state::AppState;
 use crate::domain::bes::Phase;
-use crate::domain::job::JobState;
 use crate::store;
 use crate::store::services::BesJobRow;
 pub use submit::submit;
@@ -115,36 +113,9 @@ pub async fn cancel(
 ) -> BesResult<StatusCode> {
     let job = find(&app, &headers, query.as_deref(), &path).await?;
     let mut tx = app.db.begin().await?;
-    cancel_in(&mut tx, &job).await?;
+    crate::ops::bes::cancel(&mut tx, &job).await?;
     tx.commit().await?;
     app.wake_dispatcher();
     app.wake_bes();
     Ok(StatusCode::OK)
-}
-
-pub async fn cancel_in(tx: &mut Transaction<'_, Postgres>, job: &BesJobRow) -> sqlx::Result<()> {
-    // The guarded update waits for a driver that is turning the job into a Batch job, so the
-    // Batch job is seen here if it was made at all.
-    if store::services::finish(
-        &mut **tx,
-        job.pk,
-        Phase::Cancelled,
-        None,
-        Some("The job was cancelled."),
-    )
-    .await?
-    {
-        if let Some(batch_job) = store::jobs::get(
-            &mut **tx,
-            &job.run_account,
-            &job.id,
-            store::jobs::Lock::Update,
-        )
-        .await?
-        {
-            store::jobs::set_state(&mut **tx, batch_job.pk, JobState::Deleting).await?;
-        }
-        tracing::info!(job = %job.id, "BES job cancelled");
-    }
-    Ok(())
 }

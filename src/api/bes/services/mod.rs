@@ -114,7 +114,7 @@ pub async fn delete(app: Ctx, Path((ns, svc)): Path<(String, String)>) -> BesRes
     let s = owned(&app, &ns, &svc).await?;
     let mut tx = app.db.begin().await?;
     for job in store::list_jobs(&mut *tx, s.pk).await? {
-        super::jobs::cancel_in(&mut tx, &job).await?;
+        crate::ops::bes::cancel(&mut tx, &job).await?;
     }
     store::delete(&mut *tx, s.pk).await?;
     tx.commit().await?;
