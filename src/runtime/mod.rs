@@ -333,34 +333,30 @@ impl Runtime {
         &self,
         server_id: &str,
         node_id: &str,
-        spec: &ExecSpec,
+        spec: ExecSpec,
         started: Started,
     ) -> anyhow::Result<i64> {
-        match &spec.container {
-            Some(_) if spec.user.is_some() => anyhow::bail!("no non-administrator in a container"),
-            Some(container) => {
-                // A container of its own, which the node's agent does not start: the agent
-                // makes its directories all the same, on the node. A node's own commands have
-                // it make them as it starts them.
-                let files = TaskFiles {
-                    runtime: self,
-                    node: Some(node_id),
-                    dirs: &spec.dirs,
-                };
-                spec.dirs
-                    .prepare_through(files, spec.attempt)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                self.node
-                    .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
-                    .await
-            }
-            None => {
-                self.node
-                    .exec(server_id, node_id, &spec.node_command(), started)
-                    .await
-            }
-        }
+        let Some(container) = &spec.container else {
+            // The spec goes into the command: a running attempt holds none of it meanwhile.
+            let command = spec.node_command();
+            return self.node.exec(server_id, node_id, command, started).await;
+        };
+        anyhow::ensure!(spec.user.is_none(), "no non-administrator in a container");
+        // A container of its own, which the node's agent does not start: the agent makes its
+        // directories all the same, on the node. A node's own commands have it make them as it
+        // starts them.
+        let files = TaskFiles {
+            runtime: self,
+            node: Some(node_id),
+            dirs: &spec.dirs,
+        };
+        spec.dirs
+            .prepare_through(files, spec.attempt)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        self.node
+            .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
+            .await
     }
 
     /// Removes an adopted attempt's own container, if it had one (see

@@ -91,7 +91,7 @@ pub trait NodeRuntime: Send + Sync {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        command: &'a NodeCommand,
+        command: NodeCommand,
         started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>>;
 

@@ -259,7 +259,7 @@ impl NodeRuntime for SimulatedRuntime {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        command: &'a NodeCommand,
+        command: NodeCommand,
         started: crate::runtime::Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
@@ -269,7 +269,7 @@ impl NodeRuntime for SimulatedRuntime {
                 "node {node_id} has no agent"
             );
             self.agents
-                .run(node_id, |id| command.work(id), started)
+                .run(node_id, move |id| command.work(id), started)
                 .await
         })
     }

@@ -184,16 +184,18 @@ impl NodeCommand {
     }
 
     /// The work that has a node's agent run it (`id` names it), doing what the wrapper does.
-    pub fn work(&self, id: u64) -> Work {
+    /// It takes the command: a running attempt holds none of it while it waits.
+    pub fn work(self, id: u64) -> Work {
+        let record = self.record();
         Work::Run {
             id,
-            argv: vec!["/bin/sh".into(), "-c".into(), self.command_line.clone()],
-            env: self.env.clone(),
+            argv: vec!["/bin/sh".into(), "-c".into(), self.command_line],
+            env: self.env,
             task: Some(TaskLaunch {
                 dir: format!("{}/wd", self.dirs.node),
                 stdout: format!("{}/stdout.txt", self.dirs.node),
                 stderr: format!("{}/stderr.txt", self.dirs.node),
-                record: self.record(),
+                record,
                 make: Some(self.dirs.make_dirs(self.attempt)),
                 user: self.user,
                 slots: self.slots,
@@ -225,8 +227,8 @@ impl super::Runtime {
 
 impl ExecSpec {
     /// The command, as a node runs it.
-    pub(super) fn node_command(&self) -> NodeCommand {
-        let mut env = self.env.clone();
+    pub(super) fn node_command(self) -> NodeCommand {
+        let mut env = self.env;
         env.push(("AZ_BATCH_TASK_DIR".into(), self.dirs.node.clone()));
         env.push((
             "AZ_BATCH_TASK_WORKING_DIR".into(),
@@ -237,8 +239,8 @@ impl ExecSpec {
             env.push(("HOME".into(), self.dirs.node.clone()));
         }
         NodeCommand {
-            command_line: self.command_line.clone(),
-            dirs: self.dirs.clone(),
+            command_line: self.command_line,
+            dirs: self.dirs,
             attempt: self.attempt,
             env,
             user: self.user,
@@ -249,7 +251,7 @@ impl ExecSpec {
     /// The wrapper's environment: the task's own, where the task's directories are on the node,
     /// where to record the attempt, and the command line.
     pub(super) fn wrapper_env(&self) -> Vec<(String, String)> {
-        self.node_command().wrapper_env()
+        self.clone().node_command().wrapper_env()
     }
 }
 

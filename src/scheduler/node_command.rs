@@ -121,7 +121,12 @@ async fn exec(
         Err(e) => Failure::new("StartTaskFailedToRun", format!("{e:#}")),
     };
     let (started, mut pid) = tokio::sync::oneshot::channel();
-    let run = runtime.exec(at.server_id, at.node_id, spec, Started::pid(started));
+    let run = runtime.exec(
+        at.server_id,
+        at.node_id,
+        spec.clone(),
+        Started::pid(started),
+    );
     tokio::pin!(run);
     let Some(limit) = limit else {
         return run.await.map_err(failed);

@@ -36,7 +36,7 @@ impl DockerRuntime {
         &self,
         server_id: &str,
         node_id: &str,
-        command: &NodeCommand,
+        command: NodeCommand,
         started: crate::runtime::Started,
     ) -> anyhow::Result<i64> {
         if self.has_agent(server_id, node_id).await {
@@ -45,7 +45,7 @@ impl DockerRuntime {
             if command.user.is_some() && users.await == Some(false) {
                 return Err(out_of_date(node_id, "its agent").into());
             }
-            let run = |id| command.work(id);
+            let run = move |id| command.work(id);
             return self.agent.agents.run(node_id, run, started).await;
         }
         // A node made before nodes had agents: the wrapper, through the engine.

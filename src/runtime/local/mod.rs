@@ -235,7 +235,7 @@ impl NodeRuntime for LocalRuntime {
         &'a self,
         _server_id: &'a str,
         node_id: &'a str,
-        command: &'a NodeCommand,
+        command: NodeCommand,
         started: crate::runtime::Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
@@ -244,7 +244,7 @@ impl NodeRuntime for LocalRuntime {
                 "node {node_id} has no agent"
             );
             self.agents
-                .run(node_id, |id| command.work(id), started)
+                .run(node_id, move |id| command.work(id), started)
                 .await
         })
     }

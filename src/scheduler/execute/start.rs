@@ -59,7 +59,7 @@ impl Executor {
         started.stop = Some(stop.clone());
         match self
             .runtime
-            .exec(&self.server_id, node_id, &spec, started)
+            .exec(&self.server_id, node_id, spec, started)
             .await
         {
             Ok(code) => Ok(Ok(code)),

@@ -124,7 +124,7 @@ impl NodeRuntime for DockerHosts {
         &'a self,
         server_id: &'a str,
         node_id: &'a str,
-        command: &'a NodeCommand,
+        command: NodeCommand,
         started: Started,
     ) -> BoxFuture<'a, anyhow::Result<i64>> {
         Box::pin(async move {
