@@ -7,6 +7,9 @@ use serde::Deserialize;
 /// another (docs/nodes.md, "The Debian image"); the server builds it on an engine that lacks it.
 pub const DEBIAN_IMAGE: &str = "batchpool/debian:bookworm";
 
+/// A pool's resizeTimeout when its creation names none: Azure's 15 minutes.
+pub const DEFAULT_RESIZE_TIMEOUT_SECS: i64 = 15 * 60;
+
 wire_enum!(PoolState { Active = "active", Deleting = "deleting" });
 
 wire_enum!(AllocationState { Steady = "steady", Resizing = "resizing", Stopping = "stopping" });

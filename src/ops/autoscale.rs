@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
 
-use crate::domain::autoscale::{self, Formula, FormulaError, Inputs, MetricHistory, Outcome};
+use crate::domain::autoscale::{self, Evaluation, Formula, FormulaError, Inputs, MetricHistory};
 use crate::domain::pool::{NodeDeallocationOption, Targets};
 use crate::domain::{rfc3339, IsoDuration};
 use crate::store;
@@ -104,7 +104,7 @@ pub fn evaluate(
     targets: Targets,
     history: &dyn MetricHistory,
     now: DateTime<Utc>,
-) -> Result<Outcome, FormulaError> {
+) -> Result<Evaluation, FormulaError> {
     let inputs = Inputs {
         now,
         target_dedicated: targets.dedicated as f64,
@@ -115,7 +115,7 @@ pub fn evaluate(
 }
 
 /// One evaluation as Azure's AutoScaleRun: its time, the variables' values, or the error.
-pub fn run_json(now: DateTime<Utc>, outcome: &Result<Outcome, FormulaError>) -> Value {
+pub fn run_json(now: DateTime<Utc>, outcome: &Result<Evaluation, FormulaError>) -> Value {
     match outcome {
         Ok(o) => json!({"timestamp": rfc3339(now), "results": o.results}),
         Err(e) => json!({
@@ -130,7 +130,7 @@ pub fn run_json(now: DateTime<Utc>, outcome: &Result<Outcome, FormulaError>) -> 
 }
 
 /// The targets an outcome gives a pool, each within the server's most nodes a pool may have.
-pub fn target(outcome: &Outcome, max_nodes: i32) -> (Targets, NodeDeallocationOption) {
+pub fn target(outcome: &Evaluation, max_nodes: i32) -> (Targets, NodeDeallocationOption) {
     let nodes = |n: i64| n.clamp(0, max_nodes as i64) as i32;
     let targets = Targets {
         dedicated: nodes(outcome.target_dedicated),

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 
 use super::complete::Failure;
 use super::environment::{package_dir, pool_package_env, Placement};
-use super::node_command::{run_command, NodeCommand};
+use super::special_task::{run_special_task, SpecialTask};
 use super::task_files::Fetcher;
 use crate::domain::agent::FileOp;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
@@ -168,7 +168,7 @@ impl Packages {
                 "copying the package {name} to the node failed: {e}"
             ))
         })?;
-        let command = NodeCommand {
+        let command = SpecialTask {
             command_line: r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && unzip -o -q package.zip -d "$TARGET" && touch "$TARGET/.batchpool-installed" && rm -f package.zip"#,
             dirs,
             env: vec![("TARGET".into(), target.clone())],
@@ -180,7 +180,8 @@ impl Packages {
             // Installed for every task of the node, whoever they run as.
             run_as: RunAs::Admin,
         };
-        let outcome = run_command(&self.runtime, &self.fetcher, at, command, |_| async {}).await;
+        let outcome =
+            run_special_task(&self.runtime, &self.fetcher, at, command, |_| async {}).await;
         if outcome.succeeded {
             Ok(target)
         } else {

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use super::environment::{job_command_environment, Placement};
-use super::node_command::{run_command, NodeCommand};
+use super::special_task::{run_special_task, SpecialTask};
 use super::task_files::{self, Fetcher};
 use crate::domain::container::ContainerSettings;
 use crate::domain::job_prep::{retention_ticks, JobPreparationTask};
@@ -121,7 +121,7 @@ impl Preparations {
         let linked = task_files::linked_storage(&self.db, &a.account, &prep.resource_files)
             .await
             .map_err(|f| f.message)?;
-        let command = NodeCommand {
+        let command = SpecialTask {
             command_line: &prep.command_line,
             dirs,
             env: job_command_environment(
@@ -160,7 +160,7 @@ impl Preparations {
                 }
             }
         };
-        let outcome = run_command(&self.runtime, &self.fetcher, &at, command, record).await;
+        let outcome = run_special_task(&self.runtime, &self.fetcher, &at, command, record).await;
         record(outcome.info).await;
         tracing::info!(job = %a.job_id, node = node_id, succeeded = outcome.succeeded, "job preparation task ran");
         if outcome.succeeded {
@@ -223,7 +223,7 @@ impl Preparations {
         let linked = task_files::linked_storage(&self.db, &due.account, &release.resource_files)
             .await
             .unwrap_or_default();
-        let command = NodeCommand {
+        let command = SpecialTask {
             command_line: &release.command_line,
             dirs,
             env: job_command_environment(
@@ -254,7 +254,7 @@ impl Preparations {
                 }
             }
         };
-        let outcome = run_command(&self.runtime, &self.fetcher, &at, command, record).await;
+        let outcome = run_special_task(&self.runtime, &self.fetcher, &at, command, record).await;
         record(outcome.info).await;
         tracing::info!(job = %due.job_id, node = %due.node_id, succeeded = outcome.succeeded, "job release task ran");
     }

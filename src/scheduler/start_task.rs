@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::environment::{node_environment, Placement};
-use super::node_command::{run_command, NodeCommand, Outcome};
+use super::special_task::{run_special_task, ExecutionInfo, SpecialTask};
 use super::task_files::Fetcher;
 use crate::domain::pool::StartTask;
 use crate::domain::run_as::{Command, RunAs};
@@ -20,7 +20,7 @@ pub async fn run<F, Fut>(
     task: &StartTask,
     extra_env: Vec<(String, String)>,
     on_attempt: F,
-) -> Outcome
+) -> ExecutionInfo
 where
     F: FnMut(Value) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -32,7 +32,7 @@ where
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
     );
     env.extend(extra_env);
-    let command = NodeCommand {
+    let command = SpecialTask {
         command_line: task.command_line.as_deref().unwrap_or_default(),
         dirs: runtime.start_task_dirs(at.node_id),
         env,
@@ -51,5 +51,5 @@ where
             }),
         run_as: RunAs::of(task.user_identity.as_ref(), Command::Start),
     };
-    run_command(runtime, fetcher, at, command, on_attempt).await
+    run_special_task(runtime, fetcher, at, command, on_attempt).await
 }

@@ -105,6 +105,50 @@ pub struct NewPool {
     pub auto_scale: Option<(String, i64, Value)>,
 }
 
+impl NewPool {
+    /// A pool the server makes for a service of its own (the Pool Service, the classic BES
+    /// environment): `target` dedicated nodes of a size (its name, vCPUs and MiB) running
+    /// `image`, one task slot each, with Azure's defaults for everything else. Callers change
+    /// what differs with `NewPool { .., ..NewPool::internal(..) }`.
+    pub fn internal(
+        (account, id): (&str, &str),
+        (vm_size, vcpus, memory_mib): (&str, f64, i64),
+        image: String,
+        target: i32,
+    ) -> Self {
+        NewPool {
+            account: account.to_string(),
+            id: id.to_string(),
+            display_name: None,
+            vm_size: vm_size.to_string(),
+            vcpus,
+            memory_mib,
+            image,
+            vm_config: None,
+            start_task: None,
+            task_slots_per_node: 1,
+            node_fill_type: NodeFillType::Spread,
+            job_default_order: JobDefaultOrder::CreationTime,
+            node_communication_mode: NodeCommunicationMode::Default,
+            inter_node_communication: false,
+            resource_tags: None,
+            manual_upgrades: false,
+            target_dedicated_nodes: target,
+            target_low_priority_nodes: 0,
+            resize_timeout_ticks: crate::domain::IsoDuration::from_secs(
+                crate::domain::pool::DEFAULT_RESIZE_TIMEOUT_SECS,
+            )
+            .ticks(),
+            metadata: Value::Array(Vec::new()),
+            billing_plan: None,
+            service_pk: None,
+            pool_service: false,
+            application_packages: None,
+            auto_scale: None,
+        }
+    }
+}
+
 /// Reads whole `PoolRow`s: `select_pools!("WHERE ...", args)` is the checked query over every
 /// column of `pools p`, with the nodes it has.
 macro_rules! select_pools {

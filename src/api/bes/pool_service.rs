@@ -17,8 +17,7 @@ use super::{bearer, same_key, BesJson};
 use crate::api::state::AppState;
 use crate::api::{rfc3339, BaseUrl};
 use crate::domain::bes;
-use crate::domain::duration::IsoDuration;
-use crate::domain::pool::{AllocationState, JobDefaultOrder, NodeFillType, PoolState, Targets};
+use crate::domain::pool::{AllocationState, PoolState, Targets};
 use crate::domain::vm_size::VmSize;
 use crate::store;
 use crate::store::pools::{NewPool, PoolRow, Refused};
@@ -192,38 +191,19 @@ async fn new_pool(
     })?;
     let service = swagger_service(app, account, &swagger).await?;
     let (vm_size, size) = vm_size(app, body.vm_size)?;
+    let image = service
+        .image
+        .clone()
+        .unwrap_or_else(|| app.settings.default_image.clone());
+    let size = (vm_size.as_str(), size.vcpus, size.memory_mib as i64);
     Ok(NewPool {
-        account: account.name.clone(),
-        id,
         display_name: service.title.clone(),
-        vm_size,
-        vcpus: size.vcpus,
-        memory_mib: size.memory_mib as i64,
-        image: service
-            .image
-            .clone()
-            .unwrap_or_else(|| app.settings.default_image.clone()),
-        vm_config: None,
-        start_task: None,
         task_slots_per_node: slots,
-        node_fill_type: NodeFillType::Spread,
-        job_default_order: JobDefaultOrder::CreationTime,
-        node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
-        inter_node_communication: false,
-        resource_tags: None,
-        manual_upgrades: false,
-        target_dedicated_nodes: target,
-        target_low_priority_nodes: 0,
-        resize_timeout_ticks: IsoDuration::from_secs(
-            crate::api::batch::pools::DEFAULT_RESIZE_TIMEOUT_SECS,
-        )
-        .ticks(),
         metadata: json!([{"name": SWAGGER_METADATA, "value": swagger}]),
         billing_plan: Some(service.billing_plan.clone()),
         service_pk: Some(service.pk),
         pool_service: true,
-        application_packages: None,
-        auto_scale: None,
+        ..NewPool::internal((&account.name, &id), size, image, target)
     })
 }
 

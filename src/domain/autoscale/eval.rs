@@ -10,7 +10,7 @@ use super::lex::Pos;
 use super::parse::{Expr, Formula, Kind, Statement};
 use super::value::{self, ticks_of, BinOp, Member, UnOp, Value, MAX_VEC};
 use super::{
-    is_metric, FormulaError, Inputs, Outcome, DEALLOCATION, DEALLOCATION_OPTIONS, EVALUATION,
+    is_metric, Evaluation, FormulaError, Inputs, DEALLOCATION, DEALLOCATION_OPTIONS, EVALUATION,
     INSUFFICIENT, TARGET_DEDICATED, TARGET_LOW_PRIORITY,
 };
 
@@ -30,7 +30,7 @@ fn insufficient(pos: Pos, message: impl std::fmt::Display) -> Halt {
     Halt::Fail(FormulaError::at(INSUFFICIENT, pos, message))
 }
 
-pub(super) fn run(formula: &Formula, inputs: &Inputs) -> Result<Outcome, FormulaError> {
+pub(super) fn run(formula: &Formula, inputs: &Inputs) -> Result<Evaluation, FormulaError> {
     let mut run = Evaluator {
         inputs,
         dedicated: inputs.target_dedicated,
@@ -69,7 +69,7 @@ fn node_count(name: &str, x: f64) -> Result<i64, FormulaError> {
 }
 
 impl<'a> Evaluator<'a> {
-    fn outcome(self) -> Result<Outcome, FormulaError> {
+    fn outcome(self) -> Result<Evaluation, FormulaError> {
         let dedicated = node_count(TARGET_DEDICATED, self.dedicated)?;
         let low_priority = node_count(TARGET_LOW_PRIORITY, self.low_priority)?;
         let option = &self.deallocation;
@@ -81,7 +81,7 @@ impl<'a> Evaluator<'a> {
         ];
         parts.extend(self.vars.iter().map(|(k, v)| format!("{k}={v}")));
         let results = parts.join(";");
-        Ok(Outcome {
+        Ok(Evaluation {
             target_dedicated: dedicated,
             target_low_priority: low_priority,
             node_deallocation_option: self.deallocation,

@@ -125,7 +125,7 @@ pub struct Inputs<'a> {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Outcome {
+pub struct Evaluation {
     /// $TargetDedicatedNodes after evaluation, rounded down to a whole number and never below 0
     /// (the caller caps it).
     pub target_dedicated: i64,
@@ -139,7 +139,7 @@ pub struct Outcome {
 
 /// Runs a parsed formula once. Statements run in order; `stop()` ends the run early, keeping
 /// what was assigned before it.
-pub fn evaluate(formula: &Formula, inputs: &Inputs) -> Result<Outcome, FormulaError> {
+pub fn evaluate(formula: &Formula, inputs: &Inputs) -> Result<Evaluation, FormulaError> {
     eval::run(formula, inputs)
 }
 
@@ -195,7 +195,12 @@ mod tests {
         (0..n).map(time).zip(values).collect()
     }
 
-    fn run(formula: &str, now: &str, h: History, dedicated: f64) -> Result<Outcome, FormulaError> {
+    fn run(
+        formula: &str,
+        now: &str,
+        h: History,
+        dedicated: f64,
+    ) -> Result<Evaluation, FormulaError> {
         let now = at(now);
         let fake = Fake {
             samples: history(now, h),
@@ -341,7 +346,7 @@ mod tests {
                 "$TargetDedicatedNodes={target};$TargetLowPriorityNodes=0;\
                  $NodeDeallocationOption=taskcompletion{sep}{users}"
             );
-            let expected = Outcome {
+            let expected = Evaluation {
                 target_dedicated: *target,
                 target_low_priority: 0,
                 node_deallocation_option: "taskcompletion".to_string(),
@@ -467,7 +472,7 @@ mod tests {
         let outcome = run(formula, TUESDAY_10, Empty, 5.0).unwrap();
         let results = "$TargetDedicatedNodes=5;$TargetLowPriorityNodes=2;\
                        $NodeDeallocationOption=retaineddata;r=1";
-        let expected = Outcome {
+        let expected = Evaluation {
             target_dedicated: 5,
             target_low_priority: 2,
             node_deallocation_option: "retaineddata".to_string(),

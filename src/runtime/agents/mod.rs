@@ -86,13 +86,13 @@ struct LinkState {
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
-type Outcome = Result<i64, String>;
+type Reply = Result<i64, String>;
 
 /// A command the agent runs for a caller of [`Agents::run`] (or a question for [`Agents::ask`]).
 struct Run {
     started: Option<oneshot::Sender<i32>>,
     usage: Option<oneshot::Sender<Usage>>,
-    ended: oneshot::Sender<Outcome>,
+    ended: oneshot::Sender<Reply>,
 }
 
 fn digest(secret: &str) -> [u8; 32] {
@@ -314,7 +314,7 @@ impl Agents {
         node: &str,
         make: impl FnOnce(u64) -> Work,
         started: crate::runtime::Started,
-    ) -> anyhow::Result<(Arc<Link>, u64, oneshot::Receiver<Outcome>)> {
+    ) -> anyhow::Result<(Arc<Link>, u64, oneshot::Receiver<Reply>)> {
         let link = self
             .link(node)
             .ok_or_else(|| anyhow::anyhow!("node {node} has no agent this server knows"))?;

@@ -3,12 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::BesJobDriver;
 use crate::domain::bes::{CLASSIC_ACCOUNT, CLASSIC_POOL};
-use crate::domain::duration::IsoDuration;
-use crate::domain::pool::{JobDefaultOrder, NodeFillType, Targets};
+use crate::domain::pool::Targets;
 use crate::store;
 use crate::store::services::BesJobRow;
 
@@ -84,35 +81,19 @@ impl BesJobDriver {
         image: Option<String>,
         nodes: i32,
     ) -> anyhow::Result<()> {
+        let size = (
+            self.config.classic_vm_size.as_str(),
+            self.config.classic_vcpus,
+            self.config.classic_memory_mib,
+        );
+        let display_name = format!(
+            "The classic BES environment ({})",
+            image.as_deref().unwrap_or("the default image")
+        );
+        let image = image.unwrap_or_else(|| self.config.classic_image.clone());
         let new = store::pools::NewPool {
-            account: CLASSIC_ACCOUNT.into(),
-            id: id.into(),
-            display_name: Some(format!(
-                "The classic BES environment ({})",
-                image.as_deref().unwrap_or("the default image")
-            )),
-            vm_size: self.config.classic_vm_size.clone(),
-            vcpus: self.config.classic_vcpus,
-            memory_mib: self.config.classic_memory_mib,
-            image: image.unwrap_or_else(|| self.config.classic_image.clone()),
-            vm_config: None,
-            start_task: None,
-            task_slots_per_node: 1,
-            node_fill_type: NodeFillType::Spread,
-            job_default_order: JobDefaultOrder::CreationTime,
-            node_communication_mode: crate::domain::pool::NodeCommunicationMode::Default,
-            inter_node_communication: false,
-            resource_tags: None,
-            manual_upgrades: false,
-            target_dedicated_nodes: nodes,
-            target_low_priority_nodes: 0,
-            resize_timeout_ticks: IsoDuration::from_secs(15 * 60).ticks(),
-            metadata: json!([]),
-            billing_plan: None,
-            service_pk: None,
-            pool_service: false,
-            application_packages: None,
-            auto_scale: None,
+            display_name: Some(display_name),
+            ..store::pools::NewPool::internal((CLASSIC_ACCOUNT, id), size, image, nodes)
         };
         match store::pools::insert(&self.db, &new).await {
             Err(e) if !store::is_unique_violation(&e) => return Err(e.into()),

@@ -286,7 +286,7 @@ pub async fn nodes_of_job(db: impl PgExecutor<'_>, job_pk: i64) -> sqlx::Result<
 }
 
 /// How a task ended, and on which node (None once the node is gone).
-pub struct Outcome {
+pub struct TaskEnd {
     pub state: TaskState,
     pub exit_code: Option<i32>,
     pub result: Option<String>,
@@ -300,9 +300,9 @@ pub async fn outcome(
     account: &str,
     job_id: &str,
     task_id: &str,
-) -> sqlx::Result<Option<Outcome>> {
+) -> sqlx::Result<Option<TaskEnd>> {
     sqlx::query_as!(
-        Outcome,
+        TaskEnd,
         r#"SELECT t.state AS "state: TaskState", t.exit_code, t.result, t.failure_info,
                   CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id
          FROM jobs j JOIN tasks t ON t.job_pk = j.pk

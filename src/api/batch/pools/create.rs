@@ -201,11 +201,12 @@ pub(crate) fn new_pool(settings: &Settings, account: &str, body: PoolCreate) -> 
         resize_timeout_ticks: resize_timeout,
         metadata: serde_json::to_value(body.metadata.unwrap_or_default())
             .expect("metadata serializes"),
+        auto_scale: auto_scale.map(|(_, kept)| kept),
+        // Not made for a service, nor with packages (they are added by a patch).
         billing_plan: None,
         service_pk: None,
         pool_service: false,
         application_packages: None,
-        auto_scale: auto_scale.map(|(_, kept)| kept),
     })
 }
 

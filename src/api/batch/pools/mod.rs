@@ -25,7 +25,7 @@ pub(crate) use create::{insert as insert_pool, new_pool};
 pub use update::{patch, remove_nodes, resize, stop_resize, update_properties};
 
 /// Azure's default resizeTimeout.
-pub const DEFAULT_RESIZE_TIMEOUT_SECS: i64 = 15 * 60;
+pub use crate::domain::pool::DEFAULT_RESIZE_TIMEOUT_SECS;
 
 #[derive(Deserialize, serde::Serialize)]
 pub struct MetadataItem {

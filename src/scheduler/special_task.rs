@@ -18,7 +18,7 @@ use crate::runtime::{
 
 /// A command a node runs apart from its job tasks: a pool's start task, a job's preparation or
 /// release task. It runs in `dirs`, after its resource files are downloaded there.
-pub struct NodeCommand<'a> {
+pub struct SpecialTask<'a> {
     pub command_line: &'a str,
     pub dirs: TaskDirs,
     pub env: Vec<(String, String)>,
@@ -35,20 +35,20 @@ pub struct NodeCommand<'a> {
 }
 
 /// How a node command ended: whether it succeeded, and its information as Azure shows it.
-pub struct Outcome {
+pub struct ExecutionInfo {
     pub succeeded: bool,
     pub info: Value,
 }
 
 /// Runs a node command until it succeeds or has used its retries, reporting each attempt as
 /// Azure's start task and job preparation task information report it.
-pub async fn run_command<F, Fut>(
+pub async fn run_special_task<F, Fut>(
     runtime: &Runtime,
     fetcher: &Fetcher,
     at: &Placement<'_>,
-    command: NodeCommand<'_>,
+    command: SpecialTask<'_>,
     mut on_attempt: F,
-) -> Outcome
+) -> ExecutionInfo
 where
     F: FnMut(Value) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -91,7 +91,7 @@ where
         match failure {
             None => {
                 info["result"] = json!("success");
-                return Outcome {
+                return ExecutionInfo {
                     succeeded: true,
                     info,
                 };
@@ -99,7 +99,7 @@ where
             Some(f) if command.max_retries != -1 && retry_count >= command.max_retries => {
                 info["result"] = json!("failure");
                 info["failureInfo"] = f;
-                return Outcome {
+                return ExecutionInfo {
                     succeeded: false,
                     info,
                 };
