@@ -208,7 +208,7 @@ async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Lin
         return Ok(link);
     }
     if !state.agents.knows(node) {
-        if let Some(known) = state.runtime.agent_secret(&state.server_id, node).await {
+        if let Some(known) = state.runtime.agent_secret(node).await {
             state.agents.register(node, &known);
         }
     }

@@ -173,8 +173,8 @@ impl Runtime {
     }
 
     /// The secret of the node's agent, if it runs one (see [`NodeRuntime::agent_secret`]).
-    pub async fn agent_secret(&self, server_id: &str, node_id: &str) -> Option<String> {
-        self.node.agent_secret(server_id, node_id).await
+    pub async fn agent_secret(&self, node_id: &str) -> Option<String> {
+        self.node.agent_secret(&self.server_id, node_id).await
     }
 
     /// Whether the runtime answers, for `/health/ready`.
@@ -256,8 +256,8 @@ impl Runtime {
     }
 
     /// Removes the node and its directory. Removing a node that is already gone is not an error.
-    pub async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        self.node.remove_node(server_id, node_id).await?;
+    pub async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.node.remove_node(&self.server_id, node_id).await?;
         // A local node's directory (or a Docker node's made by a server before nodes had
         // volumes of their own). Links in it (any a task made) go as links.
         Below {
@@ -272,22 +272,23 @@ impl Runtime {
     /// The node agent's log (see [`NodeRuntime::agent_log`]).
     pub async fn agent_log(
         &self,
-        server_id: &str,
         node_id: &str,
         since: i64,
         until: i64,
     ) -> anyhow::Result<Vec<u8>> {
-        self.node.agent_log(server_id, node_id, since, until).await
+        self.node
+            .agent_log(&self.server_id, node_id, since, until)
+            .await
     }
 
     /// Restarts a node (a reboot).
-    pub async fn restart_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        self.node.restart_node(server_id, node_id).await
+    pub async fn restart_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.node.restart_node(&self.server_id, node_id).await
     }
 
     /// Stops a node, keeping its disk (a deallocate).
-    pub async fn stop_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
-        self.node.stop_node(server_id, node_id).await
+    pub async fn stop_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.node.stop_node(&self.server_id, node_id).await
     }
 
     /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
@@ -312,8 +313,8 @@ impl Runtime {
     }
 
     /// The nodes lost with their host (see [`NodeRuntime::lost_nodes`]).
-    pub async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
-        self.node.lost_nodes(server_id).await
+    pub async fn lost_nodes(&self) -> Vec<String> {
+        self.node.lost_nodes(&self.server_id).await
     }
 
     /// The nodes whose agents fell silent: for longer than the agent timeout (lost), and long
@@ -323,15 +324,14 @@ impl Runtime {
     }
 
     /// The nodes of this installation that exist on the runtime.
-    pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
-        self.node.list_nodes(server_id).await
+    pub async fn list_nodes(&self) -> anyhow::Result<Vec<FoundNode>> {
+        self.node.list_nodes(&self.server_id).await
     }
 
     /// Runs a command on the node and waits for its exit code; `started` learns the pid of its
     /// process group as soon as it runs, and the id of its own container if it has one.
     pub async fn exec(
         &self,
-        server_id: &str,
         node_id: &str,
         spec: ExecSpec,
         started: Started,
@@ -339,7 +339,10 @@ impl Runtime {
         let Some(container) = &spec.container else {
             // The spec goes into the command: a running attempt holds none of it meanwhile.
             let command = spec.node_command();
-            return self.node.exec(server_id, node_id, command, started).await;
+            return self
+                .node
+                .exec(&self.server_id, node_id, command, started)
+                .await;
         };
         anyhow::ensure!(spec.user.is_none(), "no non-administrator in a container");
         // A container of its own, which the node's agent does not start: the agent makes its
@@ -355,42 +358,50 @@ impl Runtime {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         self.node
-            .exec_in_container((server_id, node_id), spec.wrapper_env(), container, started)
+            .exec_in_container(
+                (&self.server_id, node_id),
+                spec.wrapper_env(),
+                container,
+                started,
+            )
             .await
     }
 
     /// Removes an adopted attempt's own container, if it had one (see
     /// [`NodeRuntime::remove_task_container`]).
-    pub async fn remove_task_container(&self, server_id: &str, label: &str) {
-        if let Err(e) = self.node.remove_task_container(server_id, label).await {
+    pub async fn remove_task_container(&self, label: &str) {
+        if let Err(e) = self
+            .node
+            .remove_task_container(&self.server_id, label)
+            .await
+        {
             tracing::warn!(error = %format!("{e:#}"), label, "removing a task container failed");
         }
     }
 
     /// Removes task containers no attempt runs in any more (see
     /// [`NodeRuntime::remove_finished_task_containers`]).
-    pub async fn remove_finished_task_containers(&self, server_id: &str) {
-        if let Err(e) = self.node.remove_finished_task_containers(server_id).await {
+    pub async fn remove_finished_task_containers(&self) {
+        if let Err(e) = self
+            .node
+            .remove_finished_task_containers(&self.server_id)
+            .await
+        {
             tracing::warn!(error = %format!("{e:#}"), "removing finished task containers failed");
         }
     }
 
     /// Kills an attempt's whole process tree (its process group), wherever it runs.
-    pub async fn kill(
-        &self,
-        server_id: &str,
-        node_id: &str,
-        pid: &AttemptPid,
-    ) -> anyhow::Result<()> {
+    pub async fn kill(&self, node_id: &str, pid: &AttemptPid) -> anyhow::Result<()> {
         if pid.pid <= 1 {
             return Ok(());
         }
-        self.node.kill_group(server_id, node_id, pid).await
+        self.node.kill_group(&self.server_id, node_id, pid).await
     }
 
     /// Whether an attempt's process is still alive (after a restart, to wait for it); None if
     /// its node could not be asked.
-    pub async fn is_alive(&self, server_id: &str, node_id: &str, pid: &AttemptPid) -> Option<bool> {
-        self.node.is_alive(server_id, node_id, pid).await
+    pub async fn is_alive(&self, node_id: &str, pid: &AttemptPid) -> Option<bool> {
+        self.node.is_alive(&self.server_id, node_id, pid).await
     }
 }

@@ -8,7 +8,6 @@ use crate::store::tasks::AttemptRow;
 
 /// Everything a start task needs to know about where it runs.
 pub struct Placement<'a> {
-    pub server_id: &'a str,
     pub account: &'a str,
     pub pool_id: &'a str,
     pub node_id: &'a str,
@@ -58,14 +57,8 @@ pub fn job_command_environment(
 
 /// A job task's environment: a job command's, with its retry count and where its job's
 /// preparation task ran on the node.
-pub fn task_environment(
-    runtime: &Runtime,
-    server_id: &str,
-    a: &AttemptRow,
-    node_id: &str,
-) -> Vec<(String, String)> {
+pub fn task_environment(runtime: &Runtime, a: &AttemptRow, node_id: &str) -> Vec<(String, String)> {
     let at = Placement {
-        server_id,
         account: &a.account,
         pool_id: a.pool_id.as_deref().unwrap_or_default(),
         node_id,

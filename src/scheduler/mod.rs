@@ -242,7 +242,6 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     let executor = execute::Executor::new(
         s.db.clone(),
         s.runtime.clone(),
-        s.server_id.clone(),
         s.wake.clone(),
         s.fetcher.clone(),
         (s.bes.clone(), s.tokens.clone()),

@@ -34,18 +34,16 @@ pub struct Packages {
     db: PgPool,
     runtime: Arc<Runtime>,
     fetcher: Fetcher,
-    server_id: String,
     /// One install at a time per node and package version.
     locks: Arc<KeyedLocks<Install>>,
 }
 
 impl Packages {
-    pub fn new(db: PgPool, runtime: Arc<Runtime>, fetcher: Fetcher, server_id: String) -> Self {
+    pub fn new(db: PgPool, runtime: Arc<Runtime>, fetcher: Fetcher) -> Self {
         Self {
             db,
             runtime,
             fetcher,
-            server_id,
             locks: KeyedLocks::new(),
         }
     }
@@ -60,7 +58,6 @@ impl Packages {
             _ => return Ok(Vec::new()),
         };
         let at = Placement {
-            server_id: &self.server_id,
             account: &a.account,
             pool_id: a.pool_id.as_deref().unwrap_or_default(),
             node_id: a.node_id.as_deref().unwrap_or_default(),

@@ -28,7 +28,6 @@ pub struct Preparations {
     db: PgPool,
     runtime: Arc<Runtime>,
     fetcher: Fetcher,
-    server_id: String,
     /// One lock per job and node, so that a node's tasks of one job wait for one run.
     locks: Arc<KeyedLocks<JobNode>>,
     /// Release tasks under way (job, node).
@@ -45,17 +44,11 @@ const RELEASE_SCAN: std::time::Duration = std::time::Duration::from_secs(1);
 type JobNode = (i64, i64);
 
 impl Preparations {
-    pub fn new(
-        db: PgPool,
-        runtime: Arc<Runtime>,
-        fetcher: Fetcher,
-        server_id: String,
-    ) -> Arc<Self> {
+    pub fn new(db: PgPool, runtime: Arc<Runtime>, fetcher: Fetcher) -> Arc<Self> {
         Arc::new(Self {
             db,
             runtime,
             fetcher,
-            server_id,
             locks: KeyedLocks::new(),
             releasing: Mutex::default(),
             looked: Mutex::default(),
@@ -111,7 +104,6 @@ impl Preparations {
         };
         let pool_id = a.pool_id.as_deref().unwrap_or_default();
         let at = Placement {
-            server_id: &self.server_id,
             account: &a.account,
             pool_id,
             node_id,
@@ -209,7 +201,6 @@ impl Preparations {
         }
         let release = &due.release_task.0;
         let at = Placement {
-            server_id: &self.server_id,
             account: &due.account,
             pool_id: &due.pool_id,
             node_id: &due.node_id,

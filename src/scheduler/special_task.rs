@@ -121,12 +121,7 @@ async fn exec(
         Err(e) => Failure::new("StartTaskFailedToRun", format!("{e:#}")),
     };
     let (started, mut pid) = tokio::sync::oneshot::channel();
-    let run = runtime.exec(
-        at.server_id,
-        at.node_id,
-        spec.clone(),
-        Started::pid(started),
-    );
+    let run = runtime.exec(at.node_id, spec.clone(), Started::pid(started));
     tokio::pin!(run);
     let Some(limit) = limit else {
         return run.await.map_err(failed);
@@ -136,7 +131,7 @@ async fn exec(
         _ = tokio::time::sleep(limit) => {
             if let Ok(pid) = (&mut pid).await {
                 let pid = AttemptPid::started(pid);
-                if let Err(e) = runtime.kill(at.server_id, at.node_id, &pid).await {
+                if let Err(e) = runtime.kill(at.node_id, &pid).await {
                     tracing::warn!(error = %format!("{e:#}"), "killing a node command failed");
                 }
             }

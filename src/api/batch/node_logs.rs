@@ -16,7 +16,6 @@ use crate::api::error::{ApiError, ApiResult};
 use crate::api::json::AzureJson;
 use crate::api::{BaseUrl, Ctx};
 use crate::storage::{self, Container};
-use crate::store;
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,11 +57,10 @@ pub async fn upload(
         .await
         .map_err(bad_url)?;
     let container = Container::open(&url).map_err(|e| bad_url(e.message))?;
-    let server_id = store::server_id(&app.db).await?;
     let until = body.end_time.map_or(0, |t| t.timestamp());
     let log = app
         .runtime
-        .agent_log(&server_id, &node.id, since.timestamp(), until)
+        .agent_log(&node.id, since.timestamp(), until)
         .await
         .unwrap_or_else(|e| format!("the agent's log could not be read: {e:#}\n").into_bytes());
     let record = json!({"node": node_json(&pool, &node, &base), "uploadedAt": crate::api::rfc3339(Utc::now())});

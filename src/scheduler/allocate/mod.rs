@@ -61,7 +61,7 @@ impl Allocator {
         Arc::new(Self {
             db: db.clone(),
             runtime: Arc::clone(&runtime),
-            server_id: server_id.clone(),
+            server_id,
             wake,
             provisioning: Mutex::default(),
             removing: Mutex::default(),
@@ -74,7 +74,6 @@ impl Allocator {
                 db.clone(),
                 Arc::clone(&runtime),
                 fetcher.clone(),
-                server_id.clone(),
             ),
             fetcher,
             adopted: tokio::sync::watch::Sender::new(false),
@@ -120,7 +119,7 @@ impl Allocator {
     /// that no node row claims (their pool was deleted meanwhile) are removed; nodes whose
     /// container vanished are made again; everything else is adopted as it is, usage records and all.
     async fn adopt(&self) -> anyhow::Result<()> {
-        let found = self.runtime.list_nodes(&self.server_id).await?;
+        let found = self.runtime.list_nodes().await?;
         let rows = store::nodes::list_all(&self.db).await?;
         let known: HashMap<&str, &NodeRow> = rows.iter().map(|n| (n.id.as_str(), n)).collect();
         let now = Utc::now();
@@ -131,9 +130,7 @@ impl Allocator {
                 continue;
             }
             tracing::info!(node = %node.node_id, "removing a node no pool claims");
-            self.runtime
-                .remove_node(&self.server_id, &node.node_id)
-                .await?;
+            self.runtime.remove_node(&node.node_id).await?;
             store::usage::close(&self.db, &node.node_id, now).await?;
         }
         let running: HashSet<&str> = found
@@ -287,7 +284,7 @@ impl Allocator {
 
     async fn deallocate(&self, node_id: &str, node_pk: i64) -> anyhow::Result<()> {
         self.tasks_done_on(node_pk).await?;
-        self.runtime.stop_node(&self.server_id, node_id).await?;
+        self.runtime.stop_node(node_id).await?;
         let mut tx = self.db.begin().await?;
         let stopped = (NodeState::Deallocating, NodeState::Deallocated);
         if store::nodes::set_state_from(&mut *tx, node_pk, stopped).await? {
@@ -357,7 +354,7 @@ impl Allocator {
             return Ok(());
         }
         let _permit = self.limit.acquire().await?;
-        self.runtime.remove_node(&self.server_id, node_id).await?;
+        self.runtime.remove_node(node_id).await?;
         let mut tx = self.db.begin().await?;
         store::usage::close(&mut *tx, node_id, Utc::now()).await?;
         store::nodes::delete(&mut *tx, node_pk).await?;

@@ -60,7 +60,7 @@ impl Allocator {
 
     async fn remove_container(&self, node: &NodeRow) -> anyhow::Result<()> {
         let _permit = self.limit.acquire().await?;
-        self.runtime.remove_node(&self.server_id, &node.id).await?;
+        self.runtime.remove_node(&node.id).await?;
         store::nodes::forget_container(&self.db, node.pk).await?;
         // The files of what ran there went with its disk: nothing is retained for them.
         store::tasks::forget_files_on_node(&self.db, node.pk).await?;
@@ -99,7 +99,7 @@ impl Allocator {
         let preempted = crate::ops::preempt::preempt(&self.db, &pks, Utc::now()).await?;
         tracing::info!(node = %spec.node_id, preempted = preempted.len(), "preempted low-priority nodes to make room for a dedicated node");
         for (_, id) in &preempted {
-            self.runtime.remove_node(&self.server_id, id).await?;
+            self.runtime.remove_node(id).await?;
         }
         self.wake.dispatch.notify_one();
         Ok(true)

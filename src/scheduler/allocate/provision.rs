@@ -79,7 +79,6 @@ impl Allocator {
             return Ok(Some(Vec::new()));
         };
         let at = Placement {
-            server_id: &self.server_id,
             account: &pool.account,
             pool_id: &pool.id,
             node_id: &node.id,
@@ -129,7 +128,7 @@ impl Allocator {
                 // A reboot restarts the node (its disk, the node directory, stays) and reruns the
                 // start task, and the preparation tasks of jobs that ask for it.
                 store::preparations::forget_for_reboot(&self.db, node.pk).await?;
-                if let Err(e) = self.runtime.restart_node(&self.server_id, &node.id).await {
+                if let Err(e) = self.runtime.restart_node(&node.id).await {
                     tracing::warn!(node = %node.id, error = %format!("{e:#}"), "restarting the node failed; making it again");
                 }
             }
@@ -137,7 +136,7 @@ impl Allocator {
                 // A reimage makes the node again from its image, with a new disk: every
                 // preparation task runs again, as after a reboot.
                 store::preparations::forget_for_reboot(&self.db, node.pk).await?;
-                self.runtime.remove_node(&self.server_id, &node.id).await?;
+                self.runtime.remove_node(&node.id).await?;
             }
             let created = self.runtime.start_node(&spec).await;
             match created {
@@ -232,7 +231,6 @@ impl Allocator {
         wait: bool,
     ) -> anyhow::Result<()> {
         let at = Placement {
-            server_id: &self.server_id,
             account: &pool.account,
             pool_id: &pool.id,
             node_id: &node.id,

@@ -137,7 +137,7 @@ impl Allocator {
     /// pools resize back to their targets on the hosts that answer. Removing a node ends what
     /// still runs on it, so a hung node's tasks do not run on beside their new attempts.
     pub(super) async fn replace_lost_nodes(&self, silent: &[String]) -> anyhow::Result<()> {
-        let lost = self.runtime.lost_nodes(&self.server_id).await;
+        let lost = self.runtime.lost_nodes().await;
         if lost.is_empty() && silent.is_empty() {
             return Ok(());
         }

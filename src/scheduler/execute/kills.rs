@@ -83,7 +83,7 @@ impl Executor {
         let Some(pid) = pid else {
             return;
         };
-        if let Err(e) = self.runtime.kill(&self.server_id, node_id, &pid).await {
+        if let Err(e) = self.runtime.kill(node_id, &pid).await {
             tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
         }
         if tokio::time::timeout(KILL_WAIT, run).await.is_err() {

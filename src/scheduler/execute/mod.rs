@@ -29,7 +29,6 @@ use crate::store::{self, tasks::AttemptRow};
 pub struct Executor {
     db: PgPool,
     runtime: Arc<Runtime>,
-    server_id: String,
     wake: Wakeups,
     /// Attempts this server watches, by task pk and attempt: a requeued task's next attempt
     /// can start while its last one's outcome is still on its way to the database.
@@ -72,7 +71,6 @@ impl Executor {
     pub fn new(
         db: PgPool,
         runtime: Arc<Runtime>,
-        server_id: String,
         wake: Wakeups,
         fetcher: task_files::Fetcher,
         (bes, tokens): (super::bes::Config, crate::domain::task_token::Issuer),
@@ -82,24 +80,13 @@ impl Executor {
         Arc::new(Self {
             db: db.clone(),
             runtime: Arc::clone(&runtime),
-            server_id: server_id.clone(),
             wake,
             running: Mutex::default(),
             shutdown,
             outcomes,
             ended: Mutex::new(ended),
-            prep: Preparations::new(
-                db.clone(),
-                Arc::clone(&runtime),
-                fetcher.clone(),
-                server_id.clone(),
-            ),
-            packages: Packages::new(
-                db.clone(),
-                Arc::clone(&runtime),
-                fetcher.clone(),
-                server_id.clone(),
-            ),
+            prep: Preparations::new(db.clone(), Arc::clone(&runtime), fetcher.clone()),
+            packages: Packages::new(db.clone(), Arc::clone(&runtime), fetcher.clone()),
             fetcher,
             bes,
             tokens,
@@ -304,8 +291,7 @@ impl Executor {
                 return Ok(code);
             }
             polls += 1;
-            if polls.is_multiple_of(25)
-                && self.runtime.is_alive(&self.server_id, node_id, pid).await == Some(false)
+            if polls.is_multiple_of(25) && self.runtime.is_alive(node_id, pid).await == Some(false)
             {
                 // It may have written its exit code just before dying; a node slow to tell
                 // is asked again, as in a recovery.

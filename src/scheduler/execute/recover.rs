@@ -23,9 +23,7 @@ impl Executor {
     pub async fn unrecovered(&self) -> sqlx::Result<Unrecovered> {
         store::preparations::retry_running_releases(&self.db).await?;
         // Containers of attempts that ended while no server watched, or were never started.
-        self.runtime
-            .remove_finished_task_containers(&self.server_id)
-            .await;
+        self.runtime.remove_finished_task_containers().await;
         let attempts = store::tasks::running_attempts(&self.db, None).await?;
         let mut by_node: HashMap<String, Vec<AttemptRow>> = HashMap::new();
         for a in attempts {
@@ -171,7 +169,7 @@ impl Executor {
         let first = Instant::now();
         loop {
             let asked = Instant::now();
-            if let Some(alive) = self.runtime.is_alive(&self.server_id, node_id, pid).await {
+            if let Some(alive) = self.runtime.is_alive(node_id, pid).await {
                 return Ok(alive);
             }
             if !self.runtime.agent_may_answer(node_id, first) {
@@ -191,9 +189,7 @@ impl Executor {
             .is_some_and(|f| f.0.container_settings.is_some())
         {
             let label = container_label(&a.job_id, &a.task_id, a.attempt);
-            self.runtime
-                .remove_task_container(&self.server_id, &label)
-                .await;
+            self.runtime.remove_task_container(&label).await;
         }
     }
 }

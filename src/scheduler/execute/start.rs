@@ -34,7 +34,7 @@ impl Executor {
             command_line: a.command_line.clone(),
             dirs: dirs.clone(),
             attempt: a.attempt,
-            env: task_environment(&self.runtime, &self.server_id, a, node_id)
+            env: task_environment(&self.runtime, a, node_id)
                 .into_iter()
                 .chain(package_env)
                 .chain(self.token_env(a))
@@ -57,11 +57,7 @@ impl Executor {
         });
         started.container = Some(container);
         started.stop = Some(stop.clone());
-        match self
-            .runtime
-            .exec(&self.server_id, node_id, spec, started)
-            .await
-        {
+        match self.runtime.exec(node_id, spec, started).await {
             Ok(code) => Ok(Ok(code)),
             Err(e) => match e.downcast::<ContainerError>() {
                 Ok(c) => Err(Outcome::NotPrepared(Failure::new(c.code, c.message))),
