@@ -45,11 +45,11 @@ pub struct Agent {
     /// CPU time the simulated commands "used": their run time, as if each kept a core busy.
     cpu_ms: std::sync::atomic::AtomicU64,
     /// Commands started, by every node of the simulator.
-    started: Started,
+    started: StartCount,
 }
 
 /// How many commands the simulator's nodes have started.
-pub type Started = Arc<std::sync::atomic::AtomicU64>;
+pub type StartCount = Arc<std::sync::atomic::AtomicU64>;
 
 /// Starts an agent for the node over `link`, with `fs` its files; its loops end when the
 /// returned handles are aborted (the node stops) or the server gives the node up.
@@ -59,7 +59,7 @@ pub type Slow = Arc<Mutex<Option<std::time::Instant>>>;
 pub fn start(
     link: Link,
     fs: Arc<Mutex<Fs>>,
-    (slow, started): (Slow, Started),
+    (slow, started): (Slow, StartCount),
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (events, outbox) = mpsc::unbounded_channel();
     let agent = Arc::new(Agent {

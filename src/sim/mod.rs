@@ -59,7 +59,7 @@ struct Fleet {
     http: reqwest::Client,
     streams: reqwest::Client,
     /// Commands started by every node (`GET /stats`).
-    started: agent::Started,
+    started: agent::StartCount,
 }
 
 impl Fleet {

@@ -171,11 +171,7 @@ impl Executor {
                 this.runtime.wait_for_removal(node_id, &dir).await;
             }
             match this.watch(&a, adopted, &kill).await {
-                Some((outcome, usage)) => {
-                    // Never refused: the receiver is this executor's own, held here by `this`.
-                    let _ = this.outcomes.send((a, outcome, usage));
-                    this.wake.dispatch.notify_one();
-                }
+                Some((outcome, usage)) => this.to_record(a, outcome, usage),
                 None => {
                     if kill.is_cancelled() {
                         this.remove_if_deleted(&a).await;
@@ -188,6 +184,13 @@ impl Executor {
                 }
             }
         });
+    }
+
+    /// Hands an attempt's outcome to the dispatch passes, which record outcomes in batches.
+    fn to_record(&self, a: AttemptRow, outcome: Outcome, usage: Option<Usage>) {
+        // Never refused: the receiver is this executor's own.
+        let _ = self.outcomes.send((a, outcome, usage));
+        self.wake.dispatch.notify_one();
     }
 
     /// A task deleted while it ran keeps its directory until its process is killed (the API

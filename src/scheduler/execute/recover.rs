@@ -29,7 +29,7 @@ impl Executor {
         for a in attempts {
             match (a.node_id.clone(), a.node_alive) {
                 (Some(node_id), true) => by_node.entry(node_id).or_default().push(a),
-                _ => self.ended_unwatched(a, Outcome::Lost("its node is gone".into())),
+                _ => self.to_record(a, Outcome::Lost("its node is gone".into()), None),
             }
         }
         Ok(Unrecovered(by_node))
@@ -62,13 +62,6 @@ impl Executor {
             lost,
             "recovered the attempts of a previous run"
         );
-    }
-
-    /// An outcome of an attempt no one watched, to the dispatch passes that record outcomes.
-    fn ended_unwatched(&self, a: AttemptRow, outcome: Outcome) {
-        // Never refused: the receiver is this executor's own.
-        let _ = self.outcomes.send((a, outcome, None));
-        self.wake.dispatch.notify_one();
     }
 
     /// Recovers the attempts on one node, from their records as the node's agent reads them.
@@ -108,7 +101,7 @@ impl Executor {
                     Outcome::Lost(format!("its node's agent could not be asked about it: {e}"))
                 }
             };
-            self.ended_unwatched(a, outcome);
+            self.to_record(a, outcome, None);
         }
         counts
     }
