@@ -298,6 +298,13 @@ _batchpool_test_env() (
             epid=$(cat "$dir/docker.pid" 2>/dev/null || true)
             if [[ -z "$epid" ]] || ! proc_alive "$epid"; then
                 [[ -z "$epid" ]] || wait_reaped "$epid"
+                # A containerd pid file left by an engine that died with the machine may name
+                # an unrelated process by now; dockerd would wait on it and never start.
+                local cpid_file="$dir/exec/containerd/containerd.pid" cpid
+                cpid=$(cat "$cpid_file" 2>/dev/null || true)
+                if [[ -n "$cpid" ]] && [[ "$(cat "/proc/$cpid/comm" 2>/dev/null)" != containerd ]]; then
+                    rm -f "$cpid_file"
+                fi
                 log "starting extra Docker engine $n (log: $dir/dockerd.log)"
                 setsid dockerd -H "$sock" --data-root "$dir/data" --exec-root "$dir/exec" \
                     --pidfile "$dir/docker.pid" --bridge none --iptables=false --ip-masq=false \

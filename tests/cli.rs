@@ -300,8 +300,36 @@ async fn an_array_job_runs_and_watch_exits_by_whether_every_task_succeeded() {
     let queue = cli(&s, &["queue"]).await.ok().stdout;
     assert_eq!(
         row(&queue, "arr"),
-        ["arr", "p", "active", "0", "0", "250", "0"]
+        ["arr", "p", "active", "0", "0", "250", "0", "-"]
     );
+    // Work sent to a pool that is not there says why it waits.
+    let lost = [
+        "job", "submit", "--pool", "nowhere", "--job", "lost", "--", "true",
+    ];
+    cli(&s, &lost).await.ok();
+    let waiting = wait_for("the queue to say why job lost waits", || async {
+        let queue = cli(&s, &["queue"]).await.ok().stdout;
+        row(&queue, "lost")
+            .ends_with(&["PoolNotFound"])
+            .then_some(queue)
+    })
+    .await;
+    assert_eq!(
+        row(&waiting, "lost")[..3],
+        ["lost", "nowhere", "active"],
+        "{waiting}"
+    );
+    let shown = cli(&s, &["task", "show", "lost", "1"]).await.ok().stdout;
+    let line = "waits          PoolNotFound: The job's pool \"nowhere\" does not exist";
+    assert!(
+        shown.lines().any(|l| l.starts_with(line)),
+        "{line:?} in:\n{shown}"
+    );
+    assert!(
+        shown.lines().any(|l| l.starts_with("waiting since  20")),
+        "{shown}"
+    );
+    assert_eq!(cli(&s, &["job", "delete", "lost"]).await.status, 0);
 
     let dir = tempfile::tempdir().unwrap();
     let commands = dir.path().join("commands.txt");

@@ -91,10 +91,35 @@ async fn a_user_watches_and_steers_the_work_in_chromium() {
     b.goto(&format!("{}/ui/jobs/ui-job?state=active", s.base));
     assert!(b.text().contains("No tasks here."));
 
+    waiting(&s, &mut b).await;
     live_log(&s, &mut b).await;
     usage_and_bes(&s, &mut b);
     resize(&s, &mut b).await;
     read_only(&s, &mut b, &account);
+}
+
+/// A job whose pool does not exist: its page and its task's say why the task waits.
+async fn waiting(s: &TestServer, b: &mut Browser) {
+    s.job_on("ui-wait", "ui-nowhere").await;
+    s.add_tasks("ui-wait", vec![json!({"id": "w", "commandLine": "true"})])
+        .await;
+    wait_for("the task's reason", || async {
+        let t = s.task("ui-wait", "w").await;
+        (t["waitReason"]["code"] == "PoolNotFound").then_some(())
+    })
+    .await;
+    b.goto(&format!("{}/ui/jobs/ui-wait", s.base));
+    let text = b.text();
+    assert!(
+        text.contains("Waiting: PoolNotFound The job's pool \"ui-nowhere\" does not exist"),
+        "{text}"
+    );
+    assert_eq!(
+        b.eval("document.querySelector('table.tasks tbody td span.waits').textContent"),
+        json!("PoolNotFound")
+    );
+    b.goto(&format!("{}/ui/jobs/ui-wait/tasks/w", s.base));
+    assert!(b.text().contains("Waiting: PoolNotFound"), "{}", b.text());
 }
 
 /// A task started after its page was opened: its output appears line by line, to the end.

@@ -119,6 +119,11 @@ fn describe(job: &str, t: &Value) -> String {
             .map(|(name, v)| (*name, cell(v))),
     );
     lines.extend(why.map(|w| ("failure", w)));
+    let wait = &t["waitReason"];
+    if let Some(code) = wait["code"].as_str() {
+        lines.push(("waits", format!("{code}: {}", cell(&wait["message"]))));
+        lines.push(("waiting since", cell(&wait["since"])));
+    }
     let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     lines
         .iter()

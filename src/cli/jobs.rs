@@ -263,14 +263,20 @@ pub async fn submit(client: &Client, submit: &Submit) -> CliResult<String> {
 
 /// `batchpool queue`: jobs not completed (all with `all`), with their tasks by state.
 pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
-    let jobs = client.list("/jobs?$select=id,state,executionInfo").await?;
+    let jobs = client
+        .list("/jobs?$select=id,state,executionInfo,waitReason")
+        .await?;
     let mut out = Vec::new();
     for job in jobs.iter().filter(|j| all || j["state"] != "completed") {
         let id = job["id"].as_str().unwrap_or_default();
         let counts = client
             .get(&format!("/jobs/{}/taskcounts", segment(id)))
             .await?;
-        out.push(json!({"id": id, "state": job["state"], "poolId": job["executionInfo"]["poolId"], "taskCounts": counts["taskCounts"]}));
+        let mut line = json!({"id": id, "state": job["state"], "poolId": job["executionInfo"]["poolId"], "taskCounts": counts["taskCounts"]});
+        if !job["waitReason"].is_null() {
+            line["waitReason"] = job["waitReason"].clone();
+        }
+        out.push(line);
     }
     print(client.output, &json!(out), || {
         let rows: Vec<Vec<String>> = out
@@ -283,6 +289,7 @@ pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
                         .iter()
                         .map(|s| cell(&c[*s])),
                 );
+                row.push(waits(&j["waitReason"]));
                 row
             })
             .collect();
@@ -295,11 +302,22 @@ pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
                 "RUNNING",
                 "SUCCEEDED",
                 "FAILED",
+                "WAITS",
             ],
             &rows,
         )
     });
     Ok(())
+}
+
+/// Why a job's active tasks wait, in a table's cell: the reason's code (and, for busy slots,
+/// how many tasks come first); `batchpool task show` gives a task's whole message.
+fn waits(reason: &Value) -> String {
+    match (reason["code"].as_str(), reason["tasksAhead"].as_i64()) {
+        (None, _) => "-".into(),
+        (Some(code), Some(ahead)) => format!("{code} ({ahead} ahead)"),
+        (Some(code), None) => code.into(),
+    }
 }
 
 #[cfg(test)]

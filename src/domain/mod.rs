@@ -50,6 +50,7 @@ pub mod run_as;
 pub mod signing;
 pub mod task_token;
 pub mod vm_size;
+pub mod waits;
 
 pub use duration::IsoDuration;
 pub mod job;

@@ -4,7 +4,8 @@
 //! evaluates each pool's formula when its interval comes round, and wakes the allocator when a
 //! target changed; samples older than the history formulas can read are dropped. And jobs set
 //! to end with their tasks just as their last task completed (`complete_recently_set`), looked
-//! at here rather than in every dispatch pass, off the hot path.
+//! at here rather than in every dispatch pass, off the hot path. And every few seconds, why
+//! each job's tasks wait (`waits`).
 
 use chrono::Utc;
 use sqlx::PgPool;
@@ -27,6 +28,7 @@ pub async fn run(
 ) {
     let mut last_sample = Utc::now() - SAMPLE_PERIOD;
     let mut last_prune = Utc::now();
+    let mut last_waits = std::time::Instant::now() - super::waits::PERIOD;
     loop {
         let now = Utc::now();
         if let Err(e) = remove_task_dirs(&db, &runtime).await {
@@ -58,6 +60,12 @@ pub async fn run(
             Ok(_) => wake.jobs_changed(),
             Err(e) => {
                 tracing::warn!(error = %e, "completing jobs that ended with their tasks failed")
+            }
+        }
+        if last_waits.elapsed() >= super::waits::PERIOD {
+            last_waits = std::time::Instant::now();
+            if let Err(e) = super::waits::pass(&db).await {
+                tracing::warn!(error = %e, "explaining why tasks wait failed");
             }
         }
         if now - last_prune >= chrono::Duration::minutes(1) {

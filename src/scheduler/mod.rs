@@ -18,6 +18,7 @@ pub mod special_task;
 pub mod start_task;
 pub mod task_files;
 mod transfer;
+mod waits;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -21,6 +21,7 @@ pub mod tasks;
 mod text_enum;
 pub mod ui;
 pub mod usage;
+pub mod waits;
 
 use sqlx::PgPool;
 

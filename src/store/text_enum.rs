@@ -14,6 +14,7 @@ use crate::domain::pool::{
     NodeState, PoolState,
 };
 use crate::domain::schedule::JobScheduleState;
+use crate::domain::waits::WaitCode;
 
 macro_rules! text_enum {
     ($($name:ty),+ $(,)?) => {$(
@@ -64,4 +65,5 @@ text_enum!(
     NodeDeallocationOption,
     NodeState,
     Phase,
+    WaitCode,
 );

@@ -183,6 +183,23 @@ def run_15():
     c.begin_delete_pool(POOL, polling_interval=0.2).result()
     expect_error(404, lambda: c.get_pool(POOL))
     assert POOL not in [p.id for p in c.list_pools()]
+    waiting_15(c, models)
+
+
+def waiting_15(c, models):
+    """A job on a pool that does not exist: the task and the job carry waitReason (batchpool's
+    extension); the SDK reads them as any task and job."""
+    job = f"waiting-{SUFFIX}"
+    c.create_job(models.BatchJobCreateOptions(id=job, pool_info=models.BatchPoolInfo(pool_id="no-such-pool")))
+    c.create_task(job, models.BatchTaskCreateOptions(id="w", command_line="true"))
+    raw = lambda call: call(cls=lambda response, deserialized, headers: response.http_response.json())
+    wait("the task's waitReason", lambda: raw(lambda **k: c.get_task(job, "w", **k)).get("waitReason", {}).get("code") == "PoolNotFound")
+    assert raw(lambda **k: c.get_job(job, **k))["waitReason"]["code"] == "PoolNotFound"
+    task = c.get_task(job, "w")
+    assert task.id == "w" and task.state == models.BatchTaskState.ACTIVE, task
+    assert [t.id for t in c.list_tasks(job)] == ["w"]
+    assert c.get_job(job).pool_info.pool_id == "no-such-pool"
+    c.begin_delete_job(job, polling_interval=0.2).result()
 
 
 def schedules_15(c, models):

@@ -92,6 +92,7 @@ def main():
     counts = counts if MAJOR < 10 else counts.task_counts  # bare before api-version 2020-09-01.12.0
     assert (counts.completed, counts.succeeded) == (len(inputs), len(inputs)), counts
     core_flow(client, inputs[0][0])
+    waiting(client)
     client.job.delete(JOB_ID)
     client.pool.delete(POOL_ID)
     log("quickstart passed")
@@ -144,6 +145,26 @@ def core_flow(client, input_url):
     client.job.terminate(job)
     client.job.delete(job)
     client.pool.delete(pool)
+
+
+def waiting(client):
+    """A job on a pool that does not exist: its task and the job carry waitReason (batchpool's
+    extension), and the SDK reads both as it reads any task and job, ignoring what it does not
+    know."""
+    job = f"Waiting{MAJOR}"
+    client.job.add(batchmodels.JobAddParameter(id=job, pool_info=batchmodels.PoolInformation(pool_id="NoSuchPool")))
+    client.task.add(job, batchmodels.TaskAddParameter(id="w", command_line="true"))
+    deadline = time.time() + 60
+    while client.task.get(job, "w", raw=True).response.json().get("waitReason", {}).get("code") != "PoolNotFound":
+        assert time.time() < deadline, "the task has no waitReason"
+        time.sleep(0.2)
+    assert client.job.get(job, raw=True).response.json()["waitReason"]["code"] == "PoolNotFound"
+    task = client.task.get(job, "w")
+    assert task.id == "w" and task.state == batchmodels.TaskState.active, task
+    assert [t.id for t in client.task.list(job)] == ["w"]
+    assert client.job.get(job).pool_info.pool_id == "NoSuchPool"
+    assert job in [j.id for j in client.job.list()]
+    client.job.delete(job)
 
 
 if __name__ == "__main__":

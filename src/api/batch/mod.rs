@@ -12,6 +12,7 @@ pub mod schedules;
 pub mod stats;
 pub mod support;
 pub mod tasks;
+pub mod waits;
 
 use std::sync::Arc;
 

@@ -167,6 +167,7 @@ pub const JOB_PROPERTIES: &[&str] = &[
     "executionInfo/poolId",
     "executionInfo/terminateReason",
     "poolInfo/poolId",
+    "waitReason/code",
 ];
 pub const JOB_SCHEDULE_PROPERTIES: &[&str] = &[
     "id",
@@ -198,6 +199,7 @@ pub const TASK_PROPERTIES: &[&str] = &[
     "executionInfo/requeueCount",
     "nodeInfo/nodeId",
     "nodeInfo/poolId",
+    "waitReason/code",
 ];
 pub const FILE_PROPERTIES: &[&str] = &[
     "name",

@@ -118,6 +118,14 @@ pub async fn tasks(
     let list = store::tasks::list(db, job.pk, after, TASKS, state)
         .await
         .map_err(unavailable)?;
+    let mut waits = vec![serde_json::json!({}); list.len() + 1];
+    let (of_job, of_tasks) = waits.split_at_mut(1);
+    crate::api::batch::waits::add_to_jobs(db, std::slice::from_ref(&job), of_job)
+        .await
+        .map_err(unavailable)?;
+    crate::api::batch::waits::add_to_tasks(db, &job, &list, of_tasks)
+        .await
+        .map_err(unavailable)?;
     let seg = Seg(&job.id).to_string();
     let mut filters = String::new();
     for (value, label) in FILTERS {
@@ -135,15 +143,16 @@ pub async fn tasks(
     }
     let mut main = format!(
         "<h1>Job {id}</h1><p class=\"facts\"><span>pool {pool}</span><span class=\"state\">{st}</span>\
-         <span>priority {prio}</span></p><p>{bar} {counts}</p><nav class=\"filters\">{filters}</nav>",
+         <span>priority {prio}</span></p><p>{bar} {counts}</p>{why}<nav class=\"filters\">{filters}</nav>",
         id = Esc(&job.id),
         pool = Esc(&job.pool_id),
         st = job.state.as_str(),
         prio = job.priority,
         bar = progress(&c),
         counts = counts_text(&c),
+        why = wait_text(&waits[0]),
     );
-    main += &task_table(&seg, &list);
+    main += &task_table(&seg, &list, &waits[1..]);
     if list.len() as i64 == TASKS {
         let last = list.last().map_or(0, |t| t.pk);
         let filter = state.map(|s| format!("&state={s}")).unwrap_or_default();
@@ -172,12 +181,30 @@ fn outcome(t: &TaskRow) -> String {
     }
 }
 
-fn task_table(job_seg: &str, list: &[TaskRow]) -> String {
+/// Why a job's (or a task's) active tasks wait, as a paragraph; nothing if they do not.
+fn wait_text(v: &serde_json::Value) -> String {
+    let reason = &v["waitReason"];
+    match (reason["code"].as_str(), reason["message"].as_str()) {
+        (Some(code), Some(message)) => format!(
+            "<p class=\"waits\">Waiting: <strong>{}</strong> {}</p>",
+            Esc(code),
+            Esc(message)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The table of a page of a job's tasks; `waits` holds each one's `waitReason`, if it waits.
+fn task_table(job_seg: &str, list: &[TaskRow], waits: &[serde_json::Value]) -> String {
     if list.is_empty() {
         return "<p class=\"empty\">No tasks here.</p>".into();
     }
     let mut rows = String::new();
-    for t in list {
+    for (t, wait) in list.iter().zip(waits) {
+        let outcome = match wait["waitReason"]["code"].as_str() {
+            Some(code) => format!("<span class=\"waits\">{}</span>", Esc(code)),
+            None => outcome(t),
+        };
         let _ = write!(
             rows,
             "<tr><td><a href=\"/ui/jobs/{job_seg}/tasks/{seg}\">{id}</a></td><td class=\"state\">{state}</td>\
@@ -185,7 +212,6 @@ fn task_table(job_seg: &str, list: &[TaskRow]) -> String {
             seg = Seg(&t.id),
             id = Esc(&t.id),
             state = t.state.as_str(),
-            outcome = outcome(t),
             node = Esc(t.node_id.as_deref().unwrap_or("")),
             cmd = Esc(&t.command_line),
         );
@@ -208,6 +234,11 @@ pub async fn task(ui: Ui, Path((job_id, task_id)): Path<(String, String)>) -> Pa
                 format!("Job {job_id:?} has no task {task_id:?}."),
             )
         })?;
+    let mut wait = serde_json::json!({});
+    let one = std::slice::from_mut(&mut wait);
+    crate::api::batch::waits::add_to_tasks(&ui.app.db, &job, std::slice::from_ref(&t), one)
+        .await
+        .map_err(unavailable)?;
     let (js, ts) = (Seg(&job.id), Seg(&t.id));
     let done = t.state == TaskState::Completed;
     let mut facts = format!(
@@ -239,12 +270,13 @@ pub async fn task(ui: Ui, Path((job_id, task_id)): Path<(String, String)>) -> Pa
         })
         .collect();
     let main = format!(
-        "<p><a href=\"/ui/jobs/{js}\">Job {jid}</a></p><h1>Task {tid}</h1><p class=\"facts\">{facts}</p>{outcome}{failure}\
+        "<p><a href=\"/ui/jobs/{js}\">Job {jid}</a></p><h1>Task {tid}</h1><p class=\"facts\">{facts}</p>{why}{outcome}{failure}\
          <p>Command line: <code>{cmd}</code></p>{logs}",
         jid = Esc(&job.id),
         tid = Esc(&t.id),
         outcome = outcome(&t),
         failure = failure.unwrap_or_default(),
+        why = wait_text(&wait),
         cmd = Esc(&t.command_line),
     );
     // The page itself is not reloaded: the logs grow in place.

@@ -35,6 +35,8 @@ pub async fn get(
     let job = app.job(&job_id).await?;
     conditions.check(job.last_modified, true)?;
     let mut v = job_json(&job, &base);
+    let one = std::slice::from_mut(&mut v);
+    crate::api::batch::waits::add_to_jobs(&app.db, std::slice::from_ref(&job), one).await?;
     if expand.stats {
         let totals = store::tasks::stats::of_job(&app.db, job.pk).await?;
         let url = format!("{base}/jobs/{}/stats", job.id);
@@ -96,10 +98,9 @@ pub async fn list(
             let (db, account, base) = (app.db.clone(), app.account.clone(), base.clone());
             async move {
                 let jobs = store::jobs::list(&db, &account, after.as_deref(), limit).await?;
-                Ok(jobs
-                    .iter()
-                    .map(|j| (j.id.clone(), job_json(j, &base)))
-                    .collect())
+                let mut values: Vec<Value> = jobs.iter().map(|j| job_json(j, &base)).collect();
+                crate::api::batch::waits::add_to_jobs(&db, &jobs, &mut values).await?;
+                Ok(jobs.iter().map(|j| j.id.clone()).zip(values).collect())
             }
         })
         .await?;

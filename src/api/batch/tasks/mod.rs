@@ -59,6 +59,8 @@ pub async fn get(
     let task = find(&app, &job, &task_id).await?;
     conditions.check(task.last_modified, true)?;
     let mut v = task_json(&job, &task, &base);
+    let one = std::slice::from_mut(&mut v);
+    crate::api::batch::waits::add_to_tasks(&app.db, &job, std::slice::from_ref(&task), one).await?;
     if expand.stats {
         let totals = store::tasks::stats::of_task(&app.db, task.pk).await?;
         let url = format!("{base}/jobs/{}/tasks/{}/stats", job.id, task.id);
@@ -92,10 +94,10 @@ pub async fn list(
                     })?,
                 };
                 let tasks = store::tasks::list(&db, job.pk, after, limit, state.as_deref()).await?;
-                Ok(tasks
-                    .iter()
-                    .map(|t| (t.pk.to_string(), task_json(&job, t, &base)))
-                    .collect())
+                let mut values: Vec<Value> =
+                    tasks.iter().map(|t| task_json(&job, t, &base)).collect();
+                crate::api::batch::waits::add_to_tasks(&db, &job, &tasks, &mut values).await?;
+                Ok(tasks.iter().map(|t| t.pk.to_string()).zip(values).collect())
             }
         })
         .await?;
