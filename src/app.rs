@@ -164,7 +164,8 @@ async fn run(
             tasks_ahead_per_slot: config.tasks_ahead_per_slot,
             max_nodes_per_pool: config.max_nodes_per_pool,
             bes,
-            fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls),
+            fetcher: scheduler::task_files::Fetcher::new(config.allow_local_urls)
+                .keeping(config.kept_output_mib << 20),
             job_maker: Arc::new(api::batch::schedules::SpecJobs(state.clone())),
             tokens,
         },

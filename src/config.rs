@@ -302,6 +302,13 @@ pub struct ServeConfig {
     #[arg(long, env = "BATCHPOOL_ALLOW_LOCAL_URLS")]
     pub allow_local_urls: bool,
 
+    /// How much of each task's stdout.txt and stderr.txt the server keeps when its attempt ends,
+    /// to read after its node is gone (docs/data.md, "Output that outlives its node"): the
+    /// first and the last this many MiB of each (0 to 64; 0 keeps none).
+    #[arg(long, env = "BATCHPOOL_KEPT_OUTPUT_MIB", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub kept_output_mib: u64,
+
     /// Where `s3://` and `file://` BES inputs and outputs may point (prefixes; repeat the flag or
     /// separate with commas). Azure Blob references need no root: their credentials say it all.
     #[arg(

@@ -405,7 +405,8 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
     );
     assert_eq!(empty.text().await.unwrap(), "");
 
-    // A task's files live on its node, and go with it, as on Azure.
+    // A task's files live on its node, and go with it, as on Azure, but for its stdout.txt and
+    // stderr.txt: their kept copies are read then.
     assert_eq!(
         s.post("/pools/r/resize", &json!({"targetDedicatedNodes": 0}))
             .await
@@ -413,9 +414,17 @@ async fn retries_wall_clock_and_live_output(rt: Rt) {
         202
     );
     s.wait_nodes("r", 0, "idle").await;
-    let (status, body) = s.get("/jobs/r/tasks/chatty/files/stdout.txt").await;
+    let (status, body) = s.get("/jobs/r/tasks/chatty/files/wd/anything").await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["code"], "NodeNotFound", "{body}");
+    let kept = s
+        .http
+        .get(format!("{}/jobs/r/tasks/chatty/files/stdout.txt", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.headers()["ocp-batchpool-kept-copy"], "true");
+    assert_eq!(kept.text().await.unwrap(), "first\nsecond\n");
 }
 on_both_runtimes!(
     retries_wall_clock_kill_and_live_stdout,

@@ -171,11 +171,17 @@ async fn reimage(rt: Rt) {
     assert_eq!(s.file(&boots).await.as_deref(), Some("boot\n"), "{again}");
     let long = s.wait_task("j", "long", "running").await;
     assert_eq!(long["executionInfo"]["requeueCount"], 1, "{long}");
-    let (status, body) = s.get("/jobs/j/tasks/done/files/stdout.txt").await;
-    assert_eq!(
-        status, 404,
-        "the task's files went with the old disk: {body}"
-    );
+    // The task's files went with the old disk, but for its kept stdout.txt and stderr.txt.
+    let (status, body) = s.get("/jobs/j/tasks/done/files/wd").await;
+    assert_eq!(status, 404, "{body}");
+    let resp = s
+        .http
+        .get(format!("{}/jobs/j/tasks/done/files/stdout.txt", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["ocp-batchpool-kept-copy"], "true");
+    assert_eq!(resp.text().await.unwrap(), "kept\n");
 
     // taskcompletion: what runs finishes first, then the node is made again.
     assert_eq!(
@@ -345,7 +351,13 @@ async fn a_reimage_with_retained_data_waits_for_the_task_files_retention() {
         waited >= chrono::Duration::milliseconds(3500),
         "reimaged {waited} after the task ended, within its retention"
     );
-    assert_eq!(s.get(file).await.0, 404);
+    // Its kept copy is read until the retention ends too, then it is gone.
+    common::wait_for("the task's files to expire", || async {
+        (s.get(file).await.0 == 404).then_some(())
+    })
+    .await;
+    let waited = chrono::Utc::now() - ended.with_timezone(&chrono::Utc);
+    assert!(waited >= chrono::Duration::seconds(4), "{waited}");
 }
 
 /// What support asks for when a node misbehaves: its agent's log and the server's record of it,

@@ -8,6 +8,7 @@ pub(crate) mod files;
 pub(crate) mod gate;
 pub(crate) mod link;
 mod load;
+mod output;
 mod procs;
 mod spawn;
 mod tasks;

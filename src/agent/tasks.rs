@@ -110,12 +110,13 @@ impl Node {
                 return false;
             }
         }
+        let capture = task.as_ref().and_then(super::output::Capture::of);
         match self.procs.spawn(&argv, &env, task.as_ref()) {
             Ok((pid, ended)) => {
                 // Its record first, so a server that restarts meanwhile finds the attempt
                 // running; with this agent's boot: after a restart of the node, the pid is
                 // another's.
-                let mut record = task.and_then(|t| {
+                let record = task.and_then(|t| {
                     let written = procs::Record::open(&t.record).and_then(|mut r| {
                         r.add(format_args!("{pid} {}", self.link.boot)).map(|()| r)
                     });
@@ -126,24 +127,7 @@ impl Node {
                         .ok()
                 });
                 let _ = self.events.send(Event::Started { id, pid });
-                let node = self.clone();
-                tokio::spawn(async move {
-                    let (code, usage) = match ended.await {
-                        Ok((code, usage)) => (code, Some(usage)),
-                        Err(_) => (-1, None),
-                    };
-                    // Recorded before it is told: a server that missed the event reads it.
-                    if let Some(record) = &mut record {
-                        if let Err(e) = record.add(code) {
-                            tracing::warn!(error = %e, "writing a task's record failed");
-                        }
-                    }
-                    let _ = node.events.send(Event::Exited { id, code, usage });
-                    let freed = node.gate().release(slots);
-                    for command in freed {
-                        node.launch(command);
-                    }
-                });
+                self.clone().on_exit(id, ended, (record, capture), slots);
                 true
             }
             Err(spawn::NotStarted::Dir(e)) => {
@@ -162,8 +146,53 @@ impl Node {
         }
     }
 
+    /// Once the command `id` has ended: its exit code in its record, then `Exited` with what
+    /// it used and the output it left, then the commands its slots let start.
+    fn on_exit(
+        self,
+        id: u64,
+        ended: tokio::sync::oneshot::Receiver<(i64, crate::domain::agent::Usage)>,
+        (mut record, capture): (Option<procs::Record>, Option<super::output::Capture>),
+        slots: Option<crate::domain::agent::Slots>,
+    ) {
+        tokio::spawn(async move {
+            let (code, usage) = match ended.await {
+                Ok((code, usage)) => (code, Some(usage)),
+                Err(_) => (-1, None),
+            };
+            // Recorded before it is told: a server that missed the event reads it.
+            if let Some(record) = &mut record {
+                if let Err(e) = record.add(code) {
+                    tracing::warn!(error = %e, "writing a task's record failed");
+                }
+            }
+            let output = match capture {
+                Some(c) => tokio::task::spawn_blocking(move || c.read())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => None,
+            };
+            let _ = self.events.send(Event::Exited {
+                id,
+                code,
+                usage,
+                output,
+            });
+            let freed = self.gate().release(slots);
+            for command in freed {
+                self.launch(command);
+            }
+        });
+    }
+
     fn exited(&self, id: u64, code: i64) {
-        let usage = None;
-        let _ = self.events.send(Event::Exited { id, code, usage });
+        let (usage, output) = (None, None);
+        let _ = self.events.send(Event::Exited {
+            id,
+            code,
+            usage,
+            output,
+        });
     }
 }

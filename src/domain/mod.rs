@@ -43,6 +43,7 @@ pub mod files;
 pub mod fleet;
 pub mod host;
 pub mod ids;
+pub mod kept_output;
 pub mod lenient;
 pub mod metering;
 pub mod pool;

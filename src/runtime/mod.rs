@@ -28,7 +28,8 @@ pub use local::LocalRuntime;
 pub use node_runtime::{BoxFuture, NodeRuntime, MAX_AGENT_LOG};
 pub use simulated::SimulatedRuntime;
 pub use task::{
-    container_label, AttemptPid, ExecSpec, NodeCommand, Started, TaskContainer, TaskDirs, STATE_DIR,
+    container_label, AttemptPid, ExecSpec, ExitReport, NodeCommand, Started, TaskContainer,
+    TaskDirs, STATE_DIR,
 };
 pub use task_files::{FileData, TaskFiles};
 

@@ -29,6 +29,13 @@ pub struct ExecSpec {
     pub slots: Option<Slots>,
 }
 
+/// What a node's agent said of a command as it ended, besides its exit code.
+#[derive(Debug, Default)]
+pub struct ExitReport {
+    pub usage: Option<Usage>,
+    pub output: Option<crate::domain::agent::ExitOutput>,
+}
+
 /// Who learns what of a command as it starts.
 #[derive(Default)]
 pub struct Started {
@@ -36,8 +43,9 @@ pub struct Started {
     pub pid: Option<tokio::sync::oneshot::Sender<i32>>,
     /// The id of its own container, if it runs in one.
     pub container: Option<tokio::sync::oneshot::Sender<String>>,
-    /// What it used, once it ended, where its node's agent started it and measured it.
-    pub usage: Option<tokio::sync::oneshot::Sender<Usage>>,
+    /// What it used and the output it left, once it ended, where its node's agent started
+    /// it and measured it.
+    pub report: Option<tokio::sync::oneshot::Sender<ExitReport>>,
     /// Cancelled when the command is no longer wanted: one its node's agent holds for a slot
     /// is dropped there, never started (one that runs is killed by its pid, as before).
     pub stop: Option<tokio_util::sync::CancellationToken>,

@@ -85,14 +85,32 @@ impl TaskFiles<'_> {
         self.runtime.write_file(self.node, &at, bytes, mode).await
     }
 
+    /// The first `max` bytes of the file `rel` (none if there is no such file).
+    pub async fn head(&self, rel: &Path, max: u64) -> Result<Vec<u8>, NodeError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.collect(rel, Some((0, Some(max - 1))), max).await
+    }
+
     /// The last `max` bytes of the file `rel` (none if there is no such file): a task's log
     /// may be any size.
     pub async fn tail(&self, rel: &Path, max: u64) -> Result<Vec<u8>, NodeError> {
-        use futures_util::StreamExt;
         let Some(info) = self.stat(rel).await? else {
             return Ok(Vec::new());
         };
         let range = Some((info.len.saturating_sub(max), None));
+        self.collect(rel, range, max).await
+    }
+
+    /// At most `max` bytes of the `range` of the file `rel`.
+    async fn collect(
+        &self,
+        rel: &Path,
+        range: Option<(u64, Option<u64>)>,
+        max: u64,
+    ) -> Result<Vec<u8>, NodeError> {
+        use futures_util::StreamExt;
         let mut out = Vec::new();
         if let Some(FileAnswer::Data { mut bytes, .. }) =
             self.ask(rel, FileOp::Read { range }).await?

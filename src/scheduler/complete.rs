@@ -12,7 +12,7 @@ use crate::domain::agent::Usage;
 use crate::domain::job::{DependencyAction, ExitConditions, JobAction, TaskFailureMode, TaskState};
 use crate::domain::IsoDuration;
 use crate::ops::{self, jobs::failure};
-use crate::store::{self, tasks::AttemptRow, tasks::Ending};
+use crate::store::{self, outputs::KeptFile, tasks::AttemptRow, tasks::Ending};
 
 /// How an attempt ended, as the executor saw it.
 #[derive(Clone, Debug)]
@@ -62,11 +62,19 @@ impl From<crate::storage::BlobError> for Failure {
     }
 }
 
-/// An attempt that ended: how, and what its command used where its node's agent measured it.
-pub type Finished = (AttemptRow, Outcome, Option<Usage>);
+/// What an ended attempt left besides its outcome: what its command used, where its node's
+/// agent measured it, and its output kept.
+#[derive(Clone, Debug, Default)]
+pub struct Traces {
+    pub usage: Option<Usage>,
+    pub output: Vec<KeptFile>,
+}
+
+/// An attempt that ended: how, and what it left.
+pub type Finished = (AttemptRow, Outcome, Traces);
 
 pub async fn record(db: &PgPool, a: &AttemptRow, outcome: Outcome) -> sqlx::Result<()> {
-    record_together(db, &[(a.clone(), outcome, None)]).await
+    record_together(db, &[(a.clone(), outcome, Traces::default())]).await
 }
 
 /// Records many outcomes in one transaction (one commit, and the same few statements, for the
@@ -94,7 +102,7 @@ pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, V
         };
         let (a, outcome, _) = &one;
         tracing::error!(task = %a.task_id, job = %a.job_id, ?outcome, %refused, "the database refused an outcome; recording the task as failed");
-        let plain = (a.clone(), Outcome::Unrecorded(refused), None);
+        let plain = (a.clone(), Outcome::Unrecorded(refused), Traces::default());
         if record_together(db, std::slice::from_ref(&plain))
             .await
             .is_ok()
@@ -132,9 +140,15 @@ pub async fn record_in(tx: &mut Transaction<'_, Postgres>, batch: &[Finished]) -
         .collect();
     let used: Vec<Usage> = batch
         .iter()
-        .map(|(_, _, u)| u.unwrap_or_default())
+        .map(|(_, _, t)| t.usage.unwrap_or_default())
         .collect();
     let ended = store::tasks::end_attempts(tx, TaskState::ON_NODE, &items, &used).await?;
+    let kept: Vec<_> = batch
+        .iter()
+        .filter(|(_, _, t)| !t.output.is_empty())
+        .map(|(a, _, t)| (a.pk, a.attempt, t.output.as_slice()))
+        .collect();
+    store::outputs::keep(&mut **tx, &kept).await?;
     let done: Vec<_> = ended
         .iter()
         .filter(|e| e.state == TaskState::Completed)

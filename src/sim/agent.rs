@@ -200,14 +200,16 @@ impl Agent {
             let ran = began.elapsed().as_millis() as u64;
             self.cpu_ms
                 .fetch_add(ran, std::sync::atomic::Ordering::Relaxed);
+            let mut output = None;
             if let Some(task) = &command.task {
                 let line = command.argv.last().map(String::as_str).unwrap_or_default();
+                let stdout = format!("simulated: {line}\n");
+                output = Some(crate::domain::agent::ExitOutput {
+                    stdout: crate::domain::agent::Captured::of(stdout.as_bytes()),
+                    stderr: crate::domain::agent::Captured::of(b""),
+                });
                 let mut fs = self.fs();
-                fs.write(
-                    &task.stdout,
-                    Bytes::from(format!("simulated: {line}\n")),
-                    None,
-                );
+                fs.write(&task.stdout, Bytes::from(stdout), None);
                 fs.append(&task.record, &code.to_string());
             }
             let usage = Some(crate::domain::agent::Usage {
@@ -218,6 +220,7 @@ impl Agent {
                 id: command.id,
                 code,
                 usage,
+                output,
             });
             self.released(slots);
         });

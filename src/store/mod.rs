@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
+pub mod outputs;
 pub mod pools;
 pub mod preemption;
 pub mod preparations;

@@ -254,11 +254,56 @@ pub enum Event {
         /// What the command used, where the agent measured it (it started the command).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
+        /// A task's stdout.txt and stderr.txt as it left them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<ExitOutput>,
     },
     /// The command could not start.
     Failed { id: u64, message: String },
     /// The answer to a `kill` or `alive`.
     Answered { id: u64, yes: bool },
+}
+
+/// A task's `stdout.txt` and `stderr.txt` as its command left them, sent with its `Exited`, so
+/// that the server keeps a copy without asking the node again (docs/data.md, "Output that
+/// outlives its node").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExitOutput {
+    pub stdout: Captured,
+    pub stderr: Captured,
+}
+
+/// A file's length, and its bytes (base64) if it is at most [`INLINE_OUTPUT`] long.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Captured {
+    pub len: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+/// The longest output an agent sends with `Exited`; the server reads a longer one's first and
+/// last parts from the node.
+pub const INLINE_OUTPUT: u64 = 16 * 1024;
+
+impl Captured {
+    pub fn of(bytes: &[u8]) -> Self {
+        use base64::Engine;
+        Self {
+            len: bytes.len() as u64,
+            base64: (bytes.len() as u64 <= INLINE_OUTPUT)
+                .then(|| base64::engine::general_purpose::STANDARD.encode(bytes)),
+        }
+    }
+
+    /// Its bytes, if they came with it (and are what they claim to be).
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let text = self.base64.as_deref()?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .ok()?;
+        (bytes.len() as u64 == self.len).then_some(bytes)
+    }
 }
 
 /// What a command and the children it waited for used, as `getrusage(2)` counts it: CPU time
@@ -349,14 +394,15 @@ mod tests {
             }
         );
         let event: Event = serde_json::from_str(r#"{"kind":"exited","id":7,"code":137}"#).unwrap();
-        // An agent from before usage was measured is still understood.
-        let usage = None;
+        // An agent from before usage was measured, or output sent, is still understood.
+        let (usage, output) = (None, None);
         assert_eq!(
             event,
             Event::Exited {
                 id: 7,
                 code: 137,
-                usage
+                usage,
+                output
             }
         );
         assert_eq!(event.id(), 7);

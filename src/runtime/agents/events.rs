@@ -20,10 +20,15 @@ impl Link {
                         let _ = tx.send(pid);
                     }
                 }
-                Event::Exited { code, usage, .. } => {
+                Event::Exited {
+                    code,
+                    usage,
+                    output,
+                    ..
+                } => {
                     if let Some(run) = state.runs.remove(&id) {
-                        if let (Some(tx), Some(usage)) = (run.usage, usage) {
-                            let _ = tx.send(usage);
+                        if let Some(tx) = run.report {
+                            let _ = tx.send(crate::runtime::ExitReport { usage, output });
                         }
                         let _ = run.ended.send(Ok(code));
                     }

@@ -19,7 +19,7 @@ mod replies;
 mod silence;
 
 use super::NodeError;
-use crate::domain::agent::{Usage, Work};
+use crate::domain::agent::Work;
 
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
@@ -91,7 +91,7 @@ type Reply = Result<i64, String>;
 /// A command the agent runs for a caller of [`Agents::run`] (or a question for [`Agents::ask`]).
 struct Run {
     started: Option<oneshot::Sender<i32>>,
-    usage: Option<oneshot::Sender<Usage>>,
+    report: Option<oneshot::Sender<crate::runtime::ExitReport>>,
     ended: oneshot::Sender<Reply>,
 }
 
@@ -324,7 +324,7 @@ impl Agents {
             let mut state = link.state.lock().expect("lock");
             let run = Run {
                 started: started.pid,
-                usage: started.usage,
+                report: started.report,
                 ended: tx,
             };
             state.runs.insert(id, run);

@@ -10,7 +10,7 @@ use chrono::Utc;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::complete::{self, Outcome};
+use super::complete::{self, Outcome, Traces};
 mod kills;
 mod recover;
 mod start;
@@ -22,8 +22,7 @@ use super::packages::Packages;
 use super::prep::Preparations;
 use super::task_files;
 use super::Wakeups;
-use crate::domain::agent::Usage;
-use crate::runtime::{AttemptPid, Runtime, TaskDirs};
+use crate::runtime::{AttemptPid, ExitReport, Runtime, TaskDirs};
 use crate::store::{self, tasks::AttemptRow};
 
 pub struct Executor {
@@ -171,7 +170,7 @@ impl Executor {
                 this.runtime.wait_for_removal(node_id, &dir).await;
             }
             match this.watch(&a, adopted, &kill).await {
-                Some((outcome, usage)) => this.to_record(a, outcome, usage),
+                Some((outcome, traces)) => this.to_record(a, outcome, traces),
                 None => {
                     if kill.is_cancelled() {
                         this.remove_if_deleted(&a).await;
@@ -187,9 +186,9 @@ impl Executor {
     }
 
     /// Hands an attempt's outcome to the dispatch passes, which record outcomes in batches.
-    fn to_record(&self, a: AttemptRow, outcome: Outcome, usage: Option<Usage>) {
+    fn to_record(&self, a: AttemptRow, outcome: Outcome, traces: Traces) {
         // Never refused: the receiver is this executor's own.
-        let _ = self.outcomes.send((a, outcome, usage));
+        let _ = self.outcomes.send((a, outcome, traces));
         self.wake.dispatch.notify_one();
     }
 
@@ -209,27 +208,28 @@ impl Executor {
     }
 
     /// Runs (or, adopted, waits for) the attempt; None when there is nothing to record. With
-    /// the outcome, what the command used, where its node's agent started it and measured it.
+    /// the outcome, what the command used (where its node's agent started it and measured it)
+    /// and its output kept.
     async fn watch(
         &self,
         a: &AttemptRow,
         adopted: Option<AttemptPid>,
         kill: &CancellationToken,
-    ) -> Option<(Outcome, Option<Usage>)> {
+    ) -> Option<(Outcome, Traces)> {
         let node_id = a.node_id.clone()?;
         let dirs = self.runtime.task_dirs(&node_id, &a.job_id, &a.task_id);
-        let started = a.start_time.unwrap_or_else(Utc::now);
-        let deadline = a.max_wall_clock_ticks.and_then(|ticks| {
-            let limit = chrono::Duration::microseconds(ticks / 10);
-            let left = (started + limit - Utc::now()).to_std().unwrap_or_default();
-            // Limits beyond a century are "no limit".
-            (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
-        });
+        let deadline = deadline(a);
         let (started, pid) = tokio::sync::oneshot::channel();
-        let (used, mut usage) = tokio::sync::oneshot::channel();
+        let (report, reported) = tokio::sync::oneshot::channel();
+        // Taken by the run once its command exited, or after a kill.
+        let reported = Mutex::new(reported);
+        let report_now = || -> ExitReport {
+            let mut reported = reported.lock().unwrap_or_else(|e| e.into_inner());
+            reported.try_recv().unwrap_or_default()
+        };
         let started = crate::runtime::Started {
             pid: Some(started),
-            usage: Some(used),
+            report: Some(report),
             container: None,
             stop: None,
         };
@@ -244,15 +244,16 @@ impl Executor {
             } else {
                 match self.start(a, &node_id, &dirs, &stop, started).await {
                     Ok(code) => code,
-                    Err(outcome) => return outcome,
+                    Err(outcome) => return (outcome, Traces::default()),
                 }
             };
             match code {
                 Ok(code) => {
                     let on = self.task_files(&node_id, &dirs);
-                    task_files::after_exit(&self.fetcher, on, a, code).await
+                    let outcome = task_files::after_exit(&self.fetcher, on, a, code).await;
+                    (outcome, self.traces(on, report_now()).await)
                 }
-                Err(why) => Outcome::Lost(why),
+                Err(why) => (Outcome::Lost(why), Traces::default()),
             }
         };
         tokio::pin!(run);
@@ -269,7 +270,7 @@ impl Executor {
             }
         };
         let timed_out = tokio::select! {
-            outcome = &mut run => return Some((outcome, usage.try_recv().ok())),
+            ended = &mut run => return Some(ended),
             _ = timeout => {
                 stop.cancel();
                 true
@@ -278,7 +279,22 @@ impl Executor {
             _ = self.shutdown.cancelled() => return None,
         };
         self.kill(&node_id, run, pid).await;
-        timed_out.then(|| (Outcome::TimedOut, usage.try_recv().ok()))
+        if !timed_out {
+            return None;
+        }
+        // What it wrote until it was stopped is kept as well.
+        let on = self.task_files(&node_id, &dirs);
+        Some((Outcome::TimedOut, self.traces(on, report_now()).await))
+    }
+
+    /// What an attempt whose command ended left: what its agent reported, and its output kept.
+    async fn traces(&self, on: crate::runtime::TaskFiles<'_>, report: ExitReport) -> Traces {
+        let each_end = self.fetcher.kept_each_end;
+        let output = task_files::kept::keep(on, report.output, each_end).await;
+        Traces {
+            usage: report.usage,
+            output,
+        }
     }
 
     async fn wait_for_exit(
@@ -339,4 +355,15 @@ impl Executor {
 fn dir_of(a: &AttemptRow) -> Option<(&str, std::path::PathBuf)> {
     let node_id = a.node_id.as_deref()?;
     Some((node_id, crate::runtime::task_dir(&a.job_id, &a.task_id)))
+}
+
+/// When the attempt's maxWallClockTime runs out, if it has one.
+fn deadline(a: &AttemptRow) -> Option<tokio::time::Instant> {
+    let started = a.start_time.unwrap_or_else(Utc::now);
+    a.max_wall_clock_ticks.and_then(|ticks| {
+        let limit = chrono::Duration::microseconds(ticks / 10);
+        let left = (started + limit - Utc::now()).to_std().unwrap_or_default();
+        // Limits beyond a century are "no limit".
+        (ticks < 31_536_000_000_000_000).then(|| tokio::time::Instant::now() + left)
+    })
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::Executor;
 use crate::runtime::agents::FILE_ANSWER_TIMEOUT;
 use crate::runtime::{container_label, AttemptPid, TaskDirs};
-use crate::scheduler::complete::Outcome;
+use crate::scheduler::complete::{Outcome, Traces};
 use crate::scheduler::task_files;
 use crate::store::{self, tasks::AttemptRow};
 
@@ -29,7 +29,11 @@ impl Executor {
         for a in attempts {
             match (a.node_id.clone(), a.node_alive) {
                 (Some(node_id), true) => by_node.entry(node_id).or_default().push(a),
-                _ => self.to_record(a, Outcome::Lost("its node is gone".into()), None),
+                _ => self.to_record(
+                    a,
+                    Outcome::Lost("its node is gone".into()),
+                    Traces::default(),
+                ),
             }
         }
         Ok(Unrecovered(by_node))
@@ -75,12 +79,15 @@ impl Executor {
                 Some(e) => Err(e.clone()),
                 None => self.found(&node_id, &a).await,
             };
+            let mut traces = Traces::default();
             let outcome = match found {
                 Ok(Found::Ended(code)) => {
                     self.remove_own_container(&a).await;
                     let dirs = self.runtime.task_dirs(&node_id, &a.job_id, &a.task_id);
                     let on = self.task_files(&node_id, &dirs);
                     counts.finished += 1;
+                    let each_end = self.fetcher.kept_each_end;
+                    traces.output = task_files::kept::keep(on, None, each_end).await;
                     task_files::after_exit(&self.fetcher, on, &a, code).await
                 }
                 Ok(Found::Running(pid)) => {
@@ -101,7 +108,7 @@ impl Executor {
                     Outcome::Lost(format!("its node's agent could not be asked about it: {e}"))
                 }
             };
-            self.to_record(a, outcome, None);
+            self.to_record(a, outcome, traces);
         }
         counts
     }

@@ -14,6 +14,7 @@ use crate::storage;
 use crate::store::tasks::AttemptRow;
 
 mod download;
+pub mod kept;
 mod upload;
 
 pub use download::download;
@@ -29,6 +30,8 @@ const PARALLEL: usize = 8;
 pub struct Fetcher {
     http: reqwest::Client,
     allow_local: bool,
+    /// How much of each end of a task's stdout.txt and stderr.txt is kept ([`kept`]).
+    pub kept_each_end: u64,
 }
 
 impl Fetcher {
@@ -62,6 +65,16 @@ impl Fetcher {
         Fetcher {
             http: builder.build().unwrap_or_default(),
             allow_local,
+            kept_each_end: 1 << 20,
+        }
+    }
+
+    /// Keeps the first and last `each_end` bytes of tasks' stdout.txt and stderr.txt (none if
+    /// 0).
+    pub fn keeping(self, each_end: u64) -> Fetcher {
+        Fetcher {
+            kept_each_end: each_end,
+            ..self
         }
     }
 

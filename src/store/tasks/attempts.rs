@@ -95,7 +95,7 @@ pub async fn end_attempts(
             exit_code = u.exit_code, result = u.result, failure_info = u.failure_info, satisfies_dependants = u.satisfies,
             end_time = CASE WHEN u.state = 'completed' THEN clock_timestamp() ELSE t.end_time END,
             files_expire_at = CASE WHEN u.state = 'completed' AND t.node_pk IS NOT NULL
-                THEN now() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END,
+                THEN clock_timestamp() + make_interval(secs => least(t.retention_ticks, 31536000000000000) / 1e7) ELSE t.files_expire_at END,
             retry_count = t.retry_count + u.retry, last_retry_time = CASE WHEN u.retry > 0 THEN now() ELSE t.last_retry_time END,
             requeue_count = t.requeue_count + u.requeue, last_requeue_time = CASE WHEN u.requeue > 0 THEN now() ELSE t.last_requeue_time END,
             wall_clock_ms = t.wall_clock_ms + CASE WHEN old.state IN ('preparing', 'running') AND t.start_time IS NOT NULL

@@ -247,18 +247,21 @@ pub struct TaskDirOnNode {
 }
 
 /// Task directories whose retention has run out, on nodes still in their pools (a node that
-/// left took its directories with it); marks them all removed. Only a completed task's: one
+/// left took its directories with it); marks them all removed, and drops their kept output. Only a completed task's: one
 /// made active again runs in its directory.
 pub async fn take_expired_files(
     db: impl PgExecutor<'_>,
     limit: i64,
 ) -> sqlx::Result<Vec<TaskDirOnNode>> {
     let rows = sqlx::query!(
-        r#"UPDATE tasks t SET files_expire_at = NULL FROM jobs j
-         WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() AND state = 'completed'
-                                            ORDER BY files_expire_at LIMIT $1)
-         RETURNING j.id AS job_id, t.id AS task_id,
-                   CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id"#,
+        r#"WITH expired AS (UPDATE tasks t SET files_expire_at = NULL FROM jobs j
+             WHERE j.pk = t.job_pk AND t.pk IN (SELECT pk FROM tasks WHERE files_expire_at < now() AND state = 'completed'
+                                                ORDER BY files_expire_at LIMIT $1)
+             RETURNING t.pk, j.id AS job_id, t.id AS task_id,
+                       CASE WHEN t.node_pk IS NULL THEN NULL ELSE t.node_id END AS node_id),
+              -- Their kept output goes with them (migration 56).
+              kept AS (DELETE FROM task_outputs o USING expired e WHERE o.task_pk = e.pk)
+         SELECT job_id AS "job_id!", task_id AS "task_id!", node_id FROM expired"#,
         limit,
     )
     .fetch_all(db)

@@ -17,9 +17,11 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+mod kept;
 mod place;
 
 use place::{ask, file_not_found, node_path, odd_answer, refusal, relative, task_root, Place};
+use place::{TaskAt, TaskRoot};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::Ctx;
@@ -34,11 +36,14 @@ pub async fn list_task_files(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Json<Value>> {
     let list = list_query(&query)?;
-    let (job_id, task_id, place) = task_root(&app, &job_id, &task_id).await?;
-    let path = format!("/jobs/{job_id}/tasks/{task_id}/files");
-    let entries = match place {
-        Some(place) => list_dir(&app, &place, &query, &format!("{base}{path}")).await?,
-        None => Vec::new(),
+    let at = task_root(&app, &job_id, &task_id).await?;
+    let path = format!("/jobs/{}/tasks/{}/files", at.job_id, at.task_id);
+    let url = format!("{base}{path}");
+    let entries = match &at.root {
+        TaskRoot::OnNode(place) => list_dir(&app, place, &query, &url).await?,
+        TaskRoot::NodeGone(_) if !at.expired => kept::entries(&app, at.task_pk, &url).await?,
+        TaskRoot::NodeGone(_) => Vec::new(),
+        TaskRoot::NotRun => Vec::new(),
     };
     Ok(Json(page(&list, &base, &path, entries)))
 }
@@ -131,10 +136,44 @@ pub async fn task_file(
     Path((job_id, task_id, path)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
-    let (job_id, task_id, place) = task_root(&app, &job_id, &task_id).await?;
-    let place = place.ok_or_else(|| file_not_found(&path))?;
-    let url = format!("{base}/jobs/{job_id}/tasks/{task_id}/files/{path}");
-    serve(&app, &place.join(&rel), &path, &url, (&method, &headers)).await
+    let at = task_root(&app, &job_id, &task_id).await?;
+    let url = format!(
+        "{base}/jobs/{}/tasks/{}/files/{path}",
+        at.job_id, at.task_id
+    );
+    let served = match &at.root {
+        TaskRoot::OnNode(place) => {
+            serve(&app, &place.join(&rel), &path, &url, (&method, &headers)).await
+        }
+        TaskRoot::NodeGone(node) => Err(at.node_gone(node)),
+        TaskRoot::NotRun => Err(file_not_found(&path)),
+    };
+    match served {
+        // Its node is gone, or no longer has it (reimaged, say): the kept copy, if there is one.
+        Err(e)
+            if e.code != "InvalidRange"
+                && kept::is_kept(&path)
+                && e.status.is_client_error()
+                && !at.expired =>
+        {
+            kept_or(&app, &at, (&path, &url), (&method, &headers), e).await
+        }
+        served => served,
+    }
+}
+
+/// The kept copy of `path`, or `missing` if there is none.
+async fn kept_or(
+    app: &Ctx,
+    at: &TaskAt,
+    (path, url): (&str, &str),
+    (method, headers): (&Method, &HeaderMap),
+    missing: ApiError,
+) -> ApiResult<Response> {
+    let range = range(headers)?;
+    kept::serve(app, (at.task_pk, path), url, method, range)
+        .await?
+        .ok_or(missing)
 }
 
 pub async fn node_file(
@@ -156,9 +195,16 @@ pub async fn delete_task_file(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<StatusCode> {
     let rel = relative(&path)?;
-    let (_, _, place) = task_root(&app, &job_id, &task_id).await?;
-    let place = place.ok_or_else(|| file_not_found(&path))?;
-    delete(&app, &place.join(&rel), &path, recursive(&query)).await
+    let at = task_root(&app, &job_id, &task_id).await?;
+    if kept::is_kept(&path) {
+        // Deleted, it is not read back from the kept copy either.
+        crate::store::outputs::forget(&app.db, at.task_pk, &path).await?;
+    }
+    match &at.root {
+        TaskRoot::OnNode(place) => delete(&app, &place.join(&rel), &path, recursive(&query)).await,
+        TaskRoot::NodeGone(node) => Err(at.node_gone(node)),
+        TaskRoot::NotRun => Err(file_not_found(&path)),
+    }
 }
 
 pub async fn delete_node_file(

@@ -131,34 +131,65 @@ pub(super) fn odd_answer(place: &Place) -> ApiError {
     )
 }
 
-/// The directory of a task's files on the node that ran it, if it ran. Once that node is gone,
-/// so are they: 404 `NodeNotFound` says so.
-pub(super) async fn task_root(
-    app: &Ctx,
-    job_id: &str,
-    task_id: &str,
-) -> ApiResult<(String, String, Option<Place>)> {
-    let job = app.job(job_id).await?;
-    let task = super::super::tasks::find(app, &job, task_id).await?;
-    let Some(node) = task.node_id.clone() else {
-        return Ok((job.id, task.id, None));
-    };
-    if task.node_pk.is_none() {
-        return Err(ApiError::new(
+/// A task, and where its files are.
+pub(super) struct TaskAt {
+    pub job_id: String,
+    pub task_id: String,
+    pub task_pk: i64,
+    pub root: TaskRoot,
+    /// Whether its retentionTime has run out: then no copy of its files is kept either.
+    pub expired: bool,
+}
+
+pub(super) enum TaskRoot {
+    /// It has not run: it has no files.
+    NotRun,
+    /// Its directory on the node that ran it, still in its pool.
+    OnNode(Place),
+    /// Its node left its pool, and its files went with it: all but its kept stdout.txt and
+    /// stderr.txt ([`super::kept`]).
+    NodeGone(String),
+}
+
+impl TaskAt {
+    /// 404 `NodeNotFound`: the task's node is gone, and `path` with it.
+    pub fn node_gone(&self, node: &str) -> ApiError {
+        ApiError::new(
             StatusCode::NOT_FOUND,
             "NodeNotFound",
             format!(
-                "The node {node:?} that ran task {:?} has left its pool, and the task's files went with it: \
-                 a task's files live on its node. Keep them with the task's outputFiles.",
-                task.id
+                "The node {node:?} that ran task {:?} has left its pool, and the task's files went with it, \
+                 but for its stdout.txt and stderr.txt, which are kept. Keep others with the task's outputFiles.",
+                self.task_id
             ),
-        ));
+        )
     }
-    let place = Place {
-        at: app.runtime.task_dirs(&node, &job.id, &task.id).host,
-        node,
+}
+
+/// The task, and where its files are.
+pub(super) async fn task_root(app: &Ctx, job_id: &str, task_id: &str) -> ApiResult<TaskAt> {
+    let job = app.job(job_id).await?;
+    let task = super::super::tasks::find(app, &job, task_id).await?;
+    let root = match (task.node_id.clone(), task.node_pk) {
+        (None, _) => TaskRoot::NotRun,
+        (Some(node), None) => TaskRoot::NodeGone(node),
+        (Some(node), Some(_)) => TaskRoot::OnNode(Place {
+            at: app.runtime.task_dirs(&node, &job.id, &task.id).host,
+            node,
+        }),
     };
-    Ok((job.id, task.id, Some(place)))
+    let retention = chrono::Duration::microseconds(task.retention_ticks / 10);
+    let expired = task
+        .end_time
+        .and_then(|end| end.checked_add_signed(retention))
+        .is_some_and(|until| until < chrono::Utc::now());
+    Ok(TaskAt {
+        job_id: job.id,
+        task_id: task.id,
+        task_pk: task.pk,
+        root,
+        expired,
+    })
 }
 
 /// Where a node file lives: below the node's root, its tasks' directories (`workitems`)
