@@ -2,7 +2,7 @@
 //! PostgreSQL in a temporary data directory), measured over HTTP with Shared Key signing, each
 //! figure next to its physical baseline measured in the same run. Each section starts its own
 //! server; BENCH_ONLY=throughput,latency,versions,docker,containers,nodes,hosts,data,files,slurm,scale,
-//! autoscale,fleet,failover,fairness,c1m (comma-separated) picks sections.
+//! autoscale,fleet,failover,eta,fairness,c1m (comma-separated) picks sections.
 //!
 //! - throughput: BENCH_TASKS (100,000) no-op tasks through addtaskcollection (100 per request,
 //!   BENCH_CLIENTS concurrent clients) on a local pool of 2 nodes x BENCH_SLOTS (16) slots,
@@ -47,6 +47,8 @@
 //! - failover: two servers on one database, the first leading BENCH_FLEET_NODES simulated nodes
 //!   with nearly every slot running: the leader killed, until the second leads, places, and has
 //!   every agent; no task run twice.
+//! - eta: BENCH_ETA_TASKS (2,000) tasks of 1-3 s waiting on BENCH_ETA_NODES (8) simulated nodes
+//!   x 4 slots: p50 and p90 of |waitReason.estimatedStartTime - startTime|;
 //! - fairness: BENCH_FAIR_ACCOUNTS (10) accounts, each a pool of its share of BENCH_FLEET_NODES and
 //!   10 jobs of mixed priority of BENCH_FAIR_TASKS (1,000) tasks of `sleep 5`, queued, then every
 //!   pool resized at once: each job's first start by priority, inversions, the accounts' spread.
@@ -138,6 +140,9 @@ async fn main() {
     }
     if selected("failover") {
         suite::failover::run(env("BENCH_FLEET_NODES", 10_000), clients).await;
+    }
+    if selected("eta") {
+        suite::eta::run(env("BENCH_ETA_NODES", 8), env("BENCH_ETA_TASKS", 2_000)).await;
     }
     if selected("fairness") {
         suite::fairness::run(

@@ -14,6 +14,10 @@ CREATE TABLE job_waits (
     sharing bigint[] NOT NULL,
     -- The pool's taskSlotsPerNode (0 if there is no pool): a task needing more never runs.
     pool_slots integer NOT NULL,
+    -- The pool's free slots, and the seconds between two slots freeing (its tasks' recent
+    -- duration over its slots; NULL while none is known): when a waiting task may start.
+    free_slots bigint NOT NULL,
+    turn_seconds double precision,
     since timestamptz NOT NULL
 );
 

@@ -192,6 +192,24 @@ async fn each_reason_comes_and_goes(rt: Rt) {
         &waits_with(&s, "/jobs/j/tasks/big", "RequiredSlotsExceedNode").await,
         "NEVER",
     );
+    // Now that tasks ended on pool q, its pace is known: waiting tasks say when they start.
+    let sleeps = (1..=4).map(|i| json!({"id": format!("s{i}"), "commandLine": "sleep 2"}));
+    s.add_tasks("d", sleeps.collect()).await;
+    let fourth = wait_for("an estimate for s4", || async {
+        let t = s.task("d", "s4").await;
+        t["waitReason"]
+            .get("estimatedStartTime")
+            .map(|_| t["waitReason"].clone())
+    })
+    .await;
+    let third = waits_with(&s, "/jobs/d/tasks/s3", "SlotsBusy").await;
+    let at = |r: &Value| {
+        let text = r["estimatedStartTime"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"));
+        chrono::DateTime::parse_from_rfc3339(text).unwrap()
+    };
+    assert!(at(&fourth) > at(&third), "{third} {fourth}");
     assert_eq!(s.delete("/jobs/j/tasks/big").await.0, 200);
     wait_for("job j's reason to go with its last active task", || async {
         let (_, d) = s.get("/jobs/j").await;

@@ -10,6 +10,7 @@ pub mod containers;
 pub mod cpu;
 pub mod data;
 pub mod docker;
+pub mod eta;
 pub mod failover;
 pub mod fairness;
 pub mod files;

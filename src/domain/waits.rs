@@ -79,6 +79,19 @@ pub struct PoolInput {
     pub start_task_failed: i64,
     /// Free task slots on the usable nodes.
     pub free_slots: i64,
+    /// How long its tasks ran lately, in seconds (None while none is known).
+    pub task_seconds: Option<f64>,
+}
+
+impl PoolInput {
+    /// The seconds between two of its slots freeing, on average: its tasks' recent duration
+    /// over its slots.
+    fn turn_seconds(&self) -> Option<f64> {
+        let slots = self.usable * i64::from(self.slots_per_node);
+        self.task_seconds
+            .filter(|_| slots > 0)
+            .map(|d| d / slots as f64)
+    }
 }
 
 impl PoolInput {
@@ -99,6 +112,19 @@ pub struct JobWait {
     pub sharing: Vec<i64>,
     /// The pool's taskSlotsPerNode (0 if there is no pool).
     pub pool_slots: i32,
+    /// The pool's free slots.
+    pub free_slots: i64,
+    /// The seconds between two of the pool's slots freeing, if its tasks' durations are known.
+    pub turn_seconds: Option<f64>,
+}
+
+impl JobWait {
+    /// In how many seconds a task with `ahead` ready tasks before it may start, if the pool's
+    /// pace is known: each of the tasks before it that finds no free slot waits one turn.
+    pub fn start_in(&self, ahead: i64) -> Option<f64> {
+        let turns = (ahead + 1 - self.free_slots).max(0);
+        self.turn_seconds.map(|t| turns as f64 * t)
+    }
 }
 
 /// Each job's reason, from the jobs with active tasks and their pools (`now` for autoscale's
@@ -167,6 +193,8 @@ fn job_wait(job: &JobInput, pool: Option<&PoolInput>, ahead: i64) -> JobWait {
         ahead,
         sharing: Vec::new(),
         pool_slots: pool.map_or(0, |p| p.slots_per_node),
+        free_slots: pool.map_or(0, |p| p.free_slots),
+        turn_seconds: pool.and_then(PoolInput::turn_seconds),
     }
 }
 
@@ -349,6 +377,7 @@ mod tests {
             starting: 0,
             start_task_failed: 0,
             free_slots,
+            task_seconds: Some(4.0),
         }
     }
 
@@ -371,6 +400,8 @@ mod tests {
         let shared = explain(&jobs, &[pool(JobDefaultOrder::None, 2, 0)]);
         let third = shared.iter().find(|w| w.job_pk == 3).unwrap();
         assert_eq!((third.ahead, third.sharing.clone()), (4, vec![7]));
+        // 4 slots, tasks of 4 s: a slot frees every second; none is free.
+        assert_eq!(third.start_in(9), Some(10.0));
         // Its third task waits for the higher priority's 4, and 3 turns of job 2.
         assert_eq!(for_task(Some(third), &t).2, Some(4 + 2 + 3));
     }

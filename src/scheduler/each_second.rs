@@ -22,6 +22,7 @@ const TICK: std::time::Duration = std::time::Duration::from_secs(1);
 pub async fn run(
     db: PgPool,
     (wake, runtime): (Wakeups, std::sync::Arc<crate::runtime::Runtime>),
+    durations: &super::waits::Durations,
     max_nodes: i32,
     jobs: &dyn JobMaker,
     cancel: CancellationToken,
@@ -64,7 +65,7 @@ pub async fn run(
         }
         if last_waits.elapsed() >= super::waits::PERIOD {
             last_waits = std::time::Instant::now();
-            if let Err(e) = super::waits::pass(&db).await {
+            if let Err(e) = super::waits::pass(&db, durations).await {
                 tracing::warn!(error = %e, "explaining why tasks wait failed");
             }
         }

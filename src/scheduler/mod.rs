@@ -257,13 +257,16 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
     );
     let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
     let adopted = allocator.adopted();
+    // What the dispatch passes learn of tasks' durations, for the waits pass's estimates.
+    let durations = waits::Durations::default();
     tokio::join!(
         allocator.run(),
-        dispatch_and_keep_house(s, executor, adopted, cancel),
+        dispatch_and_keep_house(s, executor, adopted, (&durations, cancel)),
         driver.run(),
         each_second::run(
             s.db.clone(),
             (s.wake.clone(), s.runtime.clone()),
+            &durations,
             s.max_nodes_per_pool,
             &*s.job_maker,
             cancel.clone()
@@ -291,7 +294,7 @@ async fn dispatch_and_keep_house(
     s: &Scheduler,
     executor: Arc<execute::Executor>,
     mut adopted: tokio::sync::watch::Receiver<bool>,
-    cancel: &CancellationToken,
+    (durations, cancel): (&waits::Durations, &CancellationToken),
 ) {
     // A task placed before then could go to a node whose container is gone, and be requeued
     // for it once more.
@@ -319,12 +322,16 @@ async fn dispatch_and_keep_house(
         }
         housekeeping::run(s, &executor, cancel).await;
     };
-    tokio::join!(dispatch_loop(s, &executor, cancel), recover_and_keep_house);
+    tokio::join!(
+        dispatch_loop(s, &executor, durations, cancel),
+        recover_and_keep_house
+    );
 }
 
 async fn dispatch_loop(
     s: &Scheduler,
     executor: &Arc<execute::Executor>,
+    durations: &waits::Durations,
     cancel: &CancellationToken,
 ) {
     // Outcomes taken from the executor and not recorded yet.
@@ -336,7 +343,9 @@ async fn dispatch_loop(
     loop {
         // One pass fills every free slot it can; slots freed or tasks added meanwhile wake the
         // loop again (a `Notify` keeps the wake-up that comes while a pass runs).
+        let known = ended.len();
         let more = executor.take_ended(&mut ended);
+        durations.observe(&ended[known..]);
         let recorded = |done: &[_]| executor.recorded(done);
         let placed = dispatch::record_and_pass(
             &s.db,

@@ -86,6 +86,7 @@ pub async fn pools(
             starting: r.starting,
             start_task_failed: r.start_task_failed,
             free_slots: r.free_slots,
+            task_seconds: None,
         })
         .collect())
 }
@@ -97,7 +98,8 @@ pub async fn keep(db: &PgPool, waits: &[JobWait], now: DateTime<Utc>) -> sqlx::R
         .iter()
         .map(|w| {
             json!({"job_pk": w.job_pk, "code": w.code, "message": w.message, "ahead": w.ahead,
-                   "sharing": w.sharing, "pool_slots": w.pool_slots})
+                   "sharing": w.sharing, "pool_slots": w.pool_slots, "free_slots": w.free_slots,
+                   "turn_seconds": w.turn_seconds})
         })
         .collect();
     let pks: Vec<i64> = waits.iter().map(|w| w.job_pk).collect();
@@ -106,16 +108,20 @@ pub async fn keep(db: &PgPool, waits: &[JobWait], now: DateTime<Utc>) -> sqlx::R
         .execute(&mut *tx)
         .await?;
     sqlx::query!(
-        r#"INSERT INTO job_waits (job_pk, code, message, ahead, sharing, pool_slots, since)
-         SELECT w.job_pk, w.code, w.message, w.ahead, w.sharing, w.pool_slots, $2
-         FROM jsonb_to_recordset($1) AS w(job_pk bigint, code text, message text, ahead bigint, sharing bigint[], pool_slots integer)
+        r#"INSERT INTO job_waits (job_pk, code, message, ahead, sharing, pool_slots, free_slots, turn_seconds, since)
+         SELECT w.job_pk, w.code, w.message, w.ahead, w.sharing, w.pool_slots, w.free_slots, w.turn_seconds, $2
+         FROM jsonb_to_recordset($1) AS w(job_pk bigint, code text, message text, ahead bigint, sharing bigint[],
+                                          pool_slots integer, free_slots bigint, turn_seconds double precision)
          -- Locked, so that a job deleted meanwhile is seen gone rather than failing the key.
          WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.pk = w.job_pk FOR KEY SHARE)
          ON CONFLICT (job_pk) DO UPDATE SET code = EXCLUDED.code, message = EXCLUDED.message,
              ahead = EXCLUDED.ahead, sharing = EXCLUDED.sharing, pool_slots = EXCLUDED.pool_slots,
+             free_slots = EXCLUDED.free_slots, turn_seconds = EXCLUDED.turn_seconds,
              since = CASE WHEN job_waits.code = EXCLUDED.code THEN job_waits.since ELSE EXCLUDED.since END
-         WHERE (job_waits.code, job_waits.message, job_waits.ahead, job_waits.sharing, job_waits.pool_slots)
-             IS DISTINCT FROM (EXCLUDED.code, EXCLUDED.message, EXCLUDED.ahead, EXCLUDED.sharing, EXCLUDED.pool_slots)"#,
+         WHERE (job_waits.code, job_waits.message, job_waits.ahead, job_waits.sharing, job_waits.pool_slots,
+                job_waits.free_slots, job_waits.turn_seconds)
+             IS DISTINCT FROM (EXCLUDED.code, EXCLUDED.message, EXCLUDED.ahead, EXCLUDED.sharing, EXCLUDED.pool_slots,
+                               EXCLUDED.free_slots, EXCLUDED.turn_seconds)"#,
         serde_json::Value::Array(rows),
         now,
     )
@@ -147,7 +153,8 @@ pub async fn kept(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Kept> {
     let rows = sqlx::query!(
         r#"SELECT (SELECT at FROM wait_pass) AS computed_at, w.job_pk AS "job_pk?",
                 w.code AS "code?: crate::domain::waits::WaitCode", w.message AS "message?", w.ahead AS "ahead?",
-                w.sharing AS "sharing?", w.pool_slots AS "pool_slots?", w.since AS "since?"
+                w.sharing AS "sharing?", w.pool_slots AS "pool_slots?", w.free_slots AS "free_slots?",
+                w.turn_seconds, w.since AS "since?"
          FROM (SELECT 1) one LEFT JOIN job_waits w ON w.job_pk = ANY($1)"#,
         pks
     )
@@ -164,6 +171,8 @@ pub async fn kept(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Kept> {
                 ahead: r.ahead?,
                 sharing: r.sharing?,
                 pool_slots: r.pool_slots?,
+                free_slots: r.free_slots?,
+                turn_seconds: r.turn_seconds,
             };
             Some((wait, r.since?))
         })

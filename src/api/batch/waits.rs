@@ -3,6 +3,7 @@
 //! its dependencies, its requiredSlots, its place in the queue. Our extension to Azure's JSON:
 //! the SDKs ignore properties they do not know.
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -82,6 +83,11 @@ pub async fn add_to_tasks(
         if let Some(n) = ahead {
             reason["tasksAhead"] = json!(n);
         }
+        if let Some((w, _)) =
+            job_wait.filter(|_| matches!(code, WaitCode::SlotsBusy | WaitCode::Placing))
+        {
+            estimate(&mut reason, w, ahead.unwrap_or(0), kept.computed_at);
+        }
         v["waitReason"] = reason;
     }
     Ok(())
@@ -103,7 +109,25 @@ pub async fn add_to_jobs(db: &PgPool, jobs: &[JobRow], values: &mut [Value]) -> 
         if w.code == WaitCode::SlotsBusy {
             reason["tasksAhead"] = json!(w.ahead);
         }
+        if matches!(w.code, WaitCode::SlotsBusy | WaitCode::Placing) {
+            estimate(&mut reason, w, w.ahead, kept.computed_at);
+        }
         v["waitReason"] = reason;
     }
     Ok(())
+}
+
+/// `estimatedStartTime`: when a task with `ahead` tasks before it may start, at the pool's pace
+/// as the last pass (at `computed_at`) knew it; left out while the pace is not known.
+fn estimate(
+    reason: &mut Value,
+    w: &waits::JobWait,
+    ahead: i64,
+    computed_at: Option<DateTime<Utc>>,
+) {
+    let (Some(at), Some(seconds)) = (computed_at, w.start_in(ahead)) else {
+        return;
+    };
+    let wait = chrono::Duration::milliseconds((seconds * 1000.0).min(1e15) as i64);
+    reason["estimatedStartTime"] = json!(rfc3339(at + wait));
 }
