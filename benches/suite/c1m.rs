@@ -26,32 +26,19 @@ pub struct Times {
 /// Every task of `job`, a page of 1,000 at a time.
 pub async fn task_times(s: &Client, job: &str) -> Vec<Times> {
     let time = |v: &Value| v.as_str().and_then(|t| t.parse::<DateTime<Utc>>().ok());
-    let mut next = Some(format!(
-        "{}/jobs/{job}/tasks?$select=creationTime,executionInfo&maxresults=1000",
-        s.base
-    ));
-    let mut out = Vec::new();
-    while let Some(url) = next.take() {
-        let page: Value = s
-            .http
-            .execute(s.signed(s.http.get(url)))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for t in page["value"].as_array().expect("a page of tasks") {
+    let tasks = super::all_tasks(s, job, "creationTime,executionInfo").await;
+    tasks
+        .iter()
+        .map(|t| {
             let info = &t["executionInfo"];
             let count = |k: &str| info[k].as_u64().unwrap_or(0);
-            out.push(Times {
+            Times {
                 created: time(&t["creationTime"]).expect("creationTime"),
                 started: time(&info["startTime"]),
                 attempts: 1 + count("retryCount") + count("requeueCount"),
-            });
-        }
-        next = page["odata.nextLink"].as_str().map(String::from);
-    }
-    out
+            }
+        })
+        .collect()
 }
 
 pub async fn run(nodes: usize, tasks: usize, clients: usize) {

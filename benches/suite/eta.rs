@@ -14,34 +14,20 @@ use serde_json::{json, Value};
 use super::fleet::{empty_pool, fleet_sim, resize, serve_args};
 use super::{add_tasks_with, percentile, sorted, Client, Server};
 
-/// Each task's `field` (a time), by id, through every page of the job's tasks.
+/// Each task's `field` (a time), by id.
 async fn times(
     c: &Client,
     job: &str,
     select: &str,
     field: &[&str],
 ) -> HashMap<String, DateTime<Utc>> {
-    let mut next = Some(format!(
-        "{}/jobs/{job}/tasks?$select=id,{select}&maxresults=1000",
-        c.base
-    ));
+    let tasks = super::all_tasks(c, job, &format!("id,{select}")).await;
     let mut out = HashMap::new();
-    while let Some(url) = next.take() {
-        let page: Value = c
-            .http
-            .execute(c.signed(c.http.get(url)))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for t in page["value"].as_array().expect("a page of tasks") {
-            let at = field.iter().fold(t, |v, k| &v[*k]);
-            if let Some(time) = at.as_str().and_then(|s| s.parse().ok()) {
-                out.insert(t["id"].as_str().unwrap().to_string(), time);
-            }
+    for t in &tasks {
+        let at = field.iter().fold(t, |v, k| &v[*k]);
+        if let Some(time) = at.as_str().and_then(|s| s.parse().ok()) {
+            out.insert(t["id"].as_str().unwrap().to_string(), time);
         }
-        next = page["odata.nextLink"].as_str().map(String::from);
     }
     out
 }

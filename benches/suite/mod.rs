@@ -471,6 +471,28 @@ pub fn timed_shell(command: &str) -> f64 {
 }
 
 /// The `p` quantile (0..=1) of sorted figures.
+/// Every task of the job with the properties `select`, through every page.
+pub async fn all_tasks(c: &Client, job: &str, select: &str) -> Vec<Value> {
+    let mut next = Some(format!(
+        "{}/jobs/{job}/tasks?$select={select}&maxresults=1000",
+        c.base
+    ));
+    let mut out = Vec::new();
+    while let Some(url) = next.take() {
+        let req = c.signed(c.http.get(url));
+        let page: Value = c.http.execute(req).await.unwrap().json().await.unwrap();
+        out.extend(
+            page["value"]
+                .as_array()
+                .expect("a page of tasks")
+                .iter()
+                .cloned(),
+        );
+        next = page["odata.nextLink"].as_str().map(String::from);
+    }
+    out
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -81,16 +81,25 @@ pub struct PoolInput {
     pub free_slots: i64,
     /// How long its tasks ran lately, in seconds (None while none is known).
     pub task_seconds: Option<f64>,
+    /// The seconds between two of its tasks' ends lately, on average.
+    pub end_gap: Option<f64>,
 }
 
 impl PoolInput {
-    /// The seconds between two of its slots freeing, on average: its tasks' recent duration
-    /// over its slots.
+    /// The seconds between two of its slots freeing: its tasks' recent duration over its
+    /// slots, or the time between their recent ends, whichever is shorter. Each overstates
+    /// in its way: a duration counts from placement, so a task held ahead of its slot counts
+    /// its wait; ends come further apart while the pool is not full.
     fn turn_seconds(&self) -> Option<f64> {
         let slots = self.usable * i64::from(self.slots_per_node);
-        self.task_seconds
+        let by_duration = self
+            .task_seconds
             .filter(|_| slots > 0)
-            .map(|d| d / slots as f64)
+            .map(|d| d / slots as f64);
+        match (by_duration, self.end_gap) {
+            (Some(d), Some(g)) => Some(d.min(g)),
+            (d, g) => d.or(g).filter(|_| slots > 0),
+        }
     }
 }
 
@@ -378,6 +387,7 @@ mod tests {
             start_task_failed: 0,
             free_slots,
             task_seconds: Some(4.0),
+            end_gap: None,
         }
     }
 

@@ -85,6 +85,36 @@ impl Leading {
     }
 }
 
+/// Turns notifications from other servers into wake-ups of this one's loops.
+pub async fn listen(db: PgPool, wake: Wakeups, cancel: tokio_util::sync::CancellationToken) {
+    loop {
+        match crate::store::leader::listen(&db, WAKE_CHANNEL).await {
+            Ok(mut listener) => loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    n = listener.recv() => match n {
+                        Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
+                        Ok(n) if n.payload() == "dispatch" => wake.jobs_changed(),
+                        Ok(n) if n.payload() == "bes" => wake.bes.notify_one(),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "listening for wake-ups failed; reconnecting");
+                            break;
+                        }
+                    },
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for wake-ups; the backup tick covers")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wake.tick) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Leading;

@@ -34,36 +34,6 @@ pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
 use crate::runtime::Runtime;
 use crate::store;
 
-/// Turns notifications from other servers into wake-ups of this one's loops.
-async fn listen(db: PgPool, wake: Wakeups, cancel: CancellationToken) {
-    loop {
-        match store::leader::listen(&db, WAKE_CHANNEL).await {
-            Ok(mut listener) => loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    n = listener.recv() => match n {
-                        Ok(n) if n.payload() == "allocate" => wake.allocate.notify_one(),
-                        Ok(n) if n.payload() == "dispatch" => wake.jobs_changed(),
-                        Ok(n) if n.payload() == "bes" => wake.bes.notify_one(),
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "listening for wake-ups failed; reconnecting");
-                            break;
-                        }
-                    },
-                }
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for wake-ups; the backup tick covers")
-            }
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wake.tick) => {}
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct Scheduler {
     pub db: PgPool,
@@ -255,7 +225,11 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.wake.clone(),
         cancel.clone(),
     );
-    let listener = tokio::spawn(listen(s.db.clone(), s.wake.clone(), cancel.clone()));
+    let listener = tokio::spawn(ops::wake::listen(
+        s.db.clone(),
+        s.wake.clone(),
+        cancel.clone(),
+    ));
     let adopted = allocator.adopted();
     // What the dispatch passes learn of tasks' durations, for the waits pass's estimates.
     let durations = waits::Durations::default();

@@ -4,7 +4,7 @@
 //! reads. It reads the kept task counts, not the tasks, so its cost follows the jobs and
 //! nodes, not the queue's length.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,24 +17,27 @@ use crate::store;
 /// How often the leader looks again.
 pub const PERIOD: Duration = Duration::from_secs(2);
 
-/// How much a task's duration moves its job's average: the last few dozen count.
-const WEIGHT: f64 = 0.1;
+/// How many of a pool's last tasks its average is over: enough that the order tasks end in
+/// (the shortest of a batch first, its longest last) does not sway it.
+const LAST: usize = 256;
 
-/// The most jobs remembered; past it the memory starts over.
-const MAX_JOBS: usize = 100_000;
+/// The most pools remembered; past it the memory starts over.
+const MAX_POOLS: usize = 100_000;
 
-/// How long each job's tasks ran lately (from their placement to their end, in seconds, a
-/// moving average): the leader's memory only, learnt from the outcomes its dispatch passes
-/// record (a new leader learns again).
+/// How long each pool's last [`LAST`] tasks ran (from their placement to their end, in
+/// seconds) and when they ended, by account and pool id in lower case: the leader's memory only, learnt
+/// from the outcomes its dispatch passes record (a new leader learns again). By pool, not by
+/// job: a new job's first tasks to end are its shortest, and its waiting tasks wait for the
+/// tasks of the jobs before it.
 #[derive(Default)]
-pub struct Durations(Mutex<HashMap<i64, f64>>);
+pub struct Durations(Mutex<HashMap<(String, String), VecDeque<(std::time::Instant, f64)>>>);
 
 impl Durations {
     pub fn observe(&self, ended: &[Finished]) {
-        let now = chrono::Utc::now();
-        let mut jobs = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if jobs.len() > MAX_JOBS {
-            jobs.clear();
+        let (now, instant) = (chrono::Utc::now(), std::time::Instant::now());
+        let mut pools = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if pools.len() > MAX_POOLS {
+            pools.clear();
         }
         for (a, outcome, _) in ended {
             let Some(start) = a
@@ -43,18 +46,30 @@ impl Durations {
             else {
                 continue;
             };
+            let Some(pool) = &a.pool_id else {
+                continue;
+            };
             let took = (now - start).to_std().unwrap_or_default().as_secs_f64();
-            jobs.entry(a.job_pk)
-                .and_modify(|d| *d += WEIGHT * (took - *d))
-                .or_insert(took);
+            let last = pools
+                .entry((a.account.clone(), pool.to_lowercase()))
+                .or_default();
+            if last.len() == LAST {
+                last.pop_front();
+            }
+            last.push_back((instant, took));
         }
     }
 
-    /// The average of the jobs' averages that are known.
-    fn of(&self, jobs: &[i64]) -> Option<f64> {
+    /// The pool's last tasks' mean duration, and the mean time between their ends (None
+    /// until two ended apart), if any ended.
+    fn of(&self, account: &str, pool: &str) -> Option<(f64, Option<f64>)> {
         let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let seconds: Vec<f64> = jobs.iter().filter_map(|j| known.get(j).copied()).collect();
-        (!seconds.is_empty()).then(|| seconds.iter().sum::<f64>() / seconds.len() as f64)
+        let last = known.get(&(account.to_string(), pool.to_lowercase()))?;
+        let (first, end) = (last.front()?.0, last.back()?.0);
+        let mean = last.iter().map(|(_, d)| d).sum::<f64>() / last.len() as f64;
+        let span = end.duration_since(first).as_secs_f64();
+        let gap = (last.len() > 1 && span > 0.0).then(|| span / (last.len() - 1) as f64);
+        Some((mean, gap))
     }
 }
 
@@ -68,12 +83,9 @@ pub async fn pass(db: &PgPool, durations: &Durations) -> sqlx::Result<()> {
         .unzip();
     let mut pools = store::waits::pools(db, (&accounts, &ids)).await?;
     for pool in &mut pools {
-        let of_pool: Vec<i64> = jobs
-            .iter()
-            .filter(|j| j.account == pool.account && j.pool_id.eq_ignore_ascii_case(&pool.id))
-            .map(|j| j.pk)
-            .collect();
-        pool.task_seconds = durations.of(&of_pool);
+        if let Some((mean, gap)) = durations.of(&pool.account, &pool.id) {
+            (pool.task_seconds, pool.end_gap) = (Some(mean), gap);
+        }
     }
     store::waits::keep(db, &waits::explain(&jobs, &pools), now).await
 }

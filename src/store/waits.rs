@@ -87,6 +87,7 @@ pub async fn pools(
             start_task_failed: r.start_task_failed,
             free_slots: r.free_slots,
             task_seconds: None,
+            end_gap: None,
         })
         .collect())
 }
