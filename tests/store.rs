@@ -455,7 +455,7 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
     let mut ended: Vec<_> = placed
         .into_iter()
         .zip(codes)
-        .map(|(a, code)| (a, Outcome::Exited(code), None))
+        .map(|(a, code)| (a, Outcome::Exited(code), Default::default()))
         .collect();
     let recorded = std::sync::Mutex::new(Vec::new());
     let note = |done: &[_]| {
@@ -503,9 +503,13 @@ async fn an_outcome_the_database_refuses_fails_its_task_and_holds_nothing_back()
         exit_code: 0,
         failure,
     };
-    dispatch::pass(&db, &[(c, outcome, None)], &Default::default())
-        .await
-        .unwrap();
+    dispatch::pass(
+        &db,
+        &[(c, outcome, Default::default())],
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     let c = tasks::get(&db, job.pk, "c").await.unwrap().unwrap();
     assert_eq!(c.state, TaskState::Completed);
     let info = c.failure_info.expect("the upload failure is told");
