@@ -149,14 +149,19 @@ impl Kept {
     }
 }
 
-/// The last pass's reasons for the jobs `pks` (those it gave one).
+/// The last pass's reasons for the jobs `pks` (those it gave one, and that still have active
+/// tasks).
 pub async fn kept(db: impl PgExecutor<'_>, pks: &[i64]) -> sqlx::Result<Kept> {
     let rows = sqlx::query!(
         r#"SELECT (SELECT at FROM wait_pass) AS computed_at, w.job_pk AS "job_pk?",
                 w.code AS "code?: crate::domain::waits::WaitCode", w.message AS "message?", w.ahead AS "ahead?",
                 w.sharing AS "sharing?", w.pool_slots AS "pool_slots?", w.free_slots AS "free_slots?",
                 w.turn_seconds, w.since AS "since?"
-         FROM (SELECT 1) one LEFT JOIN job_waits w ON w.job_pk = ANY($1)"#,
+         FROM (SELECT 1) one LEFT JOIN job_waits w ON w.job_pk = ANY($1)
+             -- A job whose last active task ended since the pass has no reason any more.
+             AND (SELECT sum(a.tasks) FROM (SELECT c.tasks FROM task_state_counts c WHERE c.job_pk = w.job_pk AND c.state = 'active'
+                                            UNION ALL
+                                            SELECT m.tasks FROM task_state_moves m WHERE m.job_pk = w.job_pk AND m.state = 'active') a) > 0"#,
         pks
     )
     .fetch_all(db)
