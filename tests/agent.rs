@@ -446,6 +446,24 @@ async fn files_are_read_through_any_server(rt: Rt) {
         .unwrap();
     assert_eq!(asked.status(), 401);
 
+    // A running task's output followed through the server that does not lead: streamed
+    // through the leader, to the task's end.
+    let task = json!({"id": "live", "commandLine": "sh -c 'echo one; sleep 2; echo two'"});
+    second.add_tasks("j", vec![task]).await;
+    second.wait_task("j", "live", "running").await;
+    let followed = second
+        .http
+        .get(format!(
+            "{}/jobs/j/tasks/live/files/stdout.txt?follow=true",
+            second.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(followed.headers()["ocp-batchpool-follow"], "true");
+    assert_eq!(followed.text().await.unwrap(), "one\ntwo\n");
+    assert_eq!(second.task("j", "live").await["state"], "completed");
+
     // A task deleted through the second server: its directory goes from its node.
     let dir = "workitems/j/job-1/t";
     assert!(first.exists_on_node(&node, &format!("{dir}/wd/out")).await);

@@ -1,7 +1,8 @@
 //! Output that outlives its node (docs/data.md): a task's stdout.txt and stderr.txt are kept as
 //! its attempt ends, bounded, and read through the files API, the SDK's routes and the CLI after
 //! its node is gone (resized away, preempted) or no longer has them (reimaged), marked as the
-//! kept copy. Other files go with the node, as on Azure.
+//! kept copy. Other files go with the node, as on Azure. A follow (`?follow=true`, `batchpool
+//! task logs -f`) streams the output as it is written, across a retry and a node's loss.
 
 #[macro_use]
 mod common;
@@ -51,6 +52,29 @@ async fn kept_after_the_pool_is_resized_to_zero(rt: Rt) {
         (status, kept, body),
         (StatusCode::OK, None, b"hello\n".to_vec())
     );
+    // A task terminated while it runs: what it wrote until then is kept too.
+    let stopped = json!({"id": "stopped", "commandLine": "sh -c 'echo before the end; sleep 600'"});
+    s.add_tasks("j", vec![stopped]).await;
+    wait_for("the stopped task's first line", || async {
+        let (_, _, body) = read(&s, "/jobs/j/tasks/stopped/files/stdout.txt", None).await;
+        (body == b"before the end\n").then_some(())
+    })
+    .await;
+    let (status, _) = s.post("/jobs/j/tasks/stopped/terminate", &json!({})).await;
+    assert_eq!(status, 204);
+    s.wait_task("j", "stopped", "completed").await;
+    // Its process is killed at the scheduler's next sweep, and its output kept then.
+    let db = s.db().await;
+    wait_for("the stopped task's output kept", || async {
+        let kept: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM task_outputs o JOIN tasks t ON t.pk = o.task_pk WHERE t.id = 'stopped'",
+        )
+        .fetch_one(&db)
+        .await
+        .unwrap();
+        (kept > 0).then_some(())
+    })
+    .await;
 
     let (status, _) = s
         .post("/pools/p/resize", &json!({"targetDedicatedNodes": 0}))
@@ -67,6 +91,11 @@ async fn kept_after_the_pool_is_resized_to_zero(rt: Rt) {
     );
     let (_, _, body) = read(&s, "/jobs/j/tasks/small/files/stderr.txt", None).await;
     assert_eq!(body, b"oops\n");
+    let (status, kept, body) = read(&s, "/jobs/j/tasks/stopped/files/stdout.txt", None).await;
+    assert_eq!(
+        (status, kept.as_deref(), body),
+        (StatusCode::OK, Some("15"), b"before the end\n".to_vec())
+    );
     let (_, _, body) = read(
         &s,
         "/jobs/j/tasks/small/files/stdout.txt",
@@ -102,7 +131,6 @@ async fn kept_after_the_pool_is_resized_to_zero(rt: Rt) {
     assert_eq!(&body[1 << 20..(1 << 20) + marker.len()], marker.as_bytes());
     let (_, _, err) = read(&s, "/jobs/j/tasks/big/files/stderr.txt", None).await;
     assert_eq!(err, b"warned\n");
-    let db = s.db().await;
     let stored: i64 = sqlx::query_scalar("SELECT sum(length(data))::bigint FROM task_outputs")
         .fetch_one(&db)
         .await
@@ -158,5 +186,152 @@ async fn kept_after_a_preemption() {
     assert_eq!(
         (status, kept.is_some(), body),
         (StatusCode::OK, true, b"before the reclaim\n".to_vec())
+    );
+}
+
+/// Follows `path` (`?follow=true`) to its end: each chunk with the time it came.
+async fn follow(s: &TestServer, path: &str) -> Vec<(std::time::Instant, Vec<u8>)> {
+    use futures_util::StreamExt;
+    let resp = s
+        .http
+        .get(format!("{}{path}?follow=true", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["ocp-batchpool-follow"], "true");
+    assert!(resp.headers().get("content-length").is_none(), "chunked");
+    let mut chunks = Vec::new();
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        chunks.push((std::time::Instant::now(), chunk.unwrap().to_vec()));
+    }
+    chunks
+}
+
+/// When `text` had come, of the chunks followed.
+fn came(chunks: &[(std::time::Instant, Vec<u8>)], text: &str) -> std::time::Instant {
+    let mut sofar = Vec::new();
+    for (at, chunk) in chunks {
+        sofar.extend_from_slice(chunk);
+        if String::from_utf8_lossy(&sofar).contains(text) {
+            return *at;
+        }
+    }
+    panic!("{text:?} never came: {:?}", String::from_utf8_lossy(&sofar))
+}
+
+fn joined(chunks: &[(std::time::Instant, Vec<u8>)]) -> String {
+    String::from_utf8(chunks.iter().flat_map(|(_, c)| c.clone()).collect()).unwrap()
+}
+
+/// A follow begun before the task runs streams its first attempt as it writes, then the retry
+/// after a line that names it, and ends when the task completes.
+async fn followed_across_a_retry(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let node = s.one_slot_node("p").await;
+    s.job_on("j", "p").await;
+    let script = "if [ -f tried ]; then echo second; else touch tried; echo first; sleep 3; echo still first; exit 3; fi";
+    let task = json!({"id": "t", "commandLine": format!("sh -c '{script}'"),
+        "constraints": {"maxTaskRetryCount": 1}});
+    s.add_tasks("j", vec![task]).await;
+    let chunks = follow(&s, "/jobs/j/tasks/t/files/stdout.txt").await;
+    let ended = std::time::Instant::now();
+    assert_eq!(
+        joined(&chunks),
+        format!("first\nstill first\n==> attempt 2 on node {node} <==\nsecond\n")
+    );
+    // Streamed as written: the first line came seconds before the second was written.
+    let gap = came(&chunks, "still first") - came(&chunks, "first");
+    assert!(gap >= std::time::Duration::from_secs(2), "{gap:?}");
+    let t = s.task("j", "t").await;
+    assert_eq!(
+        (
+            t["state"].as_str(),
+            t["executionInfo"]["retryCount"].as_i64()
+        ),
+        (Some("completed"), Some(1))
+    );
+    assert!(ended.elapsed() < std::time::Duration::from_secs(30));
+
+    // A completed task's follow is its file, from the range asked for.
+    let resp = s
+        .http
+        .get(format!(
+            "{}/jobs/j/tasks/t/files/stdout.txt?follow=true",
+            s.base
+        ))
+        .header("ocp-range", "bytes=2-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.text().await.unwrap(), "cond\n");
+    let (status, body) = s.get("/jobs/j/tasks/t/files/stdout.txt?follow=maybe").await;
+    assert_eq!(
+        (status.as_u16(), body["code"].as_str()),
+        (400, Some("InvalidPropertyValue")),
+        "{body}"
+    );
+}
+on_both_runtimes!(follow_retry, followed_across_a_retry);
+
+/// The node that runs a followed task leaves its pool: the follow carries on with the attempt
+/// on the next node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followed_across_a_nodes_loss() {
+    let s = TestServer::start(Rt::Local).await;
+    let first = s.one_slot_node("p").await;
+    s.job_on("j", "p").await;
+    // Local nodes share this host's disk: the mark outlives the first node.
+    let mark = s.data_dir.path().join("once");
+    let script = format!(
+        "if [ -f {m} ]; then echo again; else touch {m}; echo first; sleep 600; fi",
+        m = mark.display()
+    );
+    s.add_tasks(
+        "j",
+        vec![json!({"id": "t", "commandLine": format!("sh -c '{script}'")})],
+    )
+    .await;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let following = tokio::spawn({
+        let (url, http, got) = (
+            format!("{}/jobs/j/tasks/t/files/stdout.txt?follow=true", s.base),
+            s.http.clone(),
+            got.clone(),
+        );
+        async move {
+            use futures_util::StreamExt;
+            let mut body = http.get(url).send().await.unwrap().bytes_stream();
+            while let Some(chunk) = body.next().await {
+                got.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            }
+        }
+    });
+    wait_for("the first line followed", || async {
+        (*got.lock().unwrap() == "first\n").then_some(())
+    })
+    .await;
+    let body = json!({"nodeList": [first], "nodeDeallocationOption": "requeue"});
+    assert_eq!(s.post("/pools/p/removenodes", &body).await.0, 202);
+    wait_for("the node gone", || async {
+        s.nodes("p").await.is_empty().then_some(())
+    })
+    .await;
+    let body = json!({"targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools/p/resize", &body).await.0, 202);
+    let t = s.wait_task("j", "t", "completed").await;
+    let second = t["nodeInfo"]["nodeId"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    tokio::time::timeout(std::time::Duration::from_secs(30), following)
+        .await
+        .expect("the follow ends with the task")
+        .unwrap();
+    let followed = got.lock().unwrap().clone();
+    assert_eq!(
+        followed,
+        format!("first\n==> attempt 2 on node {second} <==\nagain\n")
     );
 }

@@ -31,7 +31,9 @@ pub fn answer(
     until: Option<Instant>,
 ) {
     tokio::spawn(async move {
-        let attempts = if matches!(op, FileOp::Remove { .. }) {
+        // Made again, a removal would say the file is not there; a follow, once the server
+        // let go of it, is no longer waited for.
+        let attempts = if matches!(op, FileOp::Remove { .. } | FileOp::Follow { .. }) {
             1
         } else {
             3
@@ -99,6 +101,14 @@ async fn send(
     until: Option<Instant>,
 ) -> reqwest::Result<()> {
     let (root, rel) = (PathBuf::from(root), PathBuf::from(rel));
+    let following = match &op {
+        FileOp::Follow { record, .. } => Some(super::follow::Attempt {
+            root: root.clone(),
+            record: PathBuf::from(record),
+            boot: link.boot.clone(),
+        }),
+        _ => None,
+    };
     let answered = tokio::task::spawn_blocking(move || {
         if let FileOp::Remove { recursive: true } = op {
             if let Some(info) = trash::move_aside(&root, &rel) {
@@ -128,6 +138,10 @@ async fn send(
             }
             stream::once(async move { Ok(Bytes::from(lines)) }).boxed()
         }
+        Payload::File(file) if matches!(head, ReplyHead::Stream { .. }) => match following {
+            Some(attempt) => super::follow::grow(file, attempt),
+            None => stream::empty().boxed(),
+        },
         Payload::File(file) => {
             let file = tokio::fs::File::from_std(file).take(count);
             tokio_util::io::ReaderStream::with_capacity(file, file_answer::CHUNK).boxed()

@@ -5,6 +5,7 @@
 //! agent finds the server that leads now (`link`).
 
 pub(crate) mod files;
+mod follow;
 pub(crate) mod gate;
 pub(crate) mod link;
 mod load;
@@ -145,6 +146,7 @@ pub(crate) async fn poll_work(link: &Link, new_term: impl Fn(), mut take: impl F
         boot: link.boot.clone(),
         got: None,
         users: true,
+        follows: true,
     };
     let mut term = None;
     loop {

@@ -63,6 +63,8 @@ pub struct Client {
     account: String,
     key: String,
     http: reqwest::Client,
+    /// For answers that last as long as what they follow: no limit on the whole.
+    streams: reqwest::Client,
     pub output: Output,
 }
 
@@ -165,11 +167,16 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| CliError(format!("cannot make an HTTP client: {e}")))?;
+        let streams = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| CliError(format!("cannot make an HTTP client: {e}")))?;
         Ok(Client {
             base,
             account,
             key,
             http,
+            streams,
             output: args.output,
         })
     }
@@ -182,8 +189,26 @@ impl Client {
         body: Option<&Value>,
         headers: &[(&str, String)],
     ) -> CliResult<reqwest::Response> {
+        self.send_on(&self.http, method, path_and_query, body, headers)
+            .await
+    }
+
+    /// A signed GET whose answer streams for as long as the server writes it.
+    pub async fn get_stream(&self, path_and_query: &str) -> CliResult<reqwest::Response> {
+        self.send_on(&self.streams, Method::GET, path_and_query, None, &[])
+            .await
+    }
+
+    async fn send_on(
+        &self,
+        http: &reqwest::Client,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&Value>,
+        headers: &[(&str, String)],
+    ) -> CliResult<reqwest::Response> {
         let url = format!("{}{path_and_query}", self.base);
-        let mut builder = self.http.request(method, &url);
+        let mut builder = http.request(method, &url);
         for (name, value) in headers {
             builder = builder.header(*name, value);
         }
@@ -196,8 +221,7 @@ impl Client {
             .build()
             .map_err(|e| CliError(format!("bad request {url}: {e}")))?;
         sign(&mut request, &self.account, &self.key);
-        self.http
-            .execute(request)
+        http.execute(request)
             .await
             .map_err(|e| CliError(format!("cannot reach {}: {e}", self.base)))
     }

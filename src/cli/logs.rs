@@ -1,16 +1,15 @@
-//! `batchpool task logs`: a task's stdout (or stderr), and with `-f` what it writes next, read
-//! with ranged reads until the task completes, as `tail -f` follows a file.
+//! `batchpool task logs`: a task's stdout (or stderr), and with `-f` what it writes next, as
+//! the server streams it (`?follow=true`, docs/data.md "Following a task's output") until the
+//! task completes, from one attempt to the next.
 
 use std::io::Write;
-use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use super::client::{fail, segment, server_error, CliError, CliResult, Client, Output};
-
-/// How often a followed file is read again.
-const EVERY: Duration = Duration::from_millis(300);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Logs {
@@ -24,16 +23,11 @@ pub struct Logs {
     pub stderr: bool,
 }
 
-/// The bytes of the file from `offset` on; None while it does not exist.
-async fn read_from(client: &Client, path: &str, offset: u64) -> CliResult<Option<Vec<u8>>> {
-    let range = [("ocp-range", format!("bytes={offset}-"))];
-    let headers: &[(&str, String)] = if offset > 0 { &range } else { &[] };
-    let response = client.send(Method::GET, path, None, headers).await?;
+/// The file's bytes; None while it does not exist.
+async fn read(client: &Client, path: &str) -> CliResult<Option<Vec<u8>>> {
+    let response = client.send(Method::GET, path, None, &[]).await?;
     let status = response.status();
-    if status == StatusCode::RANGE_NOT_SATISFIABLE {
-        return Ok(Some(Vec::new())); // nothing past `offset` yet
-    }
-    if status == StatusCode::NOT_FOUND && offset == 0 {
+    if status == StatusCode::NOT_FOUND {
         let text = response.text().await.unwrap_or_default();
         if text.contains("\"FileNotFound\"") || text.contains("\"TaskFileNotFound\"") {
             return Ok(None);
@@ -49,21 +43,6 @@ async fn read_from(client: &Client, path: &str, offset: u64) -> CliResult<Option
         .await
         .map_err(|e| CliError(format!("reading {path}: {e}")))?;
     Ok(Some(bytes.to_vec()))
-}
-
-/// Whether the task will write no more: it completed, or it never started and its job ended
-/// (a terminated job's active tasks stay active, and never run).
-async fn task_over(client: &Client, job: &str, task: &str) -> CliResult<bool> {
-    let path = format!(
-        "/jobs/{}/tasks/{}?$select=state",
-        segment(job),
-        segment(task)
-    );
-    match client.get(&path).await?["state"].as_str() {
-        Some("completed") => Ok(true),
-        Some("active") => super::watch::job_ended(client, job).await,
-        _ => Ok(false),
-    }
 }
 
 pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
@@ -82,7 +61,7 @@ pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
         if logs.follow {
             return fail("--follow writes the file as it grows: leave out --output json");
         }
-        let Some(bytes) = read_from(client, &path, 0).await? else {
+        let Some(bytes) = read(client, &path).await? else {
             return fail(format!("task {task} of job {job} has no {name} yet"));
         };
         let content = String::from_utf8_lossy(&bytes);
@@ -92,26 +71,35 @@ pub async fn logs(client: &Client, logs: &Logs) -> CliResult<()> {
         );
         return Ok(());
     }
-    let mut offset = 0u64;
-    let mut out = std::io::stdout();
-    loop {
-        // Whether the task was over before this read: then the read has all it wrote.
-        let over = logs.follow && task_over(client, job, task).await?;
-        match read_from(client, &path, offset).await? {
-            Some(bytes) => {
-                offset += bytes.len() as u64;
-                out.write_all(&bytes)
-                    .and_then(|()| out.flush())
-                    .map_err(|e| CliError(format!("writing the log: {e}")))?;
-            }
-            None if !logs.follow => {
-                return fail(format!("task {task} of job {job} has no {name} yet"));
-            }
-            None => {}
-        }
-        if !logs.follow || over {
-            return Ok(());
-        }
-        tokio::time::sleep(EVERY).await;
+    if logs.follow {
+        return follow(client, &path).await;
     }
+    let Some(bytes) = read(client, &path).await? else {
+        return fail(format!("task {task} of job {job} has no {name} yet"));
+    };
+    write_out(&bytes)
+}
+
+fn write_out(bytes: &[u8]) -> CliResult<()> {
+    let mut out = std::io::stdout();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError(format!("writing the log: {e}")))
+}
+
+/// Writes the file as the server streams it, until the task completes.
+async fn follow(client: &Client, path: &str) -> CliResult<()> {
+    let response = client.get_stream(&format!("{path}?follow=true")).await?;
+    let status = response.status();
+    if !status.is_success() {
+        let text = response.text().await.unwrap_or_default();
+        return Err(server_error(status, &text));
+    }
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = bytes.next().await {
+        let chunk =
+            chunk.map_err(|e| CliError(format!("the server stopped following {path}: {e}")))?;
+        write_out(&chunk)?;
+    }
+    Ok(())
 }

@@ -32,12 +32,42 @@ pub fn bounded(bytes: Vec<u8>, len: u64, each_end: u64) -> (Vec<u8>, bool) {
 
 /// A file's first part, the line that says what is cut, and its last part.
 pub fn joined(head: &[u8], len: u64, tail: &[u8]) -> Vec<u8> {
-    let cut = len.saturating_sub((head.len() + tail.len()) as u64);
-    let marker = format!(
-        "\n[batchpool: {cut} bytes cut here; the first and last {} bytes of this file are kept]\n",
-        head.len()
-    );
-    [head, marker.as_bytes(), tail].concat()
+    [head, marker(len, head.len()).as_bytes(), tail].concat()
+}
+
+/// The line between a kept file's first and last `each_end` bytes.
+fn marker(len: u64, each_end: usize) -> String {
+    let cut = len.saturating_sub(2 * each_end as u64);
+    format!("\n[batchpool: {cut} bytes cut here; the first and last {each_end} bytes of this file are kept]\n")
+}
+
+/// What of a kept file (as [`plain`] gives it; `len` bytes on the node, `cut` or not) comes
+/// after the file's first `offset` bytes: from the middle that was cut, the line that says so
+/// and the last part.
+pub fn after(kept: &[u8], len: u64, cut: bool, offset: u64) -> &[u8] {
+    if offset >= len {
+        return &[];
+    }
+    if !cut {
+        return kept.get(offset as usize..).unwrap_or_default();
+    }
+    // The first part is as long as the last, and the line between them says how long.
+    let each_end = (0..=kept.len()).filter_map(|line| {
+        let end = kept.len().checked_sub(line)? / 2;
+        let marker = marker(len, end);
+        (marker.len() == line && kept[end..].starts_with(marker.as_bytes())).then_some(end)
+    });
+    let Some(end) = each_end.take(512).next() else {
+        return kept;
+    };
+    if offset < end as u64 {
+        return &kept[offset as usize..];
+    }
+    let tail_from = len.saturating_sub(end as u64);
+    if offset >= tail_from {
+        return &kept[kept.len() - (len - offset) as usize..];
+    }
+    &kept[end..]
 }
 
 pub fn compressed(name: &'static str, len: u64, data: Vec<u8>, cut: bool) -> KeptFile {
@@ -77,6 +107,26 @@ pub fn plain(gzip: bool, data: &[u8]) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_comes_after_an_offset_of_a_cut_file_is_its_last_part() {
+        let file: Vec<u8> = (0..100u8).collect();
+        let (kept, cut) = bounded(file.clone(), 100, 10);
+        assert!(cut);
+        assert_eq!(after(&kept, 100, cut, 0), &kept[..]);
+        assert_eq!(after(&kept, 100, cut, 4), &kept[4..]);
+        assert_eq!(after(&kept, 100, cut, 95), &file[95..], "in the last part");
+        assert_eq!(after(&kept, 100, cut, 90), &file[90..]);
+        let middle = after(&kept, 100, cut, 50);
+        assert!(
+            middle.starts_with(b"\n[batchpool: 80 bytes cut"),
+            "{middle:?}"
+        );
+        assert!(middle.ends_with(&file[90..]));
+        assert_eq!(after(&kept, 100, cut, 100), b"");
+        let (whole, cut) = bounded(file.clone(), 100, 50);
+        assert_eq!(after(&whole, 100, cut, 60), &file[60..]);
+    }
     use crate::domain::agent::Captured;
 
     #[test]

@@ -29,6 +29,14 @@ impl Runtime {
         }
         if let Some(node) = node.filter(|n| self.agents.knows(n)) {
             if let Some(root) = self.in_node(node, at) {
+                if matches!(op, FileOp::Follow { .. }) && !self.agents.follows(node) {
+                    return Ok(FileAnswer::Refused {
+                        error: FileError::Unsupported,
+                        message: format!(
+                            "node {node}'s agent is of a build that does not follow files"
+                        ),
+                    });
+                }
                 let rel = at.rel.to_string_lossy().into_owned();
                 return self.agents.file(node, root, rel, op).await;
             }
@@ -77,7 +85,9 @@ impl Runtime {
                 ..
             } => Ok(None),
             FileAnswer::Refused { message, .. } => Err(read_failed(node, message)),
-            FileAnswer::Info(_) | FileAnswer::Listing(_) => Err(read_failed(node, "not a file")),
+            FileAnswer::Info(_) | FileAnswer::Listing(_) | FileAnswer::Stream { .. } => {
+                Err(read_failed(node, "not a file"))
+            }
         }
     }
 
@@ -171,6 +181,16 @@ async fn from_disk(at: &Below, op: FileOp) -> FileAnswer {
                 bytes,
             }
         }
+        // No agent to say when the attempt ends: what is there now.
+        (ReplyHead::Stream { info, start }, Payload::File(file)) => FileAnswer::Stream {
+            info,
+            start,
+            bytes: tokio_util::io::ReaderStream::with_capacity(
+                tokio::fs::File::from_std(file),
+                file_answer::CHUNK,
+            )
+            .boxed(),
+        },
         (ReplyHead::Info { info }, _) => FileAnswer::Info(info),
         (ReplyHead::Error { error, message }, _) => FileAnswer::Refused { error, message },
         (head, _) => FileAnswer::Refused {

@@ -102,7 +102,7 @@ impl TaskDirs {
     }
 
     /// Where the attempt's record is on this host, below the task directory's root.
-    pub(super) fn record(&self, attempt: i32) -> Below {
+    pub fn record(&self, attempt: i32) -> Below {
         self.below(&Self::state_file(attempt))
     }
 
@@ -124,12 +124,24 @@ impl TaskDirs {
         let below = |p: &Path| self.host.rel.join(p).to_string_lossy().into_owned();
         MakeDirs {
             base: self.node_base.clone(),
-            remove: vec![
-                below(&Self::state_file(attempt)),
-                below(&Self::legacy_state_file(attempt)),
-            ],
+            remove: Self::left_before(attempt)
+                .iter()
+                .map(|p| below(p))
+                .collect(),
             dirs: vec![below(Path::new("wd"))],
         }
+    }
+
+    /// What an earlier attempt left that goes before this one starts: a record of this attempt
+    /// number (it must not pass for this one's), and after a first attempt, its output. The
+    /// output is made anew, not emptied: a follow of the earlier attempt
+    /// (`FileOp::Follow`) still holds all it wrote.
+    fn left_before(attempt: i32) -> Vec<PathBuf> {
+        let mut gone = vec![Self::state_file(attempt), Self::legacy_state_file(attempt)];
+        if attempt > 1 {
+            gone.extend(["stdout.txt", "stderr.txt"].map(PathBuf::from));
+        }
+        gone
     }
 
     /// What [`prepare`](Self::prepare) does, through the node's agent: for a task in a
@@ -139,9 +151,9 @@ impl TaskDirs {
         files: super::TaskFiles<'_>,
         attempt: i32,
     ) -> Result<(), super::NodeError> {
-        // A record left by an earlier run of this attempt number must not pass for this one's.
-        files.remove(&Self::state_file(attempt)).await?;
-        files.remove(&Self::legacy_state_file(attempt)).await?;
+        for gone in Self::left_before(attempt) {
+            files.remove(&gone).await?;
+        }
         files.make_dir(Path::new("wd")).await
     }
 
@@ -152,10 +164,9 @@ impl TaskDirs {
         self.host
             .create_then(move |task| {
                 task.create_dir_all(Path::new("wd"))?;
-                // A record left by an earlier run of this attempt number must not pass for this
-                // one's. One behind a link a task left is not there.
-                for record in [Self::state_file(attempt), Self::legacy_state_file(attempt)] {
-                    task.discard(&record)?;
+                // One behind a link a task left is not there.
+                for gone in Self::left_before(attempt) {
+                    task.discard(&gone)?;
                 }
                 Ok(())
             })

@@ -167,6 +167,19 @@ impl Fs {
                     },
                 },
             },
+            // A simulated command writes its output as it ends: what is there is all of it.
+            FileOp::Follow { from, .. } => match &self.entries[&path] {
+                Entry::Dir { .. } => {
+                    refused(FileError::IsDirectory, format!("{path} is a directory"))
+                }
+                Entry::File { .. } if *from > info.len => {
+                    refused(FileError::BadRange { len: info.len }, "past the file's end")
+                }
+                Entry::File { data, .. } => Answer {
+                    body: data.slice(*from as usize..),
+                    head: ReplyHead::Stream { info, start: *from },
+                },
+            },
             FileOp::Remove { recursive } => {
                 let below = format!("{path}/");
                 let has_children = self

@@ -18,7 +18,7 @@ pub struct KeptRow {
 }
 
 /// Keeps the files of the attempts `(task_pk, attempt, files)` in one statement, each
-/// replacing what an earlier attempt left.
+/// replacing what an earlier attempt left (never what a later one did).
 pub async fn keep(db: impl PgExecutor<'_>, kept: &[(i64, i32, &[KeptFile])]) -> sqlx::Result<()> {
     let (mut pks, mut attempts, mut names, mut lens, mut cuts, mut gzips, mut datas) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -41,7 +41,8 @@ pub async fn keep(db: impl PgExecutor<'_>, kept: &[(i64, i32, &[KeptFile])]) -> 
          SELECT k.*, now() FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[])
              AS k(task_pk, attempt, name, len, cut, gzip, data)
          ON CONFLICT (task_pk, name) DO UPDATE SET attempt = EXCLUDED.attempt, len = EXCLUDED.len,
-             cut = EXCLUDED.cut, gzip = EXCLUDED.gzip, data = EXCLUDED.data, kept_at = EXCLUDED.kept_at",
+             cut = EXCLUDED.cut, gzip = EXCLUDED.gzip, data = EXCLUDED.data, kept_at = EXCLUDED.kept_at
+         WHERE task_outputs.attempt <= EXCLUDED.attempt",
         &pks,
         &attempts,
         &names,
@@ -82,4 +83,31 @@ pub async fn forget(db: impl PgExecutor<'_>, task_pk: i64, name: &str) -> sqlx::
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Where a followed task is now (`GET .../files/stdout.txt?follow=true`).
+pub struct FollowView {
+    pub state: crate::domain::job::TaskState,
+    pub attempt: i32,
+    pub node_id: Option<String>,
+    /// None once its node has left its pool.
+    pub node_pk: Option<i64>,
+    /// Its job ends without running it: the job is completing, or gone.
+    pub job_ending: bool,
+}
+
+/// The task `task_pk` as a follow of its output sees it; None once it is deleted.
+pub async fn follow_view(
+    db: impl PgExecutor<'_>,
+    task_pk: i64,
+) -> sqlx::Result<Option<FollowView>> {
+    sqlx::query_as!(
+        FollowView,
+        r#"SELECT t.state AS "state: _", t.attempt, t.node_id, t.node_pk,
+                  j.state IN ('terminating', 'completed', 'deleting') AS "job_ending!"
+           FROM tasks t JOIN jobs j ON j.pk = t.job_pk WHERE t.pk = $1"#,
+        task_pk,
+    )
+    .fetch_optional(db)
+    .await
 }

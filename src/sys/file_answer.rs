@@ -106,21 +106,42 @@ fn prepare(
                 Err(e) => Err(refused(e)),
             }
         }
+        FileOp::Follow { from, .. } => {
+            let (file, info) = opened_at(&root, rel, name, meta.is_dir(), |len| {
+                (from <= len).then_some((from, len - from))
+            })?;
+            Ok((ReplyHead::Stream { info, start: from }, Payload::File(file)))
+        }
         FileOp::Read { range } => {
-            if meta.is_dir() {
-                return Err((FileError::IsDirectory, "a directory".into()));
-            }
-            // The file as opened, not as looked at: it may have grown or been replaced since.
-            let mut file = root.open_file(rel).map_err(refused)?;
-            let meta = file.metadata().map_err(refused)?;
-            let len = meta.len();
-            let (start, count) = resolve_range(range, len)
-                .ok_or((FileError::BadRange { len }, "outside the file".into()))?;
-            file.seek(SeekFrom::Start(start)).map_err(refused)?;
-            let info = FileInfo::of(name, &meta);
+            let mut start_count = None;
+            let (file, info) = opened_at(&root, rel, name, meta.is_dir(), |len| {
+                start_count = resolve_range(range, len);
+                start_count
+            })?;
+            let (start, count) = start_count.unwrap_or_default();
             Ok((ReplyHead::Data { info, start, count }, Payload::File(file)))
         }
     }
+}
+
+/// The file opened for reading at the start `at` gives for its length (None: the range lies
+/// outside it). The file as opened, not as looked at: it may have grown or been replaced since.
+fn opened_at(
+    root: &Dir,
+    rel: &Path,
+    name: String,
+    is_dir: bool,
+    at: impl FnOnce(u64) -> Option<(u64, u64)>,
+) -> Result<(std::fs::File, FileInfo), Refusal> {
+    if is_dir {
+        return Err((FileError::IsDirectory, "a directory".into()));
+    }
+    let mut file = root.open_file(rel).map_err(refused)?;
+    let meta = file.metadata().map_err(refused)?;
+    let len = meta.len();
+    let (start, _) = at(len).ok_or((FileError::BadRange { len }, "outside the file".into()))?;
+    file.seek(SeekFrom::Start(start)).map_err(refused)?;
+    Ok((file, FileInfo::of(name, &meta)))
 }
 
 fn make_dir(root: &Dir, rel: &Path) -> Result<(ReplyHead, Payload), Refusal> {

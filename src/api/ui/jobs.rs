@@ -1,5 +1,5 @@
-//! Jobs with their progress, a job's tasks filtered by state, and a task with its output tailed
-//! live (the script reads `/ui/api/.../files/stdout.txt` in ranges as it grows).
+//! Jobs with their progress, a job's tasks filtered by state, and a task with its output
+//! followed live (the script reads `/ui/api/.../files/stdout.txt?follow=true` as it streams).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -240,7 +240,6 @@ pub async fn task(ui: Ui, Path((job_id, task_id)): Path<(String, String)>) -> Pa
         .await
         .map_err(unavailable)?;
     let (js, ts) = (Seg(&job.id), Seg(&t.id));
-    let done = t.state == TaskState::Completed;
     let mut facts = format!(
         "<span class=\"state\">{}</span><span>{} slot(s)</span><span>retries {}</span><span>requeues {}</span>",
         t.state.as_str(),
@@ -265,7 +264,7 @@ pub async fn task(ui: Ui, Path((job_id, task_id)): Path<(String, String)>) -> Pa
         .iter()
         .map(|f| {
             format!(
-                "<h2>{f}</h2><pre class=\"log\" data-log=\"/ui/api/jobs/{js}/tasks/{ts}/files/{f}\" data-task=\"/ui/api/jobs/{js}/tasks/{ts}\" data-done=\"{done}\"></pre>"
+                "<h2>{f}</h2><pre class=\"log\" data-log=\"/ui/api/jobs/{js}/tasks/{ts}/files/{f}\"></pre>"
             )
         })
         .collect();

@@ -1,4 +1,4 @@
-// batchpool dashboard: refreshes a page's main part in place, tails task logs, and sends the
+// batchpool dashboard: refreshes a page's main part in place, follows task logs, and sends the
 // resize form to the Batch API under /ui/api (with the page's CSRF token). No build step.
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]')?.content || "";
@@ -17,36 +17,32 @@ if (every > 0) {
   }, every * 1000);
 }
 
-// A task's log: read from where the last read ended, until the task has completed and a read
-// after that brought nothing new.
-function tail(pre) {
-  let offset = 0;
-  let done = pre.dataset.done === "true";
-  const decoder = new TextDecoder();
-  async function step() {
-    let got = 0;
+// A task's log, as the server streams it (?follow=true) from attempt to attempt until the task
+// completes. Cut off (the server restarting), it is read again from its start.
+async function tail(pre) {
+  for (;;) {
     try {
-      const r = await fetch(pre.dataset.log, { headers: { "ocp-range": `bytes=${offset}-` } });
+      const r = await fetch(pre.dataset.log + "?follow=true");
       if (r.ok) {
-        const bytes = new Uint8Array(await r.arrayBuffer());
-        got = bytes.length;
-        offset += got;
-        pre.textContent += decoder.decode(bytes, { stream: true });
-        pre.scrollTop = pre.scrollHeight;
+        const decoder = new TextDecoder();
+        const reader = r.body.getReader();
+        let text = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += decoder.decode(value, { stream: true });
+          pre.textContent = text;
+          pre.scrollTop = pre.scrollHeight;
+        }
       }
-      if (!done) {
-        const t = await fetch(pre.dataset.task);
-        if (t.ok && (await t.json()).state === "completed") { done = true; got = 1; }
+      if (r.ok || r.status < 500) {
+        pre.dataset.done = "true";
+        pre.classList.add("ended");
+        return;
       }
-    } catch (e) { /* the server is restarting: try again */ }
-    if (done && got === 0) {
-      pre.dataset.done = "true";
-      pre.classList.add("ended");
-      return;
-    }
-    setTimeout(step, 1000);
+    } catch (e) { /* cut off: again */ }
+    await new Promise((go) => setTimeout(go, 2000));
   }
-  step();
 }
 document.querySelectorAll("pre[data-log]").forEach(tail);
 

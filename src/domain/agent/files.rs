@@ -25,6 +25,10 @@ pub enum FileOp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<u32>,
     },
+    /// The file's bytes from `from` on, as they are written, until the attempt whose record is
+    /// `record` (below the same root) has ended and all it wrote is sent: answered with
+    /// [`ReplyHead::Stream`]. Asked only of an agent that says it follows ([`super::Hello`]).
+    Follow { from: u64, record: String },
 }
 
 /// A file or directory (never a link) as a node sees it.
@@ -75,6 +79,9 @@ pub enum ReplyHead {
         start: u64,
         count: u64,
     },
+    /// To `Follow`: the file's bytes from `start` follow, as they are written, until the
+    /// attempt ends (the answer's end).
+    Stream { info: FileInfo, start: u64 },
     /// No answer, and why.
     Error { error: FileError, message: String },
 }
@@ -95,6 +102,8 @@ pub enum FileError {
     /// A removal stopped at its question's `within_ms`, with part of it still there.
     Unfinished,
     Failed,
+    /// The agent does not do what was asked (a build from before it could).
+    Unsupported,
 }
 
 /// The first byte and the count of a read of `range` (see [`FileOp::Read`]) from a file of
@@ -113,4 +122,16 @@ pub fn resolve_range(range: Option<(u64, Option<u64>)>, len: u64) -> Option<(u64
     }
     let end = end.min(len - 1);
     Some((start, end - start + 1))
+}
+
+/// Whether an attempt's record (`{pid} {boot}` on its first line, its exit code on the second)
+/// says the attempt is over for an agent of boot `boot`: it has an exit code, or it was
+/// started by an agent before this one (its node restarted, and the command with it).
+pub fn record_says_over(text: &str, boot: &str) -> bool {
+    let mut lines = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+    let started_by = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string));
+    let exited = lines.next().is_some_and(|l| !l.trim().is_empty());
+    exited || started_by.is_some_and(|b| b != boot)
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 mod files;
 
-pub use files::{resolve_range, FileError, FileInfo, FileOp, ReplyHead};
+pub use files::{record_says_over, resolve_range, FileError, FileInfo, FileOp, ReplyHead};
 
 pub const WORK_PATH: &str = "/agent/v1/work";
 pub const EVENTS_PATH: &str = "/agent/v1/events";
@@ -67,6 +67,9 @@ pub struct Hello {
     /// It starts a task as its launch's user ([`TaskLaunch::user`]); older agents say nothing.
     #[serde(default)]
     pub users: bool,
+    /// It answers [`FileOp::Follow`]; older agents say nothing.
+    #[serde(default)]
+    pub follows: bool,
 }
 
 /// Work for the agent; `batch` names it (none if no work), for the next `Hello`.

@@ -81,6 +81,8 @@ struct LinkState {
     last_seen: Instant,
     /// Whether the agent starts tasks as their users ([`Hello::users`]).
     users: bool,
+    /// Whether the agent follows files ([`Hello::follows`]).
+    follows: bool,
     /// The boot last handed the installation's servers, and the list's version it was handed.
     told: Option<(String, u64)>,
 }
@@ -144,6 +146,7 @@ impl Agents {
                 boot: None,
                 last_seen: Instant::now(),
                 users: false,
+                follows: false,
                 told: None,
             }),
             work: Notify::new(),
@@ -236,6 +239,15 @@ impl Agents {
         let link = self.link(node)?;
         let users = link.state.lock().expect("lock").users;
         Some(users)
+    }
+
+    /// Whether the node's agent follows files as they grow ([`FileOp::Follow`]), as it last
+    /// said.
+    ///
+    /// [`FileOp::Follow`]: crate::domain::agent::FileOp::Follow
+    pub fn follows(&self, node: &str) -> bool {
+        self.link(node)
+            .is_some_and(|link| link.state.lock().expect("lock").follows)
     }
 
     /// Waits until the node's agent has asked for work once, up to `timeout`.

@@ -35,6 +35,7 @@ impl Link {
             let mut state = self.state.lock().expect("lock");
             self.seen(&mut state, &hello.boot);
             state.users = hello.users;
+            state.follows = hello.follows;
             state.polls += 1;
             resend_lost(&mut state, hello.got);
             state.polls
@@ -128,6 +129,7 @@ mod tests {
             boot: "b".into(),
             got,
             users: true,
+            follows: true,
         }
     }
 
@@ -224,13 +226,16 @@ mod tests {
         let short = std::time::Duration::from_millis(50);
         let old = Hello {
             users: false,
+            follows: false,
             ..hello(None)
         };
         let _ = tokio::time::timeout(short, link.take_work(&old)).await;
         let older = agents.starts_users("n").await;
         assert_eq!(older, Some(false), "an agent of an older build");
+        assert!(!agents.follows("n"), "nor does it follow files");
         let _ = tokio::time::timeout(short, link.take_work(&hello(None))).await;
         assert_eq!(agents.starts_users("n").await, Some(true));
+        assert!(agents.follows("n"));
     }
 
     #[tokio::test]

@@ -38,6 +38,13 @@ pub enum FileAnswer {
         count: u64,
         bytes: ByteStream,
     },
+    /// The file's bytes from `start`, as they are written, until the attempt that writes it
+    /// ends (the stream's end).
+    Stream {
+        info: FileInfo,
+        start: u64,
+        bytes: ByteStream,
+    },
     Refused {
         error: FileError,
         message: String,
@@ -227,6 +234,11 @@ pub async fn decode(
             count,
             bytes: rest,
         },
+        ReplyHead::Stream { info, start } => FileAnswer::Stream {
+            info,
+            start,
+            bytes: rest,
+        },
         ReplyHead::Listing { count } => {
             let read = tokio::time::timeout(FILE_ANSWER_TIMEOUT, read_listing(rest, count));
             let listing = read.await.map_err(|_| late())?;
@@ -261,6 +273,7 @@ pub fn encode(answer: FileAnswer) -> ByteStream {
             count,
             bytes,
         } => (ReplyHead::Data { info, start, count }, bytes),
+        FileAnswer::Stream { info, start, bytes } => (ReplyHead::Stream { info, start }, bytes),
     };
     let mut line = serde_json::to_vec(&head).unwrap_or_default();
     line.push(b'\n');

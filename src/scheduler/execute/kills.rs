@@ -69,29 +69,30 @@ impl Executor {
     }
 
     /// Kills the attempt once its pid is known (it may be starting still), then waits for it
-    /// to end, so that its slot is free only once its process is gone.
+    /// to end, so that its slot is free only once its process is gone; what its run gave, if
+    /// it ended.
     pub(super) async fn kill<R: Future>(
         &self,
         node_id: &str,
         mut run: Pin<&mut R>,
         pid: impl Future<Output = Option<AttemptPid>>,
-    ) {
+    ) -> Option<R::Output> {
         let pid = tokio::select! {
             pid = pid => pid,
-            _ = run.as_mut() => return,
+            ended = run.as_mut() => return Some(ended),
         };
-        let Some(pid) = pid else {
-            return;
-        };
+        let pid = pid?;
         if let Err(e) = self.runtime.kill(node_id, &pid).await {
             tracing::warn!(error = %format!("{e:#}"), node = node_id, "killing a task failed");
         }
-        if tokio::time::timeout(KILL_WAIT, run).await.is_err() {
+        let ended = tokio::time::timeout(KILL_WAIT, run).await;
+        if ended.is_err() {
             tracing::warn!(
                 node = node_id,
                 pid = pid.pid,
                 "a killed task's process did not end in time"
             );
         }
+        ended.ok()
     }
 }

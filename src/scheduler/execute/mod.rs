@@ -278,13 +278,28 @@ impl Executor {
             _ = kill.cancelled() => false,
             _ = self.shutdown.cancelled() => return None,
         };
-        self.kill(&node_id, run, pid).await;
+        let ended = self.kill(&node_id, run, pid).await;
         if !timed_out {
+            // Ended elsewhere (terminated, requeued): its outcome is recorded there, and what
+            // it wrote until it was killed is kept here.
+            self.keep_killed(a, ended.map(|(_, t)| t.output)).await;
             return None;
         }
         // What it wrote until it was stopped is kept as well.
         let on = self.task_files(&node_id, &dirs);
         Some((Outcome::TimedOut, self.traces(on, report_now()).await))
+    }
+
+    /// Keeps the output of an attempt killed because it was ended elsewhere (not over a later
+    /// attempt's).
+    async fn keep_killed(&self, a: &AttemptRow, output: Option<Vec<store::outputs::KeptFile>>) {
+        let Some(output) = output else {
+            return;
+        };
+        let kept = store::outputs::keep(&self.db, &[(a.pk, a.attempt, &output)]).await;
+        if let Err(e) = kept {
+            tracing::debug!(error = %e, "a killed attempt's output was not kept (its task is gone)");
+        }
     }
 
     /// What an attempt whose command ended left: what its agent reported, and its output kept.

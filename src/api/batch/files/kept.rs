@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{file_entry, file_headers, refusal};
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::{header_value, Ctx};
-use crate::domain::agent::{FileError, FileInfo};
+use crate::domain::agent::{resolve_range, FileError, FileInfo};
 use crate::domain::kept_output::plain;
 use crate::store::{self, outputs::KeptRow};
 
@@ -73,16 +73,11 @@ pub(super) async fn serve(
         out.insert(header::CONTENT_LENGTH, header_value(&len.to_string()));
         return Ok(Some((StatusCode::OK, out).into_response()));
     }
-    let (first, last) = match range {
-        None => (0, len.saturating_sub(1)),
-        Some((first, last)) if first < len => (first, last.unwrap_or(u64::MAX).min(len - 1)),
-        Some(_) => return Err(refusal(path, FileError::BadRange { len }, String::new())),
+    // As a node's agent reads a range: the same answers for the same file.
+    let Some((start, count)) = resolve_range(range, len) else {
+        return Err(refusal(path, FileError::BadRange { len }, String::new()));
     };
-    let body = if len == 0 || last < first {
-        Vec::new()
-    } else {
-        bytes[first as usize..=last as usize].to_vec()
-    };
+    let body = bytes[start as usize..(start + count) as usize].to_vec();
     out.insert(
         header::CONTENT_LENGTH,
         header_value(&body.len().to_string()),

@@ -17,6 +17,7 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+mod follow;
 mod kept;
 mod place;
 
@@ -73,6 +74,23 @@ fn page(list: &ListQuery, base: &str, path: &str, entries: Vec<Value>) -> Value 
         .into_iter()
         .map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e));
     list.page_of(base, path, named)
+}
+
+/// `follow=true`: the file as the task writes it, until it completes ([`follow`]).
+fn following(query: &HashMap<String, String>) -> ApiResult<bool> {
+    match query
+        .get("follow")
+        .map(|v| v.to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(ApiError::invalid_property(
+            "follow",
+            query["follow"].as_str(),
+            "must be true or false",
+        )),
+    }
 }
 
 fn recursive(query: &HashMap<String, String>) -> bool {
@@ -134,9 +152,14 @@ pub async fn task_file(
     method: Method,
     headers: HeaderMap,
     Path((job_id, task_id, path)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
     let at = task_root(&app, &job_id, &task_id).await?;
+    if method == Method::GET && following(&query)? {
+        let from = range(&headers)?.map_or(0, |(first, _)| first);
+        return Ok(follow::serve(app, &at, &path, rel, from));
+    }
     let url = format!(
         "{base}/jobs/{}/tasks/{}/files/{path}",
         at.job_id, at.task_id
@@ -305,6 +328,6 @@ async fn serve(
             Ok((StatusCode::OK, out, Body::from_stream(bytes)).into_response())
         }
         FileAnswer::Refused { error, message } => Err(refusal(path, error, message)),
-        FileAnswer::Listing(_) => Err(odd_answer(place)),
+        FileAnswer::Listing(_) | FileAnswer::Stream { .. } => Err(odd_answer(place)),
     }
 }

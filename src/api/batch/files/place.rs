@@ -113,6 +113,11 @@ pub(super) fn refusal(path: &str, error: FileError, message: String) -> ApiError
             "OperationUnfinished",
             format!("{path:?} was only partly deleted on its node before the time for it ran out; delete it again for the rest."),
         ),
+        FileError::Unsupported => ApiError::new(
+            StatusCode::CONFLICT,
+            "FeatureNotSupportedByNode",
+            format!("{path:?}: {message}"),
+        ),
         FileError::Failed => ApiError::new(
             StatusCode::CONFLICT,
             "FileUnreadable",
