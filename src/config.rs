@@ -157,6 +157,25 @@ pub enum AccountAction {
         #[arg(long)]
         display_name: Option<String>,
     },
+    /// What the account's compute hours cost from now on (of pools billed to `--plan`, or to no
+    /// plan), in the installation's one currency; without `--compute-hour`, every price set.
+    Price {
+        name: String,
+        #[arg(long)]
+        plan: Option<String>,
+        /// ISO 4217, e.g. EUR.
+        #[arg(long, requires = "compute_hour")]
+        currency: Option<String>,
+        /// A dedicated node's compute hour, e.g. 0.12.
+        #[arg(long, requires = "currency")]
+        compute_hour: Option<String>,
+        /// A low-priority node's compute hour (default: as a dedicated one's).
+        #[arg(long, requires = "compute_hour")]
+        low_priority_compute_hour: Option<String>,
+        /// A vmSize's own price of a dedicated node's hour, SIZE=PRICE (repeatable).
+        #[arg(long, requires = "compute_hour")]
+        vm_size: Vec<String>,
+    },
     /// The Pool Service quotas of an account: how many pools it may make, and how many VMs each.
     Quota {
         name: String,

@@ -176,3 +176,211 @@ async fn every_attempt_of_a_job_s_tasks_counts_once() {
     assert_eq!(jobs[0]["taskAttempts"], 5, "1 + 3 + 1: {report}");
     assert!(jobs[0]["slotHours"].as_f64().unwrap() > 0.0, "{report}");
 }
+
+/// Sets prices through the operator's route; the prices as set.
+async fn set_prices(s: &TestServer, body: Value) -> Value {
+    let (status, set) = s
+        .operator(reqwest::Method::PUT, "prices", Some(&body), None)
+        .await;
+    assert_eq!(status, 200, "{set}");
+    set
+}
+
+/// Prices a plan had from `from` on (the past: the route sets prices from now on).
+async fn priced_since(db: &sqlx::PgPool, from: &str, compute: &str, low: &str, sizes: Value) {
+    sqlx::query(
+        "INSERT INTO plan_prices (account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes) \
+         VALUES ('batchpool', '', $1::timestamptz, 'EUR', $2, $3, $4)",
+    )
+    .bind(from)
+    .bind(compute)
+    .bind(low)
+    .bind(sizes)
+    .execute(db)
+    .await
+    .unwrap();
+}
+
+fn pool<'a>(report: &'a Value, pool: &str) -> &'a Value {
+    report["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["poolId"] == pool)
+        .unwrap_or_else(|| panic!("{pool} in {report}"))
+}
+
+/// Hours cost the prices in force when they were metered, by vmSize and apart for
+/// low-priority nodes; hours before any price are counted apart. Sums are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hours_cost_the_prices_in_force_when_they_were_metered() {
+    let s = TestServer::start(Rt::Local).await;
+    let db = s.db().await;
+    let day = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
+    record_nodes(&db, "two", 2, day, 24).await;
+    record_nodes(&db, "early", 1, day - Duration::hours(24), 48).await;
+    record_nodes(&db, "spot", 1, day, 24).await;
+    sqlx::query("UPDATE usage_records SET is_dedicated = false WHERE pool_id = 'spot'")
+        .execute(&db)
+        .await
+        .unwrap();
+    priced_since(&db, "2026-03-01T00:00:00Z", "0.10", "0.03", json!({})).await;
+    let sizes = json!({"standard_d2s_v3": "0.40"});
+    priced_since(&db, "2026-03-01T12:00:00Z", "0.25", "0.05", sizes).await;
+
+    let (status, report) = s
+        .get("/billing/pools?startTime=2026-02-01T00:00:00Z&endTime=2026-04-01T00:00:00Z")
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["currency"], "EUR");
+    // 2 nodes: 12 h each at 0.10, then 12 h each at their size's 0.40.
+    assert_eq!(pool(&report, "two")["cost"], json!(12.0));
+    // Low-priority: 12 h at 0.03, 12 h at 0.05.
+    assert_eq!(pool(&report, "spot")["cost"], json!(0.96));
+    // A day before any price, then a day at 0.10 and 0.40.
+    assert_eq!(pool(&report, "early")["unpricedComputeHours"], json!(24.0));
+    assert_eq!(pool(&report, "early")["cost"], json!(6.0));
+    assert_eq!(report["totalCost"], json!(18.96));
+    let (_, plans) = s
+        .get("/billing/plans?startTime=2026-02-01T00:00:00Z&endTime=2026-04-01T00:00:00Z")
+        .await;
+    assert_eq!(plans["value"][0]["cost"], json!(18.96), "{plans}");
+    let resp = s
+        .http
+        .get(format!("{}/billing/pools?startTime=2026-02-01T00:00:00Z&endTime=2026-04-01T00:00:00Z&format=csv", s.base))
+        .send()
+        .await
+        .unwrap();
+    let csv = resp.text().await.unwrap();
+    assert!(csv.starts_with("poolId,billingPlan,vmSize,computeHours,dedicatedComputeHours,lowPriorityComputeHours,coreHours,usageRecords,cost,unpricedComputeHours\n"), "{csv}");
+    assert!(
+        csv.contains("\ntwo,,standard_d2s_v3,48.0,48.0,0.0,96.0,2,12.0,0.0\n"),
+        "{csv}"
+    );
+
+    // The operator's route: bad input is named, and one currency holds for the installation.
+    let refused = [
+        (
+            json!({"account": "batchpool", "currency": "EUR", "computeHour": -1}),
+            "computeHour",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "EUR", "computeHour": "0.1234567891"}),
+            "computeHour",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "euro", "computeHour": 1}),
+            "currency",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "USD", "computeHour": 1}),
+            "currency",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "EUR", "computeHour": 1, "vmSizes": {"big": "x"}}),
+            "vmSizes/big",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "EUR", "computeHour": 1, "fee": 3}),
+            "fee",
+        ),
+        (
+            json!({"account": "batchpool", "currency": "EUR"}),
+            "computeHour",
+        ),
+    ];
+    for (body, name) in refused {
+        let (status, answer) = s
+            .operator(reqwest::Method::PUT, "prices", Some(&body), None)
+            .await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.to_string().contains(name), "{body}: {answer}");
+    }
+    let body = json!({"account": "nobody", "currency": "EUR", "computeHour": 1});
+    let (status, answer) = s
+        .operator(reqwest::Method::PUT, "prices", Some(&body), None)
+        .await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (404, Some("AccountNotFound"))
+    );
+    let (status, _) = s
+        .operator(reqwest::Method::GET, "prices", None, Some("guess"))
+        .await;
+    assert_eq!(status, 401);
+    let (_, listed) = s
+        .operator(reqwest::Method::GET, "prices?account=batchpool", None, None)
+        .await;
+    assert_eq!(listed["value"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(
+        listed["value"][1]["vmSizes"],
+        json!({"standard_d2s_v3": "0.40"})
+    );
+}
+
+/// The exact cost of `pool`'s usage records under `prices` (effective_from, compute hour in
+/// billionths), as the test reckons it: microseconds times billionths over 3.6e18.
+async fn reckoned(db: &sqlx::PgPool, pool: &str, prices: &[(DateTime<Utc>, i128)]) -> f64 {
+    let rows: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+        sqlx::query_as("SELECT started_at, ended_at FROM usage_records WHERE pool_id = $1")
+            .bind(pool)
+            .fetch_all(db)
+            .await
+            .unwrap();
+    let mut total: i128 = 0;
+    for (start, end) in rows {
+        for (i, (from, rate)) in prices.iter().enumerate() {
+            let until = prices.get(i + 1).map_or(end, |next| next.0.min(end));
+            let from = (*from).max(start);
+            if from < until {
+                total += i128::from((until - from).num_microseconds().unwrap()) * rate;
+            }
+        }
+    }
+    total as f64 / 3.6e18
+}
+
+/// A real pool priced, repriced while its nodes run, then resized to zero: its cost is each
+/// part of its nodes' lives at the price of the time, exactly.
+async fn a_price_change_mid_run(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let db = s.db().await;
+    let first = set_prices(
+        &s,
+        json!({"account": "batchpool", "currency": "EUR", "computeHour": 0.12}),
+    )
+    .await;
+    let body = json!({"id": "m", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("m", 2, "idle").await;
+    let second = set_prices(
+        &s,
+        json!({"account": "batchpool", "currency": "EUR", "computeHour": "2.5"}),
+    )
+    .await;
+    assert_eq!(
+        s.post("/pools/m/resize", &json!({"targetDedicatedNodes": 0}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("m", 0, "idle").await;
+    let at = |set: &Value| {
+        DateTime::parse_from_rfc3339(set["effectiveFrom"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&Utc)
+    };
+    let prices = [(at(&first), 120_000_000), (at(&second), 2_500_000_000)];
+    let (_, report) = s
+        .get("/billing/pools?startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z")
+        .await;
+    let m = pool(&report, "m");
+    assert_eq!(
+        m["cost"].as_f64().unwrap(),
+        reckoned(&db, "m", &prices).await,
+        "{report}"
+    );
+    assert_eq!(m["unpricedComputeHours"], json!(0.0));
+    assert!(m["cost"].as_f64().unwrap() > 0.0);
+}
+on_both_runtimes!(price_change_mid_run, a_price_change_mid_run);

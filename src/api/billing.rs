@@ -19,6 +19,7 @@ use super::rfc3339;
 use crate::api::state::AppState;
 use crate::api::Ctx;
 use crate::domain::metering::{compute_hours, UsageInterval};
+use crate::domain::pricing::{self, Cost, Prices};
 use crate::store;
 
 pub fn router() -> Router<Arc<AppState>> {
@@ -128,20 +129,25 @@ pub async fn pool_hours(
     for row in &rows {
         by_pool.entry(&row.pool_id).or_default().push(row);
     }
-    let mut total = 0.0;
+    let priced = Priced::of(&app, (start, end, now)).await?;
+    let (mut total, mut total_cost) = (0.0, Cost::default());
     let pools: Vec<Value> = by_pool
         .into_iter()
         .map(|(pool_id, rows)| {
             let (dedicated, low_priority) = split_hours(&rows, (start, end, now));
             let hours = dedicated + low_priority;
             let core_hours: f64 = rows.iter().map(|r| r.vcpus * compute_hours(&[r.interval()], start, end, now)).sum();
+            let (cost, unpriced) = priced.cost(&rows);
             total += hours;
+            total_cost = total_cost + cost;
             json!({"poolId": pool_id, "billingPlan": rows[0].billing_plan, "vmSize": rows[0].vm_size,
                    "computeHours": hours, "dedicatedComputeHours": dedicated, "lowPriorityComputeHours": low_priority,
-                   "coreHours": core_hours, "usageRecords": rows.len()})
+                   "coreHours": core_hours, "usageRecords": rows.len(),
+                   "cost": cost.amount(), "unpricedComputeHours": unpriced})
         })
         .collect();
-    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "totalComputeHours": total, "value": pools});
+    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "currency": priced.currency(),
+                      "totalComputeHours": total, "totalCost": total_cost.amount(), "value": pools});
     respond(
         &range,
         &headers,
@@ -155,8 +161,56 @@ pub async fn pool_hours(
             "lowPriorityComputeHours",
             "coreHours",
             "usageRecords",
+            "cost",
+            "unpricedComputeHours",
         ],
     )
+}
+
+/// The account's prices, for the costs of usage within `(from, to, now)`.
+struct Priced {
+    plans: BTreeMap<String, Vec<Prices>>,
+    window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+}
+
+impl Priced {
+    async fn of(
+        app: &Ctx,
+        window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+    ) -> ApiResult<Self> {
+        let plans = store::prices::by_plan(&app.db, &app.account).await?;
+        Ok(Self { plans, window })
+    }
+
+    /// The installation's currency, once the account has prices.
+    fn currency(&self) -> Option<&str> {
+        self.plans
+            .values()
+            .flatten()
+            .next()
+            .map(|p| p.currency.as_str())
+    }
+
+    /// The cost of the rows' usage, summed exactly, and the compute hours no price covers.
+    fn cost(&self, rows: &[&store::usage::PoolUsageRow]) -> (Cost, f64) {
+        let (from, to, now) = self.window;
+        let (mut cost, mut unpriced) = (Cost::default(), 0i64);
+        for r in rows {
+            let history = self
+                .plans
+                .get(r.billing_plan.as_deref().unwrap_or_default());
+            let (start, end) = (r.started_at.max(from), r.ended_at.unwrap_or(now).min(to));
+            let (c, u) = pricing::cost(
+                history.map_or(&[][..], Vec::as_slice),
+                (&r.vm_size, r.is_dedicated),
+                start,
+                end,
+            );
+            cost = cost + c;
+            unpriced += u;
+        }
+        (cost, unpriced as f64 / 3_600_000_000.0)
+    }
 }
 
 /// Compute hours of dedicated and of low-priority nodes, billed apart, within `(from, to, now)`.
@@ -196,24 +250,30 @@ pub async fn plan_hours(
             .or_default()
             .push(row);
     }
+    let priced = Priced::of(&app, (start, end, now)).await?;
     let plans: Vec<Value> = by_plan
         .into_iter()
         .map(|(plan, pools)| {
+            let mut plan_cost = Cost::default();
             let pools: Vec<Value> = pools
                 .into_iter()
                 .map(|(pool, rows)| {
                     let (dedicated, low_priority) = split_hours(&rows, (start, end, now));
+                    let (cost, unpriced) = priced.cost(&rows);
+                    plan_cost = plan_cost + cost;
                     json!({"poolId": pool, "computeHours": dedicated + low_priority,
-                           "dedicatedComputeHours": dedicated, "lowPriorityComputeHours": low_priority})
+                           "dedicatedComputeHours": dedicated, "lowPriorityComputeHours": low_priority,
+                           "cost": cost.amount(), "unpricedComputeHours": unpriced})
                 })
                 .collect();
             let sum = |name: &str| -> f64 { pools.iter().filter_map(|p| p[name].as_f64()).sum() };
             json!({"billingPlan": plan, "computeHours": sum("computeHours"),
                    "dedicatedComputeHours": sum("dedicatedComputeHours"),
-                   "lowPriorityComputeHours": sum("lowPriorityComputeHours"), "pools": pools})
+                   "lowPriorityComputeHours": sum("lowPriorityComputeHours"),
+                   "cost": plan_cost.amount(), "unpricedComputeHours": sum("unpricedComputeHours"), "pools": pools})
         })
         .collect();
-    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": plans});
+    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "currency": priced.currency(), "value": plans});
     respond(
         &range,
         &headers,
@@ -223,6 +283,8 @@ pub async fn plan_hours(
             "computeHours",
             "dedicatedComputeHours",
             "lowPriorityComputeHours",
+            "cost",
+            "unpricedComputeHours",
         ],
     )
 }

@@ -47,6 +47,7 @@ pub mod kept_output;
 pub mod lenient;
 pub mod metering;
 pub mod pool;
+pub mod pricing;
 pub mod run_as;
 pub mod signing;
 pub mod task_token;

@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod pools;
 pub mod preemption;
 pub mod preparations;
+pub mod prices;
 pub mod removals;
 pub mod schedules;
 pub mod servers;

@@ -5,8 +5,10 @@
 //! `POST /batchpool/operator/reclaim` takes capacity back from low-priority nodes, as a cloud
 //! takes back spot capacity: to test jobs against preemption, or to free a host by hand.
 //! `/batchpool/operator/hosts` lists, adds and removes Docker hosts while servers run.
+//! `/batchpool/operator/prices` sets and lists what compute hours cost.
 
 mod hosts;
+mod prices;
 
 use std::sync::Arc;
 
@@ -35,6 +37,10 @@ pub fn router() -> Router<Arc<AppState>> {
         .route(
             "/batchpool/operator/hosts",
             get(hosts::list).post(hosts::add).delete(hosts::remove),
+        )
+        .route(
+            "/batchpool/operator/prices",
+            get(prices::list).put(prices::set),
         )
 }
 
