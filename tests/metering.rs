@@ -169,7 +169,12 @@ async fn every_attempt_of_a_job_s_tasks_counts_once() {
     let range = "/billing/jobs?startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z";
     let (status, report) = s.get(range).await;
     assert_eq!(status, 200, "{report}");
-    let jobs = report["value"].as_array().unwrap();
+    let jobs: Vec<&Value> = report["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["idle"] != true)
+        .collect();
     assert_eq!(jobs.len(), 1, "{report}");
     assert_eq!(jobs[0]["jobId"], "j");
     assert_eq!(jobs[0]["poolId"], "p");
@@ -384,3 +389,62 @@ async fn a_price_change_mid_run(rt: Rt) {
     assert!(m["cost"].as_f64().unwrap() > 0.0);
 }
 on_both_runtimes!(price_change_mid_run, a_price_change_mid_run);
+
+/// Two jobs share a priced pool: their costs and the pool's idle line add up to the pool's
+/// cost, and each job's cost is its share of the node-hours.
+async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    set_prices(
+        &s,
+        json!({"account": "batchpool", "currency": "EUR", "computeHour": 0.36}),
+    )
+    .await;
+    let body = json!({"id": "shared", "vmSize": "standard_a1", "targetDedicatedNodes": 1, "taskSlotsPerNode": 3});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("shared", 1, "idle").await;
+    s.job_on("a", "shared").await;
+    s.job_on("b", "shared").await;
+    let task =
+        |id: &str, slots: i64| json!({"id": id, "commandLine": "sleep 1", "requiredSlots": slots});
+    s.add_tasks("a", vec![task("1", 1), task("2", 1)]).await;
+    s.add_tasks("b", vec![task("1", 2)]).await;
+    s.wait_all_completed("a", 2).await;
+    s.wait_all_completed("b", 1).await;
+    assert_eq!(
+        s.post("/pools/shared/resize", &json!({"targetDedicatedNodes": 0}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("shared", 0, "idle").await;
+
+    let range = "startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z";
+    let (_, pools) = s.get(&format!("/billing/pools?{range}")).await;
+    let pool_cost = pool(&pools, "shared")["cost"].as_f64().unwrap();
+    let pool_hours = pool(&pools, "shared")["computeHours"].as_f64().unwrap();
+    let (_, jobs) = s.get(&format!("/billing/jobs?{range}")).await;
+    assert_eq!(jobs["currency"], "EUR");
+    let rows = jobs["value"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "two jobs and the idle line: {jobs}");
+    let cost = |job: Value| {
+        let row = rows.iter().find(|r| r["jobId"] == job).unwrap();
+        (
+            row["cost"].as_f64().unwrap(),
+            row["computeHours"].as_f64().unwrap(),
+        )
+    };
+    let ((a, a_hours), (b, b_hours), (idle, idle_hours)) =
+        (cost(json!("a")), cost(json!("b")), cost(Value::Null));
+    assert!(a > 0.0 && b > 0.0 && idle > 0.0, "{jobs}");
+    // To the cent, and far closer: the parts are summed exactly before they are shown.
+    assert!(
+        (a + b + idle - pool_cost).abs() < 1e-12,
+        "{a} + {b} + {idle} != {pool_cost}"
+    );
+    assert!((a_hours + b_hours + idle_hours - pool_hours).abs() < 1e-9);
+    // One price: each part's cost is its hours at it.
+    for (cost, hours) in [(a, a_hours), (b, b_hours), (idle, idle_hours)] {
+        assert!((cost - hours * 0.36).abs() < 1e-9, "{cost} for {hours} h");
+    }
+}
+on_both_runtimes!(shared_pool_cost, two_jobs_share_a_pool_s_cost);

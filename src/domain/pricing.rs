@@ -144,6 +144,59 @@ pub fn cost(
     (total, unpriced)
 }
 
+/// A pool's cost shared among the jobs whose tasks used its slots, and the rest, what no task
+/// used (its idle line). A job's part is each of its attempts' cost on its node (as [`cost`]
+/// prices the node) times its slots' share of the node's. The parts are kept in units of
+/// 1/`scale` of a [`Cost`] (`scale` the least common multiple of the nodes' slots), so none is
+/// rounded and the parts and the idle line add up to the pool's cost exactly.
+#[derive(Debug)]
+pub struct Shares<K> {
+    scale: i128,
+    pub parts: BTreeMap<K, i128>,
+    pub idle: i128,
+}
+
+/// An attempt's use of a node: the cost of the node over the attempt's time, its slots, and the
+/// node's slots.
+pub type SlotUse = (Cost, i32, i32);
+
+impl<K: Ord> Shares<K> {
+    pub fn of(pool: Cost, attempts: Vec<(K, SlotUse)>) -> Self {
+        let scale = attempts
+            .iter()
+            .map(|(_, (_, _, of))| i128::from((*of).max(1)))
+            .fold(1i128, |scale, of| {
+                let lcm = scale / gcd(scale, of) * of;
+                // Slots per node are at most a few hundred: past this, a pool's records are not sane.
+                if lcm > 1 << 40 {
+                    scale
+                } else {
+                    lcm
+                }
+            });
+        let mut parts: BTreeMap<K, i128> = BTreeMap::new();
+        for (key, (cost, slots, of)) in attempts {
+            let part = cost.0 * i128::from(slots.max(0)) * (scale / i128::from(of.max(1)));
+            *parts.entry(key).or_default() += part;
+        }
+        let idle = pool.0 * scale - parts.values().sum::<i128>();
+        Self { scale, parts, idle }
+    }
+
+    /// The amount of `units` in the currency.
+    pub fn amount(&self, units: i128) -> f64 {
+        units as f64 / self.scale as f64 / 3.6e18
+    }
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +214,31 @@ mod tests {
             low_priority_hour: low.map(|l| Rate::parse(l).unwrap()),
             vm_sizes: [("standard_d4s_v3".to_string(), Rate::parse("0.48").unwrap())].into(),
         }
+    }
+
+    #[test]
+    fn the_jobs_parts_and_the_idle_line_add_up_to_the_pool_s_cost() {
+        let hour = |n: i64| Cost::of(n * 3_600_000_000, Rate(100_000_000));
+        // A pool of 3-slot nodes: 10 node-hours at 0.10; a job used 1 slot for 3 hours and 2
+        // for 1, another 3 slots for 2 hours.
+        let shares = Shares::of(
+            hour(10),
+            vec![
+                ("a", (hour(3), 1, 3)),
+                ("a", (hour(1), 2, 3)),
+                ("b", (hour(2), 3, 3)),
+            ],
+        );
+        let parts: Vec<f64> = shares.parts.values().map(|p| shares.amount(*p)).collect();
+        assert!(
+            (parts[0] - 1.0 / 6.0).abs() < 1e-15 && parts[1] == 0.2,
+            "{parts:?}"
+        );
+        assert_eq!(
+            shares.parts.values().sum::<i128>() + shares.idle,
+            hour(10).0 * 3
+        );
+        assert!((shares.amount(shares.idle) - (1.0 - 0.5 / 3.0 - 0.2)).abs() < 1e-12);
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub async fn close(db: impl PgExecutor<'_>, node_id: &str, at: DateTime<Utc>) ->
 #[derive(Debug, sqlx::FromRow)]
 pub struct PoolUsageRow {
     pub pool_id: String,
+    pub node_id: String,
     pub billing_plan: Option<String>,
     pub vm_size: String,
     pub vcpus: f64,
@@ -63,7 +64,7 @@ pub async fn in_range(
 ) -> sqlx::Result<Vec<PoolUsageRow>> {
     sqlx::query_as!(
         PoolUsageRow,
-        r#"SELECT pool_id, billing_plan, vm_size, vcpus, started_at, ended_at, is_dedicated FROM usage_records
+        r#"SELECT pool_id, node_id, billing_plan, vm_size, vcpus, started_at, ended_at, is_dedicated FROM usage_records
          WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2))
            AND started_at < $4 AND (ended_at IS NULL OR ended_at > $3)
          ORDER BY pool_id, started_at"#,
@@ -87,6 +88,8 @@ pub struct SlotUsageRow {
     pub slots_per_node: i32,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// The node it ran on (None for attempts recorded before nodes were).
+    pub node_id: Option<String>,
 }
 
 pub async fn slots_in_range(
@@ -99,11 +102,11 @@ pub async fn slots_in_range(
     sqlx::query_as!(
         SlotUsageRow,
         r#"SELECT job_id AS "job_id!", pool_id AS "pool_id!", billing_plan, slots AS "slots!", slots_per_node AS "slots_per_node!",
-                started_at AS "started_at!", ended_at FROM slot_usage
+                started_at AS "started_at!", ended_at, node_id FROM slot_usage
          WHERE account = $1 AND ($2::text IS NULL OR lower(pool_id) = lower($2)) AND started_at < $4 AND ended_at > $3
          UNION ALL
          SELECT j.id, t.pool_id, coalesce(p.billing_plan, s.billing_plan), t.required_slots,
-            coalesce(p.task_slots_per_node, 1), t.start_time, NULL
+            coalesce(p.task_slots_per_node, 1), t.start_time, NULL, t.node_id
          FROM tasks t JOIN jobs j ON j.pk = t.job_pk
          LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id)
          LEFT JOIN bes_jobs b ON b.id = j.id AND b.run_account = j.account

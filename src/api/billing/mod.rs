@@ -14,6 +14,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+mod jobs;
+
 use super::error::{ApiError, ApiResult};
 use super::rfc3339;
 use crate::api::state::AppState;
@@ -26,7 +28,7 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/pools", get(pool_hours))
         .route("/plans", get(plan_hours))
-        .route("/jobs", get(job_hours))
+        .route("/jobs", get(jobs::job_hours))
 }
 
 #[derive(Deserialize)]
@@ -55,7 +57,7 @@ fn time(name: &str, value: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
 }
 
 /// `[startTime, endTime)`: `endTime` defaults to now, `startTime` to 24 hours before it.
-fn window(range: &Range) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
+pub(super) fn window(range: &Range) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
     let end = time("endTime", range.end_time.as_deref())?.unwrap_or_else(Utc::now);
     let start = time("startTime", range.start_time.as_deref())?
         .unwrap_or(end - chrono::Duration::hours(24));
@@ -70,7 +72,7 @@ fn window(range: &Range) -> ApiResult<(DateTime<Utc>, DateTime<Utc>)> {
 }
 
 /// JSON, or CSV of `columns` from each item of `value` when the client asks for it.
-fn respond(
+pub(super) fn respond(
     range: &Range,
     headers: &HeaderMap,
     body: Value,
@@ -168,7 +170,7 @@ pub async fn pool_hours(
 }
 
 /// The account's prices, for the costs of usage within `(from, to, now)`.
-struct Priced {
+pub(super) struct Priced {
     plans: BTreeMap<String, Vec<Prices>>,
     window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
 }
@@ -183,7 +185,7 @@ impl Priced {
     }
 
     /// The installation's currency, once the account has prices.
-    fn currency(&self) -> Option<&str> {
+    pub(super) fn currency(&self) -> Option<&str> {
         self.plans
             .values()
             .flatten()
@@ -192,24 +194,34 @@ impl Priced {
     }
 
     /// The cost of the rows' usage, summed exactly, and the compute hours no price covers.
-    fn cost(&self, rows: &[&store::usage::PoolUsageRow]) -> (Cost, f64) {
-        let (from, to, now) = self.window;
+    pub(super) fn cost(&self, rows: &[&store::usage::PoolUsageRow]) -> (Cost, f64) {
         let (mut cost, mut unpriced) = (Cost::default(), 0i64);
         for r in rows {
-            let history = self
-                .plans
-                .get(r.billing_plan.as_deref().unwrap_or_default());
-            let (start, end) = (r.started_at.max(from), r.ended_at.unwrap_or(now).min(to));
-            let (c, u) = pricing::cost(
-                history.map_or(&[][..], Vec::as_slice),
-                (&r.vm_size, r.is_dedicated),
-                start,
-                end,
-            );
+            let (c, u) = self.on_node(r, (r.started_at, r.ended_at));
             cost = cost + c;
             unpriced += u;
         }
         (cost, unpriced as f64 / 3_600_000_000.0)
+    }
+
+    /// The cost of `[start, end)` (None: until now) of the node `r` is the record of, within
+    /// the window; and the microseconds no price covers.
+    pub(super) fn on_node(
+        &self,
+        r: &store::usage::PoolUsageRow,
+        (start, end): (DateTime<Utc>, Option<DateTime<Utc>>),
+    ) -> (Cost, i64) {
+        let (from, to, now) = self.window;
+        let history = self
+            .plans
+            .get(r.billing_plan.as_deref().unwrap_or_default());
+        let (start, end) = (start.max(from), end.unwrap_or(now).min(to));
+        pricing::cost(
+            history.map_or(&[][..], Vec::as_slice),
+            (&r.vm_size, r.is_dedicated),
+            start,
+            end,
+        )
     }
 }
 
@@ -285,64 +297,6 @@ pub async fn plan_hours(
             "lowPriorityComputeHours",
             "cost",
             "unpricedComputeHours",
-        ],
-    )
-}
-
-/// Hours attributed to each job: the slot-seconds its task attempts used, as a share of a node
-/// (a task using 1 of 4 slots for an hour is a quarter of a compute hour).
-pub async fn job_hours(
-    app: Ctx,
-    headers: HeaderMap,
-    Query(range): Query<Range>,
-) -> ApiResult<Response> {
-    let (start, end) = window(&range)?;
-    let now = Utc::now();
-    let rows =
-        store::usage::slots_in_range(&app.db, &app.account, range.pool_id.as_deref(), start, end)
-            .await?;
-    // (job, pool) -> (plan, slot hours, compute hours, task attempts)
-    type JobUse<'a> = (Option<&'a str>, f64, f64, usize);
-    let mut by_job: BTreeMap<(&str, &str), JobUse> = BTreeMap::new();
-    for r in &rows {
-        let hours = compute_hours(
-            &[UsageInterval {
-                started: r.started_at,
-                ended: r.ended_at,
-            }],
-            start,
-            end,
-            now,
-        );
-        let entry = by_job.entry((&r.job_id, &r.pool_id)).or_insert((
-            r.billing_plan.as_deref(),
-            0.0,
-            0.0,
-            0,
-        ));
-        entry.1 += hours * r.slots as f64;
-        entry.2 += hours * r.slots as f64 / r.slots_per_node.max(1) as f64;
-        entry.3 += 1;
-    }
-    let jobs: Vec<Value> = by_job
-        .into_iter()
-        .map(|((job, pool), (plan, slot_hours, compute, attempts))| {
-            json!({"jobId": job, "poolId": pool, "billingPlan": plan, "slotHours": slot_hours,
-                   "computeHours": compute, "taskAttempts": attempts})
-        })
-        .collect();
-    let body = json!({"startTime": rfc3339(start), "endTime": rfc3339(end), "value": jobs});
-    respond(
-        &range,
-        &headers,
-        body,
-        &[
-            "jobId",
-            "poolId",
-            "billingPlan",
-            "slotHours",
-            "computeHours",
-            "taskAttempts",
         ],
     )
 }
