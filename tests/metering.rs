@@ -446,5 +446,37 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
     for (cost, hours) in [(a, a_hours), (b, b_hours), (idle, idle_hours)] {
         assert!((cost - hours * 0.36).abs() < 1e-9, "{cost} for {hours} h");
     }
+    // The job's statistics say what it cost, and its tasks' say their parts of it.
+    let stats = |path: String| {
+        let s = &s;
+        async move {
+            let (status, v) = s.get(&format!("{path}?$expand=stats")).await;
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["stats"]["currency"], "EUR", "{v}");
+            v["stats"]["cost"].as_f64().unwrap()
+        }
+    };
+    assert_eq!(stats("/jobs/a".into()).await, a);
+    assert_eq!(stats("/jobs/b".into()).await, b);
+    let tasks = stats("/jobs/a/tasks/1".into()).await + stats("/jobs/a/tasks/2".into()).await;
+    assert!((tasks - a).abs() < 1e-12, "{tasks} != {a}");
+    // And `batchpool task show` prints it.
+    let (account, key) = s.http.credentials.lock().unwrap().clone().unwrap();
+    let shown = common::run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .args(["task", "show", "b", "1"])
+            .envs([
+                ("BATCH_URL", s.base.as_str()),
+                ("BATCH_ACCOUNT", &account),
+                ("BATCH_KEY", &key),
+            ]),
+    );
+    let line = format!("{b} EUR");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("cost ") && l.ends_with(&line)),
+        "{shown}"
+    );
 }
 on_both_runtimes!(shared_pool_cost, two_jobs_share_a_pool_s_cost);

@@ -44,7 +44,12 @@ pub async fn delete(client: &Client, job: &str) -> CliResult<()> {
 /// A task: its state, how it ended and why, where and when it ran; with `--output json`, the
 /// task as the API answers it.
 pub async fn show(client: &Client, job: &str, task: &str) -> CliResult<()> {
-    let path = format!("/jobs/{}/tasks/{}", segment(job), segment(task));
+    // With its statistics: what it cost, where the account has prices.
+    let path = format!(
+        "/jobs/{}/tasks/{}?$expand=stats",
+        segment(job),
+        segment(task)
+    );
     let t = client.get(&path).await?;
     print(client.output, &t, || describe(job, &t));
     Ok(())
@@ -119,6 +124,10 @@ fn describe(job: &str, t: &Value) -> String {
             .map(|(name, v)| (*name, cell(v))),
     );
     lines.extend(why.map(|w| ("failure", w)));
+    let stats = &t["stats"];
+    if let (Some(cost), Some(currency)) = (stats["cost"].as_f64(), stats["currency"].as_str()) {
+        lines.push(("cost", format!("{cost} {currency}")));
+    }
     let wait = &t["waitReason"];
     if let Some(code) = wait["code"].as_str() {
         lines.push(("waits", format!("{code}: {}", cell(&wait["message"]))));

@@ -133,3 +133,49 @@ pub async fn close_orphaned(db: impl PgExecutor<'_>, at: DateTime<Utc>) -> sqlx:
         .await?;
     Ok(())
 }
+
+/// The attempts of a job's tasks (or of one of them) since `since` (the job's creation: a job id
+/// used again counts only the new job's): ended ones from `slot_usage`, running ones from the
+/// tasks.
+pub async fn attempts_of(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    (job_id, task_id): (&str, Option<&str>),
+    since: DateTime<Utc>,
+) -> sqlx::Result<Vec<SlotUsageRow>> {
+    sqlx::query_as!(
+        SlotUsageRow,
+        r#"SELECT job_id AS "job_id!", pool_id AS "pool_id!", billing_plan, slots AS "slots!", slots_per_node AS "slots_per_node!",
+                started_at AS "started_at!", ended_at, node_id FROM slot_usage
+         WHERE account = $1 AND job_id = $2 AND ($3::text IS NULL OR task_id = $3) AND started_at >= $4
+         UNION ALL
+         SELECT j.id, t.pool_id, NULL, t.required_slots, coalesce(p.task_slots_per_node, 1), t.start_time, NULL, t.node_id
+         FROM tasks t JOIN jobs j ON j.pk = t.job_pk
+         LEFT JOIN pools p ON p.account = j.account AND lower(p.id) = lower(t.pool_id)
+         WHERE j.account = $1 AND j.id = $2 AND ($3::text IS NULL OR t.id = $3)
+           AND t.state IN ('preparing', 'running') AND t.start_time IS NOT NULL"#,
+        account,
+        job_id,
+        task_id,
+        since,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// The usage records of the nodes named.
+pub async fn of_nodes(
+    db: impl PgExecutor<'_>,
+    account: &str,
+    nodes: &[String],
+) -> sqlx::Result<Vec<PoolUsageRow>> {
+    sqlx::query_as!(
+        PoolUsageRow,
+        r#"SELECT pool_id, node_id, billing_plan, vm_size, vcpus, started_at, ended_at, is_dedicated FROM usage_records
+         WHERE account = $1 AND node_id = ANY($2) ORDER BY node_id, started_at"#,
+        account,
+        nodes,
+    )
+    .fetch_all(db)
+    .await
+}

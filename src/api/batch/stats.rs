@@ -44,6 +44,24 @@ pub fn job_stats(url: &str, start: DateTime<Utc>, t: &UsageTotals) -> Value {
     v
 }
 
+/// Adds to a job's (or with `task`, a task's) statistics `v` what its attempts cost
+/// (docs/metering.md, "Prices and cost"): `cost`, in `currency`, once the account has prices.
+pub async fn add_cost(
+    app: &Ctx,
+    v: &mut Value,
+    job: &store::jobs::JobRow,
+    task: Option<&str>,
+) -> ApiResult<()> {
+    let attempts =
+        store::usage::attempts_of(&app.db, &app.account, (&job.id, task), job.creation_time)
+            .await?;
+    if let Some((currency, cost)) = crate::api::billing::attempts_cost(app, &attempts).await? {
+        v["cost"] = json!(cost);
+        v["currency"] = json!(currency);
+    }
+    Ok(())
+}
+
 /// Dedicated core time of the usage records that overlap `[from, now]`: each dedicated node's
 /// vCPUs times the time it existed in the window, as metering counts it.
 async fn core_time(

@@ -12,7 +12,7 @@ use axum::response::Response;
 use chrono::Utc;
 use serde_json::{json, Value};
 
-use super::{respond, rfc3339, window, Priced, Range};
+use super::{record_of, respond, rfc3339, window, Priced, Range};
 use crate::api::error::ApiResult;
 use crate::api::Ctx;
 use crate::domain::metering::{compute_hours, UsageInterval};
@@ -63,12 +63,7 @@ pub async fn job_hours(
         entry.2 += hours * r.slots as f64 / r.slots_per_node.max(1) as f64;
         entry.3 += 1;
         // Priced as the node it ran on: the record of its node that was open as it started.
-        let node = r.node_id.as_deref().and_then(|n| by_node.get(n));
-        let record = node.and_then(|rs| {
-            let open = rs.iter().rev().find(|x| x.started_at <= r.started_at);
-            open.or(rs.first())
-        });
-        let cost = record.map_or_else(Default::default, |rec| {
+        let cost = record_of(&by_node, r).map_or_else(Default::default, |rec| {
             priced.on_node(rec, (r.started_at, r.ended_at)).0
         });
         let key = (r.job_id.as_str(), r.pool_id.as_str());

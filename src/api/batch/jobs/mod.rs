@@ -41,6 +41,7 @@ pub async fn get(
         let totals = store::tasks::stats::of_job(&app.db, job.pk).await?;
         let url = format!("{base}/jobs/{}/stats", job.id);
         v["stats"] = crate::api::batch::stats::job_stats(&url, job.creation_time, &totals);
+        crate::api::batch::stats::add_cost(&app, &mut v["stats"], &job, None).await?;
     }
     Ok((resource_headers(job.last_modified), Json(select.shape(v))).into_response())
 }

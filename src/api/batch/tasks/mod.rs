@@ -65,6 +65,7 @@ pub async fn get(
         let totals = store::tasks::stats::of_task(&app.db, task.pk).await?;
         let url = format!("{base}/jobs/{}/tasks/{}/stats", job.id, task.id);
         v["stats"] = crate::api::batch::stats::task_stats(&url, task.creation_time, &totals);
+        crate::api::batch::stats::add_cost(&app, &mut v["stats"], &job, Some(&task.id)).await?;
     }
     Ok((resource_headers(task.last_modified), Json(select.shape(v))).into_response())
 }
