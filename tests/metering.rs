@@ -410,6 +410,32 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
     s.add_tasks("b", vec![task("1", 2)]).await;
     s.wait_all_completed("a", 2).await;
     s.wait_all_completed("b", 1).await;
+    // A job under way: its forecast is what ended cost, and for each task left the mean of them.
+    s.job_on("c", "shared").await;
+    let whole = |id: &str| json!({"id": id, "commandLine": "sleep 2", "requiredSlots": 3});
+    s.add_tasks("c", vec![whole("1"), whole("2"), whole("3")])
+        .await;
+    let under_way = wait_for("one of job c's tasks ended", || async {
+        let (_, c) = s.get("/jobs/c?$expand=stats").await;
+        let done = c["stats"]["numSucceededTasks"].as_i64() == Some(1);
+        done.then_some(c["stats"].clone())
+    })
+    .await;
+    let (cost, estimate) = (
+        under_way["cost"].as_f64().unwrap(),
+        under_way["estimatedCost"].as_f64().unwrap(),
+    );
+    assert!(estimate > cost && estimate < 4.0 * cost, "{under_way}");
+    s.wait_all_completed("c", 3).await;
+    let (_, c) = s.get("/jobs/c?$expand=stats").await;
+    let (cost, estimate) = (
+        c["stats"]["cost"].as_f64().unwrap(),
+        c["stats"]["estimatedCost"].as_f64().unwrap(),
+    );
+    assert!(
+        (estimate - cost).abs() < 1e-12,
+        "once it is done, the forecast is its cost: {c}"
+    );
     assert_eq!(
         s.post("/pools/shared/resize", &json!({"targetDedicatedNodes": 0}))
             .await
@@ -425,7 +451,7 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
     let (_, jobs) = s.get(&format!("/billing/jobs?{range}")).await;
     assert_eq!(jobs["currency"], "EUR");
     let rows = jobs["value"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "two jobs and the idle line: {jobs}");
+    assert_eq!(rows.len(), 4, "three jobs and the idle line: {jobs}");
     let cost = |job: Value| {
         let row = rows.iter().find(|r| r["jobId"] == job).unwrap();
         (
@@ -435,15 +461,16 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
     };
     let ((a, a_hours), (b, b_hours), (idle, idle_hours)) =
         (cost(json!("a")), cost(json!("b")), cost(Value::Null));
-    assert!(a > 0.0 && b > 0.0 && idle > 0.0, "{jobs}");
+    let (c, c_hours) = cost(json!("c"));
+    assert!(a > 0.0 && b > 0.0 && c > 0.0 && idle > 0.0, "{jobs}");
     // To the cent, and far closer: the parts are summed exactly before they are shown.
     assert!(
-        (a + b + idle - pool_cost).abs() < 1e-12,
-        "{a} + {b} + {idle} != {pool_cost}"
+        (a + b + c + idle - pool_cost).abs() < 1e-12,
+        "{a} + {b} + {c} + {idle} != {pool_cost}"
     );
-    assert!((a_hours + b_hours + idle_hours - pool_hours).abs() < 1e-9);
+    assert!((a_hours + b_hours + c_hours + idle_hours - pool_hours).abs() < 1e-9);
     // One price: each part's cost is its hours at it.
-    for (cost, hours) in [(a, a_hours), (b, b_hours), (idle, idle_hours)] {
+    for (cost, hours) in [(a, a_hours), (b, b_hours), (c, c_hours), (idle, idle_hours)] {
         assert!((cost - hours * 0.36).abs() < 1e-9, "{cost} for {hours} h");
     }
     // The job's statistics say what it cost, and its tasks' say their parts of it.

@@ -79,6 +79,20 @@ async fn a_user_watches_and_steers_the_work_in_chromium() {
     b.goto(&format!("{}/ui/jobs/ui-job?state=completed", s.base));
     let text = b.text();
     assert!(text.contains("failed, exit 3"), "{text}");
+    assert!(!text.contains("cost "), "no prices, no cost: {text}");
+    // Priced, the job's page says what it cost and what it will.
+    let prices = json!({"account": account, "currency": "EUR", "computeHour": 0.5});
+    let (status, _) = s
+        .operator(reqwest::Method::PUT, "prices", Some(&prices), None)
+        .await;
+    assert_eq!(status, 200);
+    b.goto(&format!("{}/ui/jobs/ui-job?state=completed", s.base));
+    let cost = b.eval("document.querySelector('.facts .cost').textContent");
+    let cost = cost.as_str().unwrap_or_default().to_string();
+    assert!(
+        cost.starts_with("cost ") && cost.contains(" EUR, about "),
+        "{cost}"
+    );
     assert!(
         text.contains("echo '<script>window.boom=1</script>'"),
         "{text}"

@@ -45,7 +45,9 @@ pub fn job_stats(url: &str, start: DateTime<Utc>, t: &UsageTotals) -> Value {
 }
 
 /// Adds to a job's (or with `task`, a task's) statistics `v` what its attempts cost
-/// (docs/metering.md, "Prices and cost"): `cost`, in `currency`, once the account has prices.
+/// (docs/metering.md, "Prices and cost"): `cost`, in `currency`, once the account has prices;
+/// for a job, `estimatedCost` too: its ended attempts' cost, and for each task not completed
+/// the mean cost of its latest ended attempts (null before one ended).
 pub async fn add_cost(
     app: &Ctx,
     v: &mut Value,
@@ -55,9 +57,16 @@ pub async fn add_cost(
     let attempts =
         store::usage::attempts_of(&app.db, &app.account, (&job.id, task), job.creation_time)
             .await?;
-    if let Some((currency, cost)) = crate::api::billing::attempts_cost(app, &attempts).await? {
-        v["cost"] = json!(cost);
-        v["currency"] = json!(currency);
+    let Some(cost) = crate::api::billing::attempts_cost(app, &attempts).await? else {
+        return Ok(());
+    };
+    v["cost"] = json!(cost.total);
+    v["currency"] = json!(cost.currency);
+    if task.is_none() {
+        let counts = store::tasks::counts(&app.db, job.pk).await?;
+        let left = (counts.active + counts.running) as f64;
+        let estimate = cost.recent_mean.map(|mean| cost.ended + left * mean);
+        v["estimatedCost"] = json!(estimate);
     }
     Ok(())
 }

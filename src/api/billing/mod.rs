@@ -14,7 +14,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+mod attempts;
 mod jobs;
+
+pub use attempts::{attempts_cost, AttemptsCost, RECENT};
 
 use super::error::{ApiError, ApiResult};
 use super::rfc3339;
@@ -234,45 +237,6 @@ pub(super) fn record_of<'a>(
     let records = by_node.get(r.node_id.as_deref()?)?;
     let open = records.iter().rev().find(|x| x.started_at <= r.started_at);
     open.or(records.first()).copied()
-}
-
-/// What `attempts` (a job's, or a task's) cost, in the installation's currency: each its share
-/// of its node's slots times what the node cost over its time, summed exactly. None while the
-/// account has no prices.
-pub async fn attempts_cost(
-    app: &Ctx,
-    attempts: &[store::usage::SlotUsageRow],
-) -> ApiResult<Option<(String, f64)>> {
-    let always = (
-        DateTime::<Utc>::MIN_UTC,
-        DateTime::<Utc>::MAX_UTC,
-        Utc::now(),
-    );
-    let priced = Priced::of(app, always).await?;
-    let Some(currency) = priced.currency().map(str::to_string) else {
-        return Ok(None);
-    };
-    let nodes: std::collections::BTreeSet<String> =
-        attempts.iter().filter_map(|a| a.node_id.clone()).collect();
-    let nodes: Vec<String> = nodes.into_iter().collect();
-    let records = store::usage::of_nodes(&app.db, &app.account, &nodes).await?;
-    let mut by_node: std::collections::HashMap<&str, Vec<&store::usage::PoolUsageRow>> =
-        std::collections::HashMap::new();
-    for r in &records {
-        by_node.entry(&r.node_id).or_default().push(r);
-    }
-    let uses = attempts
-        .iter()
-        .filter_map(|a| {
-            let cost = priced
-                .on_node(record_of(&by_node, a)?, (a.started_at, a.ended_at))
-                .0;
-            Some(((), (cost, a.slots, a.slots_per_node)))
-        })
-        .collect();
-    let shares = pricing::Shares::of(Cost::default(), uses);
-    let used: i128 = shares.parts.values().sum();
-    Ok(Some((currency, shares.amount(used))))
 }
 
 /// Compute hours of dedicated and of low-priority nodes, billed apart, within `(from, to, now)`.

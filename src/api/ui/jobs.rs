@@ -126,6 +126,7 @@ pub async fn tasks(
     crate::api::batch::waits::add_to_tasks(db, &job, &list, of_tasks)
         .await
         .map_err(unavailable)?;
+    let cost = cost_text(&ui, &job).await?;
     let seg = Seg(&job.id).to_string();
     let mut filters = String::new();
     for (value, label) in FILTERS {
@@ -143,7 +144,7 @@ pub async fn tasks(
     }
     let mut main = format!(
         "<h1>Job {id}</h1><p class=\"facts\"><span>pool {pool}</span><span class=\"state\">{st}</span>\
-         <span>priority {prio}</span></p><p>{bar} {counts}</p>{why}<nav class=\"filters\">{filters}</nav>",
+         <span>priority {prio}</span>{cost}</p><p>{bar} {counts}</p>{why}<nav class=\"filters\">{filters}</nav>",
         id = Esc(&job.id),
         pool = Esc(&job.pool_id),
         st = job.state.as_str(),
@@ -168,6 +169,27 @@ pub async fn tasks(
         3,
         &main,
     ))
+}
+
+/// What the job cost so far and its forecast, once the account has prices (the figures of its
+/// statistics, docs/metering.md); nothing before.
+async fn cost_text(ui: &Ui, job: &store::jobs::JobRow) -> Result<String, Problem> {
+    let ctx = crate::api::Ctx {
+        app: ui.app.clone(),
+        account: ui.s.account.clone(),
+    };
+    let mut stats = serde_json::json!({});
+    crate::api::batch::stats::add_cost(&ctx, &mut stats, job, None)
+        .await
+        .map_err(|e| problem(e.status, "Unavailable", e.message))?;
+    let (Some(cost), Some(currency)) = (stats["cost"].as_f64(), stats["currency"].as_str()) else {
+        return Ok(String::new());
+    };
+    let mut text = format!("<span class=\"cost\">cost {cost:.4} {}", Esc(currency));
+    if let Some(estimate) = stats["estimatedCost"].as_f64() {
+        let _ = write!(text, ", about {estimate:.4} at its end");
+    }
+    Ok(text + "</span>")
 }
 
 fn outcome(t: &TaskRow) -> String {
