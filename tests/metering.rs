@@ -505,5 +505,25 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
             .any(|l| l.starts_with("cost ") && l.ends_with(&line)),
         "{shown}"
     );
+    // `batchpool queue` has each job's cost so far and forecast.
+    let queue = common::run_ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_batchpool"))
+            .args(["queue"])
+            .envs([
+                ("BATCH_URL", s.base.as_str()),
+                ("BATCH_ACCOUNT", &account),
+                ("BATCH_KEY", &key),
+            ]),
+    );
+    let head = queue.lines().next().unwrap_or_default();
+    assert!(
+        head.contains(" COST ") && head.trim_end().ends_with("FORECAST"),
+        "{queue}"
+    );
+    let row = queue
+        .lines()
+        .find(|l| l.starts_with("a "))
+        .unwrap_or_default();
+    assert!(row.contains(&format!("{a:.4} EUR")), "{queue}");
 }
 on_both_runtimes!(shared_pool_cost, two_jobs_share_a_pool_s_cost);

@@ -276,8 +276,18 @@ pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
         if !job["waitReason"].is_null() {
             line["waitReason"] = job["waitReason"].clone();
         }
+        // What it cost so far and its forecast, where the account has prices.
+        let stats = client
+            .get(&format!("/jobs/{}?$expand=stats", segment(id)))
+            .await?;
+        for name in ["cost", "estimatedCost", "currency"] {
+            if !stats["stats"][name].is_null() {
+                line[name] = stats["stats"][name].clone();
+            }
+        }
         out.push(line);
     }
+    let priced = out.iter().any(|j| j["currency"].is_string());
     print(client.output, &json!(out), || {
         let rows: Vec<Vec<String>> = out
             .iter()
@@ -290,24 +300,37 @@ pub async fn queue(client: &Client, all: bool) -> CliResult<()> {
                         .map(|s| cell(&c[*s])),
                 );
                 row.push(waits(&j["waitReason"]));
+                if priced {
+                    row.push(money(&j["cost"], &j["currency"]));
+                    row.push(money(&j["estimatedCost"], &j["currency"]));
+                }
                 row
             })
             .collect();
-        render(
-            &[
-                "JOB",
-                "POOL",
-                "STATE",
-                "ACTIVE",
-                "RUNNING",
-                "SUCCEEDED",
-                "FAILED",
-                "WAITS",
-            ],
-            &rows,
-        )
+        let mut head = vec![
+            "JOB",
+            "POOL",
+            "STATE",
+            "ACTIVE",
+            "RUNNING",
+            "SUCCEEDED",
+            "FAILED",
+            "WAITS",
+        ];
+        if priced {
+            head.extend(["COST", "FORECAST"]);
+        }
+        render(&head, &rows)
     });
     Ok(())
+}
+
+/// An amount in a table's cell, to four decimals, with its currency; `-` without one.
+fn money(amount: &Value, currency: &Value) -> String {
+    match (amount.as_f64(), currency.as_str()) {
+        (Some(amount), Some(currency)) => format!("{amount:.4} {currency}"),
+        _ => "-".into(),
+    }
 }
 
 /// Why a job's active tasks wait, in a table's cell: the reason's code (and, for busy slots,
