@@ -175,6 +175,8 @@ fn usage_and_bes(s: &TestServer, b: &mut Browser) {
         "a bar of compute hours",
     );
     assert!(b.text().contains("ui-pool"));
+    // Priced (since the jobs' pages above), the tables say what the hours cost.
+    assert!(b.text().contains("Cost (EUR)"), "{}", b.text());
     b.screenshot(&b_shot("usage.png"));
     b.goto(&format!("{}/ui/bes", s.base));
     assert!(b.text().contains("No BES jobs yet."));

@@ -179,7 +179,7 @@ pub(super) struct Priced {
 }
 
 impl Priced {
-    async fn of(
+    pub(super) async fn of(
         app: &Ctx,
         window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
     ) -> ApiResult<Self> {

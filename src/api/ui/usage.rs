@@ -66,7 +66,8 @@ pub async fn chart(ui: Ui, Query(q): Query<HashMap<String, String>>) -> Page {
         <a href=\"/ui/usage?hours=24\">24 h</a> <a href=\"/ui/usage?hours=168\">7 days</a> <a href=\"/ui/usage?hours=720\">30 days</a></p>",
         step.num_minutes());
     main += &svg(&series, &buckets);
-    main += &totals(&pools, from, now);
+    let costs = costs(&ui, &rows, (from, now)).await?;
+    main += &totals(&pools, from, now, costs.as_ref());
     Ok(page(&ui.s, Section::Usage, "Compute hours", 10, &main))
 }
 
@@ -127,40 +128,86 @@ fn hours(h: f64) -> String {
 }
 
 /// The window's totals per pool (with its colour) and per billing plan.
+/// What each pool's hours in the window cost, and the currency, once the account has prices
+/// (as `/billing/pools` reckons them).
+struct Costs {
+    currency: String,
+    by_pool: BTreeMap<String, crate::domain::pricing::Cost>,
+}
+
+async fn costs(
+    ui: &Ui,
+    rows: &[store::usage::PoolUsageRow],
+    (from, now): (DateTime<Utc>, DateTime<Utc>),
+) -> Result<Option<Costs>, super::Problem> {
+    let ctx = crate::api::Ctx {
+        app: ui.app.clone(),
+        account: ui.s.account.clone(),
+    };
+    let priced = crate::api::billing::Priced::of(&ctx, (from, now, now))
+        .await
+        .map_err(|e| problem(e.status, "Unavailable", e.message))?;
+    let Some(currency) = priced.currency().map(str::to_string) else {
+        return Ok(None);
+    };
+    let mut by_pool: BTreeMap<String, crate::domain::pricing::Cost> = BTreeMap::new();
+    for r in rows {
+        let entry = by_pool.entry(r.pool_id.clone()).or_default();
+        *entry = *entry + priced.cost(&[r]).0;
+    }
+    Ok(Some(Costs { currency, by_pool }))
+}
+
 fn totals(
     pools: &BTreeMap<String, (Option<String>, Vec<UsageInterval>)>,
     from: DateTime<Utc>,
     now: DateTime<Utc>,
+    costs: Option<&Costs>,
 ) -> String {
+    use crate::domain::pricing::Cost;
     if pools.is_empty() {
         return "<p class=\"empty\">No node ran in this window.</p>".into();
     }
-    let mut plans: BTreeMap<&str, f64> = BTreeMap::new();
+    let cell = |c: Cost| {
+        costs.map_or(String::new(), |_| {
+            format!("<td class=\"num\">{:.4}</td>", c.amount())
+        })
+    };
+    let mut plans: BTreeMap<&str, (f64, Cost)> = BTreeMap::new();
     let mut rows = String::new();
     for (k, (pool, (plan, iv))) in pools.iter().enumerate() {
         let h = compute_hours(iv, from, now, now);
-        *plans
+        let cost = costs
+            .and_then(|c| c.by_pool.get(pool).copied())
+            .unwrap_or_default();
+        let total = plans
             .entry(plan.as_deref().unwrap_or("(none)"))
-            .or_default() += h;
+            .or_default();
+        *total = (total.0 + h, total.1 + cost);
         let _ = write!(
             rows,
-            "<tr><td><span class=\"key p{}\"></span>{}</td><td>{}</td><td class=\"num\">{h:.3}</td></tr>",
+            "<tr><td><span class=\"key p{}\"></span>{}</td><td>{}</td><td class=\"num\">{h:.3}</td>{}</tr>",
             k % COLOURS,
             Esc(pool),
             Esc(plan.as_deref().unwrap_or("")),
+            cell(cost),
         );
     }
     let mut plan_rows = String::new();
-    for (plan, h) in plans {
+    for (plan, (h, cost)) in plans {
         let _ = write!(
             plan_rows,
-            "<tr><td>{}</td><td class=\"num\">{h:.3}</td></tr>",
-            Esc(plan)
+            "<tr><td>{}</td><td class=\"num\">{h:.3}</td>{}</tr>",
+            Esc(plan),
+            cell(cost),
         );
     }
+    let head = costs.map_or(String::new(), |c| {
+        format!("<th>Cost ({})</th>", Esc(&c.currency))
+    });
     format!(
-        "<div class=\"cols\"><table><thead><tr><th>Pool</th><th>Billing plan</th><th>Node-hours</th></tr></thead>\
-         <tbody>{rows}</tbody></table><table><thead><tr><th>Billing plan</th><th>Node-hours</th></tr></thead>\
+        "<div class=\"cols\"><table><thead><tr><th>Pool</th><th>Billing plan</th><th>Node-hours</th>{head}</tr></thead>\
+         <tbody>{rows}</tbody></table><table><thead><tr><th>Billing plan</th><th>Node-hours</th>{head}</tr></thead>\
          <tbody>{plan_rows}</tbody></table></div>"
     )
 }
