@@ -54,10 +54,8 @@ pub async fn add_cost(
     job: &store::jobs::JobRow,
     task: Option<&str>,
 ) -> ApiResult<()> {
-    let attempts =
-        store::usage::attempts_of(&app.db, &app.account, (&job.id, task), job.creation_time)
-            .await?;
-    let Some(cost) = crate::api::billing::attempts_cost(app, &attempts).await? else {
+    let of = (job.id.as_str(), task);
+    let Some(cost) = crate::api::billing::attempts_cost(app, of, job.creation_time).await? else {
         return Ok(());
     };
     v["cost"] = json!(cost.total);

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{record_of, Priced};
+use super::{by_node, record_of, Priced};
 use crate::api::error::ApiResult;
 use crate::api::Ctx;
 use crate::domain::pricing::{self, Cost};
@@ -23,12 +23,14 @@ pub struct AttemptsCost {
 /// How many of the latest ended attempts a forecast takes the mean cost of.
 pub const RECENT: usize = 256;
 
-/// What `attempts` (a job's, or a task's) cost, in the installation's currency: each its share
-/// of its node's slots times what the node cost over its time, summed exactly. None while the
-/// account has no prices.
+/// What the attempts of job `job_id` (since `since`, its creation), or of its task `task_id`,
+/// cost in the installation's currency: each its share of its node's slots times what the node
+/// cost over its time, summed exactly. None while the account has no prices (then no attempt
+/// is read).
 pub async fn attempts_cost(
     app: &Ctx,
-    attempts: &[store::usage::SlotUsageRow],
+    (job_id, task_id): (&str, Option<&str>),
+    since: DateTime<Utc>,
 ) -> ApiResult<Option<AttemptsCost>> {
     let always = (
         DateTime::<Utc>::MIN_UTC,
@@ -39,15 +41,13 @@ pub async fn attempts_cost(
     let Some(currency) = priced.currency().map(str::to_string) else {
         return Ok(None);
     };
+    let attempts =
+        store::usage::attempts_of(&app.db, &app.account, (job_id, task_id), since).await?;
     let nodes: std::collections::BTreeSet<String> =
         attempts.iter().filter_map(|a| a.node_id.clone()).collect();
     let nodes: Vec<String> = nodes.into_iter().collect();
     let records = store::usage::of_nodes(&app.db, &app.account, &nodes).await?;
-    let mut by_node: std::collections::HashMap<&str, Vec<&store::usage::PoolUsageRow>> =
-        std::collections::HashMap::new();
-    for r in &records {
-        by_node.entry(&r.node_id).or_default().push(r);
-    }
+    let by_node = by_node(&records);
     // Keyed by when each ended (running ones last), so the latest ended come last.
     let uses = attempts
         .iter()

@@ -228,6 +228,18 @@ impl Priced {
     }
 }
 
+/// Each node's records, oldest first (as `records` has them).
+pub(super) fn by_node(
+    records: &[store::usage::PoolUsageRow],
+) -> std::collections::HashMap<&str, Vec<&store::usage::PoolUsageRow>> {
+    let mut by_node: std::collections::HashMap<&str, Vec<&store::usage::PoolUsageRow>> =
+        std::collections::HashMap::new();
+    for r in records {
+        by_node.entry(&r.node_id).or_default().push(r);
+    }
+    by_node
+}
+
 /// The record of the node `r` ran on that was open as it started (of `by_node`, each node's
 /// records oldest first).
 pub(super) fn record_of<'a>(

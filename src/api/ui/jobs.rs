@@ -174,10 +174,7 @@ pub async fn tasks(
 /// What the job cost so far and its forecast, once the account has prices (the figures of its
 /// statistics, docs/metering.md); nothing before.
 async fn cost_text(ui: &Ui, job: &store::jobs::JobRow) -> Result<String, Problem> {
-    let ctx = crate::api::Ctx {
-        app: ui.app.clone(),
-        account: ui.s.account.clone(),
-    };
+    let ctx = ui.ctx();
     let mut stats = serde_json::json!({});
     crate::api::batch::stats::add_cost(&ctx, &mut stats, job, None)
         .await

@@ -205,6 +205,16 @@ pub struct Ui {
     s: UiSession,
 }
 
+impl Ui {
+    /// The API's context of the session's account, for what the pages share with the API.
+    fn ctx(&self) -> super::Ctx {
+        super::Ctx {
+            app: self.app.clone(),
+            account: self.s.account.clone(),
+        }
+    }
+}
+
 impl FromRequestParts<Arc<AppState>> for Ui {
     type Rejection = Response;
 

@@ -140,10 +140,7 @@ async fn costs(
     rows: &[store::usage::PoolUsageRow],
     (from, now): (DateTime<Utc>, DateTime<Utc>),
 ) -> Result<Option<Costs>, super::Problem> {
-    let ctx = crate::api::Ctx {
-        app: ui.app.clone(),
-        account: ui.s.account.clone(),
-    };
+    let ctx = ui.ctx();
     let priced = crate::api::billing::Priced::of(&ctx, (from, now, now))
         .await
         .map_err(|e| problem(e.status, "Unavailable", e.message))?;

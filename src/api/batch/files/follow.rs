@@ -162,15 +162,8 @@ impl Follower {
 
     /// Relays the attempt's output as its node's agent streams it.
     async fn stream(&mut self, node: &str, attempt: i32) -> Streamed {
-        let dirs = self
-            .app
-            .runtime
-            .task_dirs(node, &self.job_id, &self.task_id);
+        let (place, dirs) = self.place(node);
         let record = dirs.record(attempt).rel.to_string_lossy().into_owned();
-        let place = Place {
-            at: dirs.host.join(&self.rel),
-            node: node.to_string(),
-        };
         let op = FileOp::Follow {
             from: self.offset,
             record,
@@ -259,14 +252,7 @@ impl Follower {
 
     /// What the file on `node` holds past the offset, in one read; whether to go on.
     async fn read_from_node(&mut self, node: &str) -> bool {
-        let dirs = self
-            .app
-            .runtime
-            .task_dirs(node, &self.job_id, &self.task_id);
-        let place = Place {
-            at: dirs.host.join(&self.rel),
-            node: node.to_string(),
-        };
+        let (place, _) = self.place(node);
         let op = FileOp::Read {
             range: Some((self.offset, None)),
         };
@@ -279,6 +265,19 @@ impl Follower {
             }
         }
         true
+    }
+
+    /// Where the followed file is on `node`, and the task's directories there.
+    fn place(&self, node: &str) -> (Place, crate::runtime::TaskDirs) {
+        let dirs = self
+            .app
+            .runtime
+            .task_dirs(node, &self.job_id, &self.task_id);
+        let place = Place {
+            at: dirs.host.join(&self.rel),
+            node: node.to_string(),
+        };
+        (place, dirs)
     }
 
     /// Sends `chunk` on; false once nobody reads it.
