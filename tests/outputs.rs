@@ -272,6 +272,23 @@ async fn followed_across_a_retry(rt: Rt) {
         (400, Some("InvalidPropertyValue")),
         "{body}"
     );
+    // A follow has no end, and a node's own files are not followed: both refused by name.
+    let ended = s
+        .http
+        .get(format!(
+            "{}/jobs/j/tasks/t/files/stdout.txt?follow=true",
+            s.base
+        ))
+        .header("ocp-range", "bytes=0-3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), 400);
+    assert!(ended.text().await.unwrap().contains("InvalidRange"));
+    let path = format!("/pools/p/nodes/{node}/files/workitems/j/job-1/t/stdout.txt?follow=true");
+    let (status, body) = s.get(&path).await;
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert!(body.to_string().contains("follow"), "{body}");
 }
 on_both_runtimes!(follow_retry, followed_across_a_retry);
 

@@ -156,9 +156,21 @@ pub async fn task_file(
 ) -> ApiResult<Response> {
     let rel = relative(&path)?;
     let at = task_root(&app, &job_id, &task_id).await?;
-    if method == Method::GET && following(&query)? {
-        let from = range(&headers)?.map_or(0, |(first, _)| first);
-        return Ok(follow::serve(app, &at, &path, rel, from));
+    if following(&query)? {
+        let from = match range(&headers)? {
+            None => 0,
+            Some((first, None)) => first,
+            Some(_) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidRange",
+                    "A follow (follow=true) has no end: its range is bytes=N-.",
+                ))
+            }
+        };
+        if method == Method::GET {
+            return Ok(follow::serve(app, &at, &path, rel, from));
+        }
     }
     let url = format!(
         "{base}/jobs/{}/tasks/{}/files/{path}",
@@ -205,7 +217,15 @@ pub async fn node_file(
     method: Method,
     headers: HeaderMap,
     Path((pool_id, node_id, path)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
+    if following(&query)? {
+        return Err(ApiError::invalid_query(
+            "follow",
+            "true",
+            "a node's files are not followed: follow a task's (/jobs/{job}/tasks/{task}/files/...)",
+        ));
+    }
     let rel = relative(&path)?;
     let place = node_path(&app, &pool_id, &node_id, &rel).await?;
     let url = format!("{base}/pools/{pool_id}/nodes/{node_id}/files/{path}");
