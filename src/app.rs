@@ -3,6 +3,7 @@
 
 mod account;
 mod agents;
+mod budget;
 mod host;
 mod installation;
 mod servers;

@@ -176,6 +176,23 @@ pub enum AccountAction {
         #[arg(long, requires = "compute_hour")]
         vm_size: Vec<String>,
     },
+    /// The monthly budget of the account's pools billed to `--plan` (without it: of all its
+    /// pools), in its prices' currency, and what happens when it is used up; with `--remove`,
+    /// removes it; without `--monthly`, lists the account's budgets and the month's cost.
+    Budget {
+        name: String,
+        #[arg(long)]
+        plan: Option<String>,
+        /// The amount a calendar month (UTC) may cost, e.g. 500.
+        #[arg(long, conflicts_with = "remove")]
+        monthly: Option<String>,
+        /// When the month's cost reaches it: log only (none), refuse growth (stop-growth), or
+        /// also resize the pools to zero as their running tasks end (drain).
+        #[arg(long, value_parser = ["none", "stop-growth", "drain"], default_value = "none", requires = "monthly")]
+        at_limit: String,
+        #[arg(long)]
+        remove: bool,
+    },
     /// The Pool Service quotas of an account: how many pools it may make, and how many VMs each.
     Quota {
         name: String,

@@ -108,6 +108,42 @@ async fn seed_004_moves_its_data_through_the_sdk_and_blob_storage() {
     .await;
 }
 
+/// A budget used up with `stopGrowth` (docs/metering.md, "Budgets"): the SDK's resize ends
+/// steady at the pool's size with a `BudgetExceeded` resize error (tests/sdk/budget.py).
+async fn a_used_up_budget(sdk_env: &str, rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let prices =
+        serde_json::json!({"account": "batchpool", "currency": "EUR", "computeHour": 3600});
+    let budget =
+        serde_json::json!({"account": "batchpool", "monthlyAmount": 1, "atLimit": "stopGrowth"});
+    for (route, body) in [("prices", prices), ("budgets", budget)] {
+        let (status, answer) = s
+            .operator(reqwest::Method::PUT, route, Some(&body), None)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    s.pool_of_one_idle_node("held").await;
+    common::wait_for("the budget to be used up", || async {
+        let (_, listed) = s
+            .operator(reqwest::Method::GET, "budgets", None, None)
+            .await;
+        (listed["value"][0]["state"] == "exceeded").then_some(())
+    })
+    .await;
+    let env = [("BATCHPOOL_POOL", "held".to_string())];
+    sdk_script(s, sdk_env, "budget.py", &env, "budget flow passed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_budget_stops_growth_as_sdk_15_sees_it() {
+    a_used_up_budget("BATCHPOOL_SDK15_PYTHON", Rt::Docker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_budget_stops_growth_as_sdk_14_sees_it() {
+    a_used_up_budget("BATCHPOOL_SDK14_PYTHON", Rt::Local).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_batch_15_runs_unchanged() {
     conformance("BATCHPOOL_SDK15_PYTHON", Rt::Docker).await;

@@ -147,6 +147,47 @@ async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> 
             h.hours
         );
     }
+    write_budgets(db, out).await
+}
+
+/// Each monthly budget's share used (as the leader last reckoned it, every 5 s), and whether
+/// this month crossed 80% and 100%.
+async fn write_budgets(db: &sqlx::PgPool, out: &mut String) -> sqlx::Result<()> {
+    let budgets = store::budgets::list(db, None).await?;
+    family(
+        out,
+        "batchpool_budget_used_ratio",
+        "gauge",
+        "The share of each monthly budget this month's cost has used (1 = all of it).",
+    );
+    let labels = |b: &store::budgets::BudgetRow| {
+        let plan = escape(b.billing_plan.as_deref().unwrap_or_default());
+        format!("account=\"{}\",billing_plan=\"{plan}\"", escape(&b.account))
+    };
+    for b in &budgets {
+        let monthly = crate::domain::pricing::Rate::parse(&b.monthly_amount).unwrap_or_default();
+        let monthly = monthly.0 as f64 / 1e9;
+        let used = b.used_amount.unwrap_or(0.0);
+        let ratio = if monthly > 0.0 { used / monthly } else { 1.0 };
+        let _ = writeln!(out, "batchpool_budget_used_ratio{{{}}} {ratio}", labels(b));
+    }
+    family(
+        out,
+        "batchpool_budget_crossed",
+        "gauge",
+        "Whether this month's cost has crossed 80% (threshold 0.8) and all (1) of each monthly budget.",
+    );
+    let (month, _) = crate::domain::budget::month_of(chrono::Utc::now());
+    for b in &budgets {
+        for (threshold, crossed) in [("0.8", b.warned_month), ("1", b.exceeded_month)] {
+            let crossed = u8::from(crossed == Some(month));
+            let _ = writeln!(
+                out,
+                "batchpool_budget_crossed{{{},threshold=\"{threshold}\"}} {crossed}",
+                labels(b)
+            );
+        }
+    }
     Ok(())
 }
 

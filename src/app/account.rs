@@ -1,4 +1,4 @@
-//! `batchpool account ...`: accounts, their keys, their Pool Service quotas and their prices, changed in the
+//! `batchpool account ...`: accounts, their keys, their Pool Service quotas, their prices and budgets, changed in the
 //! database directly (see [`super::open_database`]), so it works with or without a running server.
 
 use std::time::Duration;
@@ -86,6 +86,7 @@ async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
             }
             _ => list_prices(db, name).await,
         },
+        budget @ AccountAction::Budget { .. } => super::budget::command(db, budget).await,
         AccountAction::Package {
             name,
             application,

@@ -36,6 +36,7 @@ macro_rules! wire_enum {
 pub mod agent;
 pub mod autoscale;
 pub mod bes;
+pub mod budget;
 pub mod container;
 pub mod duration;
 pub mod endpoint;

@@ -4,6 +4,7 @@
 pub mod applications;
 pub mod autoscale;
 pub mod bes;
+pub mod budgets;
 pub mod jobs;
 pub mod preempt;
 pub mod schedules;

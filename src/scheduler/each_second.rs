@@ -5,7 +5,7 @@
 //! target changed; samples older than the history formulas can read are dropped. And jobs set
 //! to end with their tasks just as their last task completed (`complete_recently_set`), looked
 //! at here rather than in every dispatch pass, off the hot path. And every few seconds, why
-//! each job's tasks wait (`waits`).
+//! each job's tasks wait (`waits`), and how much of each monthly budget is used (`ops::budgets`).
 
 use chrono::Utc;
 use sqlx::PgPool;
@@ -30,6 +30,7 @@ pub async fn run(
     let mut last_sample = Utc::now() - SAMPLE_PERIOD;
     let mut last_prune = Utc::now();
     let mut last_waits = std::time::Instant::now() - super::waits::PERIOD;
+    let mut last_budgets = std::time::Instant::now() - crate::ops::budgets::PERIOD;
     loop {
         let now = Utc::now();
         if let Err(e) = remove_task_dirs(&db, &runtime).await {
@@ -67,6 +68,14 @@ pub async fn run(
             last_waits = std::time::Instant::now();
             if let Err(e) = super::waits::pass(&db, durations).await {
                 tracing::warn!(error = %e, "explaining why tasks wait failed");
+            }
+        }
+        if last_budgets.elapsed() >= crate::ops::budgets::PERIOD {
+            last_budgets = std::time::Instant::now();
+            match crate::ops::budgets::evaluate(&db, now).await {
+                Ok(false) => {}
+                Ok(true) => wake.allocate.notify_one(),
+                Err(e) => tracing::warn!(error = %e, "reckoning the monthly budgets failed"),
             }
         }
         if now - last_prune >= chrono::Duration::minutes(1) {

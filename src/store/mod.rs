@@ -4,6 +4,7 @@ pub mod accounts;
 pub mod applications;
 pub mod auto_pools;
 pub mod autoscale;
+pub mod budgets;
 pub mod contact;
 pub mod hosts;
 pub mod jobs;

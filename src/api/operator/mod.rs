@@ -5,8 +5,10 @@
 //! `POST /batchpool/operator/reclaim` takes capacity back from low-priority nodes, as a cloud
 //! takes back spot capacity: to test jobs against preemption, or to free a host by hand.
 //! `/batchpool/operator/hosts` lists, adds and removes Docker hosts while servers run.
-//! `/batchpool/operator/prices` sets and lists what compute hours cost.
+//! `/batchpool/operator/prices` sets and lists what compute hours cost, and
+//! `/batchpool/operator/budgets` what a plan or an account may spend in a month.
 
+mod budgets;
 mod hosts;
 mod prices;
 
@@ -42,6 +44,10 @@ pub fn router() -> Router<Arc<AppState>> {
             "/batchpool/operator/prices",
             get(prices::list).put(prices::set),
         )
+        .route(
+            "/batchpool/operator/budgets",
+            get(budgets::list).put(budgets::set).delete(budgets::remove),
+        )
 }
 
 /// Refuses a request without the operator's token.
@@ -56,6 +62,19 @@ async fn check_operator(app: &AppState, headers: &HeaderMap) -> ApiResult<()> {
         ));
     }
     Ok(())
+}
+
+/// The account a body names: a missing one, or one that does not exist, is refused by name.
+async fn known_account(app: &AppState, account: Option<String>) -> ApiResult<String> {
+    let account = account.ok_or_else(|| ApiError::missing_property("account"))?;
+    if store::accounts::get(&app.db, &account).await?.is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "AccountNotFound",
+            format!("There is no account {account:?}."),
+        ));
+    }
+    Ok(account)
 }
 
 #[derive(Deserialize)]

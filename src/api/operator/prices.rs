@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -33,7 +33,7 @@ pub struct PricesBody {
 }
 
 /// An amount, given as a JSON number or a string of digits.
-fn rate(name: &str, value: &Value) -> ApiResult<Rate> {
+pub(super) fn rate(name: &str, value: &Value) -> ApiResult<Rate> {
     let text = match value {
         Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
@@ -66,16 +66,7 @@ pub async fn set(
             "is not a property of prices (account, billingPlan, currency, computeHour, lowPriorityComputeHour, vmSizes)",
         ));
     }
-    let account = body
-        .account
-        .ok_or_else(|| ApiError::missing_property("account"))?;
-    if store::accounts::get(&app.db, &account).await?.is_none() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "AccountNotFound",
-            format!("There is no account {account:?}."),
-        ));
-    }
+    let account = super::known_account(&app, body.account).await?;
     let currency = body
         .currency
         .ok_or_else(|| ApiError::missing_property("currency"))?;

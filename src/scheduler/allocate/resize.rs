@@ -9,6 +9,7 @@ use serde_json::json;
 use super::Allocator;
 use crate::domain::ids::new_node_id;
 use crate::domain::pool::{AllocationState, NodeDeallocationOption, NodeState};
+use crate::ops;
 use crate::store::{self, nodes::NodeRow, pools::PoolRow};
 
 impl Allocator {
@@ -27,10 +28,13 @@ impl Allocator {
         let (dedicated, low_priority): (Vec<&NodeRow>, Vec<&NodeRow>) =
             alive.iter().partition(|n| n.is_dedicated);
         let targets = pool.targets();
-        let kinds = [
+        let mut kinds = [
             (dedicated, targets.dedicated as usize, true),
             (low_priority, targets.low_priority as usize, false),
         ];
+        if pool.allocation_state == AllocationState::Resizing {
+            self.hold_back_growth(pool, &mut kinds).await?;
+        }
         // A resize is done when no node is still being made and none is still leaving: the
         // poller's "steady" then means the containers really are there, or gone.
         let creating = alive
@@ -55,6 +59,31 @@ impl Allocator {
                 self.steady(pool).await?
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A pool whose budget is used up does not grow (docs/metering.md, "Budgets"): each kind
+    /// of node short of its target stays as it is, with the budget's `BudgetExceeded` as the
+    /// resize error, and the pool goes steady once any shrinking is done.
+    async fn hold_back_growth(
+        &self,
+        pool: &PoolRow,
+        kinds: &mut [(Vec<&NodeRow>, usize, bool); 2],
+    ) -> anyhow::Result<()> {
+        if kinds.iter().all(|(have, want, _)| have.len() >= *want) {
+            return Ok(());
+        }
+        let refused =
+            ops::budgets::growth_refused(&self.db, &pool.account, pool.billing_plan.as_deref())
+                .await?;
+        let Some(error) = refused else {
+            return Ok(());
+        };
+        tracing::info!(pool = %pool.id, "a used-up budget holds the pool at its size");
+        store::pools::add_resize_error(&self.db, pool.pk, &error).await?;
+        for (have, want, _) in kinds.iter_mut() {
+            *want = (*want).min(have.len());
         }
         Ok(())
     }
