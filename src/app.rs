@@ -6,6 +6,7 @@ mod agents;
 mod budget;
 mod host;
 mod installation;
+mod price;
 mod servers;
 
 use std::collections::HashMap;

@@ -175,6 +175,10 @@ pub enum AccountAction {
         /// A vmSize's own price of a dedicated node's hour, SIZE=PRICE (repeatable).
         #[arg(long, requires = "compute_hour")]
         vm_size: Vec<String>,
+        /// Compute hours each calendar month includes: the plan's first that many cost nothing,
+        /// and the prices above are those of the hours after them.
+        #[arg(long, requires = "compute_hour")]
+        included_hours: Option<String>,
     },
     /// The monthly budget of the account's pools billed to `--plan` (without it: of all its
     /// pools), in its prices' currency, and what happens when it is used up; with `--remove`,

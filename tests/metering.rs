@@ -527,3 +527,49 @@ async fn two_jobs_share_a_pool_s_cost(rt: Rt) {
     assert!(row.contains(&format!("{a:.4} EUR")), "{queue}");
 }
 on_both_runtimes!(shared_pool_cost, two_jobs_share_a_pool_s_cost);
+
+/// Included hours on a real pool: with 0.0005 compute hours (1.8 s) a month included, its
+/// node's first 1.8 s cost nothing and the rest the price, exactly.
+async fn included_hours_cost_nothing(rt: Rt) {
+    let s = TestServer::start(rt).await;
+    let db = s.db().await;
+    let body = json!({"account": "batchpool", "currency": "EUR", "computeHour": 3600, "includedComputeHours": "0.0005"});
+    assert_eq!(set_prices(&s, body).await["includedComputeHours"], "0.0005");
+    let range = "startTime=2026-01-01T00:00:00Z&endTime=2099-01-01T00:00:00Z";
+    s.pool_of_one_idle_node("i").await;
+    // Free until the node has lived 1.8 s: then a euro a second.
+    let (_, early) = s.get(&format!("/billing/pools?{range}")).await;
+    if pool(&early, "i")["computeHours"].as_f64().unwrap() < 0.0005 {
+        assert_eq!(pool(&early, "i")["cost"], json!(0.0), "{early}");
+    }
+    common::wait_for("the node to outlive its included hours", || async {
+        let (_, report) = s.get(&format!("/billing/pools?{range}")).await;
+        (pool(&report, "i")["computeHours"].as_f64().unwrap() > 0.001).then_some(())
+    })
+    .await;
+    assert_eq!(
+        s.post("/pools/i/resize", &json!({"targetDedicatedNodes": 0}))
+            .await
+            .0,
+        202
+    );
+    s.wait_nodes("i", 0, "idle").await;
+    let lives: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+        sqlx::query_as("SELECT started_at, ended_at FROM usage_records WHERE pool_id = 'i'")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    let lived: i128 = lives
+        .iter()
+        .map(|(a, b)| i128::from((*b - *a).num_microseconds().unwrap()))
+        .sum();
+    // Microseconds past the included 1.8 s, at 3600 a compute hour (in billionths).
+    let expected = (lived - 1_800_000) * 3_600_000_000_000;
+    let (_, report) = s.get(&format!("/billing/pools?{range}")).await;
+    assert_eq!(
+        pool(&report, "i")["cost"].as_f64().unwrap(),
+        expected as f64 / 3.6e18,
+        "{report}"
+    );
+}
+on_both_runtimes!(included_hours, included_hours_cost_nothing);

@@ -1,4 +1,4 @@
-//! `batchpool account ...`: accounts, their keys, their Pool Service quotas, their prices and budgets, changed in the
+//! `batchpool account ...`: accounts, their keys, their Pool Service quotas, changed in the
 //! database directly (see [`super::open_database`]), so it works with or without a running server.
 
 use std::time::Duration;
@@ -62,30 +62,7 @@ async fn run(db: &PgPool, config: &AccountConfig) -> anyhow::Result<()> {
             max_vms_per_pool,
         } => set_quota(db, name, *max_pools, *max_vms_per_pool).await,
         AccountAction::Rotate { name, key } => rotate_key(db, config, name, key).await,
-        AccountAction::Price {
-            name,
-            plan,
-            currency,
-            compute_hour,
-            low_priority_compute_hour,
-            vm_size,
-        } => match (currency, compute_hour) {
-            (Some(currency), Some(compute)) => {
-                let rates = (
-                    compute.as_str(),
-                    low_priority_compute_hour.as_deref(),
-                    vm_size.as_slice(),
-                );
-                set_prices(
-                    db,
-                    (name, plan.as_deref().unwrap_or_default()),
-                    currency,
-                    rates,
-                )
-                .await
-            }
-            _ => list_prices(db, name).await,
-        },
+        price @ AccountAction::Price { .. } => super::price::command(db, price).await,
         budget @ AccountAction::Budget { .. } => super::budget::command(db, budget).await,
         AccountAction::Package {
             name,
@@ -278,82 +255,4 @@ async fn pool_service_account(
     store::services::pool_service_account(db, name)
         .await?
         .with_context(|| format!("no account {name:?}"))
-}
-
-/// Sets the prices of `account`'s `plan` from now on: a compute hour, a low-priority one, and
-/// vmSizes' own (`SIZE=PRICE`).
-async fn set_prices(
-    db: &PgPool,
-    (account, plan): (&str, &str),
-    currency: &str,
-    (compute, low, sizes): (&str, Option<&str>, &[String]),
-) -> anyhow::Result<()> {
-    use crate::domain::pricing::{valid_currency, Prices, Rate};
-    let rate =
-        |what: &str, text: &str| Rate::parse(text).map_err(|e| anyhow::anyhow!("{what}: {e}"));
-    anyhow::ensure!(
-        store::accounts::get(db, account).await?.is_some(),
-        "no account {account:?}"
-    );
-    anyhow::ensure!(
-        valid_currency(currency),
-        "--currency {currency:?}: a currency's three capital letters (ISO 4217), e.g. EUR"
-    );
-    let mut vm_sizes = std::collections::BTreeMap::new();
-    for size in sizes {
-        let (name, price) = size
-            .split_once('=')
-            .with_context(|| format!("--vm-size {size:?}: SIZE=PRICE"))?;
-        vm_sizes.insert(name.to_ascii_lowercase(), rate("--vm-size", price)?);
-    }
-    let prices = Prices {
-        from: chrono::Utc::now(),
-        currency: currency.to_string(),
-        compute_hour: rate("--compute-hour", compute)?,
-        low_priority_hour: low
-            .map(|l| rate("--low-priority-compute-hour", l))
-            .transpose()?,
-        vm_sizes,
-    };
-    match store::prices::set(db, account, plan, &prices).await {
-        Ok(row) => {
-            print_price(&row);
-            Ok(())
-        }
-        Err(store::prices::Refused::Currency(other)) => {
-            anyhow::bail!(
-                "the installation's prices are in {other}: every price is in one currency"
-            )
-        }
-        Err(store::prices::Refused::Database(e)) => Err(e.into()),
-    }
-}
-
-async fn list_prices(db: &PgPool, account: &str) -> anyhow::Result<()> {
-    for row in store::prices::history(db, Some(account)).await? {
-        print_price(&row);
-    }
-    Ok(())
-}
-
-fn print_price(row: &store::prices::PriceRow) {
-    let plan = if row.plan.is_empty() {
-        "(no plan)"
-    } else {
-        &row.plan
-    };
-    let mut line = format!(
-        "{} {plan}: from {} a compute hour costs {} {}",
-        row.account,
-        crate::domain::rfc3339(row.effective_from),
-        row.compute_hour,
-        row.currency
-    );
-    if let Some(low) = &row.low_priority_hour {
-        line += &format!(", low-priority {low}");
-    }
-    for (size, price) in &row.vm_sizes.0 {
-        line += &format!(", {size} {price}");
-    }
-    println!("{line}");
 }

@@ -34,6 +34,7 @@ macro_rules! wire_enum {
 }
 
 pub mod agent;
+pub mod allowance;
 pub mod autoscale;
 pub mod bes;
 pub mod budget;

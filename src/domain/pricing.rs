@@ -99,6 +99,8 @@ pub struct Prices {
     pub low_priority_hour: Option<Rate>,
     /// By vmSize, lowercase.
     pub vm_sizes: BTreeMap<String, Rate>,
+    /// Compute hours each calendar month includes, in billionths ([`super::allowance`]).
+    pub included_hours: Option<Rate>,
 }
 
 impl Prices {
@@ -213,6 +215,7 @@ mod tests {
             compute_hour: Rate::parse(compute).unwrap(),
             low_priority_hour: low.map(|l| Rate::parse(l).unwrap()),
             vm_sizes: [("standard_d4s_v3".to_string(), Rate::parse("0.48").unwrap())].into(),
+            included_hours: None,
         }
     }
 

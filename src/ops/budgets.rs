@@ -22,7 +22,7 @@ pub async fn month_cost(
     now: DateTime<Utc>,
 ) -> sqlx::Result<Cost> {
     let (_, start) = budget::month_of(now);
-    let prices = store::prices::by_plan(db, account).await?;
+    let prices = store::prices::effective(db, account, now).await?;
     let rows = store::usage::in_range(db, account, None, start, now).await?;
     let mut total = Cost::default();
     for r in rows

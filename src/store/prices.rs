@@ -18,6 +18,7 @@ pub struct PriceRow {
     pub compute_hour: String,
     pub low_priority_hour: Option<String>,
     pub vm_sizes: Json<BTreeMap<String, String>>,
+    pub included_hours: Option<String>,
 }
 
 impl PriceRow {
@@ -36,6 +37,7 @@ impl PriceRow {
                 .iter()
                 .map(|(k, v)| (k.clone(), rate(v)))
                 .collect(),
+            included_hours: self.included_hours.as_deref().map(rate),
         }
     }
 }
@@ -81,15 +83,16 @@ pub async fn set(
         .collect();
     let row = sqlx::query_as!(
         PriceRow,
-        r#"INSERT INTO plan_prices (account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes)
-           VALUES ($1, $2, clock_timestamp(), $3, $4, $5, $6)
-           RETURNING account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes AS "vm_sizes: _""#,
+        r#"INSERT INTO plan_prices (account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes, included_hours)
+           VALUES ($1, $2, clock_timestamp(), $3, $4, $5, $6, $7)
+           RETURNING account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes AS "vm_sizes: _", included_hours"#,
         account,
         plan,
         prices.currency,
         prices.compute_hour.text(),
         prices.low_priority_hour.map(Rate::text),
         Json(sizes) as _,
+        prices.included_hours.map(Rate::text),
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -102,7 +105,7 @@ pub async fn set(
 pub async fn history(db: &PgPool, account: Option<&str>) -> sqlx::Result<Vec<PriceRow>> {
     sqlx::query_as!(
         PriceRow,
-        r#"SELECT account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes AS "vm_sizes: _"
+        r#"SELECT account, plan, effective_from, currency, compute_hour, low_priority_hour, vm_sizes AS "vm_sizes: _", included_hours
            FROM plan_prices WHERE $1::text IS NULL OR account = $1
            ORDER BY account, plan, effective_from"#,
         account,
@@ -119,6 +122,37 @@ pub async fn by_plan(db: &PgPool, account: &str) -> sqlx::Result<BTreeMap<String
             .entry(row.plan.clone())
             .or_default()
             .push(row.prices());
+    }
+    Ok(plans)
+}
+
+/// The account's prices by plan, as [`by_plan`] has them, with each month's included hours
+/// free ([`crate::domain::allowance`]), as spent by the plan's nodes until `now`.
+pub async fn effective(
+    db: &PgPool,
+    account: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<BTreeMap<String, Vec<Prices>>> {
+    let mut plans = by_plan(db, account).await?;
+    let including = |h: &Vec<Prices>| h.iter().any(|p| p.included_hours.is_some());
+    let Some(since) = plans
+        .values()
+        .filter(|h| including(h))
+        .filter_map(|h| h.first())
+        .map(|p| p.from)
+        .min()
+    else {
+        return Ok(plans);
+    };
+    let (_, since) = crate::domain::budget::month_of(since);
+    let rows = super::usage::in_range(db, account, None, since, now).await?;
+    for (plan, history) in plans.iter_mut().filter(|(_, h)| including(h)) {
+        let used: Vec<_> = rows
+            .iter()
+            .filter(|r| r.billing_plan.as_deref().unwrap_or_default() == plan)
+            .map(|r| (r.started_at, r.ended_at))
+            .collect();
+        *history = crate::domain::allowance::with_included(history, &used, now);
     }
     Ok(plans)
 }

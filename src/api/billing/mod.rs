@@ -183,7 +183,7 @@ impl Priced {
         app: &Ctx,
         window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
     ) -> ApiResult<Self> {
-        let plans = store::prices::by_plan(&app.db, &app.account).await?;
+        let plans = store::prices::effective(&app.db, &app.account, window.2).await?;
         Ok(Self { plans, window })
     }
 

@@ -28,6 +28,7 @@ pub struct PricesBody {
     compute_hour: Option<Value>,
     low_priority_compute_hour: Option<Value>,
     vm_sizes: Option<BTreeMap<String, Value>>,
+    included_compute_hours: Option<Value>,
     #[serde(flatten)]
     rest: Map<String, Value>,
 }
@@ -48,6 +49,7 @@ fn row_json(row: &PriceRow) -> Value {
         "account": row.account, "billingPlan": plan, "effectiveFrom": rfc3339(row.effective_from),
         "currency": row.currency, "computeHour": row.compute_hour,
         "lowPriorityComputeHour": row.low_priority_hour, "vmSizes": row.vm_sizes.0,
+        "includedComputeHours": row.included_hours,
     })
 }
 
@@ -63,7 +65,7 @@ pub async fn set(
         return Err(ApiError::invalid_property(
             name,
             "",
-            "is not a property of prices (account, billingPlan, currency, computeHour, lowPriorityComputeHour, vmSizes)",
+            "is not a property of prices (account, billingPlan, currency, computeHour, lowPriorityComputeHour, vmSizes, includedComputeHours)",
         ));
     }
     let account = super::known_account(&app, body.account).await?;
@@ -98,6 +100,11 @@ pub async fn set(
             .map(|v| rate("lowPriorityComputeHour", v))
             .transpose()?,
         vm_sizes,
+        included_hours: body
+            .included_compute_hours
+            .as_ref()
+            .map(|v| rate("includedComputeHours", v))
+            .transpose()?,
     };
     let plan = body.billing_plan.unwrap_or_default();
     match store::prices::set(&app.db, &account, &plan, &prices).await {
