@@ -178,6 +178,24 @@ fn usage_and_bes(s: &TestServer, b: &mut Browser) {
     // Priced (since the jobs' pages above), the tables say what the hours cost.
     assert!(b.text().contains("Cost (EUR)"), "{}", b.text());
     b.screenshot(&b_shot("usage.png"));
+    // The chart in money: the same pools' bars, each titled with its amount.
+    b.eval("document.querySelector('a.measure').click(); true");
+    b.wait_until(
+        "location.search.includes('show=cost') && document.querySelector('svg.chart[aria-label=\"EUR over time\"] rect') !== null",
+        "a bar of cost",
+    );
+    let title = b.eval("document.querySelector('svg.chart rect title').textContent");
+    assert!(
+        title
+            .as_str()
+            .is_some_and(|t| t.starts_with("ui-pool: ") && t.contains(" EUR, ")),
+        "{title}"
+    );
+    assert!(
+        b.text().contains("Cost in the last 24 hours"),
+        "{}",
+        b.text()
+    );
     b.goto(&format!("{}/ui/bes", s.base));
     assert!(b.text().contains("No BES jobs yet."));
 }

@@ -1,5 +1,5 @@
-//! Compute hours over time, per pool and per billing plan, as a chart; and the BES jobs of the
-//! account's web services.
+//! Compute hours over time, per pool and per billing plan, as a chart (or, once the account has
+//! prices, what they cost: `?show=cost`); and the BES jobs of the account's web services.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -32,6 +32,14 @@ pub async fn chart(ui: Ui, Query(q): Query<HashMap<String, String>>) -> Page {
             ))
         }
     };
+    let show_cost = match q.get("show").map(String::as_str) {
+        None | Some("hours") => false,
+        Some("cost") => true,
+        Some(_) => {
+            let why = "show is hours (node-hours, the default) or cost.";
+            return Err(problem(StatusCode::BAD_REQUEST, "Bad measure", why));
+        }
+    };
     let now = Utc::now();
     let from = now - Duration::hours(hours);
     let rows = store::usage::in_range(&ui.app.db, &ui.s.account, None, from, now)
@@ -49,39 +57,90 @@ pub async fn chart(ui: Ui, Query(q): Query<HashMap<String, String>>) -> Page {
     let buckets: Vec<(DateTime<Utc>, DateTime<Utc>)> = (0..BARS)
         .map(|i| (from + step * i as i32, from + step * (i as i32 + 1)))
         .collect();
-    // pool -> hours in each bucket
-    let series: Vec<(&String, Vec<f64>)> = pools
-        .iter()
-        .map(|(pool, (_, iv))| {
-            (
-                pool,
-                buckets
-                    .iter()
-                    .map(|(a, b)| compute_hours(iv, *a, *b, now))
-                    .collect(),
-            )
-        })
-        .collect();
-    let mut main = format!("<h1>Compute hours</h1><p>Node-hours in the last {hours} hours, {BARS} bars of {} minutes. \
-        <a href=\"/ui/usage?hours=24\">24 h</a> <a href=\"/ui/usage?hours=168\">7 days</a> <a href=\"/ui/usage?hours=720\">30 days</a></p>",
-        step.num_minutes());
-    main += &svg(&series, &buckets);
     let costs = costs(&ui, &rows, (from, now)).await?;
+    let (series, unit) = match &costs {
+        Some(c) if show_cost => (cost_series(&pools, &rows, &buckets, c), c.currency.clone()),
+        _ => (hour_series(&pools, &buckets, now), "node-hours".to_string()),
+    };
+    let measure = if show_cost && costs.is_some() {
+        "Cost"
+    } else {
+        "Node-hours"
+    };
+    let mut main = format!("<h1>Compute hours</h1><p>{measure} in the last {hours} hours, {BARS} bars of {} minutes. \
+        <a href=\"/ui/usage?hours=24\">24 h</a> <a href=\"/ui/usage?hours=168\">7 days</a> <a href=\"/ui/usage?hours=720\">30 days</a>",
+        step.num_minutes());
+    if costs.is_some() {
+        let other = if show_cost { "hours" } else { "cost" };
+        let _ = write!(main, " · <a class=\"measure\" href=\"/ui/usage?hours={hours}&amp;show={other}\">show {other}</a>");
+    }
+    main += "</p>";
+    main += &svg(&series, &buckets, &unit);
     main += &totals(&pools, from, now, costs.as_ref());
     Ok(page(&ui.s, Section::Usage, "Compute hours", 10, &main))
 }
 
+/// Each pool's node-hours in each bucket.
+fn hour_series<'a>(
+    pools: &'a BTreeMap<String, (Option<String>, Vec<UsageInterval>)>,
+    buckets: &[(DateTime<Utc>, DateTime<Utc>)],
+    now: DateTime<Utc>,
+) -> Vec<(&'a String, Vec<f64>)> {
+    pools
+        .iter()
+        .map(|(pool, (_, iv))| {
+            let values = buckets
+                .iter()
+                .map(|(a, b)| compute_hours(iv, *a, *b, now))
+                .collect();
+            (pool, values)
+        })
+        .collect()
+}
+
+/// Each pool's cost in each bucket, summed exactly before it is shown.
+fn cost_series<'a>(
+    pools: &'a BTreeMap<String, (Option<String>, Vec<UsageInterval>)>,
+    rows: &[store::usage::PoolUsageRow],
+    buckets: &[(DateTime<Utc>, DateTime<Utc>)],
+    costs: &Costs,
+) -> Vec<(&'a String, Vec<f64>)> {
+    use crate::domain::pricing::Cost;
+    pools
+        .keys()
+        .map(|pool| {
+            let values = buckets
+                .iter()
+                .map(|&(a, b)| {
+                    let mut sum = Cost::default();
+                    for r in rows.iter().filter(|r| r.pool_id == *pool) {
+                        let end = r.ended_at.map_or(b, |e| e.min(b));
+                        sum = sum + costs.priced.on_node(r, (r.started_at.max(a), Some(end))).0;
+                    }
+                    sum.amount()
+                })
+                .collect();
+            (pool, values)
+        })
+        .collect()
+}
+
 /// Stacked bars: a bar per bucket, a band per pool.
-fn svg(series: &[(&String, Vec<f64>)], buckets: &[(DateTime<Utc>, DateTime<Utc>)]) -> String {
+fn svg(
+    series: &[(&String, Vec<f64>)],
+    buckets: &[(DateTime<Utc>, DateTime<Utc>)],
+    unit: &str,
+) -> String {
     let top = (0..buckets.len())
         .map(|i| series.iter().map(|(_, v)| v[i]).sum::<f64>())
         .fold(0.0, f64::max)
         .max(1e-9);
     let bw = W / buckets.len() as f64;
     let mut out = format!(
-        "<svg class=\"chart\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\" role=\"img\" aria-label=\"compute hours over time\">",
+        "<svg class=\"chart\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\" role=\"img\" aria-label=\"{} over time\">",
         H + 20.0,
-        H + 20.0
+        H + 20.0,
+        Esc(unit),
     );
     for (i, (start, end)) in buckets.iter().enumerate() {
         let mut y = H;
@@ -94,12 +153,13 @@ fn svg(series: &[(&String, Vec<f64>)], buckets: &[(DateTime<Utc>, DateTime<Utc>)
             let _ = write!(
                 out,
                 "<rect class=\"p{c}\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\">\
-                 <title>{pool}: {v:.3} h, {s} to {e}</title></rect>",
+                 <title>{pool}: {v} {unit}, {s} to {e}</title></rect>",
                 c = k % COLOURS,
                 x = i as f64 * bw + 1.0,
                 w = bw - 2.0,
                 pool = Esc(pool),
-                v = values[i],
+                v = figure(values[i]),
+                unit = Esc(unit),
                 s = start.format("%m-%d %H:%M"),
                 e = end.format("%H:%M"),
             );
@@ -109,29 +169,31 @@ fn svg(series: &[(&String, Vec<f64>)], buckets: &[(DateTime<Utc>, DateTime<Utc>)
         write!(
         out,
         "<text x=\"0\" y=\"{}\">{}</text><text x=\"{W}\" y=\"{}\" text-anchor=\"end\">now</text>\
-         <text x=\"0\" y=\"12\">{top} node-hours</text></svg>",
+         <text x=\"0\" y=\"12\">{top} {unit}</text></svg>",
         H + 16.0,
         buckets.first().map(|b| b.0.format("%m-%d %H:%M").to_string()).unwrap_or_default(),
         H + 16.0,
-        top = hours(top),
+        top = figure(top),
+        unit = Esc(unit),
     );
     out
 }
 
-/// Hours with as many decimals as a small number needs.
-fn hours(h: f64) -> String {
+/// Hours or an amount, with as many decimals as a small number needs.
+fn figure(h: f64) -> String {
     match h {
         h if h >= 10.0 => format!("{h:.0}"),
         h if h >= 1.0 => format!("{h:.1}"),
-        h => format!("{h:.3}"),
+        h if h >= 0.001 || h == 0.0 => format!("{h:.3}"),
+        h => format!("{h:.6}"),
     }
 }
 
-/// The window's totals per pool (with its colour) and per billing plan.
 /// What each pool's hours in the window cost, and the currency, once the account has prices
 /// (as `/billing/pools` reckons them).
 struct Costs {
     currency: String,
+    priced: crate::api::billing::Priced,
     by_pool: BTreeMap<String, crate::domain::pricing::Cost>,
 }
 
@@ -152,9 +214,14 @@ async fn costs(
         let entry = by_pool.entry(r.pool_id.clone()).or_default();
         *entry = *entry + priced.cost(&[r]).0;
     }
-    Ok(Some(Costs { currency, by_pool }))
+    Ok(Some(Costs {
+        currency,
+        priced,
+        by_pool,
+    }))
 }
 
+/// The window's totals per pool (with its colour) and per billing plan.
 fn totals(
     pools: &BTreeMap<String, (Option<String>, Vec<UsageInterval>)>,
     from: DateTime<Utc>,
