@@ -441,6 +441,15 @@ async fn a_job_is_terminated_and_deleted_and_a_task_says_how_it_ended() {
     ] {
         assert!(shown.lines().any(|l| l == line), "{line:?} in:\n{shown}");
     }
+    let job = cli(&s, &["job", "show", "mixed"]).await.ok().stdout;
+    for line in [
+        "job       mixed",
+        "pool      p",
+        "tasks     0 active, 0 running, 1 completed, 0 succeeded, 1 failed",
+    ] {
+        assert!(job.lines().any(|l| l == line), "{line:?} in:\n{job}");
+    }
+    assert!(!job.contains("cost"), "no prices, no cost:\n{job}");
     let json = cli(&s, &["task", "show", "mixed", "1", "-o", "json"]).await;
     assert_eq!(json.ok().json()["executionInfo"]["exitCode"], 3);
     let listed = cli(&s, &["task", "list", "mixed", "--failed"])

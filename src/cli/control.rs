@@ -55,6 +55,62 @@ pub async fn show(client: &Client, job: &str, task: &str) -> CliResult<()> {
     Ok(())
 }
 
+/// A job, with its statistics and task counts; with `--output json`, the job as the API
+/// answers it (with `stats`), and its `taskCounts`.
+pub async fn show_job(client: &Client, job: &str) -> CliResult<()> {
+    let mut j = client
+        .get(&format!("/jobs/{}?$expand=stats", segment(job)))
+        .await?;
+    let counts = client
+        .get(&format!("/jobs/{}/taskcounts", segment(job)))
+        .await?;
+    j["taskCounts"] = counts["taskCounts"].clone();
+    print(client.output, &j, || describe_job(&j));
+    Ok(())
+}
+
+fn describe_job(j: &Value) -> String {
+    let counts = &j["taskCounts"];
+    let tasks = ["active", "running", "completed", "succeeded", "failed"]
+        .iter()
+        .map(|state| format!("{} {state}", cell(&counts[*state])))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut lines: Vec<(&str, String)> = vec![
+        ("job", cell(&j["id"])),
+        ("state", cell(&j["state"])),
+        ("pool", cell(&j["poolInfo"]["poolId"])),
+        ("priority", cell(&j["priority"])),
+        ("tasks", tasks),
+        ("created", cell(&j["creationTime"])),
+    ];
+    if !j["executionInfo"]["endTime"].is_null() {
+        lines.push(("ended", cell(&j["executionInfo"]["endTime"])));
+    }
+    let wait = &j["waitReason"];
+    if let Some(code) = wait["code"].as_str() {
+        lines.push(("waits", format!("{code}: {}", cell(&wait["message"]))));
+    }
+    let stats = &j["stats"];
+    if let Some(currency) = stats["currency"].as_str() {
+        let amount = |v: &Value| v.as_f64().map_or("-".into(), |a| format!("{a} {currency}"));
+        lines.push(("cost", amount(&stats["cost"])));
+        if !stats["estimatedCost"].is_null() {
+            lines.push(("forecast", amount(&stats["estimatedCost"])));
+        }
+    }
+    aligned(&lines)
+}
+
+/// One `name  value` line each, the names aligned.
+fn aligned(lines: &[(&str, String)]) -> String {
+    let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    lines
+        .iter()
+        .map(|(name, value)| format!("{name:width$}  {value}\n"))
+        .collect()
+}
+
 /// A job's tasks, one line each, in the server's order; those in `state` only, and with
 /// `failed` those that failed only.
 pub async fn list(
@@ -133,11 +189,7 @@ fn describe(job: &str, t: &Value) -> String {
         lines.push(("waits", format!("{code}: {}", cell(&wait["message"]))));
         lines.push(("waiting since", cell(&wait["since"])));
     }
-    let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
-    lines
-        .iter()
-        .map(|(name, value)| format!("{name:width$}  {value}\n"))
-        .collect()
+    aligned(&lines)
 }
 
 #[cfg(test)]
@@ -158,6 +210,22 @@ mod tests {
             "job        mixed\ntask       2\nstate      completed\ncommand    exit 3\n\
              result     failure\nexit code  3\nretries    0\nrequeues   0\n\
              failure    TaskFailedNonZeroExitCode: exit code 3\n"
+        );
+    }
+
+    #[test]
+    fn a_priced_job_says_what_it_cost_and_will() {
+        let j = json!({
+            "id": "render", "state": "active", "poolInfo": {"poolId": "gpu"}, "priority": 100,
+            "creationTime": "2026-11-29T10:00:00Z",
+            "taskCounts": {"active": 2, "running": 1, "completed": 3, "succeeded": 3, "failed": 0},
+            "stats": {"cost": 0.25, "estimatedCost": 0.5, "currency": "EUR"},
+        });
+        assert_eq!(
+            describe_job(&j),
+            "job       render\nstate     active\npool      gpu\npriority  100\n\
+             tasks     2 active, 1 running, 3 completed, 3 succeeded, 0 failed\n\
+             created   2026-11-29T10:00:00Z\ncost      0.25 EUR\nforecast  0.5 EUR\n"
         );
     }
 }

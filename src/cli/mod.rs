@@ -43,6 +43,9 @@ pub enum JobCommand {
     },
     /// Deletes a job, its tasks and their files; running tasks are killed.
     Delete { job: String },
+    /// A job: its state, pool, priority, its tasks by state, why they wait, and (where the
+    /// account has prices) what it has cost and what it will.
+    Show { job: String },
 }
 
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -159,6 +162,10 @@ async fn dispatch(client: &Client, command: ClientCommand) -> CliResult<u8> {
             command: JobCommand::Delete { job },
             ..
         } => control::delete(client, &job).await.map(|()| 0),
+        ClientCommand::Job {
+            command: JobCommand::Show { job },
+            ..
+        } => control::show_job(client, &job).await.map(|()| 0),
         ClientCommand::Task {
             command: TaskCommand::Show { job, task },
             ..
