@@ -201,6 +201,14 @@ async fn watch_lock(lock: &mut sqlx::PgConnection, epoch: i64, stop: &Cancellati
 
 /// The allocator, the dispatcher (with the executor) and the BES driver, until `cancel`.
 async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
+    let executor = execute::Executor::new(
+        s.db.clone(),
+        s.runtime.clone(),
+        s.wake.clone(),
+        s.fetcher.clone(),
+        (s.bes.clone(), s.tokens.clone()),
+        cancel.clone(),
+    );
     let allocator = allocate::Allocator::new(
         s.db.clone(),
         s.runtime.clone(),
@@ -208,14 +216,7 @@ async fn run_loops(s: &Scheduler, cancel: &CancellationToken) {
         s.wake.clone(),
         s.node_concurrency,
         s.fetcher.clone(),
-        cancel.clone(),
-    );
-    let executor = execute::Executor::new(
-        s.db.clone(),
-        s.runtime.clone(),
-        s.wake.clone(),
-        s.fetcher.clone(),
-        (s.bes.clone(), s.tokens.clone()),
+        Arc::clone(&executor),
         cancel.clone(),
     );
     let driver = bes::BesJobDriver::new(

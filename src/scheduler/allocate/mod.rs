@@ -43,6 +43,8 @@ pub struct Allocator {
     fetcher: crate::scheduler::task_files::Fetcher,
     /// Installs pools' application packages on their nodes.
     packages: crate::scheduler::packages::Packages,
+    /// Runs the tasks: a node goes only once the attempts it killed there are over.
+    executor: Arc<crate::scheduler::execute::Executor>,
     /// True once the allocator has tried to adopt the nodes (see [`Allocator::adopted`]).
     adopted: tokio::sync::watch::Sender<bool>,
     cancel: CancellationToken,
@@ -56,6 +58,7 @@ impl Allocator {
         wake: super::Wakeups,
         concurrency: usize,
         fetcher: crate::scheduler::task_files::Fetcher,
+        executor: Arc<crate::scheduler::execute::Executor>,
         cancel: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -76,6 +79,7 @@ impl Allocator {
                 fetcher.clone(),
             ),
             fetcher,
+            executor,
             adopted: tokio::sync::watch::Sender::new(false),
             cancel,
         })
@@ -352,6 +356,19 @@ impl Allocator {
         let busy = store::tasks::any_running_on_node(&self.db, node_pk).await?;
         if busy || (retain && self.retains_files(node_pk).await?) {
             return Ok(());
+        }
+        // An attempt ended elsewhere just before (terminated, requeued) may still run here: it
+        // is killed, and its output kept, before the node takes them with it. (Not on a node
+        // lost or silent: nothing would answer, and its replacement would wait.)
+        let answers = !self
+            .runtime
+            .silent_nodes()
+            .unknown
+            .iter()
+            .any(|n| n == node_id)
+            && !self.runtime.lost_nodes().await.iter().any(|n| n == node_id);
+        if answers {
+            self.executor.reap_on(node_id).await?;
         }
         let _permit = self.limit.acquire().await?;
         self.runtime.remove_node(node_id).await?;

@@ -40,6 +40,16 @@ impl Executor {
         Ok(())
     }
 
+    /// Kills the attempts this server runs on `node` that were ended elsewhere (terminated,
+    /// requeued), and returns once they are over, their output kept: before the node goes, so
+    /// what they wrote is not lost with it.
+    pub async fn reap_on(&self, node: &str) -> sqlx::Result<()> {
+        let on = std::collections::HashSet::from([node]);
+        let killing = self.kill_ended(Some(&on)).await?.into_values().flatten();
+        gone(&killing.collect::<Vec<_>>()).await;
+        Ok(())
+    }
+
     /// Kills the attempts this server runs whose attempt was ended elsewhere, on the nodes
     /// `on` names (None: on every node); what tells when each is over, by node.
     pub async fn kill_ended(
