@@ -71,7 +71,7 @@ pub async fn run() -> anyhow::Result<()> {
     tokio::select! {
         () = work => {}
         () = node_removed(root) => tracing::info!("the node's directory is gone: the node agent stops"),
-        _ = term.recv() => {}
+        _ = term.recv() => tracing::info!("stopped (SIGTERM): the node agent stops with what it runs"),
         _ = tokio::signal::ctrl_c() => {}
     }
     // The node is going away: what runs on it goes too.

@@ -85,6 +85,44 @@ impl OwnPostgres {
         self.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60"]);
     }
 
+    /// SIGKILL to the postmaster, then started again once its children are gone (as a
+    /// supervisor would): every connection drops, and a new server takes the data directory.
+    pub fn kill_postmaster(&self) {
+        let pid_file = format!("{}/postmaster.pid", self.data_dir());
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.lines().next()?.trim().parse().ok())
+            .expect("the postmaster's pid");
+        // SAFETY: a signal to the PostgreSQL this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // Its backends notice their postmaster is gone and end; until then a new one refuses
+        // to start over their shared memory.
+        for _ in 0..100 {
+            let mut cmd = Command::new(binary("pg_ctl"));
+            cmd.args([
+                "-D",
+                &self.data_dir(),
+                "-l",
+                &self.log(),
+                "start",
+                "-w",
+                "-t",
+                "10",
+            ])
+            .current_dir(self.dir.path());
+            if let Some((uid, gid)) = self.run_as {
+                use std::os::unix::process::CommandExt;
+                cmd.uid(uid).gid(gid);
+            }
+            let started = cmd.output().is_ok_and(|o| o.status.success());
+            if started {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        panic!("PostgreSQL did not start again after its postmaster was killed");
+    }
+
     fn pg_ctl(&self, args: &[&str]) {
         let (data, log) = (self.data_dir(), self.log());
         let mut all = vec!["-D", &data, "-l", &log];

@@ -105,6 +105,72 @@ impl AgentProc {
     }
 }
 
+/// Ends every process of `node_id` on this machine: its agents (this server's, or another's of
+/// the installation, whose data directory held the node when it led) are stopped and given 10 s
+/// to end what they run; then whatever still runs with the node's id in its environment (a
+/// command whose agent was killed outright) is killed. Nothing of a node's old life runs on
+/// once it is removed or made again.
+pub(super) async fn end_node_processes(node_id: &str) {
+    let find = |agents: bool| {
+        let node_id = node_id.to_string();
+        tokio::task::spawn_blocking(move || processes_of(&node_id, agents))
+    };
+    let agents = find(true).await.unwrap_or_default();
+    for agent in &agents {
+        tracing::info!(node = node_id, pid = agent.pid, "stopping the node's agent");
+        agent.stop();
+    }
+    for _ in 0..100 {
+        if agents.iter().all(|a| !a.alive()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for left in find(false).await.unwrap_or_default() {
+        tracing::warn!(
+            node = node_id,
+            pid = left.pid,
+            "killing a process the node's agent left"
+        );
+        // SAFETY: kill(2) with plain integers; the process is this user's, of this node.
+        unsafe { libc::kill(left.pid, libc::SIGKILL) };
+    }
+}
+
+/// The processes of `node_id` this user may see: its agents (this program's `agent`, the node
+/// in its environment), or (`agents` false) any with the node's id in its environment.
+fn processes_of(node_id: &str, agents: bool) -> Vec<AgentProc> {
+    let wanted = [
+        format!("{ENV_NODE}={node_id}"),
+        format!("AZ_BATCH_NODE_ID={node_id}"),
+    ];
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if agents {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cmdline.split(|b| *b == 0).nth(1) != Some(b"agent".as_slice()) {
+                continue;
+            }
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let names = |v: &[u8]| wanted.iter().any(|w| v == w.as_bytes());
+        if !environ.split(|b| *b == 0).any(names) {
+            continue;
+        }
+        if let Some(start) = start_time(pid) {
+            let secret = String::new();
+            found.push(AgentProc { pid, start, secret });
+        }
+    }
+    found
+}
+
 /// A process's start time (field 22 of /proc/{pid}/stat, after the name in parentheses, which
 /// may hold anything).
 fn start_time(pid: i32) -> Option<u64> {

@@ -69,12 +69,17 @@ impl LocalRuntime {
         // A node half made before a restart keeps its agent, if it runs.
         let agent = match self.labels(&spec.node_id).and_then(|l| l.agent) {
             Some(agent) if agent.alive() => agent,
-            _ => AgentProc::spawn(root, &spec.node_id, &self.agent_url, &new_secret()).map_err(
-                |e| NodeError {
-                    code: "NodeAgentFailed",
-                    message: format!("cannot start node {}'s agent: {e}", spec.node_id),
-                },
-            )?,
+            _ => {
+                // Made again by a server that did not make it (the one that did lost the lead):
+                // the node's old agent goes first, with what it runs.
+                agent::end_node_processes(&spec.node_id).await;
+                AgentProc::spawn(root, &spec.node_id, &self.agent_url, &new_secret()).map_err(
+                    |e| NodeError {
+                        code: "NodeAgentFailed",
+                        message: format!("cannot start node {}'s agent: {e}", spec.node_id),
+                    },
+                )?
+            }
         };
         self.agents.register(&spec.node_id, &agent.secret);
         let labels = NodeLabels {
@@ -108,6 +113,7 @@ impl LocalRuntime {
         if let Some(agent) = self.labels(node_id).and_then(|l| l.agent) {
             agent.stop();
         }
+        agent::end_node_processes(node_id).await;
         self.agents.forget(node_id);
         Ok(())
     }

@@ -1,0 +1,496 @@
+//! The chaos soak (RELIABILITY.md, "The chaos soak"): a mixed workload on two servers sharing
+//! one PostgreSQL, while a seeded nemesis injects faults, several at once: kill -9 of a server,
+//! a PostgreSQL restart, kill -9 of the postmaster, a node's agent frozen (SIGSTOP) and thawed
+//! or killed, and the operator's reclaim of a low-priority node. Then a checker reads the API,
+//! the database, the servers' logs and what every task run recorded, and fails on any violation:
+//!
+//! - every accepted task ends, successfully, and its command ran at least once and at most
+//!   1 + requeueCount + retryCount times;
+//! - no node ran more tasks at once than its slots;
+//! - a node's billing intervals never overlap;
+//! - every answer is 2xx or 4xx, or 503 with Retry-After (a server killed mid-request answers
+//!   nothing, which is no violation);
+//! - no panic in the servers' logs, and each server's RSS stays under [`MAX_RSS_KIB`].
+//!
+//! `scripts/soak.sh --seed N --minutes M` runs one seed as long as asked; in CI it runs for
+//! [`CI_SECONDS`] with seed 1.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use common::pg::OwnPostgres;
+use common::{Rt, TestServer};
+use serde_json::{json, Value};
+
+/// How long the nemesis works when the run does not say (`BATCHPOOL_SOAK_SECONDS`).
+const CI_SECONDS: u64 = 90;
+/// Each server's resident memory, at most (a debug build).
+const MAX_RSS_KIB: u64 = 600 * 1024;
+/// Slots of each node.
+const SLOTS: usize = 4;
+
+/// A small, seeded generator (xorshift64*): a seed replays the same choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// What the run saw that breaks a rule.
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn add(&mut self, what: String) {
+        eprintln!("VIOLATION: {what}");
+        self.0.push(what);
+    }
+}
+
+/// A fault under way, and when it ends.
+enum Fault {
+    ServerDown(usize),
+    Frozen(i32),
+}
+
+/// The soak's state: its servers, its PostgreSQL, the jobs it submitted and what it saw.
+struct Soak {
+    pg: OwnPostgres,
+    servers: Vec<TestServer>,
+    up: Vec<bool>,
+    rng: Rng,
+    ran: std::path::PathBuf,
+    marks: tempfile::TempDir,
+    jobs: Vec<String>,
+    faults: Vec<(Instant, Fault)>,
+    injected: BTreeMap<&'static str, u32>,
+    answers: BTreeMap<u16, u32>,
+    max_rss: u64,
+    seen: Violations,
+}
+
+impl Soak {
+    /// A server that is up, if any.
+    fn server(&self) -> Option<&TestServer> {
+        let i = self.rng.0 as usize % self.servers.len();
+        (0..self.servers.len())
+            .map(|k| (i + k) % self.servers.len())
+            .find(|&k| self.up[k])
+            .map(|k| &self.servers[k])
+    }
+
+    /// A request to a server that is up; its status and body, or None when nothing answered.
+    async fn call(
+        &mut self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<(u16, Value)> {
+        let s = self.server()?;
+        let mut req = s.http.request(method, format!("{}{path}", s.base));
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(30), req.send())
+            .await
+            .ok()?
+            .ok()?;
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().contains_key("retry-after");
+        let text = resp.text().await.ok()?;
+        *self.answers.entry(status).or_default() += 1;
+        if status >= 500 && !(status == 503 && retry_after) {
+            self.seen.add(format!("{status} to {path}: {text}"));
+        }
+        Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// A job of 5 to 24 tasks: some depend on the one before, some fail once and are retried,
+    /// with a random priority and maxParallelTasks.
+    async fn submit(&mut self) {
+        let job = format!("j{}", self.jobs.len());
+        let body = json!({
+            "id": job, "poolInfo": {"poolId": "soak"}, "usesTaskDependencies": true,
+            "priority": self.rng.below(201) as i64 - 100,
+            "maxParallelTasks": if self.rng.chance(30) { 1 + self.rng.below(4) as i64 } else { -1 },
+            "constraints": {"maxTaskRetryCount": 2},
+        });
+        match self.call(reqwest::Method::POST, "/jobs", Some(&body)).await {
+            Some((201, _)) => {}
+            // Made before a server died or the database went: it is there, or it is not.
+            _ => return,
+        }
+        self.jobs.push(job.clone());
+        let count = 5 + self.rng.below(20);
+        let tasks: Vec<Value> = (0..count).map(|i| self.task(i)).collect();
+        let path = format!("/jobs/{job}/addtaskcollection");
+        // Tasks added after a fault are added again: a task id is added once or refused.
+        for _ in 0..20 {
+            if let Some((200, _)) = self
+                .call(reqwest::Method::POST, &path, Some(&json!({"value": tasks})))
+                .await
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn task(&mut self, i: u64) -> Value {
+        let record = |what: &str| {
+            format!(
+                "echo {what} $AZ_BATCH_NODE_ID $AZ_BATCH_JOB_ID $AZ_BATCH_TASK_ID $(date +%s%N) >> {}",
+                self.ran.display()
+            )
+        };
+        let mark = format!(
+            "{}/$AZ_BATCH_JOB_ID.$AZ_BATCH_TASK_ID",
+            self.marks.path().display()
+        );
+        let fails_once = self.rng.chance(15);
+        let sleep = format!("sleep {}.{}", self.rng.below(3), self.rng.below(10));
+        let mut command = format!("{}; {sleep}", record("start"));
+        if fails_once {
+            command += &format!(
+                "; if [ ! -e {mark} ]; then touch {mark}; {}; exit 3; fi",
+                record("end")
+            );
+        }
+        command += &format!("; {}", record("end"));
+        let mut task =
+            json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")});
+        if i > 0 && self.rng.chance(30) {
+            task["dependsOn"] = json!({"taskIds": [format!("t{:02}", i - 1)]});
+        }
+        task
+    }
+}
+
+/// The agents of the local nodes: (node id, pid).
+fn agents() -> Vec<(String, i32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if !cmdline.split(|b| *b == 0).any(|a| a == b"agent") {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        for var in environ.split(|b| *b == 0) {
+            if let Some(node) = var.strip_prefix(b"BATCHPOOL_AGENT_NODE=") {
+                found.push((String::from_utf8_lossy(node).into_owned(), pid));
+            }
+        }
+    }
+    found
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: a signal to a process this test's servers started.
+    unsafe { libc::kill(pid, sig) };
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Soak {
+    /// One fault, chosen by the seed; those that last end later ([`Soak::heal_due`]).
+    async fn inject(&mut self) {
+        let kind = self.rng.below(6);
+        let name = match kind {
+            0 => {
+                let i = self.rng.below(2) as usize;
+                if !self.up[i] {
+                    return;
+                }
+                self.servers[i].kill().await;
+                self.up[i] = false;
+                let back = Instant::now() + Duration::from_millis(500 + self.rng.below(4000));
+                self.faults.push((back, Fault::ServerDown(i)));
+                "kill -9 of a server"
+            }
+            1 => {
+                self.pg.restart();
+                "PostgreSQL restarted"
+            }
+            2 => {
+                self.pg.kill_postmaster();
+                "kill -9 of the postmaster, then started"
+            }
+            3 | 4 => {
+                let agents = agents();
+                if agents.is_empty() {
+                    return;
+                }
+                let (_, pid) = agents[self.rng.below(agents.len() as u64) as usize];
+                if kind == 3 {
+                    signal(pid, libc::SIGSTOP);
+                    let thaw = Instant::now() + Duration::from_secs(2 + self.rng.below(14));
+                    self.faults.push((thaw, Fault::Frozen(pid)));
+                    "an agent frozen (SIGSTOP), thawed 2-15 s later"
+                } else {
+                    signal(pid, libc::SIGKILL);
+                    "kill -9 of an agent"
+                }
+            }
+            _ => {
+                let Some(s) = self.server() else { return };
+                let body = json!({"count": 1, "holdFor": "PT5S"});
+                let _ = s
+                    .operator(reqwest::Method::POST, "reclaim", Some(&body), None)
+                    .await;
+                "the operator's reclaim of a low-priority node"
+            }
+        };
+        *self.injected.entry(name).or_default() += 1;
+    }
+
+    /// Ends the faults whose time has come (or, with `all`, every one).
+    async fn heal_due(&mut self, all: bool) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.faults)
+            .into_iter()
+            .partition(|(at, _)| all || *at <= now);
+        self.faults = later;
+        for (_, fault) in due {
+            match fault {
+                Fault::ServerDown(i) => {
+                    self.servers[i].launch().await;
+                    self.up[i] = true;
+                }
+                Fault::Frozen(pid) => signal(pid, libc::SIGCONT),
+            }
+        }
+    }
+
+    fn sample_rss(&mut self) {
+        for (i, s) in self.servers.iter().enumerate() {
+            if self.up[i] {
+                self.max_rss = self.max_rss.max(rss_kib(s.pid()));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_nemesis_breaks_no_rule() {
+    let seed: u64 = std::env::var("BATCHPOOL_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let seconds: u64 = std::env::var("BATCHPOOL_SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(CI_SECONDS);
+    let pg = OwnPostgres::start();
+    let url = pg.fresh_database().await;
+    let args = ["--agent-timeout", "10"];
+    let first = TestServer::start_with(Rt::Local, Some(url.clone()), &args).await;
+    let second = TestServer::start_with(Rt::Local, Some(url.clone()), &args).await;
+    let traces = tempfile::tempdir().unwrap();
+    let mut soak = Soak {
+        pg,
+        servers: vec![first, second],
+        up: vec![true, true],
+        rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
+        ran: traces.path().join("ran"),
+        marks: tempfile::tempdir().unwrap(),
+        jobs: Vec::new(),
+        faults: Vec::new(),
+        injected: BTreeMap::new(),
+        answers: BTreeMap::new(),
+        max_rss: 0,
+        seen: Violations::default(),
+    };
+    let pool = json!({"id": "soak", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
+                      "targetLowPriorityNodes": 1, "taskSlotsPerNode": SLOTS});
+    assert_eq!(soak.servers[0].post("/pools", &pool).await.0, 201);
+    soak.servers[0].wait_nodes("soak", 4, "idle").await;
+
+    let started = Instant::now();
+    let end = started + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        // About 0.6 jobs of 14 tasks a second: near what 4 nodes of 4 slots run.
+        if soak.rng.chance(15) {
+            soak.submit().await;
+        }
+        if soak.rng.chance(12) {
+            soak.inject().await;
+        }
+        soak.heal_due(false).await;
+        soak.sample_rss();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    soak.heal_due(true).await;
+    check(&mut soak, seed, started).await;
+}
+
+/// Waits for every job to end, then checks every rule.
+async fn check(soak: &mut Soak, seed: u64, started: Instant) {
+    let mut tasks: Vec<(String, Value)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for job in soak.jobs.clone() {
+        loop {
+            soak.sample_rss();
+            let path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
+            if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
+                let all = list["value"].as_array().cloned().unwrap_or_default();
+                if list.get("odata.nextLink").is_none()
+                    && all.iter().all(|t| t["state"] == "completed")
+                {
+                    tasks.extend(all.into_iter().map(|t| (job.clone(), t)));
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                soak.seen.add(format!(
+                    "job {job}'s tasks did not all complete within 300 s of the faults' end"
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    let text = std::fs::read_to_string(&soak.ran).unwrap_or_default();
+    let mut runs: HashMap<(String, String), u64> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        if f.len() == 5 && f[0] == "start" {
+            *runs
+                .entry((f[2].to_string(), f[3].to_string()))
+                .or_default() += 1;
+        }
+    }
+    for (job, t) in &tasks {
+        let id = t["id"].as_str().unwrap_or_default();
+        let info = &t["executionInfo"];
+        let allowed = 1
+            + info["requeueCount"].as_u64().unwrap_or(0)
+            + info["retryCount"].as_u64().unwrap_or(0);
+        let ran = runs
+            .get(&(job.clone(), id.to_string()))
+            .copied()
+            .unwrap_or(0);
+        if info["result"] != "success" {
+            soak.seen.add(format!("{job}/{id} did not succeed: {t}"));
+        }
+        if ran == 0 || ran > allowed {
+            soak.seen.add(format!(
+                "{job}/{id} ran {ran} times, {allowed} allowed: {t}"
+            ));
+        }
+    }
+    check_slots(&text, &mut soak.seen);
+    check_billing(soak).await;
+    for s in &soak.servers {
+        if s.log_contains("panicked") {
+            soak.seen
+                .add(format!("a panic in a server's log:\n{}", s.log_tail()));
+        }
+    }
+    if soak.max_rss > MAX_RSS_KIB {
+        soak.seen
+            .add(format!("a server's RSS reached {} KiB", soak.max_rss));
+    }
+    println!(
+        "soak seed {seed}: {:.0} s, {} jobs, {} tasks, {} runs; faults {:?}; answers {:?}; peak RSS {} MiB; {} violations",
+        started.elapsed().as_secs_f64(),
+        soak.jobs.len(),
+        tasks.len(),
+        runs.values().sum::<u64>(),
+        soak.injected,
+        soak.answers,
+        soak.max_rss / 1024,
+        soak.seen.0.len()
+    );
+    if !soak.seen.0.is_empty() {
+        if let Ok(dir) = std::env::var("BATCHPOOL_SOAK_KEEP") {
+            for (i, s) in soak.servers.iter().enumerate() {
+                let _ = std::fs::copy(s.log_path(), format!("{dir}/server{i}.log"));
+            }
+            let _ = std::fs::copy(&soak.ran, format!("{dir}/ran"));
+            for (job, t) in &tasks {
+                eprintln!("TASK {job} {t}");
+            }
+        }
+    }
+    assert!(soak.seen.0.is_empty(), "seed {seed}: {:#?}", soak.seen.0);
+}
+
+/// No node ran more tasks at once than its slots, by the runs' own start and end lines (a run
+/// killed before its end line counts until its last line was written: it is left out).
+fn check_slots(text: &str, seen: &mut Violations) {
+    let mut open: HashMap<(String, String, String), u128> = HashMap::new();
+    // node -> (start, end, job/task)
+    let mut spans: HashMap<String, Vec<(u128, u128, String)>> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (Some(at), true) = (f.get(4).and_then(|t| t.parse::<u128>().ok()), f.len() == 5) else {
+            continue;
+        };
+        let key = (f[1].to_string(), f[2].to_string(), f[3].to_string());
+        match f[0] {
+            "start" => {
+                open.insert(key, at);
+            }
+            _ => {
+                if let Some(from) = open.remove(&key) {
+                    let name = format!("{}/{}", key.1, key.2);
+                    spans.entry(key.0).or_default().push((from, at, name));
+                }
+            }
+        }
+    }
+    for (node, runs) in spans {
+        let mut events: Vec<(u128, i32)> =
+            runs.iter().flat_map(|r| [(r.0, 1), (r.1, -1)]).collect();
+        events.sort();
+        let mut running = 0;
+        for (at, change) in events {
+            running += change;
+            if running > SLOTS as i32 {
+                let at_once: Vec<&(u128, u128, String)> =
+                    runs.iter().filter(|r| r.0 <= at && at < r.1).collect();
+                seen.add(format!(
+                    "node {node} ran {running} tasks at once: {at_once:?}"
+                ));
+                break;
+            }
+        }
+    }
+}
+
+/// A node's billing intervals never overlap.
+async fn check_billing(soak: &mut Soak) {
+    let db = soak.servers[0].db().await;
+    let overlapping: Vec<(String,)> = sqlx::query_as(
+        "SELECT a.node_id FROM usage_records a JOIN usage_records b ON a.node_id = b.node_id AND a.ctid < b.ctid
+         WHERE tstzrange(a.started_at, coalesce(a.ended_at, 'infinity')) && tstzrange(b.started_at, coalesce(b.ended_at, 'infinity'))",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    for (node,) in overlapping {
+        soak.seen
+            .add(format!("node {node}'s billing intervals overlap"));
+    }
+}
