@@ -156,6 +156,17 @@ async fn a_budget_of_none_warns_and_lets_pools_grow() {
         listed["value"][0]["monthCost"].as_f64().unwrap() >= 1.0,
         "{listed}"
     );
+    // The account reads its own budgets, signed as any request.
+    let (status, own) = s.get("/billing/budgets").await;
+    assert_eq!(status, 200, "{own}");
+    let own = &own["value"][0];
+    let seen = (&own["state"], &own["currency"], &own["atLimit"]);
+    assert_eq!(
+        seen,
+        (&json!("exceeded"), &json!("EUR"), &json!("none")),
+        "{own}"
+    );
+    assert_eq!(own.get("account"), None, "{own}");
     assert_eq!(
         s.post("/pools/p/resize", &json!({"targetDedicatedNodes": 2}))
             .await

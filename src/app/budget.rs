@@ -6,7 +6,7 @@ use sqlx::PgPool;
 
 use crate::config::AccountAction;
 
-use crate::domain::budget::{self, AtLimit, Used};
+use crate::domain::budget::{AtLimit, Used};
 use crate::domain::pricing::Rate;
 use crate::{ops, store};
 
@@ -73,22 +73,20 @@ async fn list(db: &PgPool, account: &str) -> anyhow::Result<()> {
 
 /// One line: whose budget, the amount, what it does at its limit, and the month so far.
 async fn print(db: &PgPool, row: &store::budgets::BudgetRow) -> anyhow::Result<()> {
-    let now = chrono::Utc::now();
-    let plan = row.billing_plan.as_deref();
-    let cost = ops::budgets::month_cost(db, &row.account, plan, now).await?;
-    let used = match budget::used(cost, Rate::parse(&row.monthly_amount).unwrap_or_default()) {
+    let standing = ops::budgets::standing(db, row, chrono::Utc::now()).await?;
+    let used = match standing.used {
         Used::Under => "",
         Used::Warned => " (over 80%)",
         Used::Exceeded => " (used up)",
     };
-    let currency = ops::budgets::currency(db, &row.account).await?;
-    let whose = plan.unwrap_or("(all pools)");
+    let whose = row.billing_plan.as_deref().unwrap_or("(all pools)");
     println!(
-        "{} {whose}: {} {currency} a month, at the limit {}; {} so far this month{used}",
+        "{} {whose}: {} {} a month, at the limit {}; {:.2} so far this month{used}",
         row.account,
         row.monthly_amount,
+        standing.currency,
         row.at_limit,
-        format_args!("{:.2}", cost.amount()),
+        standing.cost.amount(),
     );
     Ok(())
 }

@@ -42,6 +42,48 @@ pub async fn month_cost(
     Ok(total)
 }
 
+/// How a budget stands this month: its cost so far, how much of the budget that is, and the
+/// currency.
+pub struct Standing {
+    /// The month's first day.
+    pub month: chrono::NaiveDate,
+    pub cost: Cost,
+    pub used: Used,
+    pub currency: String,
+}
+
+/// How `b` stands as of `now`.
+pub async fn standing(db: &PgPool, b: &BudgetRow, now: DateTime<Utc>) -> sqlx::Result<Standing> {
+    let cost = month_cost(db, &b.account, b.billing_plan.as_deref(), now).await?;
+    Ok(Standing {
+        month: budget::month_of(now).0,
+        cost,
+        used: budget::used(cost, amount(b)),
+        currency: currency(db, &b.account).await?,
+    })
+}
+
+impl Standing {
+    /// `under`, `warned` (80% or more) or `exceeded`, as the API says it.
+    pub fn state(&self) -> &'static str {
+        match self.used {
+            Used::Under => "under",
+            Used::Warned => "warned",
+            Used::Exceeded => "exceeded",
+        }
+    }
+
+    /// The budget as the API shows it.
+    pub fn json(&self, b: &BudgetRow) -> Value {
+        json!({
+            "account": b.account, "billingPlan": b.billing_plan, "monthlyAmount": b.monthly_amount,
+            "currency": self.currency, "atLimit": b.at_limit,
+            "month": self.month.format("%Y-%m").to_string(), "monthCost": self.cost.amount(),
+            "state": self.state(),
+        })
+    }
+}
+
 /// What a budget is called in messages.
 fn named(b: &BudgetRow) -> String {
     match &b.billing_plan {

@@ -1,6 +1,6 @@
 //! `/billing`: compute hours (node-hours) over a time range, per pool, per billing plan, and
 //! attributed to jobs by the slot-seconds their tasks used. `format=csv` (or `Accept: text/csv`)
-//! gives the same figures as CSV.
+//! gives the same figures as CSV. And the account's budgets, with the month's cost so far.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 mod attempts;
+mod budgets;
 mod jobs;
 
 pub use attempts::{attempts_cost, AttemptsCost, RECENT};
@@ -32,6 +33,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/pools", get(pool_hours))
         .route("/plans", get(plan_hours))
         .route("/jobs", get(jobs::job_hours))
+        .route("/budgets", get(budgets::budgets))
 }
 
 #[derive(Deserialize)]

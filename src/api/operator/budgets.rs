@@ -16,8 +16,7 @@ use serde_json::{json, Map, Value};
 use super::super::error::{ApiError, ApiResult};
 use super::super::state::AppState;
 use super::check_operator;
-use crate::domain::budget::{self, AtLimit, Used};
-use crate::domain::pricing::Rate;
+use crate::domain::budget::AtLimit;
 use crate::ops;
 use crate::store::{self, budgets::BudgetRow};
 
@@ -34,22 +33,8 @@ pub struct BudgetBody {
 
 /// The budget as listed, with the month's cost so far reckoned now.
 async fn budget_json(app: &AppState, row: &BudgetRow) -> ApiResult<Value> {
-    let now = Utc::now();
-    let cost =
-        ops::budgets::month_cost(&app.db, &row.account, row.billing_plan.as_deref(), now).await?;
-    let monthly = Rate::parse(&row.monthly_amount).unwrap_or_default();
-    let state = match budget::used(cost, monthly) {
-        Used::Under => "under",
-        Used::Warned => "warned",
-        Used::Exceeded => "exceeded",
-    };
-    let currency = ops::budgets::currency(&app.db, &row.account).await?;
-    let (month, _) = budget::month_of(now);
-    Ok(json!({
-        "account": row.account, "billingPlan": row.billing_plan, "monthlyAmount": row.monthly_amount,
-        "currency": currency, "atLimit": row.at_limit, "month": month.format("%Y-%m").to_string(),
-        "monthCost": cost.amount(), "state": state,
-    }))
+    let standing = ops::budgets::standing(&app.db, row, Utc::now()).await?;
+    Ok(standing.json(row))
 }
 
 /// Sets a budget (`billingPlan` null or left out: of all the account's pools).
@@ -60,13 +45,10 @@ pub async fn set(
 ) -> ApiResult<Json<Value>> {
     check_operator(&app, &headers).await?;
     let body: BudgetBody = super::super::json::parse(&body)?;
-    if let Some(name) = body.rest.keys().next() {
-        return Err(ApiError::invalid_property(
-            name,
-            "",
-            "is not a property of a budget (account, billingPlan, monthlyAmount, atLimit)",
-        ));
-    }
+    super::only_known(
+        &body.rest,
+        "a budget (account, billingPlan, monthlyAmount, atLimit)",
+    )?;
     let amount = body
         .monthly_amount
         .ok_or_else(|| ApiError::missing_property("monthlyAmount"))?;

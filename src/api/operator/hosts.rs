@@ -69,13 +69,7 @@ pub async fn add(
 ) -> ApiResult<impl IntoResponse> {
     check_operator(&app, &headers).await?;
     let body: AddBody = super::super::json::parse(&body)?;
-    if let Some(name) = body.rest.keys().next() {
-        return Err(ApiError::invalid_property(
-            name,
-            "",
-            "is not a property of a host (url, cpus, memoryMiB, tlsDir)",
-        ));
-    }
+    super::only_known(&body.rest, "a host (url, cpus, memoryMiB, tlsDir)")?;
     let url = body.url.ok_or_else(|| ApiError::missing_property("url"))?;
     let tls = body.tls_dir.clone().filter(|d| !d.is_empty());
     let host = HostSpec::new(url.clone(), tls.map(Into::into), body.cpus, body.memory_mib)

@@ -64,6 +64,18 @@ async fn check_operator(app: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     Ok(())
 }
 
+/// Refuses a body with a property besides those `what` names, by the first such property.
+fn only_known(rest: &Map<String, Value>, what: &str) -> ApiResult<()> {
+    match rest.keys().next() {
+        Some(name) => Err(ApiError::invalid_property(
+            name,
+            "",
+            format!("is not a property of {what}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The account a body names: a missing one, or one that does not exist, is refused by name.
 async fn known_account(app: &AppState, account: Option<String>) -> ApiResult<String> {
     let account = account.ok_or_else(|| ApiError::missing_property("account"))?;
@@ -99,13 +111,7 @@ pub async fn reclaim(
     // Who asks is checked before what is asked is read.
     check_operator(&app, &headers).await?;
     let body: ReclaimBody = super::json::parse(&body)?;
-    if let Some(name) = body.rest.keys().next() {
-        return Err(ApiError::invalid_property(
-            name,
-            "",
-            "is not a property of a reclaim (nodeIds, count, host, holdFor)",
-        ));
-    }
+    only_known(&body.rest, "a reclaim (nodeIds, count, host, holdFor)")?;
     let hold = hold(body.hold_for.as_ref())?;
     let nodes = chosen(&app, body.node_ids, body.count, body.host.as_deref()).await?;
     let pks: Vec<i64> = nodes.iter().map(|n| n.pk).collect();

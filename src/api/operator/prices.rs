@@ -61,13 +61,7 @@ pub async fn set(
 ) -> ApiResult<Json<Value>> {
     check_operator(&app, &headers).await?;
     let body: PricesBody = super::super::json::parse(&body)?;
-    if let Some(name) = body.rest.keys().next() {
-        return Err(ApiError::invalid_property(
-            name,
-            "",
-            "is not a property of prices (account, billingPlan, currency, computeHour, lowPriorityComputeHour, vmSizes, includedComputeHours)",
-        ));
-    }
+    super::only_known(&body.rest, "prices (account, billingPlan, currency, computeHour, lowPriorityComputeHour, vmSizes, includedComputeHours)")?;
     let account = super::known_account(&app, body.account).await?;
     let currency = body
         .currency
