@@ -177,8 +177,9 @@ impl Soak {
     }
 }
 
-/// The agents of the local nodes: (node id, pid).
-fn agents() -> Vec<(String, i32)> {
+/// The agents of the soak's own local nodes (their roots in its servers' data directories, so
+/// that no other test's nodes are touched): (node id, pid).
+fn agents(roots: &[std::path::PathBuf]) -> Vec<(String, i32)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -189,10 +190,19 @@ fn agents() -> Vec<(String, i32)> {
             continue;
         }
         let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        for var in environ.split(|b| *b == 0) {
-            if let Some(node) = var.strip_prefix(b"BATCHPOOL_AGENT_NODE=") {
-                found.push((String::from_utf8_lossy(node).into_owned(), pid));
-            }
+        let var = |name: &str| {
+            environ.split(|b| *b == 0).find_map(|v| {
+                let v = String::from_utf8_lossy(v);
+                v.strip_prefix(name).map(str::to_string)
+            })
+        };
+        let ours = var("BATCHPOOL_AGENT_ROOT=").is_some_and(|root| {
+            roots
+                .iter()
+                .any(|r| root.starts_with(&*r.to_string_lossy()))
+        });
+        if let (true, Some(node)) = (ours, var("BATCHPOOL_AGENT_NODE=")) {
+            found.push((node, pid));
         }
     }
     found
@@ -237,7 +247,12 @@ impl Soak {
                 "kill -9 of the postmaster, then started"
             }
             3 | 4 => {
-                let agents = agents();
+                let roots: Vec<_> = self
+                    .servers
+                    .iter()
+                    .map(|s| s.data_dir.path().to_path_buf())
+                    .collect();
+                let agents = agents(&roots);
                 if agents.is_empty() {
                     return;
                 }
