@@ -18,12 +18,14 @@ use super::pricing::{Prices, Rate};
 /// Microseconds in an hour.
 const HOUR_MICROS: i128 = 3_600_000_000;
 
-/// `history` (a plan's prices, oldest first) with each month's included hours free, given the
-/// plan's nodes' lives (`used`: start, and end or None while they run) until `until`.
+/// `history` (a plan's prices, oldest first) with the included hours of each month from
+/// `since`'s to `until`'s free, given the plan's nodes' lives in those months (`used`: start,
+/// and end or None while they run). A month's allowance depends on that month alone, so the
+/// months before `since`'s need not be read.
 pub fn with_included(
     history: &[Prices],
     used: &[(DateTime<Utc>, Option<DateTime<Utc>>)],
-    until: DateTime<Utc>,
+    (since, until): (DateTime<Utc>, DateTime<Utc>),
 ) -> Vec<Prices> {
     let Some(first) = history.first() else {
         return Vec::new();
@@ -32,7 +34,7 @@ pub fn with_included(
         return history.to_vec();
     }
     let mut free = Vec::new();
-    let (_, mut month) = month_of(first.from);
+    let (_, mut month) = month_of(first.from.max(since));
     while month < until {
         let next = month + Months::new(1);
         let allowance = history
@@ -139,7 +141,7 @@ mod tests {
         // 10 hours included, then 0.50 an hour. Two nodes from 02:00: 5 hours each by 07:00.
         let history = [prices(t(1, 0), "0.5", Some("10"))];
         let used = [(t(2, 2), None), (t(2, 2), Some(t(2, 12)))];
-        let priced = with_included(&history, &used, t(3, 0));
+        let priced = with_included(&history, &used, (DateTime::<Utc>::MIN_UTC, t(3, 0)));
         assert_eq!(cost_of(&priced, t(2, 2), t(2, 7)), 0.0);
         // From 07:00 each hour costs: 5 hours of the node that ends at 12:00 is 2.50.
         assert_eq!(cost_of(&priced, t(2, 2), t(2, 12)), 2.5);
@@ -153,7 +155,11 @@ mod tests {
         // One node from the 30th at 23:00 into December: 1 hour in November (free), and in
         // December 2 free hours again, then paid.
         let used = [(t(30, 23), Some(december + Duration::hours(5)))];
-        let priced = with_included(&history, &used, december + Duration::days(1));
+        let priced = with_included(
+            &history,
+            &used,
+            (DateTime::<Utc>::MIN_UTC, december + Duration::days(1)),
+        );
         assert_eq!(cost_of(&priced, t(30, 23), december), 0.0);
         assert_eq!(
             cost_of(&priced, december, december + Duration::hours(5)),
@@ -166,7 +172,7 @@ mod tests {
         let mid = t(15, 0);
         let history = [prices(t(1, 0), "1", None), prices(mid, "1", Some("100"))];
         let used = [(t(14, 0), Some(t(16, 0)))];
-        let priced = with_included(&history, &used, t(20, 0));
+        let priced = with_included(&history, &used, (DateTime::<Utc>::MIN_UTC, t(20, 0)));
         assert_eq!(cost_of(&priced, t(14, 0), t(16, 0)), 48.0);
     }
 
@@ -174,7 +180,7 @@ mod tests {
     fn prices_first_set_during_a_month_count_their_hours_from_then() {
         let history = [prices(t(10, 0), "1", Some("1"))];
         let used = [(t(9, 0), Some(t(10, 3)))];
-        let priced = with_included(&history, &used, t(20, 0));
+        let priced = with_included(&history, &used, (DateTime::<Utc>::MIN_UTC, t(20, 0)));
         // Before the 10th no price; from then 1 free hour, 2 paid.
         assert_eq!(cost_of(&priced, t(9, 0), t(10, 3)), 2.0);
     }
@@ -184,7 +190,7 @@ mod tests {
         // 1 hour included: three nodes from 00:00 spend it at 00:20.
         let history = [prices(t(1, 0), "3.6", Some("1"))];
         let used = [(t(1, 0), None), (t(1, 0), None), (t(1, 0), None)];
-        let priced = with_included(&history, &used, t(2, 0));
+        let priced = with_included(&history, &used, (DateTime::<Utc>::MIN_UTC, t(2, 0)));
         let twenty = t(1, 0) + Duration::minutes(20);
         assert_eq!(cost_of(&priced, t(1, 0), twenty), 0.0);
         assert_eq!(

@@ -14,15 +14,21 @@ use crate::store::{self, budgets::BudgetRow};
 pub const PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The cost of `account`'s pools billed to `plan` (None: all of them) from the start of `now`'s
-/// month until `now`, at the prices in force as each hour passed.
+/// month until `now`, at the prices in force as each hour passed; and the installation's
+/// currency, as those prices have it ('' before the account has any).
 pub async fn month_cost(
     db: &PgPool,
     account: &str,
     plan: Option<&str>,
     now: DateTime<Utc>,
-) -> sqlx::Result<Cost> {
+) -> sqlx::Result<(Cost, String)> {
     let (_, start) = budget::month_of(now);
-    let prices = store::prices::effective(db, account, now).await?;
+    let prices = store::prices::effective(db, account, (start, now)).await?;
+    let currency = prices
+        .values()
+        .flatten()
+        .next()
+        .map_or_else(String::new, |p| p.currency.clone());
     let rows = store::usage::in_range(db, account, None, start, now).await?;
     let mut total = Cost::default();
     for r in rows
@@ -39,7 +45,7 @@ pub async fn month_cost(
         );
         total = total + cost;
     }
-    Ok(total)
+    Ok((total, currency))
 }
 
 /// How a budget stands this month: its cost so far, how much of the budget that is, and the
@@ -54,12 +60,12 @@ pub struct Standing {
 
 /// How `b` stands as of `now`.
 pub async fn standing(db: &PgPool, b: &BudgetRow, now: DateTime<Utc>) -> sqlx::Result<Standing> {
-    let cost = month_cost(db, &b.account, b.billing_plan.as_deref(), now).await?;
+    let (cost, currency) = month_cost(db, &b.account, b.billing_plan.as_deref(), now).await?;
     Ok(Standing {
         month: budget::month_of(now).0,
         cost,
         used: budget::used(cost, amount(b)),
-        currency: currency(db, &b.account).await?,
+        currency,
     })
 }
 
@@ -115,9 +121,8 @@ pub async fn growth_refused(
         return Ok(None);
     }
     let now = Utc::now();
-    let currency = currency(db, account).await?;
     for b in budgets {
-        let cost = month_cost(db, account, b.billing_plan.as_deref(), now).await?;
+        let (cost, currency) = month_cost(db, account, b.billing_plan.as_deref(), now).await?;
         if budget::used(cost, amount(&b)) == Used::Exceeded {
             return Ok(Some(exceeded_error(&b, &currency)));
         }
@@ -130,16 +135,6 @@ fn amount(b: &BudgetRow) -> Rate {
     Rate::parse(&b.monthly_amount).unwrap_or_default()
 }
 
-/// The installation's currency, as `account`'s prices have it ('' before it has any).
-pub async fn currency(db: &PgPool, account: &str) -> sqlx::Result<String> {
-    let prices = store::prices::by_plan(db, account).await?;
-    Ok(prices
-        .values()
-        .flatten()
-        .next()
-        .map_or_else(String::new, |p| p.currency.clone()))
-}
-
 /// Reckons every budget's month so far: records it, logs 80% and 100% the first time each is
 /// crossed in the month, and drains the pools of a `drain` budget as it is used up. Returns
 /// whether any pool was drained (the allocator has work).
@@ -148,7 +143,7 @@ pub async fn evaluate(db: &PgPool, now: DateTime<Utc>) -> sqlx::Result<bool> {
     let mut drained = false;
     for b in store::budgets::list(db, None).await? {
         let plan = b.billing_plan.as_deref();
-        let cost = month_cost(db, &b.account, plan, now).await?;
+        let (cost, currency) = month_cost(db, &b.account, plan, now).await?;
         let used = budget::used(cost, amount(&b));
         let (warned, exceeded) = store::budgets::record(
             db,
@@ -158,7 +153,6 @@ pub async fn evaluate(db: &PgPool, now: DateTime<Utc>) -> sqlx::Result<bool> {
             (used >= Used::Warned, used == Used::Exceeded),
         )
         .await?;
-        let currency = currency(db, &b.account).await?;
         let what = named(&b);
         if warned && !exceeded {
             tracing::warn!(budget = %what, used = cost.amount(), monthly = %b.monthly_amount, %currency,

@@ -126,16 +126,17 @@ pub async fn by_plan(db: &PgPool, account: &str) -> sqlx::Result<BTreeMap<String
     Ok(plans)
 }
 
-/// The account's prices by plan, as [`by_plan`] has them, with each month's included hours
-/// free ([`crate::domain::allowance`]), as spent by the plan's nodes until `now`.
+/// The account's prices by plan, as [`by_plan`] has them, with the included hours of each month
+/// from `since`'s on free ([`crate::domain::allowance`]), as spent by the plan's nodes until
+/// `now`: what costs from `since` on are reckoned with.
 pub async fn effective(
     db: &PgPool,
     account: &str,
-    now: DateTime<Utc>,
+    (since, now): (DateTime<Utc>, DateTime<Utc>),
 ) -> sqlx::Result<BTreeMap<String, Vec<Prices>>> {
     let mut plans = by_plan(db, account).await?;
     let including = |h: &Vec<Prices>| h.iter().any(|p| p.included_hours.is_some());
-    let Some(since) = plans
+    let Some(first) = plans
         .values()
         .filter(|h| including(h))
         .filter_map(|h| h.first())
@@ -144,7 +145,7 @@ pub async fn effective(
     else {
         return Ok(plans);
     };
-    let (_, since) = crate::domain::budget::month_of(since);
+    let (_, since) = crate::domain::budget::month_of(first.max(since));
     let rows = super::usage::in_range(db, account, None, since, now).await?;
     for (plan, history) in plans.iter_mut().filter(|(_, h)| including(h)) {
         let used: Vec<_> = rows
@@ -152,7 +153,7 @@ pub async fn effective(
             .filter(|r| r.billing_plan.as_deref().unwrap_or_default() == plan)
             .map(|r| (r.started_at, r.ended_at))
             .collect();
-        *history = crate::domain::allowance::with_included(history, &used, now);
+        *history = crate::domain::allowance::with_included(history, &used, (since, now));
     }
     Ok(plans)
 }

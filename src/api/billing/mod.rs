@@ -185,7 +185,7 @@ impl Priced {
         app: &Ctx,
         window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
     ) -> ApiResult<Self> {
-        let plans = store::prices::effective(&app.db, &app.account, window.2).await?;
+        let plans = store::prices::effective(&app.db, &app.account, (window.0, window.2)).await?;
         Ok(Self { plans, window })
     }
 

@@ -106,14 +106,19 @@ fn cost_series<'a>(
     costs: &Costs,
 ) -> Vec<(&'a String, Vec<f64>)> {
     use crate::domain::pricing::Cost;
+    let mut by_pool: HashMap<&str, Vec<&store::usage::PoolUsageRow>> = HashMap::new();
+    for r in rows {
+        by_pool.entry(&r.pool_id).or_default().push(r);
+    }
     pools
         .keys()
         .map(|pool| {
+            let records = by_pool.get(pool.as_str()).map_or(&[][..], Vec::as_slice);
             let values = buckets
                 .iter()
                 .map(|&(a, b)| {
                     let mut sum = Cost::default();
-                    for r in rows.iter().filter(|r| r.pool_id == *pool) {
+                    for r in records {
                         let end = r.ended_at.map_or(b, |e| e.min(b));
                         sum = sum + costs.priced.on_node(r, (r.started_at.max(a), Some(end))).0;
                     }
