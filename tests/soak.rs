@@ -5,17 +5,22 @@
 //! the database, the servers' logs and what every task run recorded, and fails on any violation:
 //!
 //! - every accepted task ends, successfully, and its command ran at least once and at most
-//!   1 + requeueCount + retryCount times;
+//!   1 + requeueCount + retryCount times; the drain may take as long as tasks keep completing;
+//! - no ready task waits [`IDLE_SLOT_BOUND`] while a node of its pool has a free slot it fits
+//!   (looked at through the database every 2 s, during the run and the drain);
 //! - no node ran more tasks at once than its slots;
 //! - a node's billing intervals never overlap;
 //! - every answer is 2xx or 4xx, or 503 with Retry-After (a server killed mid-request answers
 //!   nothing, which is no violation);
-//! - no panic in the servers' logs, and each server's RSS stays under [`MAX_RSS_KIB`].
+//! - no panic in the servers' logs, and each server's RSS stays under [`MAX_RSS_KIB`];
+//! - no server, agent or task connects outside this machine (`common/outbound.rs`).
 //!
 //! `scripts/soak.sh --seed N --minutes M` runs one seed as long as asked; in CI it runs for
 //! [`CI_SECONDS`] with seed 1.
 
 mod common;
+#[path = "common/outbound.rs"]
+mod outbound;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -28,6 +33,12 @@ use serde_json::{json, Value};
 const CI_SECONDS: u64 = 90;
 /// Each server's resident memory, at most (a debug build).
 const MAX_RSS_KIB: u64 = 600 * 1024;
+/// How long a ready task may wait while a node of its pool has a free slot it fits: the
+/// leader's dispatch looks every second, and a new leader takes over within the database's
+/// 10 s lease of a killed one.
+const IDLE_SLOT_BOUND: Duration = Duration::from_secs(30);
+/// How long the drain may go without a task completing before the checker gives up.
+const STALL: Duration = Duration::from_secs(120);
 /// Slots of each node.
 const SLOTS: usize = 4;
 
@@ -78,6 +89,13 @@ struct Soak {
     answers: BTreeMap<u16, u32>,
     max_rss: u64,
     seen: Violations,
+    /// The database, read by the checker (its reads fail while the database is down).
+    db: sqlx::PgPool,
+    /// Ready tasks seen waiting while a node of their pool had the slots they need: since when
+    /// (the first of an unbroken run of looks) and whether it was told, by task pk.
+    waiting: HashMap<i64, (Instant, bool)>,
+    /// How many connected sockets of its processes the outbound check looked at.
+    sockets_seen: usize,
 }
 
 impl Soak {
@@ -247,12 +265,7 @@ impl Soak {
                 "kill -9 of the postmaster, then started"
             }
             3 | 4 => {
-                let roots: Vec<_> = self
-                    .servers
-                    .iter()
-                    .map(|s| s.data_dir.path().to_path_buf())
-                    .collect();
-                let agents = agents(&roots);
+                let agents = agents(&self.roots());
                 if agents.is_empty() {
                     return;
                 }
@@ -297,6 +310,66 @@ impl Soak {
         }
     }
 
+    /// Looks for ready tasks (active, their dependencies met, their job active and under its
+    /// maxParallelTasks) while a node of their pool that takes tasks has the slots they need. A
+    /// task seen so at every look for [`IDLE_SLOT_BOUND`] is a violation: the scheduler left
+    /// work waiting beside a free slot. A look that fails (the database is down) starts over.
+    async fn look_for_idle_slots(&mut self) {
+        let look = sqlx::query_as::<_, (i64, String)>(
+            "SELECT t.pk, j.id || '/' || t.id FROM tasks t JOIN jobs j ON j.pk = t.job_pk
+               JOIN pools p ON p.account = j.account AND lower(p.id) = lower(j.pool_id)
+             WHERE t.state = 'active' AND t.unmet_deps = 0 AND j.state = 'active'
+               AND (j.max_parallel_tasks = -1 OR (SELECT count(*) FROM tasks r WHERE r.job_pk = j.pk
+                    AND r.state IN ('preparing', 'running')) < j.max_parallel_tasks)
+               AND EXISTS (SELECT 1 FROM nodes n WHERE n.pool_pk = p.pk AND n.state IN ('idle', 'running')
+                    AND NOT n.scheduling_disabled AND p.task_slots_per_node - n.running_task_slots >= t.required_slots)",
+        )
+        .fetch_all(&self.db);
+        let Ok(Ok(now)) = tokio::time::timeout(Duration::from_secs(5), look).await else {
+            self.waiting.clear();
+            return;
+        };
+        let at = Instant::now();
+        let mut waiting = HashMap::new();
+        for (pk, name) in now {
+            let (since, mut told) = self.waiting.get(&pk).copied().unwrap_or((at, false));
+            if at.duration_since(since) > IDLE_SLOT_BOUND && !told {
+                self.seen.add(format!(
+                    "{name} was ready for {:.0} s while a node of its pool had a free slot",
+                    at.duration_since(since).as_secs_f64()
+                ));
+                told = true;
+            }
+            waiting.insert(pk, (since, told));
+        }
+        self.waiting = waiting;
+    }
+
+    /// Fails on any socket of the servers, their nodes' agents or what those started that is
+    /// connected or connecting to an address outside this machine ([`outbound`]).
+    fn look_outside(&mut self) {
+        let mut roots: Vec<i32> = (0..self.servers.len())
+            .filter(|&i| self.up[i])
+            .map(|i| self.servers[i].pid() as i32)
+            .collect();
+        roots.extend(agents(&self.roots()).into_iter().map(|(_, pid)| pid));
+        let (looked, outside) = outbound::outside(&roots);
+        self.sockets_seen += looked;
+        for (pid, to) in outside {
+            self.seen.add(format!(
+                "process {pid} connected outside this machine, to {to}"
+            ));
+        }
+    }
+
+    /// Where the servers keep their local nodes.
+    fn roots(&self) -> Vec<std::path::PathBuf> {
+        self.servers
+            .iter()
+            .map(|s| s.data_dir.path().to_path_buf())
+            .collect()
+    }
+
     fn sample_rss(&mut self) {
         for (i, s) in self.servers.iter().enumerate() {
             if self.up[i] {
@@ -335,6 +408,12 @@ async fn a_seeded_nemesis_breaks_no_rule() {
         answers: BTreeMap::new(),
         max_rss: 0,
         seen: Violations::default(),
+        db: sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy(&url)
+            .unwrap(),
+        waiting: HashMap::new(),
+        sockets_seen: 0,
     };
     let pool = json!({"id": "soak", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
                       "targetLowPriorityNodes": 1, "taskSlotsPerNode": SLOTS});
@@ -343,9 +422,11 @@ async fn a_seeded_nemesis_breaks_no_rule() {
 
     let started = Instant::now();
     let end = started + Duration::from_secs(seconds);
+    let mut tick = 0u64;
     while Instant::now() < end {
-        // About 0.6 jobs of 14 tasks a second: near what 4 nodes of 4 slots run.
-        if soak.rng.chance(15) {
+        // About 0.4 jobs of 14 tasks a second: below what 4 nodes of 4 slots run between
+        // faults, so that the backlog drains.
+        if soak.rng.chance(10) {
             soak.submit().await;
         }
         if soak.rng.chance(12) {
@@ -353,6 +434,11 @@ async fn a_seeded_nemesis_breaks_no_rule() {
         }
         soak.heal_due(false).await;
         soak.sample_rss();
+        tick += 1;
+        if tick % 8 == 0 {
+            soak.look_for_idle_slots().await;
+            soak.look_outside();
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     soak.heal_due(true).await;
@@ -361,32 +447,7 @@ async fn a_seeded_nemesis_breaks_no_rule() {
 
 /// Waits for every job to end, then checks every rule.
 async fn check(soak: &mut Soak, seed: u64, started: Instant) {
-    let mut tasks: Vec<(String, Value)> = Vec::new();
-    // A long run's backlog takes longer to drain than a short one's.
-    let settle = 300 + started.elapsed().as_secs() / 4;
-    let deadline = Instant::now() + Duration::from_secs(settle);
-    for job in soak.jobs.clone() {
-        loop {
-            soak.sample_rss();
-            let path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo");
-            if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
-                let all = list["value"].as_array().cloned().unwrap_or_default();
-                if list.get("odata.nextLink").is_none()
-                    && all.iter().all(|t| t["state"] == "completed")
-                {
-                    tasks.extend(all.into_iter().map(|t| (job.clone(), t)));
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                soak.seen.add(format!(
-                    "job {job}'s tasks did not all complete within 300 s of the faults' end"
-                ));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
+    let tasks = drain(soak).await;
     let text = std::fs::read_to_string(&soak.ran).unwrap_or_default();
     let mut runs: HashMap<(String, String), u64> = HashMap::new();
     for line in text.lines() {
@@ -424,12 +485,16 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
                 .add(format!("a panic in a server's log:\n{}", s.log_tail()));
         }
     }
+    if soak.sockets_seen == 0 {
+        soak.seen
+            .add("the outbound check saw none of the servers' connections".into());
+    }
     if soak.max_rss > MAX_RSS_KIB {
         soak.seen
             .add(format!("a server's RSS reached {} KiB", soak.max_rss));
     }
     println!(
-        "soak seed {seed}: {:.0} s, {} jobs, {} tasks, {} runs; faults {:?}; answers {:?}; peak RSS {} MiB; {} violations",
+        "soak seed {seed}: {:.0} s, {} jobs, {} tasks, {} runs; faults {:?}; answers {:?}; peak RSS {} MiB; {} sockets looked at; {} violations",
         started.elapsed().as_secs_f64(),
         soak.jobs.len(),
         tasks.len(),
@@ -437,6 +502,7 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
         soak.injected,
         soak.answers,
         soak.max_rss / 1024,
+        soak.sockets_seen,
         soak.seen.0.len()
     );
     if !soak.seen.0.is_empty() {
@@ -451,6 +517,52 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
         }
     }
     assert!(soak.seen.0.is_empty(), "seed {seed}: {:#?}", soak.seen.0);
+}
+
+/// Waits for every job's tasks to complete, as long as tasks keep completing: a backlog may
+/// take long to drain, but [`STALL`] without a task completing anywhere is a violation, told
+/// with the tasks not completed. Returns the completed tasks, with their jobs.
+async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
+    let mut tasks: Vec<(String, Value)> = Vec::new();
+    let (mut left, mut progress, mut stalled) = (i64::MAX, Instant::now(), false);
+    for job in soak.jobs.clone() {
+        loop {
+            soak.sample_rss();
+            soak.look_for_idle_slots().await;
+            let path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo,nodeInfo");
+            let mut not_done = Vec::new();
+            if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
+                let all = list["value"].as_array().cloned().unwrap_or_default();
+                not_done = all
+                    .iter()
+                    .filter(|t| t["state"] != "completed")
+                    .cloned()
+                    .collect();
+                if list.get("odata.nextLink").is_none() && not_done.is_empty() {
+                    tasks.extend(all.into_iter().map(|t| (job.clone(), t)));
+                    break;
+                }
+            }
+            let count = sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM tasks WHERE state <> 'completed'",
+            )
+            .fetch_one(&soak.db)
+            .await;
+            if let Some(count) = count.ok().filter(|c| *c < left) {
+                (left, progress) = (count, Instant::now());
+            }
+            if stalled || progress.elapsed() > STALL {
+                stalled = true;
+                soak.seen.add(format!(
+                    "job {job}'s tasks did not all complete, and no task completed for {} s: {not_done:?}",
+                    STALL.as_secs()
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    tasks
 }
 
 /// No node ran more tasks at once than its slots, by the runs' own start and end lines (a run
