@@ -435,7 +435,7 @@ async fn a_seeded_nemesis_breaks_no_rule() {
         soak.heal_due(false).await;
         soak.sample_rss();
         tick += 1;
-        if tick % 8 == 0 {
+        if tick.is_multiple_of(8) {
             soak.look_for_idle_slots().await;
             soak.look_outside();
         }

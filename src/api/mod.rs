@@ -1,6 +1,5 @@
 //! HTTP only: extract, validate, call the store, map to wire JSON.
 
-pub mod agent;
 pub mod auth;
 pub mod batch;
 pub mod bes;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::domain::vm_size::VmSizeTable;
-use crate::ops::wake::{notify_leader, Leading, Wakeups};
+use crate::ops::wake::{notify_leader, Wakeups};
+use crate::runtime::agents::Leading;
 use crate::runtime::agents::Peers;
 use crate::runtime::{Layout, Runtime};
 

@@ -5,16 +5,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::routing::{get, post};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::config::ServeConfig;
-use crate::domain::agent::{BODIES_PATH, EVENTS_PATH, PEER_FILES_PATH, REPLIES_PATH, WORK_PATH};
 use crate::domain::endpoint::Endpoint;
-use crate::ops::wake::Leading;
+use crate::runtime::agents::routes::{self, AgentState};
+use crate::runtime::agents::Leading;
 use crate::runtime::agents::{Agents, Peers};
 use crate::runtime::docker::AgentSetup;
 use crate::runtime::{Layout, Runtime};
@@ -101,7 +100,7 @@ impl AgentListener {
             port: self.agents.port,
         };
         let servers = super::servers::keep(db, endpoint, peers.clone(), cancel.clone());
-        let state = Arc::new(api::agent::AgentState {
+        let state = Arc::new(AgentState {
             agents: self.agents.clone(),
             runtime,
             server_id,
@@ -110,14 +109,7 @@ impl AgentListener {
         });
         tokio::spawn(async move {
             let servers = tokio::spawn(servers);
-            let router = axum::Router::new()
-                .route(WORK_PATH, post(api::agent::work))
-                .route(EVENTS_PATH, post(api::agent::events))
-                .route(&format!("{REPLIES_PATH}/{{id}}"), post(api::agent::reply))
-                .route(&format!("{BODIES_PATH}/{{id}}"), get(api::agent::body))
-                .route(PEER_FILES_PATH, post(api::agent::peer_file))
-                .with_state(state)
-                .fallback_service(tasks);
+            let router = routes::router(state).fallback_service(tasks);
             api::serve::serve(self.listener, router, &limits, async move {
                 cancel.cancelled().await
             })

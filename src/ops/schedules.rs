@@ -7,8 +7,8 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::domain::job::JobState;
 use crate::domain::schedule::{JobScheduleState, Step};
-use crate::runtime::BoxFuture;
 use crate::store;
+use futures_util::future::BoxFuture;
 
 /// Makes a job from a schedule's `jobSpecification`, as a job add would (the API's checks and
 /// inserts, which the scheduler cannot import: `app` hands them over).

@@ -9,7 +9,7 @@ pub mod keyed_locks;
 mod layout;
 pub mod local;
 mod node_files;
-mod node_runtime;
+mod nodes;
 mod processes;
 mod removing;
 pub mod simulated;
@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 
 use safe_fs::Below;
 
-pub use docker::DockerRuntime;
+pub use docker::{DockerHosts, DockerRuntime};
 pub use layout::Layout;
 pub use local::LocalRuntime;
-pub use node_runtime::{BoxFuture, NodeRuntime, MAX_AGENT_LOG};
+pub use nodes::{Nodes, MAX_AGENT_LOG};
 pub use simulated::SimulatedRuntime;
 pub use task::{
     container_label, AttemptPid, ExecSpec, ExitReport, NodeCommand, Started, TaskContainer,
@@ -126,7 +126,7 @@ pub const NODE_DIRS: [&str; 3] = ["shared", "workitems", "startup/wd"];
 
 /// The node runtime this server uses, with what every runtime shares.
 pub struct Runtime {
-    node: Box<dyn NodeRuntime>,
+    node: Nodes,
     /// The agents of the nodes, as this server knows them.
     pub agents: std::sync::Arc<agents::Agents>,
     /// This installation's id, which names its nodes on the runtime.
@@ -137,12 +137,12 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(
-        node: impl NodeRuntime + 'static,
+        node: impl Into<Nodes>,
         agents: std::sync::Arc<agents::Agents>,
         server_id: &str,
     ) -> Self {
         Self {
-            node: Box::new(node),
+            node: node.into(),
             agents,
             server_id: server_id.to_string(),
             removing: keyed_locks::KeyedLocks::new(),
@@ -169,12 +169,12 @@ impl Runtime {
         self.node.node_root(&self.host_root(node_id))
     }
 
-    /// Makes sure the default node image is there (see [`NodeRuntime::ensure_default_image`]).
+    /// Makes sure the default node image is there (see [`Nodes::ensure_default_image`]).
     pub async fn ensure_default_image(&self, image: &str) {
         self.node.ensure_default_image(image).await
     }
 
-    /// The secret of the node's agent, if it runs one (see [`NodeRuntime::agent_secret`]).
+    /// The secret of the node's agent, if it runs one (see [`Nodes::agent_secret`]).
     pub async fn agent_secret(&self, node_id: &str) -> Option<String> {
         self.node.agent_secret(&self.server_id, node_id).await
     }
@@ -271,7 +271,7 @@ impl Runtime {
         Ok(())
     }
 
-    /// The node agent's log (see [`NodeRuntime::agent_log`]).
+    /// The node agent's log (see [`Nodes::agent_log`]).
     pub async fn agent_log(
         &self,
         node_id: &str,
@@ -293,7 +293,7 @@ impl Runtime {
         self.node.stop_node(&self.server_id, node_id).await
     }
 
-    /// Takes the hosts added at run time (see [`NodeRuntime::sync_hosts`]).
+    /// Takes the hosts added at run time (see [`Nodes::sync_hosts`]).
     pub async fn sync_hosts(&self, hosts: Vec<crate::domain::host::HostSpec>) {
         self.node.sync_hosts(&self.server_id, hosts).await
     }
@@ -303,18 +303,18 @@ impl Runtime {
         self.agents.loads()
     }
 
-    /// Whether a node of `spec` fits on a host now (see [`NodeRuntime::has_room`]).
+    /// Whether a node of `spec` fits on a host now (see [`Nodes::has_room`]).
     pub fn has_room(&self, spec: &NodeSpec) -> bool {
         self.node.has_room(spec)
     }
 
     /// Low-priority nodes to preempt for a node that finds no room (see
-    /// [`NodeRuntime::room_for`]).
+    /// [`Nodes::room_for`]).
     pub fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
         self.node.room_for(spec, candidates)
     }
 
-    /// The nodes lost with their host (see [`NodeRuntime::lost_nodes`]).
+    /// The nodes lost with their host (see [`Nodes::lost_nodes`]).
     pub async fn lost_nodes(&self) -> Vec<String> {
         self.node.lost_nodes(&self.server_id).await
     }

@@ -44,7 +44,7 @@ impl Runtime {
     }
 
     /// Removes an adopted attempt's own container, if it had one (see
-    /// [`NodeRuntime::remove_task_container`]).
+    /// [`Nodes::remove_task_container`]).
     pub async fn remove_task_container(&self, label: &str) {
         if let Err(e) = self
             .node
@@ -56,7 +56,7 @@ impl Runtime {
     }
 
     /// Removes task containers no attempt runs in any more (see
-    /// [`NodeRuntime::remove_finished_task_containers`]).
+    /// [`Nodes::remove_finished_task_containers`]).
     pub async fn remove_finished_task_containers(&self) {
         if let Err(e) = self
             .node

@@ -6,22 +6,18 @@
 //! (docs/fleet-sim.md); the simulated commands only pretend to run.
 
 use crate::runtime::agents::ASK_TIMEOUT;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use super::agents::{new_secret, Agents};
+use super::nodes::NODE_ROOT;
 use super::{
-    AttemptPid, BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime,
-    NodeSpec, NODE_DIRS,
+    AttemptPid, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeSpec, NODE_DIRS,
 };
 use crate::domain::agent::Work;
 use crate::domain::fleet::{NodeOrder, SimNode};
-
-/// A simulated node's root, as its commands see it: where a Linux node has it on Azure.
-const NODE_ROOT: &str = "/mnt/batch/tasks";
 
 pub struct SimulatedRuntime {
     layout: Layout,
@@ -56,7 +52,7 @@ impl SimulatedRuntime {
         }
     }
 
-    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+    pub(super) async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         if spec.containers.is_some() {
             return Err(NodeError {
                 code: "ContainerNotSupported",
@@ -127,7 +123,7 @@ impl SimulatedRuntime {
         Ok(())
     }
 
-    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let url = format!("{}/nodes?server={server_id}", self.fleet);
         let body = self
             .call(self.http.get(url))
@@ -150,7 +146,7 @@ impl SimulatedRuntime {
 
     /// The secret of the node's agent, from the simulator, if the node runs and is this
     /// installation's.
-    async fn secret(&self, server_id: &str, node_id: &str) -> Option<String> {
+    pub(super) async fn agent_secret(&self, server_id: &str, node_id: &str) -> Option<String> {
         let url = format!("{}/nodes/{node_id}", self.fleet);
         let body = self.call(self.http.get(url)).await.ok()?;
         let node: SimNode = serde_json::from_slice(&body).ok()?;
@@ -164,7 +160,7 @@ impl SimulatedRuntime {
         node_id: &str,
         make: impl FnOnce(u64) -> Work,
     ) -> Option<bool> {
-        let secret = self.secret(server_id, node_id);
+        let secret = self.agent_secret(server_id, node_id);
         if !self.agents.learn(node_id, secret).await {
             return None;
         }
@@ -172,134 +168,65 @@ impl SimulatedRuntime {
     }
 }
 
-impl NodeRuntime for SimulatedRuntime {
-    fn name(&self) -> &'static str {
-        "simulated"
-    }
-
-    fn layout(&self) -> &Layout {
+impl SimulatedRuntime {
+    pub(super) fn layout(&self) -> &Layout {
         &self.layout
     }
 
-    fn node_root(&self, _host_root: &Path) -> String {
-        NODE_ROOT.into()
-    }
-
-    fn agent_advice(&self) -> String {
+    pub(super) fn agent_advice(&self) -> String {
         format!(
             "it was to reach it at {}, from the fleet simulator at {}",
             self.agent_url, self.fleet
         )
     }
 
-    fn reachable(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async move {
-            self.call(self.http.get(format!("{}/health", self.fleet)))
-                .await
-                .is_ok()
-        })
+    pub(super) async fn reachable(&self) -> bool {
+        self.call(self.http.get(format!("{}/health", self.fleet)))
+            .await
+            .is_ok()
     }
 
-    fn create_node<'a>(
-        &'a self,
-        spec: &'a NodeSpec,
-    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(SimulatedRuntime::create_node(self, spec))
+    pub(super) async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.on_node(node_id, "").await?;
+        self.agents.forget(node_id);
+        Ok(())
     }
 
-    fn remove_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            self.on_node(node_id, "").await?;
-            self.agents.forget(node_id);
-            Ok(())
-        })
+    pub(super) async fn restart_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.on_node(node_id, "/restart").await
     }
 
-    fn restart_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(self.on_node(node_id, "/restart"))
+    pub(super) async fn stop_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.on_node(node_id, "/stop").await
     }
 
-    fn stop_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(self.on_node(node_id, "/stop"))
-    }
-
-    /// A simulated node's agent keeps no log.
-    fn agent_log<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-        _since: i64,
-        _until: i64,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>> {
-        Box::pin(async move {
-            Ok(format!("node {node_id} is simulated: its agent keeps no log\n").into_bytes())
-        })
-    }
-
-    fn list_nodes<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
-        Box::pin(SimulatedRuntime::list_nodes(self, server_id))
-    }
-
-    fn exec<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
+    pub(super) async fn exec(
+        &self,
+        server_id: &str,
+        node_id: &str,
         command: NodeCommand,
         started: crate::runtime::Started,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move {
-            let secret = self.secret(server_id, node_id);
-            anyhow::ensure!(
-                self.agents.learn(node_id, secret).await,
-                "node {node_id} has no agent"
-            );
-            self.agents
-                .run(node_id, move |id| command.work(id), started)
-                .await
-        })
+    ) -> anyhow::Result<i64> {
+        let secret = self.agent_secret(server_id, node_id);
+        anyhow::ensure!(
+            self.agents.learn(node_id, secret).await,
+            "node {node_id} has no agent"
+        );
+        self.agents
+            .run(node_id, move |id| command.work(id), started)
+            .await
     }
 
-    fn agent_secret<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, Option<String>> {
-        Box::pin(self.secret(server_id, node_id))
+    pub(super) async fn kill_group(&self, server_id: &str, node_id: &str, pid: &AttemptPid) {
+        self.ask(server_id, node_id, |id| pid.kill(id)).await;
     }
 
-    fn kill_group<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            self.ask(server_id, node_id, |id| pid.kill(id)).await;
-            Ok(())
-        })
-    }
-
-    fn is_alive<'a>(
-        &'a self,
-        server_id: &'a str,
-        node_id: &'a str,
-        pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, Option<bool>> {
-        Box::pin(self.ask(server_id, node_id, |id| pid.alive(id)))
+    pub(super) async fn is_alive(
+        &self,
+        server_id: &str,
+        node_id: &str,
+        pid: &AttemptPid,
+    ) -> Option<bool> {
+        self.ask(server_id, node_id, |id| pid.alive(id)).await
     }
 }

@@ -29,8 +29,8 @@ use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::ops;
-use crate::ops::wake::Leading;
 pub use crate::ops::wake::{Wakeups, WAKE_CHANNEL};
+use crate::runtime::agents::Leading;
 use crate::runtime::Runtime;
 use crate::store;
 

@@ -12,15 +12,18 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{oneshot, Notify};
 
 mod events;
+mod lead;
 mod load;
 mod peers;
 mod polls;
 mod replies;
+pub mod routes;
 mod silence;
 
 use super::NodeError;
 use crate::domain::agent::Work;
 
+pub use lead::Leading;
 pub use peers::Peers;
 pub use replies::{encode, ByteStream, FileAnswer, ReplyBody, FILE_ANSWER_TIMEOUT};
 pub use silence::Silent;

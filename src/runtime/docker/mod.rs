@@ -51,7 +51,7 @@ impl AgentSetup {
 }
 
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
-pub const NODE_ROOT: &str = "/mnt/batch/tasks";
+pub use super::nodes::NODE_ROOT;
 
 /// The most processes (and threads) a node's container may hold at once: a fork bomb in a task
 /// stops there instead of exhausting the host's pid space.

@@ -12,10 +12,7 @@ use std::sync::Arc;
 
 use super::agents::{new_secret, Agents};
 use super::safe_fs::Dir;
-use super::{
-    AttemptPid, BoxFuture, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeRuntime,
-    NodeSpec,
-};
+use super::{AttemptPid, FoundNode, Layout, NodeCommand, NodeError, NodeHandle, NodeSpec};
 use crate::domain::agent::Work;
 use agent::AgentProc;
 
@@ -59,7 +56,7 @@ impl LocalRuntime {
         serde_json::from_reader(std::io::Read::take(file, 4096)).ok()
     }
 
-    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+    pub(super) async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
         let root = &self.layout.nodes.join(&spec.node_id);
         let failed = |e: std::io::Error| NodeError {
             code: "NodeDirectoryFailed",
@@ -107,7 +104,7 @@ impl LocalRuntime {
         })
     }
 
-    async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
+    pub(super) async fn remove_node(&self, node_id: &str) -> anyhow::Result<()> {
         // The directory is the node, which the caller removes; its agent ends here, and ends
         // what it runs.
         if let Some(agent) = self.labels(node_id).and_then(|l| l.agent) {
@@ -118,7 +115,7 @@ impl LocalRuntime {
         Ok(())
     }
 
-    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+    pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let mut found = Vec::new();
         let nodes = match Dir::open_root(&self.layout.nodes) {
             Ok(dir) => dir,
@@ -160,137 +157,61 @@ impl LocalRuntime {
     }
 }
 
-impl NodeRuntime for LocalRuntime {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    fn layout(&self) -> &Layout {
+impl LocalRuntime {
+    pub(super) fn layout(&self) -> &Layout {
         &self.layout
     }
 
-    fn node_root(&self, host_root: &Path) -> String {
-        host_root.display().to_string()
-    }
-
-    fn agent_advice(&self) -> String {
+    pub(super) fn agent_advice(&self) -> String {
         format!("it was to reach it at {}", self.agent_url)
-    }
-
-    fn reachable(&self) -> BoxFuture<'_, bool> {
-        Box::pin(async { true })
-    }
-
-    fn create_node<'a>(
-        &'a self,
-        spec: &'a NodeSpec,
-    ) -> BoxFuture<'a, Result<NodeHandle, NodeError>> {
-        Box::pin(LocalRuntime::create_node(self, spec))
-    }
-
-    fn remove_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(LocalRuntime::remove_node(self, node_id))
     }
 
     /// The lines of the agent's log written from `since` to `until` (its lines start with their
     /// time; a line without one goes with the line before it).
-    fn agent_log<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
+    pub(super) async fn agent_log(
+        &self,
+        node_id: &str,
         since: i64,
         until: i64,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<u8>>> {
+    ) -> anyhow::Result<Vec<u8>> {
         let root = self.layout.nodes.join(node_id);
-        Box::pin(async move {
-            let log = tokio::task::spawn_blocking(move || agent::AgentProc::log(&root)).await??;
-            Ok(lines_between(&log, since, until))
-        })
+        let log = tokio::task::spawn_blocking(move || agent::AgentProc::log(&root)).await??;
+        Ok(lines_between(&log, since, until))
     }
 
-    /// A local node has nothing to restart.
-    fn restart_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        _node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    /// A local node's agent ends, and what it runs; its directory stays.
-    fn stop_node<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(LocalRuntime::remove_node(self, node_id))
-    }
-
-    fn list_nodes<'a>(
-        &'a self,
-        server_id: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Vec<FoundNode>>> {
-        Box::pin(LocalRuntime::list_nodes(self, server_id))
-    }
-
-    fn exec<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
+    pub(super) async fn exec(
+        &self,
+        node_id: &str,
         command: NodeCommand,
         started: crate::runtime::Started,
-    ) -> BoxFuture<'a, anyhow::Result<i64>> {
-        Box::pin(async move {
-            anyhow::ensure!(
-                self.knows_agent(node_id).await,
-                "node {node_id} has no agent"
-            );
-            self.agents
-                .run(node_id, move |id| command.work(id), started)
-                .await
-        })
+    ) -> anyhow::Result<i64> {
+        anyhow::ensure!(
+            self.knows_agent(node_id).await,
+            "node {node_id} has no agent"
+        );
+        self.agents
+            .run(node_id, move |id| command.work(id), started)
+            .await
     }
 
-    fn agent_secret<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-    ) -> BoxFuture<'a, Option<String>> {
-        Box::pin(async move { Some(self.labels(node_id)?.agent?.secret) })
+    pub(super) fn agent_secret(&self, node_id: &str) -> Option<String> {
+        Some(self.labels(node_id)?.agent?.secret)
     }
 
-    fn kill_group<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-        pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move {
-            if self.ask(node_id, |id| pid.kill(id)).await.is_none() && pid.pid > 1 {
-                // SAFETY: kill has no memory preconditions; a negative pid names a process group.
-                unsafe { libc::kill(-pid.pid, libc::SIGKILL) };
-            }
-            Ok(())
-        })
+    /// Through the node's agent; if it does not answer, the group is killed from here.
+    pub(super) async fn kill_group(&self, node_id: &str, pid: &AttemptPid) {
+        if self.ask(node_id, |id| pid.kill(id)).await.is_none() && pid.pid > 1 {
+            // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+            unsafe { libc::kill(-pid.pid, libc::SIGKILL) };
+        }
     }
 
-    fn is_alive<'a>(
-        &'a self,
-        _server_id: &'a str,
-        node_id: &'a str,
-        pid: &'a AttemptPid,
-    ) -> BoxFuture<'a, Option<bool>> {
-        Box::pin(async move {
-            match self.ask(node_id, |id| pid.alive(id)).await {
-                Some(alive) => Some(alive),
-                // SAFETY: signal 0 only checks that the process exists.
-                None => Some(unsafe { libc::kill(pid.pid, 0) == 0 }),
-            }
-        })
+    pub(super) async fn is_alive(&self, node_id: &str, pid: &AttemptPid) -> Option<bool> {
+        match self.ask(node_id, |id| pid.alive(id)).await {
+            Some(alive) => Some(alive),
+            // SAFETY: signal 0 only checks that the process exists.
+            None => Some(unsafe { libc::kill(pid.pid, 0) == 0 }),
+        }
     }
 }
 

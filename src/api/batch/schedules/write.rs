@@ -22,8 +22,8 @@ use crate::domain::schedule::{JobScheduleState, Timing, MIN_INTERVAL};
 use crate::domain::IsoDuration;
 use crate::ops;
 use crate::ops::schedules::JobMaker;
-use crate::runtime::BoxFuture;
 use crate::store::{self, schedules::ScheduleProps};
+use futures_util::future::BoxFuture;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -71,7 +71,7 @@ impl Health {
 
 impl DockerHosts {
     /// The nodes on lost hosts, after pinging the hosts if a check is due.
-    pub(super) async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
+    pub(in crate::runtime) async fn lost_nodes(&self, server_id: &str) -> Vec<String> {
         if self.health.due() {
             let hosts = self.all();
             // All at once: a host that hangs costs the pass one timeout, not one per host.

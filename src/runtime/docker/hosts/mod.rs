@@ -168,7 +168,7 @@ impl DockerHosts {
     /// removed, and takes back those added again, with their caps as the table has them. Hosts
     /// given with `--docker-host` stay as they are; those that did not answer at start are
     /// tried again. On each host that answers, the account networks left empty go.
-    async fn sync_hosts(&self, server_id: &str, wanted: Vec<HostSpec>) {
+    pub(in crate::runtime) async fn sync_hosts(&self, server_id: &str, wanted: Vec<HostSpec>) {
         for (i, host) in self.all().iter().enumerate() {
             if self.health.answers(i) {
                 host.runtime.sweep_networks(server_id).await;
@@ -286,7 +286,11 @@ impl DockerHosts {
     /// new nodes (for a pool whose nodes talk to each other, only the host of its nodes), the
     /// candidates there (in the order given) until it fits; the host where the fewest must go.
     /// None when no host would have room.
-    fn room_for(&self, spec: &NodeSpec, candidates: &[String]) -> Option<Vec<String>> {
+    pub(in crate::runtime) fn room_for(
+        &self,
+        spec: &NodeSpec,
+        candidates: &[String],
+    ) -> Option<Vec<String>> {
         let placed = self.placed.lock().expect("lock");
         let hosts = self.all();
         let kept = kept_on(&placed, spec);
@@ -311,7 +315,10 @@ impl DockerHosts {
             .min_by_key(Vec::len)
     }
 
-    async fn create_node(&self, spec: &NodeSpec) -> Result<NodeHandle, NodeError> {
+    pub(in crate::runtime) async fn create_node(
+        &self,
+        spec: &NodeSpec,
+    ) -> Result<NodeHandle, NodeError> {
         let host = self.place(spec)?;
         let made = self.host(host).runtime.create_node(spec).await;
         if made.is_err() {
@@ -323,7 +330,11 @@ impl DockerHosts {
         })
     }
 
-    async fn remove_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+    pub(in crate::runtime) async fn remove_node(
+        &self,
+        server_id: &str,
+        node_id: &str,
+    ) -> anyhow::Result<()> {
         let placed = self.host_index(node_id);
         match placed {
             // A lost host's node is forgotten: its container goes when the host answers again.
@@ -344,7 +355,10 @@ impl DockerHosts {
     }
 
     /// The nodes on every host, each remembered where it is with what it takes.
-    async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
+    pub(in crate::runtime) async fn list_nodes(
+        &self,
+        server_id: &str,
+    ) -> anyhow::Result<Vec<FoundNode>> {
         let mut all = Vec::new();
         for (i, host) in self.all().iter().enumerate() {
             let found = host

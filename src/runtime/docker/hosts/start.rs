@@ -105,7 +105,7 @@ impl DockerHosts {
 
     /// Each host by its URL, and whether it answered when last pinged; those given at start
     /// that have yet to answer, as not answering.
-    pub(super) fn hosts_answering(&self) -> Vec<(String, bool)> {
+    pub(in crate::runtime) fn hosts_answering(&self) -> Vec<(String, bool)> {
         let hosts = self.all();
         let mut all: Vec<(String, bool)> = hosts
             .iter()

@@ -1,25 +1,84 @@
-//! The handlers of the routes node agents use (`domain::agent`), served on a listener of their
-//! own (`--agent-listen`, app::agents), not with the API: an agent asks for its node's work and
-//! sends what became of it. Each request names its node and that node's secret.
+//! The routes node agents use (`domain::agent`), served on a listener of their own
+//! (`--agent-listen`, app::agents), not with the API: an agent asks for its node's work and
+//! sends what became of it, and other servers ask about the files of nodes whose agents connect
+//! here. Each request names its node and that node's secret (or the installation's peer
+//! secret). Refusals are in Azure's error shape, so that an agent reads their code as it reads
+//! the API's.
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Json;
 use futures_util::{StreamExt, TryStreamExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use super::error::ApiError;
-use super::json::AzureJson;
-use crate::domain::agent::{parse_authorization, Events, Hello, PeerFile, WorkBatch};
+use super::{Agents, Leading, Link, Peers, ReplyBody};
+use crate::domain::agent::{
+    parse_authorization, Events, Hello, PeerFile, WorkBatch, BODIES_PATH, EVENTS_PATH,
+    PEER_FILES_PATH, REPLIES_PATH, WORK_PATH,
+};
 use crate::domain::endpoint::NOT_LEADING;
-use crate::ops::wake::Leading;
-use crate::runtime::agents::{encode, Agents, Link, Peers, ReplyBody};
 use crate::runtime::safe_fs::Below;
 use crate::runtime::Runtime;
+
+/// The agents' routes, on `state`.
+pub fn router(state: Arc<AgentState>) -> axum::Router {
+    axum::Router::new()
+        .route(WORK_PATH, post(work))
+        .route(EVENTS_PATH, post(events))
+        .route(&format!("{REPLIES_PATH}/{{id}}"), post(reply))
+        .route(&format!("{BODIES_PATH}/{{id}}"), get(body))
+        .route(PEER_FILES_PATH, post(peer_file))
+        .with_state(state)
+}
+
+/// Why a request of an agent or a peer was refused.
+#[derive(Debug)]
+pub struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "code": self.code,
+            "message": {"lang": "en-US", "value": self.message},
+        });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, 2.into());
+        }
+        response
+    }
+}
+
+/// A request's JSON body; one that is not what the route takes is refused, with why.
+fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
+    serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestBody",
+            format!("The request body is not what this route takes: {e}"),
+        )
+    })
+}
 
 pub struct AgentState {
     pub agents: Arc<Agents>,
@@ -37,8 +96,9 @@ pub struct AgentState {
 pub async fn work(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
-    AzureJson(hello): AzureJson<Hello>,
-) -> Result<Json<WorkBatch>, ApiError> {
+    body: Bytes,
+) -> Result<Json<WorkBatch>, Refusal> {
+    let hello: Hello = json(&body)?;
     let link = leader_s_link(&state, &headers).await?;
     let changed = state.peers.changed();
     tokio::pin!(changed);
@@ -64,7 +124,7 @@ pub async fn work(
 /// (nothing of its node runs here, and what it says must reach the server that runs it). So a
 /// 401 comes only from the leader once it knows all its nodes' agents, and tells the agent
 /// that its node was given up.
-async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
+async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, Refusal> {
     if !state.leading.get() {
         return Err(not_leading());
     }
@@ -75,8 +135,8 @@ async fn leader_s_link(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Li
     Ok(link)
 }
 
-fn not_leading() -> ApiError {
-    ApiError::new(
+fn not_leading() -> Refusal {
+    Refusal::new(
         StatusCode::CONFLICT,
         NOT_LEADING,
         "This server does not lead the scheduler; ask the next server.",
@@ -86,8 +146,9 @@ fn not_leading() -> ApiError {
 pub async fn events(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
-    AzureJson(events): AzureJson<Events>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, Refusal> {
+    let events: Events = json(&body)?;
     let link = leader_s_link(&state, &headers).await?;
     if let Some(load) = events.load {
         link.record_load(load);
@@ -103,10 +164,10 @@ pub async fn reply(
     headers: HeaderMap,
     Path(id): Path<u64>,
     body: Body,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, Refusal> {
     let link = authenticate(&state, &headers).await?;
     let waiting = link.take_reply(id).ok_or_else(|| {
-        ApiError::new(
+        Refusal::new(
             StatusCode::NOT_FOUND,
             "ReplyNotAwaited",
             format!("No question {id} of this node waits for an answer."),
@@ -130,10 +191,10 @@ pub async fn body(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
     Path(id): Path<u64>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, Refusal> {
     let link = authenticate(&state, &headers).await?;
     let bytes = link.take_body(id).ok_or_else(|| {
-        ApiError::new(
+        Refusal::new(
             StatusCode::NOT_FOUND,
             "BodyNotAwaited",
             format!("No write {id} of this node waits for its bytes to be taken."),
@@ -148,14 +209,15 @@ pub async fn body(
 pub async fn peer_file(
     State(state): State<Arc<AgentState>>,
     headers: HeaderMap,
-    AzureJson(question): AzureJson<PeerFile>,
-) -> Result<Response, ApiError> {
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let question: PeerFile = json(&body)?;
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if !state.peers.admits(authorization) {
-        return Err(ApiError::new(
+        return Err(Refusal::new(
             StatusCode::UNAUTHORIZED,
             "AuthenticationFailed",
             "The request does not carry the installation's peer secret (Authorization: BatchpoolPeer {secret}).",
@@ -169,10 +231,13 @@ pub async fn peer_file(
         )
     };
     if !plain(&question.node) {
-        return Err(ApiError::invalid_property(
-            "node",
-            question.node.as_str(),
-            "is not a node's id",
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidPropertyValue",
+            format!(
+                "The value provided for node is invalid: {:?} is not a node's id",
+                question.node
+            ),
         ));
     }
     let at = Below {
@@ -184,16 +249,16 @@ pub async fn peer_file(
         .file(Some(&question.node), &at, question.op)
         .await
     {
-        Ok(answer) => Ok(Body::from_stream(encode(answer)).into_response()),
-        Err(e) => Err(ApiError::new(StatusCode::CONFLICT, e.code, e.message)),
+        Ok(answer) => Ok(Body::from_stream(super::encode(answer)).into_response()),
+        Err(e) => Err(Refusal::new(StatusCode::CONFLICT, e.code, e.message)),
     }
 }
 
 /// The link of the node the request names, if it carries that node's secret. A node this
 /// server does not know yet (after a restart) is looked up on the runtime.
-async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, ApiError> {
+async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Link>, Refusal> {
     let refused = || {
-        ApiError::new(
+        Refusal::new(
             StatusCode::UNAUTHORIZED,
             "AuthenticationFailed",
             "The request names no node of this server with its secret (Authorization: BatchpoolNode {node}:{secret}).",
@@ -217,7 +282,7 @@ async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<Arc<Lin
     }
     if !state.agents.all_learnt() {
         // Not the last word: the leader may have yet to learn the node's agent.
-        return Err(ApiError::new(
+        return Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServerBusy",
             "This server has yet to learn its nodes' agents; ask again.",
