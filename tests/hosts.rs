@@ -2,8 +2,11 @@
 //! scripts/test-env.sh starts (BATCHPOOL_TEST_DOCKER_HOSTS), each a host of its own.
 
 mod common;
+#[path = "common/engine.rs"]
+mod engine;
 
 use common::{fresh_database, run_ok, wait_for, Rt, TestServer};
+use engine::OwnEngine;
 use reqwest::Method;
 use serde_json::json;
 
@@ -244,174 +247,6 @@ async fn a_pool_kept_on_one_host_preempts_nothing_on_the_others() {
         spot.iter().all(|n| n["state"] == "idle"),
         "no low-priority node was preempted: {spot:?}"
     );
-}
-
-/// A Docker engine of the test's own, to lose and bring back: stopped gracefully (it stops its
-/// containers, as a host going down does) and started again with the same state. On a unix
-/// socket, or on a TCP port that requires TLS client certificates.
-struct OwnEngine {
-    dir: std::path::PathBuf,
-    url: String,
-    /// How dockerd listens, and what the docker CLI needs to reach it.
-    listen: Vec<String>,
-    cli_env: Vec<(String, String)>,
-    /// Its own, apart from every other engine's.
-    address_pool: String,
-    child: Option<std::process::Child>,
-}
-
-impl OwnEngine {
-    fn start(dir: &str) -> Self {
-        let url = format!("unix://{dir}/docker.sock");
-        let listen = vec!["-H".to_string(), url.clone()];
-        let env = vec![("DOCKER_HOST".to_string(), url.clone())];
-        Self::start_with(dir, url, listen, env)
-    }
-
-    /// On 127.0.0.1:`port` with TLS: a CA, the engine's certificate and a client certificate
-    /// made here; the client's are in `<dir>/client` as Docker's DOCKER_CERT_PATH holds them.
-    fn start_tls(dir: &str, port: u16) -> Self {
-        let certs = make_certificates(std::path::Path::new(dir));
-        let url = format!("tcp://127.0.0.1:{port}");
-        let listen = vec![
-            "-H".to_string(),
-            url.clone(),
-            "--tlsverify".into(),
-            format!("--tlscacert={}/ca.pem", certs.display()),
-            format!("--tlscert={}/server-cert.pem", certs.display()),
-            format!("--tlskey={}/server-key.pem", certs.display()),
-        ];
-        let env = vec![
-            ("DOCKER_HOST".to_string(), url.clone()),
-            ("DOCKER_TLS_VERIFY".into(), "1".into()),
-            ("DOCKER_CERT_PATH".into(), format!("{dir}/client")),
-        ];
-        Self::start_with(dir, url, listen, env)
-    }
-
-    fn start_with(
-        dir: &str,
-        url: String,
-        listen: Vec<String>,
-        cli_env: Vec<(String, String)>,
-    ) -> Self {
-        let pool = if url.starts_with("tcp://") { 208 } else { 209 };
-        let mut engine = OwnEngine {
-            dir: dir.into(),
-            url,
-            listen,
-            cli_env,
-            address_pool: format!("base=10.{pool}.0.0/16,size=24"),
-            child: None,
-        };
-        std::fs::create_dir_all(&engine.dir).unwrap();
-        engine.launch();
-        engine
-    }
-
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-
-    fn cli(&self) -> std::process::Command {
-        let mut cmd = std::process::Command::new("docker");
-        cmd.envs(self.cli_env.iter().map(|(k, v)| (k, v)));
-        cmd
-    }
-
-    fn launch(&mut self) {
-        use std::os::unix::process::CommandExt;
-        let log = std::fs::File::create(self.dir.join("dockerd.log")).unwrap();
-        let d = |name: &str| self.dir.join(name);
-        let child = std::process::Command::new("dockerd")
-            .args(&self.listen)
-            .arg("--data-root")
-            .arg(d("data"))
-            .arg("--exec-root")
-            .arg(d("exec"))
-            .arg("--pidfile")
-            .arg(d("docker.pid"))
-            .args(["--bridge", "none", "--iptables=false", "--ip-masq=false"])
-            .args(["--default-address-pool", &self.address_pool])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !self.cli().arg("info").output().unwrap().status.success() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the test's engine did not answer"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill has no memory preconditions.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            child.wait().unwrap();
-        }
-    }
-
-    /// This server's containers on the engine.
-    fn containers(&self, server_id: &str) -> usize {
-        let listed = run_ok(
-            self.cli()
-                .args(["ps", "-aq", "--filter"])
-                .arg(format!("label=batchpool.server={server_id}")),
-        );
-        listed.split_whitespace().count()
-    }
-
-    /// The test node image, built on this engine (`host` as `--docker-host` names it).
-    fn build_test_image(&self, host: &str) {
-        run_ok(
-            std::process::Command::new(env!("CARGO_BIN_EXE_batchpool")).args([
-                "build-node-image",
-                "--tag",
-                common::TEST_IMAGE,
-                "--docker-host",
-                host,
-            ]),
-        );
-    }
-}
-
-impl Drop for OwnEngine {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A CA, a certificate for an engine on 127.0.0.1 and a client certificate, made with openssl
-/// in `<dir>/certs` and `<dir>/client`; returns the former.
-fn make_certificates(dir: &std::path::Path) -> std::path::PathBuf {
-    let (certs, client) = (dir.join("certs"), dir.join("client"));
-    std::fs::create_dir_all(&certs).unwrap();
-    std::fs::create_dir_all(&client).unwrap();
-    let script = r#"set -e
-cd "$1"
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=batchpool-test-ca 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=127.0.0.1 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server-cert.pem -days 2 -extfile server.ext 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout "$2/key.pem" -out client.csr -subj /CN=batchpool 2>/dev/null
-printf 'extendedKeyUsage=clientAuth\n' > client.ext
-openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out "$2/cert.pem" -days 2 -extfile client.ext 2>/dev/null
-cp ca.pem "$2/ca.pem"
-"#;
-    run_ok(
-        std::process::Command::new("sh")
-            .args(["-c", script, "sh"])
-            .arg(&certs)
-            .arg(&client),
-    );
-    certs
 }
 
 #[tokio::test]

@@ -19,6 +19,10 @@
 //! [`CI_SECONDS`] with seed 1.
 
 mod common;
+#[path = "soak/docker.rs"]
+mod docker;
+#[path = "common/engine.rs"]
+mod engine;
 #[path = "common/outbound.rs"]
 mod outbound;
 
@@ -73,10 +77,22 @@ impl Violations {
 enum Fault {
     ServerDown(usize),
     Frozen(i32),
+    /// A Docker node's container paused, on the soak's own engine or not.
+    Paused(bool, String),
+    /// A Docker node's container cut from its network.
+    Cut(bool, String, String),
+    /// The soak's own Docker engine stopped.
+    EngineDown,
 }
 
 /// The soak's state: its servers, its PostgreSQL, the jobs it submitted and what it saw.
 struct Soak {
+    rt: Rt,
+    /// On Docker: a second host, the soak's own engine, to stop and start.
+    engine: Option<engine::OwnEngine>,
+    /// On Docker: the port of the sink tasks record their runs at ([`docker::sink`]).
+    sink: u16,
+    server_id: String,
     pg: OwnPostgres,
     servers: Vec<TestServer>,
     up: Vec<bool>,
@@ -178,6 +194,13 @@ impl Soak {
         );
         let fails_once = self.rng.chance(15);
         let sleep = format!("sleep {}.{}", self.rng.below(3), self.rng.below(10));
+        if self.rt == Rt::Docker {
+            let command = docker::command(self.sink, &sleep, fails_once);
+            return self.with_dependency(
+                i,
+                json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")}),
+            );
+        }
         let mut command = format!("{}; {sleep}", record("start"));
         if fails_once {
             command += &format!(
@@ -186,8 +209,12 @@ impl Soak {
             );
         }
         command += &format!("; {}", record("end"));
-        let mut task =
-            json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")});
+        let task = json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")});
+        self.with_dependency(i, task)
+    }
+
+    /// Some tasks depend on the one before.
+    fn with_dependency(&mut self, i: u64, mut task: Value) -> Value {
         if i > 0 && self.rng.chance(30) {
             task["dependsOn"] = json!({"taskIds": [format!("t{:02}", i - 1)]});
         }
@@ -243,7 +270,8 @@ fn rss_kib(pid: u32) -> u64 {
 impl Soak {
     /// One fault, chosen by the seed; those that last end later ([`Soak::heal_due`]).
     async fn inject(&mut self) {
-        let kind = self.rng.below(6);
+        let kinds = if self.rt == Rt::Docker { 8 } else { 6 };
+        let kind = self.rng.below(kinds);
         let name = match kind {
             0 => {
                 let i = self.rng.below(2) as usize;
@@ -264,6 +292,10 @@ impl Soak {
                 self.pg.kill_postmaster();
                 "kill -9 of the postmaster, then started"
             }
+            3 | 4 | 6 | 7 if self.rt == Rt::Docker => match self.docker_fault(kind) {
+                Some(name) => name,
+                None => return,
+            },
             3 | 4 => {
                 let agents = agents(&self.roots());
                 if agents.is_empty() {
@@ -306,8 +338,91 @@ impl Soak {
                     self.up[i] = true;
                 }
                 Fault::Frozen(pid) => signal(pid, libc::SIGCONT),
+                Fault::Paused(own, container) => {
+                    docker::quietly(self.cli(own).args(["unpause", &container]))
+                }
+                Fault::Cut(own, container, network) => docker::quietly(
+                    self.cli(own)
+                        .args(["network", "connect", &network, &container]),
+                ),
+                Fault::EngineDown => {
+                    if let Some(engine) = &mut self.engine {
+                        engine.launch();
+                    }
+                }
             }
         }
+    }
+
+    /// The docker CLI of the machine's engine, or of the soak's own.
+    fn cli(&self, own: bool) -> std::process::Command {
+        match (&self.engine, own) {
+            (Some(engine), true) => engine.cli(),
+            _ => std::process::Command::new("docker"),
+        }
+    }
+
+    fn engine_down(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|(_, f)| matches!(f, Fault::EngineDown))
+    }
+
+    /// One of the soak's node containers, on either engine (true: its own), if any.
+    fn pick_node(&mut self) -> Option<(bool, String)> {
+        let mut all: Vec<(bool, String)> = docker::nodes(&mut self.cli(false), &self.server_id)
+            .into_iter()
+            .map(|c| (false, c))
+            .collect();
+        if self.engine.is_some() && !self.engine_down() {
+            let own = docker::nodes(&mut self.cli(true), &self.server_id);
+            all.extend(own.into_iter().map(|c| (true, c)));
+        }
+        if all.is_empty() {
+            return None;
+        }
+        let i = self.rng.below(all.len() as u64) as usize;
+        Some(all.swap_remove(i))
+    }
+
+    /// A fault only Docker nodes have (`kind` as [`Soak::inject`] drew it); None if there was
+    /// nothing to do it to.
+    fn docker_fault(&mut self, kind: u64) -> Option<&'static str> {
+        let later = Instant::now() + Duration::from_secs(2 + self.rng.below(14));
+        if kind == 7 {
+            if self.engine_down() {
+                return None;
+            }
+            self.engine.as_mut()?.stop();
+            self.faults
+                .push((later + Duration::from_secs(5), Fault::EngineDown));
+            return Some("the second Docker engine stopped, started 7-20 s later");
+        }
+        let (own, container) = self.pick_node()?;
+        Some(match kind {
+            3 => {
+                docker::quietly(self.cli(own).args(["pause", &container]));
+                self.faults.push((later, Fault::Paused(own, container)));
+                "a node's container frozen (docker pause), thawed 2-15 s later"
+            }
+            4 => {
+                docker::quietly(self.cli(own).args(["kill", &container]));
+                "a node's container killed (docker kill)"
+            }
+            _ => {
+                let network = docker::networks(&mut self.cli(own), &container).pop()?;
+                docker::quietly(self.cli(own).args([
+                    "network",
+                    "disconnect",
+                    "-f",
+                    &network,
+                    &container,
+                ]));
+                self.faults
+                    .push((later, Fault::Cut(own, container, network)));
+                "a node cut from its network, joined again 2-15 s later"
+            }
+        })
     }
 
     /// Looks for ready tasks (active, their dependencies met, their job active and under its
@@ -346,13 +461,25 @@ impl Soak {
     }
 
     /// Fails on any socket of the servers, their nodes' agents or what those started that is
-    /// connected or connecting to an address outside this machine ([`outbound`]).
+    /// connected or connecting to an address outside this machine ([`outbound`]), Docker nodes'
+    /// in their own network namespaces.
     fn look_outside(&mut self) {
         let mut roots: Vec<i32> = (0..self.servers.len())
             .filter(|&i| self.up[i])
             .map(|i| self.servers[i].pid() as i32)
             .collect();
         roots.extend(agents(&self.roots()).into_iter().map(|(_, pid)| pid));
+        if self.rt == Rt::Docker {
+            // Each node container's first process, and with it all it started.
+            for own in [false, true] {
+                if own && (self.engine.is_none() || self.engine_down()) {
+                    continue;
+                }
+                for container in docker::nodes(&mut self.cli(own), &self.server_id) {
+                    roots.extend(docker::pid(&mut self.cli(own), &container));
+                }
+            }
+        }
         let (looked, outside) = outbound::outside(&roots);
         self.sockets_seen += looked;
         for (pid, to) in outside {
@@ -381,6 +508,18 @@ impl Soak {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seeded_nemesis_breaks_no_rule() {
+    soak(Rt::Local).await
+}
+
+/// On Docker nodes, over two hosts: the machine's engine and one of the soak's own, which the
+/// nemesis stops and starts; it also freezes, kills and cuts off node containers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_nemesis_breaks_no_rule_on_docker() {
+    soak(Rt::Docker).await
+}
+
+/// Runs the workload and the nemesis on `rt`'s nodes for the seed's time, then checks.
+async fn soak(rt: Rt) {
     let seed: u64 = std::env::var("BATCHPOOL_SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -391,16 +530,43 @@ async fn a_seeded_nemesis_breaks_no_rule() {
         .unwrap_or(CI_SECONDS);
     let pg = OwnPostgres::start();
     let url = pg.fresh_database().await;
-    let args = ["--agent-timeout", "10"];
-    let first = TestServer::start_with(Rt::Local, Some(url.clone()), &args).await;
-    let second = TestServer::start_with(Rt::Local, Some(url.clone()), &args).await;
+    let engine = (rt == Rt::Docker).then(|| {
+        let dir = format!("/tmp/batchpool-engines/soak-{}", std::process::id());
+        let engine = engine::OwnEngine::start_in(&dir, 207);
+        engine.build_test_image(&engine.url());
+        engine
+    });
+    let mut args = vec!["--agent-timeout".to_string(), "10".into()];
+    if let Some(engine) = &engine {
+        args.extend(["--docker-host".into(), "unix:///var/run/docker.sock".into()]);
+        // Long enough that a busy machine's own engine, slow to answer a ping, is not lost.
+        args.extend([
+            "--docker-host".into(),
+            engine.url(),
+            "--host-timeout".into(),
+            "8".into(),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = TestServer::start_with(rt, Some(url.clone()), &args).await;
+    let second = TestServer::start_with(rt, Some(url.clone()), &args).await;
     let traces = tempfile::tempdir().unwrap();
+    let ran = traces.path().join("ran");
+    let sink = match rt {
+        Rt::Docker => docker::sink(ran.clone()).await,
+        Rt::Local => 0,
+    };
+    let server_id = first.server_id().await;
     let mut soak = Soak {
+        rt,
+        engine,
+        sink,
+        server_id,
         pg,
         servers: vec![first, second],
         up: vec![true, true],
         rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
-        ran: traces.path().join("ran"),
+        ran,
         marks: tempfile::tempdir().unwrap(),
         jobs: Vec::new(),
         faults: Vec::new(),
