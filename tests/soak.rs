@@ -1,7 +1,12 @@
 //! The chaos soak (RELIABILITY.md, "The chaos soak"): a mixed workload on two servers sharing
-//! one PostgreSQL, while a seeded nemesis injects faults, several at once: kill -9 of a server,
-//! a PostgreSQL restart, kill -9 of the postmaster, a node's agent frozen (SIGSTOP) and thawed
-//! or killed, and the operator's reclaim of a low-priority node. Then a checker reads the API,
+//! one PostgreSQL (jobs with dependencies, retries, priorities and maxParallelTasks on a pool
+//! with a low-priority node, one job in five on an autoscaled pool, and a job schedule whose
+//! jobs' manager tasks run alike), while a seeded nemesis injects faults, several at once:
+//! kill -9 of a server, a PostgreSQL restart, kill -9 of the postmaster, the operator's reclaim
+//! of a low-priority node; on local nodes, a node's agent frozen (SIGSTOP) and thawed, or
+//! killed; on Docker nodes (over two hosts), a node's container frozen and thawed, killed, or
+//! cut from its network and joined again, and the second host's engine stopped and started
+//! (`soak/docker.rs`). Then a checker reads the API,
 //! the database, the servers' logs and what every task run recorded, and fails on any violation:
 //!
 //! - every accepted task ends, successfully, and its command ran at least once and at most
@@ -15,8 +20,8 @@
 //! - no panic in the servers' logs, and each server's RSS stays under [`MAX_RSS_KIB`];
 //! - no server, agent or task connects outside this machine (`common/outbound.rs`).
 //!
-//! `scripts/soak.sh --seed N --minutes M` runs one seed as long as asked; in CI it runs for
-//! [`CI_SECONDS`] with seed 1.
+//! `scripts/soak.sh --seed N --minutes M [--runtime local|docker|both]` runs one seed as long as
+//! asked; in CI both runtimes run for [`CI_SECONDS`] with seed 1.
 
 mod common;
 #[path = "soak/docker.rs"]
@@ -150,12 +155,44 @@ impl Soak {
         Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
+    /// Stops the schedule making jobs, and adds those it made to the jobs the checker waits for.
+    async fn schedule_done(&mut self) {
+        let mut disabled = false;
+        for _ in 0..240 {
+            let path = "/jobschedules/sched/disable";
+            if let Some((204 | 200, _)) = self.call(reqwest::Method::POST, path, None).await {
+                disabled = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        for _ in 0..240 {
+            let path = "/jobschedules/sched/jobs?$select=id";
+            if let (true, Some((200, list))) =
+                (disabled, self.call(reqwest::Method::GET, path, None).await)
+            {
+                let made = list["value"].as_array().cloned().unwrap_or_default();
+                self.jobs.extend(
+                    made.iter()
+                        .filter_map(|j| Some(j["id"].as_str()?.to_string())),
+                );
+                *self.injected.entry("(jobs the schedule made)").or_default() += made.len() as u32;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        self.seen
+            .add("the schedule could not be disabled, or its jobs listed".into());
+    }
+
     /// A job of 5 to 24 tasks: some depend on the one before, some fail once and are retried,
     /// with a random priority and maxParallelTasks.
     async fn submit(&mut self) {
         let job = format!("j{}", self.jobs.len());
+        // One job in five on the autoscaled pool.
+        let pool = if self.rng.chance(20) { "auto" } else { "soak" };
         let body = json!({
-            "id": job, "poolInfo": {"poolId": "soak"}, "usesTaskDependencies": true,
+            "id": job, "poolInfo": {"poolId": pool}, "usesTaskDependencies": true,
             "priority": self.rng.below(201) as i64 - 100,
             "maxParallelTasks": if self.rng.chance(30) { 1 + self.rng.below(4) as i64 } else { -1 },
             "constraints": {"maxTaskRetryCount": 2},
@@ -584,6 +621,21 @@ async fn soak(rt: Rt) {
     let pool = json!({"id": "soak", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
                       "targetLowPriorityNodes": 1, "taskSlotsPerNode": SLOTS});
     assert_eq!(soak.servers[0].post("/pools", &pool).await.0, 201);
+    // A pool that grows to 2 nodes while tasks wait for it, and shrinks to none as they end.
+    let auto = json!({"id": "auto", "vmSize": "standard_a1", "taskSlotsPerNode": SLOTS,
+        "enableAutoScale": true, "autoScaleEvaluationInterval": "PT5S",
+        "autoScaleFormula": "$TargetDedicatedNodes = min(2, $PendingTasks.GetSample(1)); $NodeDeallocationOption = taskcompletion;"});
+    assert_eq!(soak.servers[0].post("/pools", &auto).await.0, 201);
+    // A schedule that makes a job every 20 s, whose job manager task runs as the others do.
+    let manager = soak.task(0)["commandLine"].clone();
+    let schedule = json!({"id": "sched", "schedule": {"recurrenceInterval": "PT20S"},
+        "jobSpecification": {"poolInfo": {"poolId": "soak"},
+                             "jobManagerTask": {"id": "jm", "commandLine": manager,
+                                                "constraints": {"maxTaskRetryCount": 2}}}});
+    assert_eq!(
+        soak.servers[0].post("/jobschedules", &schedule).await.0,
+        201
+    );
     soak.servers[0].wait_nodes("soak", 4, "idle").await;
 
     let started = Instant::now();
@@ -608,6 +660,7 @@ async fn soak(rt: Rt) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     soak.heal_due(true).await;
+    soak.schedule_done().await;
     check(&mut soak, seed, started).await;
 }
 

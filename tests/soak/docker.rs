@@ -19,6 +19,14 @@ pub async fn sink(ran: PathBuf) -> u16 {
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let marks: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // One writer at a time: a line written in pieces by two at once is two lines lost.
+    let ran = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&ran)
+            .unwrap(),
+    ));
     tokio::spawn(async move {
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
@@ -44,12 +52,8 @@ pub async fn sink(ran: PathBuf) -> u16 {
                             .duration_since(std::time::UNIX_EPOCH)
                             .unwrap()
                             .as_nanos();
-                        let mut file = std::fs::OpenOptions::new()
-                            .create(true)
-                            .append(true)
-                            .open(&ran)
-                            .unwrap();
-                        writeln!(file, "{what} {node} {job} {task} {at}").unwrap();
+                        let line = format!("{what} {node} {job} {task} {at}\n");
+                        ran.lock().unwrap().write_all(line.as_bytes()).unwrap();
                         "ok"
                     }
                     ["mark", job, task] => {
