@@ -739,3 +739,45 @@ async fn a_node_whose_agent_volume_was_removed_meanwhile_still_gets_its_agent() 
     docker(&["rm", "-f", &filler]);
     s.wait_nodes("v", 1, "idle").await;
 }
+
+/// A preempted low-priority node whose host is down (not yet lost): the removal of its
+/// container fails, and is tried again every few seconds, not at every allocator pass (it was
+/// tried, and logged, 11 times a second). Once the host answers, the container goes.
+#[tokio::test]
+async fn a_preempted_node_on_a_host_that_is_down_is_retried_at_a_pace() {
+    let _alone = one_at_a_time().await;
+    let mut engine = OwnEngine::start_in(
+        &format!("/tmp/batchpool-engines/paced-{}", std::process::id()),
+        206,
+    );
+    engine.build_test_image(&engine.url());
+    // A host timeout that outlasts the test's window: the host is down, never lost.
+    let args = ["--docker-host", &engine.url(), "--host-timeout", "120"];
+    let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetLowPriorityNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    engine.stop();
+    let reclaim = json!({"count": 1, "holdFor": "PT10M"});
+    let (status, _) = s.operator(POST, "reclaim", Some(&reclaim), None).await;
+    assert_eq!(status, 200);
+    let failed = "removing a preempted node's container failed";
+    wait_for("the first failed removal", || async {
+        s.log_contains(failed).then_some(())
+    })
+    .await;
+    // A window of time, not a condition: how often the removal is tried within it is the check.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    let tries = s.log_count(failed);
+    assert!(
+        (1..=3).contains(&tries),
+        "tried {tries} times in about 8 s; once every 5 s is 2 or 3"
+    );
+    engine.launch();
+    wait_for("the preempted node's container to go", || async {
+        s.log_contains("a preempted node's container was removed")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(engine.containers(&s.server_id().await), 0);
+}

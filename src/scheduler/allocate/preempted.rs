@@ -29,15 +29,11 @@ impl Allocator {
         let key = (node.pk, node.state_transition_time);
         if !self.cleared.lock().expect("lock").contains(&key) {
             let (this, preempted) = (Arc::clone(self), node.clone());
-            self.remove_once(&node.id, async move {
-                match this.remove_container(&preempted).await {
-                    Ok(()) => {
-                        this.cleared.lock().expect("lock").insert(key);
-                    }
-                    Err(e) => {
-                        tracing::error!(node = %preempted.id, error = %format!("{e:#}"), "removing a preempted node's container failed; will retry")
-                    }
-                }
+            let what = "removing a preempted node's container";
+            self.remove_once(&node.id, what, async move {
+                this.remove_container(&preempted).await?;
+                this.cleared.lock().expect("lock").insert(key);
+                Ok(())
             });
             return;
         }

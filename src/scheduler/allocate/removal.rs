@@ -10,15 +10,16 @@ use super::Allocator;
 use crate::domain::pool::{NodeDeallocationOption, NodeState};
 use crate::store::{self, nodes::NodeRow};
 
+/// How long after a failed removal it is tried again.
+const RETRY_REMOVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Allocator {
     /// Removes a leaving node once its tasks have ended and, if it is to `retain` its tasks'
     /// files (retaineddata), once their retention has run out.
     pub(super) fn ensure_removal(self: &Arc<Self>, node: &NodeRow, retain: bool) {
         let (this, id, node_pk) = (Arc::clone(self), node.id.clone(), node.pk);
-        self.remove_once(&node.id, async move {
-            if let Err(e) = this.remove(&id, node_pk, retain).await {
-                tracing::error!(node = %id, error = %format!("{e:#}"), "removing the node failed; will retry");
-            }
+        self.remove_once(&node.id, "removing the node", async move {
+            this.remove(&id, node_pk, retain).await
         });
     }
 
@@ -27,10 +28,8 @@ impl Allocator {
     /// its usage record closes, and it is deallocated.
     pub(super) fn ensure_deallocated(self: &Arc<Self>, node: &NodeRow) {
         let (this, id, node_pk) = (Arc::clone(self), node.id.clone(), node.pk);
-        self.remove_once(&node.id, async move {
-            if let Err(e) = this.deallocate(&id, node_pk).await {
-                tracing::error!(node = %id, error = %format!("{e:#}"), "deallocating the node failed; will retry");
-            }
+        self.remove_once(&node.id, "deallocating the node", async move {
+            this.deallocate(&id, node_pk).await
         });
     }
 
@@ -56,13 +55,17 @@ impl Allocator {
         Ok(())
     }
 
-    /// Runs `removal` (of the node, or of its container) in a task of its own, one at a time
-    /// per node. A node that is still being provisioned stops first, and the next pass comes
-    /// back; the allocator looks again once the removal is done.
+    /// Runs `removal` (of the node, or of its container; `what` names it for the log) in a
+    /// task of its own, one at a time per node. A node that is still being provisioned stops
+    /// first, and the next pass comes back; the allocator looks again once the removal is done.
+    /// One that failed (its host not answering) is tried again after [`RETRY_REMOVAL`], not at
+    /// the next pass: a pass comes as soon as anything happens, and a preempted node's removal
+    /// tried at every one logged 11 failures a second for as long as its host was down.
     pub(super) fn remove_once(
         self: &Arc<Self>,
         node_id: &str,
-        removal: impl std::future::Future<Output = ()> + Send + 'static,
+        what: &'static str,
+        removal: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
     ) {
         if let Some(token) = self.provisioning.lock().expect("lock").get(node_id) {
             token.cancel();
@@ -79,7 +82,10 @@ impl Allocator {
         let this = Arc::clone(self);
         let node_id = node_id.to_string();
         tokio::spawn(async move {
-            removal.await;
+            if let Err(e) = removal.await {
+                tracing::error!(node = %node_id, error = %format!("{e:#}"), "{what} failed; will retry");
+                tokio::time::sleep(RETRY_REMOVAL).await;
+            }
             this.removing.lock().expect("lock").remove(&node_id);
             this.wake.allocate.notify_one();
         });
