@@ -777,6 +777,18 @@ async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
             if let Some(count) = count.ok().filter(|c| *c < left) {
                 (left, progress) = (count, Instant::now());
             }
+            if !stalled && progress.elapsed() > STALL {
+                // What the fleet looked like when it stalled, for whoever reads why.
+                let nodes = sqlx::query_as::<_, (String, String, String, i32)>(
+                    "SELECT p.id, n.id, n.state, n.running_task_slots FROM nodes n
+                     JOIN pools p ON p.pk = n.pool_pk ORDER BY p.id, n.id",
+                )
+                .fetch_all(&soak.db)
+                .await;
+                soak.seen.add(format!(
+                    "the drain stalled; the nodes (pool, node, state, slots taken): {nodes:?}"
+                ));
+            }
             if stalled || progress.elapsed() > STALL {
                 stalled = true;
                 soak.seen.add(format!(
