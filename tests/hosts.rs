@@ -781,3 +781,34 @@ async fn a_preempted_node_on_a_host_that_is_down_is_retried_at_a_pace() {
     .await;
     assert_eq!(engine.containers(&s.server_id().await), 0);
 }
+
+/// A node whose container is paused (frozen) when a new server adopts it: the container is
+/// unpaused and the node works, rather than going `unusable` ("cannot start a paused
+/// container"), which cost the Docker soak's pools their nodes one by one.
+#[tokio::test]
+async fn a_paused_node_is_thawed_when_adopted() {
+    let _alone = one_at_a_time().await;
+    let mut s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &[]).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let nodes = s.wait_nodes("p", 1, "idle").await;
+    let node = nodes[0]["id"].as_str().unwrap().to_string();
+    let container = run_ok(std::process::Command::new("docker").args([
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=batchpool.node={node}"),
+    ]));
+    let container = container.trim();
+    assert!(!container.is_empty(), "the node's container");
+    s.kill().await;
+    run_ok(std::process::Command::new("docker").args(["pause", container]));
+    s.launch().await;
+    s.job_on("j", "p").await;
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "echo thawed"})])
+        .await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
+    assert_ne!(n["state"], "unusable", "{n}");
+}

@@ -46,9 +46,14 @@ impl DockerRuntime {
                 continue;
             }
             if let Err(e) = self.docker.start_container(&name, None).await {
-                // 304: already running.
-                if status_of(&e) != Some(304) {
-                    return Err(failed(spec, "starting the container", e));
+                match status_of(&e) {
+                    // Already running.
+                    Some(304) => {}
+                    // Paused (frozen): it runs again as it was, as a thawed node does.
+                    Some(409) if self.docker.unpause_container(&name).await.is_ok() => {
+                        tracing::warn!(node = %spec.node_id, "the node's container was paused; unpaused it");
+                    }
+                    _ => return Err(failed(spec, "starting the container", e)),
                 }
             }
             return self.handle(spec, name).await;
