@@ -92,6 +92,9 @@ enum Fault {
 
 /// The soak's state: its servers, its PostgreSQL, the jobs it submitted and what it saw.
 struct Soak {
+    /// First, so that they go first (fields drop in order): each removes its nodes and
+    /// networks from the engines, reading the database (below) for its id.
+    servers: Vec<TestServer>,
     rt: Rt,
     /// On Docker: a second host, the soak's own engine, to stop and start.
     engine: Option<engine::OwnEngine>,
@@ -99,7 +102,6 @@ struct Soak {
     sink: u16,
     server_id: String,
     pg: OwnPostgres,
-    servers: Vec<TestServer>,
     up: Vec<bool>,
     rng: Rng,
     ran: std::path::PathBuf,
