@@ -178,6 +178,22 @@ _batchpool_test_env() (
         pg_isready -q -h "$pg_dir" -p "$pg_port" -U "$pg_superuser" -d postgres -t 2
     }
 
+    # Networks of nodes that a killed test run left behind: no container in them, made over an
+    # hour ago (a running test's network is younger, or has its nodes). Left, they use up the
+    # engine's address pools, and a test that makes networks fails.
+    sweep_networks() {
+        local id count created now
+        now=$(date +%s)
+        DOCKER_HOST=$1 docker network ls -q --filter name=batchpool- 2>/dev/null | while read -r id; do
+            read -r count created < <(DOCKER_HOST=$1 docker network inspect \
+                --format '{{len .Containers}} {{.Created.Unix}}' "$id" 2>/dev/null) || continue
+            if [[ "$count" == 0 ]] && ((now - created > 3600)); then
+                DOCKER_HOST=$1 docker network rm "$id" >/dev/null 2>&1 \
+                    && log "removed network $id, left by an earlier run"
+            fi
+        done
+    }
+
     # ------------------------------------------------------------------
     # stop mode
     # ------------------------------------------------------------------
@@ -320,6 +336,15 @@ _batchpool_test_env() (
         hosts="$hosts $sock"
     done
     printf "export BATCHPOOL_TEST_DOCKER_HOSTS='%s'\n" "${hosts# }" >&3
+    for n in "${DOCKER_HOST:-unix:///var/run/docker.sock}" $hosts; do
+        sweep_networks "$n"
+    done
+    # What the suite needs of the disk (its build, three engines' images, servers' data): say
+    # so before the tests fail on a full disk one by one.
+    local free_kb
+    free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+    ((free_kb > 8 * 1024 * 1024)) \
+        || log "WARNING: $((free_kb / 1024)) MB free here; the full suite needs about 8 GB"
 
     # ------------------------------------------------------------------
     # 3. Throwaway PostgreSQL 15

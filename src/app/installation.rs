@@ -38,8 +38,8 @@ fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
         .write_all(secret.as_bytes())
 }
 
-/// The installation's server id, with its account made and the operator's token written out,
-/// and the key that tasks' authentication tokens are signed with (derived from that token).
+/// The installation's server id, with its account made, the operator's token written out and
+/// what earlier builds left in the data directory removed, and the key that tasks' authentication tokens are signed with (derived from that token).
 pub(super) async fn installation(
     db: &PgPool,
     account: &str,
@@ -49,5 +49,8 @@ pub(super) async fn installation(
     ensure_account(db, account, data_dir).await?;
     let token = store::operator_token(db).await?;
     write_private(&data_dir.join("operator.token"), &token)?;
+    // Earlier builds kept a copy of themselves here for Docker hosts (hundreds of MB for a
+    // debug build); the agent's archive is now made as a host reads it.
+    let _ = std::fs::remove_file(data_dir.join("agent.tar"));
     Ok((server_id, TokenKey::derive(&token)))
 }

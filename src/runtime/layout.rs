@@ -12,9 +12,6 @@ pub struct Layout {
     /// Application packages: `<account>/<application, lower case>/<version>.zip`. Only the
     /// server and `batchpool account package` write here.
     pub applications: PathBuf,
-    /// The node agent's program and libraries in a tar archive, which each Docker host unpacks
-    /// into a volume its nodes mount read-only.
-    pub agent: PathBuf,
     /// The Debian root filesystem the Debian node image is built from, made by debootstrap the
     /// first time a node needs that image.
     pub debian_rootfs: PathBuf,
@@ -25,7 +22,6 @@ impl Layout {
         Self {
             nodes: data_dir.join("nodes"),
             applications: data_dir.join("applications"),
-            agent: data_dir.join("agent.tar"),
             debian_rootfs: data_dir.join("node-images").join("debian-bookworm"),
         }
     }

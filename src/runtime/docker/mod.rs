@@ -40,11 +40,11 @@ pub struct AgentSetup {
 }
 
 impl AgentSetup {
-    /// Packs the agent's files into the layout's agent archive, for hosts to unpack.
+    /// Finds the agent's files, for hosts to unpack.
     pub fn prepare(agents: std::sync::Arc<Agents>, layout: &Layout) -> anyhow::Result<Self> {
         Ok(Self {
             agents,
-            files: agent_files::prepare(&layout.agent)?,
+            files: agent_files::prepare()?,
             debian: debian::DebianImage::new(layout.debian_rootfs.clone()),
         })
     }

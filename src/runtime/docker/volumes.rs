@@ -132,10 +132,7 @@ impl DockerRuntime {
         {
             return Ok(());
         }
-        let archive = tokio::fs::File::open(&self.agent.files.archive)
-            .await
-            .context("opening the agent's archive")?;
-        let bytes = tokio_util::io::ReaderStream::new(archive);
+        let bytes = self.agent.files.archive();
         let options = UploadToContainerOptionsBuilder::default()
             .path(AGENT_DIR)
             .build();
