@@ -217,11 +217,10 @@ _batchpool_test_env() (
     # ------------------------------------------------------------------
     # 1. Debian packages
     # ------------------------------------------------------------------
-    # unzip: local nodes unzip application packages with the host's (Docker nodes with busybox's).
     # docker-compose: the deployment test validates docker-compose.yml with it.
     # chromium: the dashboard's test drives it headless (tests/ui.rs).
     # debootstrap: the Debian node image (pools naming a marketplace image) is built with it.
-    local pkgs=(docker.io busybox-static unzip docker-compose chromium debootstrap)
+    local pkgs=(docker.io busybox-static docker-compose chromium debootstrap)
     local -a missing
     mapfile -t missing < <(missing_pkgs "${pkgs[@]}")
     if ((${#missing[@]})); then

@@ -53,6 +53,13 @@ pub enum Command {
     /// BATCHPOOL_AGENT_SECRET.
     #[command(hide = true)]
     Agent,
+    /// Unpacks a zip file into a directory that exists: what installs an application package
+    /// on a node, run there by the node's copy of this program, so node images need no unzip.
+    #[command(hide = true)]
+    Unzip {
+        zip: std::path::PathBuf,
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -5,6 +5,9 @@ use batchpool::config::{Cli, Command, LogFormat};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Command::Unzip { zip, dir } = &cli.command {
+        return batchpool::agent::unzip::unzip(zip, dir);
+    }
     if let Command::Client(command) = cli.command {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -66,7 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Agent => batchpool::agent::run().await,
         Command::FleetSim(c) => batchpool::sim::run(c.listen).await,
-        Command::Client(_) => unreachable!("client commands run in main"),
+        Command::Client(_) | Command::Unzip { .. } => unreachable!("these run in main"),
         Command::BuildNodeImage(c) => {
             let docker = match &c.docker_host {
                 Some(host) => batchpool::runtime::docker::connect_host(host).await?,

@@ -14,6 +14,7 @@ mod procs;
 mod spawn;
 mod tasks;
 mod trash;
+pub mod unzip;
 
 use std::time::Duration;
 

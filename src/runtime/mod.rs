@@ -169,6 +169,11 @@ impl Runtime {
         self.node.node_root(&self.host_root(node_id))
     }
 
+    /// This program as a node's commands run it (see [`Nodes::program_in_node`]).
+    pub fn program_in_node(&self) -> Vec<String> {
+        self.node.program_in_node()
+    }
+
     /// Makes sure the default node image is there (see [`Nodes::ensure_default_image`]).
     pub async fn ensure_default_image(&self, image: &str) {
         self.node.ensure_default_image(image).await

@@ -80,6 +80,18 @@ impl Nodes {
         }
     }
 
+    /// This program as a node's commands run it, for its helpers (`batchpool unzip`): a Docker
+    /// node's copy in the agent's volume, or this very file for a local node.
+    pub fn program_in_node(&self) -> Vec<String> {
+        match self {
+            Nodes::Docker(hosts) => hosts.agent_program(),
+            Nodes::Local(_) | Nodes::Simulated(_) => {
+                let exe = std::env::current_exe().ok().filter(|p| p.is_file());
+                vec![exe.map_or("batchpool".into(), |p| p.display().to_string())]
+            }
+        }
+    }
+
     /// Makes sure the default node image is on every Docker host, once at start.
     pub async fn ensure_default_image(&self, image: &str) {
         if let Nodes::Docker(hosts) = self {

@@ -1,7 +1,8 @@
 //! Application packages on nodes: a task's `applicationPackageReferences` are installed on its
 //! node before its command runs, once per node and version, in `applications/<id>#<version>`
-//! below the node's root. The server copies the package's zip into the node; the node unzips it
-//! (so what the zip holds lands inside the node's own view), and the task finds it through
+//! below the node's root. The server copies the package's zip into the node; the node's copy of
+//! this program unzips it there (so what the zip holds lands inside the node's own view, and a
+//! node image needs no unzip), and the task finds it through
 //! `AZ_BATCH_APP_PACKAGE_<ID>_<VERSION>` (and `AZ_BATCH_APP_PACKAGE_<ID>` for a reference that
 //! names no version).
 
@@ -16,6 +17,7 @@ use super::environment::{package_dir, pool_package_env, Placement};
 use super::special_task::{run_special_task, SpecialTask};
 use super::task_files::Fetcher;
 use crate::domain::agent::FileOp;
+use crate::domain::container::shell_quote;
 use crate::domain::files::{package_variable, PackageReference, PoolPackage};
 use crate::domain::run_as::RunAs;
 use crate::runtime::agents::FileAnswer;
@@ -165,8 +167,9 @@ impl Packages {
                 "copying the package {name} to the node failed: {e}"
             ))
         })?;
+        let command_line = install_command(&self.runtime);
         let command = SpecialTask {
-            command_line: r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && unzip -o -q package.zip -d "$TARGET" && touch "$TARGET/.batchpool-installed" && rm -f package.zip"#,
+            command_line: &command_line,
             dirs,
             env: vec![("TARGET".into(), target.clone())],
             resource_files: &[],
@@ -188,4 +191,18 @@ impl Packages {
             )))
         }
     }
+}
+
+/// What installs a package: `package.zip` in its working directory unpacked into `$TARGET`,
+/// by the node's own copy of this program (node images need no unzip program).
+fn install_command(runtime: &Runtime) -> String {
+    let unzip: Vec<String> = runtime
+        .program_in_node()
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect();
+    format!(
+        r#"rm -rf "$TARGET" && mkdir -p "$TARGET" && {} unzip package.zip "$TARGET" && touch "$TARGET/{INSTALLED}" && rm -f package.zip"#,
+        unzip.join(" ")
+    )
 }

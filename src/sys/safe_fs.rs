@@ -1,3 +1,4 @@
+// Long: the one directory type whose every operation refuses links; its parts are one concept.
 //! Paths below node and task directories, which tasks can write. Tasks run as root in their
 //! node and can put a symlink anywhere below `<data>/nodes/<node>` or `<data>/workitems/<account>`;
 //! the server (root on the host) must never follow one, or a task could make it read, create or
@@ -220,6 +221,15 @@ impl Dir {
         names(Path::new(name))?;
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
         open_name(self.0.as_raw_fd(), name, flags, 0o644).map(File::from)
+    }
+
+    /// Makes the link `name` in this directory, to `target` (which is not looked at).
+    pub fn symlink(&self, target: &OsStr, name: &OsStr) -> io::Result<()> {
+        names(Path::new(name))?;
+        let (target, name) = (cstr(target)?, cstr(name)?);
+        // SAFETY: NUL-terminated strings and a directory fd this value owns.
+        check(unsafe { libc::symlinkat(target.as_ptr(), self.0.as_raw_fd(), name.as_ptr()) })
+            .map(drop)
     }
 
     /// What `rel` is, without following it: a link reads as a link.

@@ -154,6 +154,11 @@ impl DockerHosts {
         }
     }
 
+    /// This program as the nodes run it (see [`super::AgentSetup::program`]).
+    pub(in crate::runtime) fn agent_program(&self) -> Vec<String> {
+        self.agent.program()
+    }
+
     /// Which host a node is on, if this server knows.
     fn host_index(&self, node_id: &str) -> Option<usize> {
         self.placed
