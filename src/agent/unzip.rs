@@ -4,7 +4,7 @@
 //! an entry named `../x` or `/x` is refused, and a link an earlier entry made is never written
 //! through. Links in the package are made as the links they are.
 
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -47,7 +47,7 @@ fn unpack(
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "an entry without a name"))?;
     if entry.is_symlink() {
         let mut target = Vec::new();
-        io::Read::read_to_end(&mut io::Read::take(entry, MAX_LINK), &mut target)?;
+        entry.take(MAX_LINK).read_to_end(&mut target)?;
         return parent.symlink(
             std::os::unix::ffi::OsStrExt::from_bytes(&target[..]),
             file_name,

@@ -39,7 +39,8 @@ fn write_private(file: &std::path::Path, secret: &str) -> std::io::Result<()> {
 }
 
 /// The installation's server id, with its account made, the operator's token written out and
-/// what earlier builds left in the data directory removed, and the key that tasks' authentication tokens are signed with (derived from that token).
+/// what earlier builds left in the data directory removed; and the key that tasks'
+/// authentication tokens are signed with (derived from that token).
 pub(super) async fn installation(
     db: &PgPool,
     account: &str,

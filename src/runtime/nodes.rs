@@ -84,7 +84,7 @@ impl Nodes {
     /// node's copy in the agent's volume, or this very file for a local node.
     pub fn program_in_node(&self) -> Vec<String> {
         match self {
-            Nodes::Docker(hosts) => hosts.agent_program(),
+            Nodes::Docker(hosts) => hosts.agent.files.program.clone(),
             Nodes::Local(_) | Nodes::Simulated(_) => {
                 let exe = std::env::current_exe().ok().filter(|p| p.is_file());
                 vec![exe.map_or("batchpool".into(), |p| p.display().to_string())]

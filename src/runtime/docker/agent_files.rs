@@ -25,8 +25,9 @@ const CHUNK: usize = 256 * 1024;
 /// The agent's files, as they were when the server started.
 #[derive(Debug)]
 pub struct AgentFiles {
-    /// The command that starts the agent from [`AGENT_DIR`] in a node.
-    pub command: Vec<String>,
+    /// This program as a node runs it from [`AGENT_DIR`]: with our loader and libraries where
+    /// it has any (the node's own may differ or be missing).
+    pub program: Vec<String>,
     /// Each file (not a link to it), under its name in the archive.
     files: Vec<AgentFile>,
     /// Names what the archive holds (each file's name, size and time), so a host keeps one
@@ -37,6 +38,9 @@ pub struct AgentFiles {
 #[derive(Clone, Debug)]
 struct AgentFile {
     path: PathBuf,
+    /// Where it is read: the program through /proc/self/exe, which is the running program
+    /// even where a rebuild replaced the file; a library at its path.
+    read_from: PathBuf,
     name: String,
     len: u64,
     modified: std::time::Duration,
@@ -46,14 +50,16 @@ struct AgentFile {
 pub fn prepare() -> anyhow::Result<AgentFiles> {
     let exe = std::env::current_exe().context("finding this program")?;
     let (loader, libraries) = shared_libraries(&exe)?;
-    let mut named = vec![(exe, "batchpool".to_string())];
+    let running = Path::new("/proc/self/exe");
+    let mut named = vec![(exe, "batchpool".to_string(), running.exists())];
     for library in libraries.iter().chain(loader.as_ref()) {
         let name = library.file_name().context("a library without a name")?;
-        named.push((library.clone(), format!("lib/{}", name.to_string_lossy())));
+        let name = format!("lib/{}", name.to_string_lossy());
+        named.push((library.clone(), name, false));
     }
     let mut digest = sha2::Sha256::new();
     let mut files = Vec::with_capacity(named.len());
-    for (path, name) in named {
+    for (path, name, is_running) in named {
         let path =
             std::fs::canonicalize(&path).with_context(|| format!("finding {}", path.display()))?;
         let meta =
@@ -61,6 +67,11 @@ pub fn prepare() -> anyhow::Result<AgentFiles> {
         let modified = modified(&meta);
         digest.update(format!("{name}\0{}\0{}\0", meta.len(), modified.as_nanos()));
         files.push(AgentFile {
+            read_from: if is_running {
+                running.to_path_buf()
+            } else {
+                path.clone()
+            },
             path,
             name,
             len: meta.len(),
@@ -71,23 +82,21 @@ pub fn prepare() -> anyhow::Result<AgentFiles> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let program = format!("{AGENT_DIR}/batchpool");
-    let command = match loader {
-        // The node's own loader and libraries may differ or be missing: ours run the agent.
+    let exe = format!("{AGENT_DIR}/batchpool");
+    let program = match loader {
         Some(loader) => {
             let name = loader.file_name().context("a loader without a name")?;
             vec![
                 format!("{AGENT_DIR}/lib/{}", name.to_string_lossy()),
                 "--library-path".into(),
                 format!("{AGENT_DIR}/lib"),
-                program,
-                "agent".into(),
+                exe,
             ]
         }
-        None => vec![program, "agent".into()],
+        None => vec![exe],
     };
     Ok(AgentFiles {
-        command,
+        program,
         files,
         digest,
     })
@@ -101,6 +110,13 @@ fn modified(meta: &std::fs::Metadata) -> std::time::Duration {
 }
 
 impl AgentFiles {
+    /// The command that starts the agent in a node.
+    pub fn command(&self) -> Vec<String> {
+        let mut command = self.program.clone();
+        command.push("agent".into());
+        command
+    }
+
     /// The tar archive of the files and then [`COMPLETE`], made by a blocking thread a chunk
     /// ahead of its reader; it stops when the reader goes. A file that changed since the
     /// server started (a rebuild) ends it with an error: the digest would not name it.
@@ -172,14 +188,9 @@ fn pack(files: &[AgentFile], out: &mut impl Write) -> std::io::Result<()> {
     tar.finish()
 }
 
-/// Opens one of the agent's files as it was when the server started. The program is read
-/// through /proc/self/exe, which is the running program even where a rebuild replaced the file.
+/// Opens one of the agent's files as it was when the server started.
 fn open(file: &AgentFile) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
-    let running = Path::new("/proc/self/exe");
-    let source = match file.name.as_str() {
-        "batchpool" if running.exists() => std::fs::File::open(running),
-        _ => std::fs::File::open(&file.path),
-    }?;
+    let source = std::fs::File::open(&file.read_from)?;
     let meta = source.metadata()?;
     if meta.len() != file.len || modified(&meta) != file.modified {
         return Err(std::io::Error::other(format!(
@@ -232,6 +243,7 @@ mod tests {
                 std::fs::write(&path, text).unwrap();
                 let meta = std::fs::metadata(&path).unwrap();
                 AgentFile {
+                    read_from: path.clone(),
                     path,
                     name: name.to_string(),
                     len: meta.len(),
@@ -240,7 +252,7 @@ mod tests {
             })
             .collect();
         AgentFiles {
-            command: Vec::new(),
+            program: Vec::new(),
             files,
             digest: String::new(),
         }

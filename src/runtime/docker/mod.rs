@@ -50,15 +50,6 @@ impl AgentSetup {
     }
 }
 
-impl AgentSetup {
-    /// This program as a node runs it: its loader and libraries from the agent's volume.
-    pub fn program(&self) -> Vec<String> {
-        let mut command = self.files.command.clone();
-        command.pop(); // "agent"
-        command
-    }
-}
-
 /// AZ_BATCH_NODE_ROOT_DIR inside a node container.
 pub use super::nodes::NODE_ROOT;
 

@@ -82,7 +82,7 @@ impl DockerRuntime {
     ) -> Result<Made, NodeError> {
         for _ in 0..3 {
             let volume = self.agent_volume(spec).await?;
-            let command = self.agent.files.command.clone();
+            let command = self.agent.files.command();
             let body = container_body(spec, network.clone(), (command, &volume), agent_env.clone());
             if self.create_container(spec, name, body).await? == Made::NetworkGone {
                 return Ok(Made::NetworkGone);

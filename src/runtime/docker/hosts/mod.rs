@@ -115,7 +115,7 @@ pub struct DockerHosts {
     /// Which hosts answer (see `health`).
     health: health::Health,
     /// What every host's nodes need to run their agent.
-    agent: Arc<super::AgentSetup>,
+    pub(in crate::runtime) agent: Arc<super::AgentSetup>,
     /// Hosts given at start that did not answer then (see `start`).
     pending: Mutex<Vec<HostSpec>>,
 }
@@ -152,11 +152,6 @@ impl DockerHosts {
             placed: Mutex::default(),
             pending: Mutex::default(),
         }
-    }
-
-    /// This program as the nodes run it (see [`super::AgentSetup::program`]).
-    pub(in crate::runtime) fn agent_program(&self) -> Vec<String> {
-        self.agent.program()
     }
 
     /// Which host a node is on, if this server knows.
