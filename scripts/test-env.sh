@@ -451,13 +451,14 @@ EOF
     printf "export BATCHPOOL_DEBIAN_ROOTFS='%s'\n" "$sdk_dir/debian-bookworm" >&3
     for version in 15.1.0 14.2.0; do
         local venv="$sdk_dir/azure-batch-$version"
-        # azure-storage-blob beside it: the data tests upload inputs and read outputs with it.
-        if ! "$venv/bin/python" -c "import azure.batch, azure.storage.blob" 2>/dev/null; then
-            log "installing azure-batch $version and azure-storage-blob into $venv"
+        # azure-storage-blob beside it: the data tests upload inputs and read outputs with it;
+        # and Prometheus' own Python client, whose OpenMetrics parser reads /metrics (tests/metrics.rs).
+        if ! "$venv/bin/python" -c "import azure.batch, azure.storage.blob, prometheus_client" 2>/dev/null; then
+            log "installing azure-batch $version, azure-storage-blob and prometheus-client into $venv"
             python3 -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
             "$venv/bin/pip" install -q --disable-pip-version-check "azure-batch==$version" \
-                "azure-storage-blob>=12.19,<13" \
-                || die "pip could not install azure-batch==$version and azure-storage-blob"
+                "azure-storage-blob>=12.19,<13" "prometheus-client>=0.20,<1" \
+                || die "pip could not install azure-batch==$version, azure-storage-blob and prometheus-client"
         fi
         printf "export BATCHPOOL_SDK%s_PYTHON='%s'\n" "${version%%.*}" "$venv/bin/python" >&3
     done

@@ -1,6 +1,6 @@
-//! `/metrics`: the operator's view in Prometheus' text format, behind its own token. The
-//! families move as the server works: tasks and nodes by state, targets, compute hours, HTTP
-//! requests by route, dispatch passes, the leader and the agents.
+//! `/metrics`: the operator's view in OpenMetrics text, behind its own token. The families move
+//! as the server works: tasks and nodes by state, targets, compute hours, HTTP requests by route,
+//! dispatch passes, the leader and the agents; and Prometheus' own parser reads every scrape.
 
 mod common;
 
@@ -16,7 +16,42 @@ async fn scrape(s: &TestServer, token: Option<&str>) -> (u16, String) {
     }
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
+    if status == 200 {
+        let kind = response.headers()["content-type"].to_str().unwrap();
+        assert!(
+            kind.starts_with("application/openmetrics-text; version=1.0.0"),
+            "{kind}"
+        );
+    }
     (status, response.text().await.unwrap())
+}
+
+/// The families Prometheus' own OpenMetrics parser (its Python client's, in the SDK's
+/// virtualenv) reads from `text`, each as `name type samples`; it fails on what it rejects.
+fn parsed_by_prometheus(text: &str) -> String {
+    use std::io::Write;
+    let python = std::env::var("BATCHPOOL_SDK15_PYTHON")
+        .expect("BATCHPOOL_SDK15_PYTHON: run the tests through scripts/test.sh");
+    let read = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+        for f in parse(sys.stdin.read()): print(f.name, f.type, len(f.samples))";
+    let mut child = std::process::Command::new(python)
+        .args(["-c", read])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}\n{text}");
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The value of the line that starts with `series` (labels included).
@@ -91,6 +126,15 @@ async fn metrics_move_as_the_server_works_and_only_for_the_token() {
     assert_eq!(value(&second, waited), Some(10.0), "{second}");
     assert!(value(&second, "batchpool_dispatch_pass_seconds_count").unwrap_or_default() > passes);
     assert!(value(&second, hours) > value(&first, hours), "{second}");
+    let families = parsed_by_prometheus(&second);
+    for family in [
+        "batchpool_compute_hours counter 1",
+        "batchpool_nodes gauge 1",
+        "batchpool_http_request_duration_seconds histogram",
+        "batchpool_db_connections gauge 3",
+    ] {
+        assert!(families.contains(family), "{family}:\n{families}");
+    }
 
     // Without a token, metrics are off. (This server logs JSON lines, for a log collector.)
     let off = TestServer::start_with(Rt::Local, None, &["--log-format", "json"]).await;

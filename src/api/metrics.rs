@@ -1,10 +1,10 @@
-//! `GET /metrics`: Prometheus' text format, for the operator (it names every account's pools and
-//! jobs, so it takes `Authorization: Bearer <--metrics-token>`, and without that token set it
-//! is off). What the database holds is read at each scrape (tasks by state, nodes by state,
+//! `GET /metrics`: OpenMetrics text (through `prometheus-client`), for the operator (it names
+//! every account's pools and jobs, so it takes `Authorization: Bearer <--metrics-token>`, and
+//! without that token set it is off). What the database holds is read at each scrape (tasks by state, nodes by state,
 //! targets, compute hours); what the process counted comes from `crate::metrics` (HTTP
 //! requests and their durations, dispatch passes); and the leader and agent gauges.
 
-use std::fmt::Write;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,10 +12,16 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use sqlx::PgPool;
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::metrics::{escape, family, write_process};
 use crate::store;
 
 /// Counts each request by its route's pattern (never its path: ids stay out of the labels).
@@ -67,173 +73,209 @@ pub async fn scrape(
             "/metrics takes Authorization: Bearer <the server's --metrics-token>.",
         ));
     }
-    let mut out = String::new();
-    write_database(&state, &mut out)
+    let mut registry = Registry::with_prefix("batchpool");
+    register_database(&state.db, &mut registry)
         .await
         .map_err(ApiError::internal)?;
-    write_server(&state, &mut out);
-    let (open, idle) = (state.db.size(), state.db.num_idle());
-    let most = state.db.options().get_max_connections();
-    family(
-        &mut out,
-        "batchpool_db_connections",
-        "gauge",
-        "This server's database connections: busy, idle, and the most it opens.",
-    );
-    let busy = u64::from(open).saturating_sub(idle as u64);
-    let _ = writeln!(out, "batchpool_db_connections{{state=\"busy\"}} {busy}");
-    let _ = writeln!(out, "batchpool_db_connections{{state=\"idle\"}} {idle}");
-    let _ = writeln!(out, "batchpool_db_connections{{state=\"max\"}} {most}");
-    write_process(&mut out);
-    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    register_server(&state, &mut registry);
+    crate::metrics::register_process(&mut registry);
+    let mut out = String::new();
+    encode(&mut out, &registry).map_err(ApiError::internal)?;
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(header::CONTENT_TYPE, content_type)], out).into_response())
 }
 
-async fn write_database(state: &AppState, out: &mut String) -> sqlx::Result<()> {
-    let db = &state.db;
-    family(
-        out,
-        "batchpool_tasks",
-        "gauge",
-        "Tasks of the jobs not completed yet, by state.",
-    );
-    for t in store::metrics::task_counts(db).await? {
-        let (account, job) = (escape(&t.account), escape(&t.job));
-        let _ = writeln!(
-            out,
-            "batchpool_tasks{{account=\"{account}\",job=\"{job}\",state=\"{}\"}} {}",
-            t.state, t.count
-        );
+/// A gauge of counts, by labels `L`.
+type Counts<L> = Family<L, Gauge>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    account: String,
+    job: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    account: String,
+    pool: String,
+    host: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    account: String,
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanLabels {
+    account: String,
+    pool: String,
+    billing_plan: String,
+}
+
+/// A family of gauges, one for each row, by its labels and value.
+fn counts<R, L>(rows: Vec<R>, each: impl Fn(R) -> (L, i64)) -> Counts<L>
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    let family = Counts::default();
+    for (labels, n) in rows.into_iter().map(each) {
+        family.get_or_create(&labels).set(n);
     }
-    family(
-        out,
-        "batchpool_nodes",
-        "gauge",
-        "Nodes by pool, host and state.",
-    );
-    for n in store::metrics::node_counts(db).await? {
-        let (account, pool, host) = (escape(&n.account), escape(&n.pool), escape(&n.host));
-        let _ = writeln!(
-            out,
-            "batchpool_nodes{{account=\"{account}\",pool=\"{pool}\",host=\"{host}\",state=\"{}\"}} {}",
-            n.state, n.count
-        );
-    }
-    family(
-        out,
-        "batchpool_pool_target_nodes",
-        "gauge",
-        "The dedicated nodes each pool is sized to.",
-    );
-    for p in store::metrics::pool_targets(db).await? {
-        let (account, pool) = (escape(&p.account), escape(&p.pool));
-        let _ = writeln!(
-            out,
-            "batchpool_pool_target_nodes{{account=\"{account}\",pool=\"{pool}\"}} {}",
-            p.target
-        );
-    }
-    family(
-        out,
-        "batchpool_compute_hours_total",
-        "counter",
-        "Node-hours metered so far, by pool and billing plan.",
-    );
+    family
+}
+
+/// What the database holds, read at each scrape.
+async fn register_database(db: &PgPool, registry: &mut Registry) -> sqlx::Result<()> {
+    let tasks = counts(store::metrics::task_counts(db).await?, |t| {
+        let (account, job, state) = (t.account, t.job, t.state);
+        (
+            TaskLabels {
+                account,
+                job,
+                state,
+            },
+            t.count,
+        )
+    });
+    let help = "Tasks of the jobs not completed yet, by state";
+    registry.register("tasks", help, tasks);
+    let nodes = counts(store::metrics::node_counts(db).await?, |n| {
+        let (account, pool, host, state) = (n.account, n.pool, n.host, n.state);
+        (
+            NodeLabels {
+                account,
+                pool,
+                host,
+                state,
+            },
+            n.count,
+        )
+    });
+    registry.register("nodes", "Nodes by pool, host and state", nodes);
+    let targets = counts(store::metrics::pool_targets(db).await?, |p| {
+        let (account, pool) = (p.account, p.pool);
+        (PoolLabels { account, pool }, p.target.into())
+    });
+    let help = "The dedicated nodes each pool is sized to";
+    registry.register("pool_target_nodes", help, targets);
+    let hours = Family::<PlanLabels, Counter<f64, AtomicU64>>::default();
     for h in store::metrics::compute_hours(db).await? {
-        let (account, pool, plan) = (escape(&h.account), escape(&h.pool), escape(&h.billing_plan));
-        let _ = writeln!(
-            out,
-            "batchpool_compute_hours_total{{account=\"{account}\",pool=\"{pool}\",billing_plan=\"{plan}\"}} {}",
-            h.hours
-        );
+        let (account, pool, billing_plan) = (h.account, h.pool, h.billing_plan);
+        let labels = PlanLabels {
+            account,
+            pool,
+            billing_plan,
+        };
+        hours.get_or_create(&labels).inc_by(h.hours);
     }
-    write_budgets(db, out).await
+    let help = "Node-hours metered so far, by pool and billing plan";
+    registry.register("compute_hours", help, hours);
+    register_budgets(db, registry).await
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    account: String,
+    billing_plan: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CrossedLabels {
+    account: String,
+    billing_plan: String,
+    threshold: &'static str,
 }
 
 /// Each monthly budget's share used (as the leader last reckoned it, every 5 s), and whether
 /// this month crossed 80% and 100%.
-async fn write_budgets(db: &sqlx::PgPool, out: &mut String) -> sqlx::Result<()> {
-    let budgets = store::budgets::list(db, None).await?;
-    family(
-        out,
-        "batchpool_budget_used_ratio",
-        "gauge",
-        "The share of each monthly budget this month's cost has used (1 = all of it).",
-    );
-    let labels = |b: &store::budgets::BudgetRow| {
-        let plan = escape(b.billing_plan.as_deref().unwrap_or_default());
-        format!("account=\"{}\",billing_plan=\"{plan}\"", escape(&b.account))
-    };
-    for b in &budgets {
+async fn register_budgets(db: &PgPool, registry: &mut Registry) -> sqlx::Result<()> {
+    let used = Family::<BudgetLabels, Gauge<f64, AtomicU64>>::default();
+    let crossed = Counts::<CrossedLabels>::default();
+    let (month, _) = crate::domain::budget::month_of(chrono::Utc::now());
+    for b in store::budgets::list(db, None).await? {
         let monthly = crate::domain::pricing::Rate::parse(&b.monthly_amount).unwrap_or_default();
         let monthly = monthly.0 as f64 / 1e9;
-        let used = b.used_amount.unwrap_or(0.0);
-        let ratio = if monthly > 0.0 { used / monthly } else { 1.0 };
-        let _ = writeln!(out, "batchpool_budget_used_ratio{{{}}} {ratio}", labels(b));
-    }
-    family(
-        out,
-        "batchpool_budget_crossed",
-        "gauge",
-        "Whether this month's cost has crossed 80% (threshold 0.8) and all (1) of each monthly budget.",
-    );
-    let (month, _) = crate::domain::budget::month_of(chrono::Utc::now());
-    for b in &budgets {
-        for (threshold, crossed) in [("0.8", b.warned_month), ("1", b.exceeded_month)] {
-            let crossed = u8::from(crossed == Some(month));
-            let _ = writeln!(
-                out,
-                "batchpool_budget_crossed{{{},threshold=\"{threshold}\"}} {crossed}",
-                labels(b)
-            );
+        let spent = b.used_amount.unwrap_or(0.0);
+        let ratio = if monthly > 0.0 { spent / monthly } else { 1.0 };
+        let billing_plan = b.billing_plan.unwrap_or_default();
+        let account = b.account;
+        for (threshold, month_crossed) in [("0.8", b.warned_month), ("1", b.exceeded_month)] {
+            let labels = CrossedLabels {
+                account: account.clone(),
+                billing_plan: billing_plan.clone(),
+                threshold,
+            };
+            let yes = month_crossed == Some(month);
+            crossed.get_or_create(&labels).set(i64::from(yes));
         }
+        let labels = BudgetLabels {
+            account,
+            billing_plan,
+        };
+        used.get_or_create(&labels).set(ratio);
     }
+    let help = "The share of each monthly budget this month's cost has used (1 = all of it)";
+    registry.register("budget_used_ratio", help, used);
+    let help = "Whether this month's cost has crossed 80% (threshold 0.8) and all (1) of each monthly budget";
+    registry.register("budget_crossed", help, crossed);
     Ok(())
 }
 
-/// This server in the installation: whether it leads, its agents, the servers it knows, and
-/// (leading) the Docker hosts that answer.
-fn write_server(state: &AppState, out: &mut String) {
-    let leads = u8::from(state.probes.leads());
-    family(
-        out,
-        "batchpool_leader",
-        "gauge",
-        "Whether this server leads the scheduler.",
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabels {
+    host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionLabels {
+    state: &'static str,
+}
+
+/// A gauge set to `value`.
+fn gauge(value: i64) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(value);
+    gauge
+}
+
+/// This server in the installation: whether it leads, its agents, the servers it knows, its
+/// database connections, and (leading) the Docker hosts that answer.
+fn register_server(state: &AppState, registry: &mut Registry) {
+    let leads = state.probes.leads();
+    let help = "Whether this server leads the scheduler";
+    registry.register("leader", help, gauge(leads.into()));
+    let agents = i64::try_from(state.runtime.agents_known()).unwrap_or(i64::MAX);
+    registry.register(
+        "agents_connected",
+        "Node agents this server knows",
+        gauge(agents),
     );
-    let _ = writeln!(out, "batchpool_leader {leads}");
-    family(
-        out,
-        "batchpool_agents_connected",
-        "gauge",
-        "Node agents this server knows.",
-    );
-    let _ = writeln!(
-        out,
-        "batchpool_agents_connected {}",
-        state.runtime.agents_known()
-    );
-    family(
-        out,
-        "batchpool_servers",
-        "gauge",
-        "The installation's servers, as this server last read them (every 2 s).",
-    );
-    let _ = writeln!(out, "batchpool_servers {}", state.peers.servers().1.len());
-    family(
-        out,
-        "batchpool_docker_host_up",
-        "gauge",
-        "Whether each Docker host answered when the leader last pinged it (on the leader only).",
-    );
-    if leads == 1 {
-        for (host, up) in state.runtime.hosts_answering() {
-            let host = escape(&host);
-            let _ = writeln!(
-                out,
-                "batchpool_docker_host_up{{host=\"{host}\"}} {}",
-                u8::from(up)
-            );
+    let servers = i64::try_from(state.peers.servers().1.len()).unwrap_or(i64::MAX);
+    let help = "The installation's servers, as this server last read them (every 2 s)";
+    registry.register("servers", help, gauge(servers));
+    let up = Counts::<HostLabels>::default();
+    if leads {
+        for (host, answers) in state.runtime.hosts_answering() {
+            up.get_or_create(&HostLabels { host }).set(answers.into());
         }
     }
+    let help =
+        "Whether each Docker host answered when the leader last pinged it (on the leader only)";
+    registry.register("docker_host_up", help, up);
+    let (open, idle) = (state.db.size(), state.db.num_idle());
+    let most = state.db.options().get_max_connections();
+    let busy = i64::from(open).saturating_sub(i64::try_from(idle).unwrap_or(i64::MAX));
+    let connections = Counts::<ConnectionLabels>::default();
+    let states = [("busy", busy), ("idle", idle as i64), ("max", most.into())];
+    for (state, n) in states {
+        connections
+            .get_or_create(&ConnectionLabels { state })
+            .set(n);
+    }
+    let help = "This server's database connections: busy, idle, and the most it opens";
+    registry.register("db_connections", help, connections);
 }
