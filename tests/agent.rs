@@ -897,3 +897,58 @@ async fn a_node_whose_agent_never_says_hello_is_unusable_and_the_resize_says_why
     assert!(errors.contains("NodeAgentUnreachable"), "{pool}");
     assert!(errors.contains("--agent-url"), "{pool}");
 }
+
+/// An iptables rule that refuses connections from outside this host to a port, until dropped:
+/// a network cut between nodes' agents and their server (the server's own loopback calls pass).
+struct Refused(u16);
+
+impl Refused {
+    fn rule(port: u16, op: &str) -> std::process::ExitStatus {
+        let port = port.to_string();
+        std::process::Command::new("iptables")
+            .args([op, "INPUT", "!", "-i", "lo", "-p", "tcp", "--dport", &port])
+            .args(["-j", "REJECT", "--reject-with", "tcp-reset"])
+            .status()
+            .expect("iptables (Debian's iptables, which docker.io brings)")
+    }
+
+    fn port(port: u16) -> Self {
+        assert!(Self::rule(port, "-I").success(), "iptables -I failed");
+        Refused(port)
+    }
+}
+
+impl Drop for Refused {
+    fn drop(&mut self) {
+        Self::rule(self.0, "-D");
+    }
+}
+
+/// A new node whose agent cannot reach the server in time (its network cut) is unusable, as
+/// above; once the cut heals and its agent speaks after all, the node is made again by itself,
+/// and takes tasks: a fault that passed costs the pool no node.
+#[tokio::test]
+async fn a_node_unusable_for_a_cut_that_healed_is_made_again_when_its_agent_speaks() {
+    let database = Some(common::fresh_database().await);
+    let s = TestServer::start_with(Rt::Docker, database, &["--agent-timeout", "10"]).await;
+    let port: u16 = s.agent_url().rsplit(':').next().unwrap().parse().unwrap();
+    let cut = Refused::port(port);
+    let body = json!({"id": "healed", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let nodes = s.wait_nodes("healed", 1, "unusable").await;
+    let errors = nodes[0]["errors"].to_string();
+    assert!(errors.contains("NodeAgentUnreachable"), "{errors}");
+    let id = nodes[0]["id"].clone();
+    drop(cut);
+    let nodes = s.wait_nodes("healed", 1, "idle").await;
+    assert_eq!(nodes[0]["id"], id, "the same node, made again");
+    assert!(
+        nodes[0].get("errors").is_none_or(|e| e == &json!([])),
+        "{}",
+        nodes[0]
+    );
+    s.job_on("j", "healed").await;
+    s.add_tasks("j", vec![json!({"id": "t", "commandLine": "true"})])
+        .await;
+    s.wait_all_completed("j", 1).await;
+}

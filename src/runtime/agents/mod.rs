@@ -88,6 +88,9 @@ struct LinkState {
     follows: bool,
     /// The boot last handed the installation's servers, and the list's version it was handed.
     told: Option<(String, u64)>,
+    /// Whether a wait for the agent's first word ran out ([`Agents::await_hello`]): a word
+    /// heard after that came late.
+    waited_in_vain: bool,
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
@@ -151,6 +154,7 @@ impl Agents {
                 users: false,
                 follows: false,
                 told: None,
+                waited_in_vain: false,
             }),
             work: Notify::new(),
             heard: Notify::new(),
@@ -223,12 +227,24 @@ impl Agents {
         if self.wait_heard(node, self.silence).await {
             return Ok(());
         }
+        if let Some(link) = self.link(node) {
+            link.state.lock().expect("lock").waited_in_vain = true;
+        }
         Err(NodeError {
             code: "NodeAgentUnreachable",
             message: format!(
                 "node {node}'s agent did not reach this server within {} s; {advice}",
                 self.silence.as_secs()
             ),
+        })
+    }
+
+    /// Whether the node's agent, given up on by [`Agents::await_hello`], has spoken since: what
+    /// kept it silent (its network cut, its host loaded) has passed.
+    pub fn spoke_late(&self, node: &str) -> bool {
+        self.link(node).is_some_and(|link| {
+            let state = link.state.lock().expect("lock");
+            state.waited_in_vain && state.boot.is_some()
         })
     }
 

@@ -211,6 +211,7 @@ impl Allocator {
                 NodeState::LeavingPool => self.ensure_removal(node, node.retain_data),
                 NodeState::Preempted => self.on_preempted(pool, node, dedicated_waiting),
                 NodeState::Deallocating => self.ensure_deallocated(node),
+                NodeState::Unusable => self.remake_if_heard(node).await?,
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }

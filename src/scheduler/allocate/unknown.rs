@@ -1,9 +1,11 @@
 //! Nodes whose agents fall silent are `unknown` (Azure's state for a node the service lost
 //! contact with) until their agents speak again, or until the agent timeout, when they are lost
-//! and replaced ([`Allocator::replace_lost_nodes`]).
+//! and replaced ([`Allocator::replace_lost_nodes`]). A new node whose agent did not say hello
+//! in time is `unusable`; once its agent speaks after all, it is made again.
 
 use super::Allocator;
-use crate::store;
+use crate::domain::pool::NodeState;
+use crate::store::{self, nodes::NodeRow};
 
 impl Allocator {
     /// Makes the ready nodes among `unknown` (their agents silent for a while) `unknown`, and
@@ -45,6 +47,23 @@ impl Allocator {
                 regained,
                 "nodes left unknown by the last leader are judged anew"
             );
+        }
+        Ok(())
+    }
+
+    /// Makes `node` again, as a reimage does, if it is `unusable` because its agent did not say
+    /// hello in time (its network cut, its host too loaded) and that agent has spoken since: the
+    /// fault passed, and the pool has its node back. An agent that never reaches this server (a
+    /// wrong `--agent-url`) never speaks, so no node is made again and again.
+    pub(super) async fn remake_if_heard(&self, node: &NodeRow) -> anyhow::Result<()> {
+        let code = node.errors.get(0).and_then(|e| e.get("code")?.as_str());
+        if code != Some("NodeAgentUnreachable") || !self.runtime.agents.spoke_late(&node.id) {
+            return Ok(());
+        }
+        let again = (NodeState::Unusable, NodeState::Reimaging);
+        if store::nodes::set_state_from(&self.db, node.pk, again).await? {
+            tracing::info!(node = %node.id, "the agent of a node unusable for its silence spoke at last: making the node again");
+            self.wake.allocate.notify_one();
         }
         Ok(())
     }
