@@ -14,7 +14,10 @@
 //! - no ready task waits [`IDLE_SLOT_BOUND`] while a node of its pool has a free slot it fits
 //!   (looked at through the database every 2 s, during the run and the drain);
 //! - no node ran more tasks at once than its slots;
-//! - a node's billing intervals never overlap;
+//! - a node's billing intervals never overlap, and they cover the time it is in use: at every
+//!   look (every 2 s, one snapshot of the database), a node that is idle, running, offline,
+//!   unknown or at its start task has an open record, one being made or preempted has none,
+//!   and no record is open for a node that is gone;
 //! - every answer is 2xx or 4xx, or 503 with Retry-After (a server killed mid-request answers
 //!   nothing, which is no violation);
 //! - no panic in the servers' logs, and each server's RSS stays under [`MAX_RSS_KIB`];
@@ -72,7 +75,11 @@ impl Rng {
 struct Violations(Vec<String>);
 
 impl Violations {
+    /// Adds a violation; one seen again (a state that lasts, at every look) counts once.
     fn add(&mut self, what: String) {
+        if self.0.contains(&what) {
+            return;
+        }
         eprintln!("VIOLATION: {what}");
         self.0.push(what);
     }
@@ -500,6 +507,51 @@ impl Soak {
         self.waiting = waiting;
     }
 
+    /// Checks, in one snapshot of the database, that the nodes in use are billed and the others
+    /// not: a node idle, running, offline, unknown or at its start task has one open usage
+    /// record; a node being made (`creating`, `starting`) or preempted has none; and no record
+    /// is open for a node that is gone. A look that fails (the database is down) is skipped.
+    async fn look_at_billing(&mut self) {
+        let look = sqlx::query_as::<_, (String, String, i64)>(
+            "SELECT n.id, n.state, (SELECT count(*) FROM usage_records u
+                                     WHERE u.node_id = n.id AND u.ended_at IS NULL)
+               FROM nodes n
+             UNION ALL
+             SELECT u.node_id, 'gone', 1 FROM usage_records u
+              WHERE u.ended_at IS NULL AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = u.node_id)",
+        )
+        .fetch_all(&self.db);
+        let Ok(Ok(nodes)) = tokio::time::timeout(Duration::from_secs(5), look).await else {
+            return;
+        };
+        for (node, state, open) in nodes {
+            let billed = match state.as_str() {
+                "idle"
+                | "running"
+                | "offline"
+                | "unknown"
+                | "waitingforstarttask"
+                | "starttaskfailed" => true,
+                "creating" | "starting" | "preempted" | "gone" => false,
+                _ => continue,
+            };
+            if open != i64::from(billed) {
+                let records = sqlx::query_as::<_, (String,)>(
+                    "SELECT started_at::text || ' .. ' || coalesce(ended_at::text, 'open')
+                       FROM usage_records WHERE node_id = $1 ORDER BY started_at",
+                )
+                .bind(&node)
+                .fetch_all(&self.db)
+                .await
+                .unwrap_or_default();
+                let records: Vec<String> = records.into_iter().map(|r| r.0).collect();
+                self.seen.add(format!(
+                    "node {node} is {state} with {open} open billing records: {records:?}"
+                ));
+            }
+        }
+    }
+
     /// Fails on any socket of the servers, their nodes' agents or what those started that is
     /// connected or connecting to an address outside this machine ([`outbound`]), Docker nodes'
     /// in their own network namespaces.
@@ -664,6 +716,7 @@ async fn soak(rt: Rt) {
         tick += 1;
         if tick.is_multiple_of(8) {
             soak.look_for_idle_slots().await;
+            soak.look_at_billing().await;
             soak.look_outside();
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -757,6 +810,7 @@ async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
         loop {
             soak.sample_rss();
             soak.look_for_idle_slots().await;
+            soak.look_at_billing().await;
             let path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo,nodeInfo");
             let mut not_done = Vec::new();
             if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
@@ -781,14 +835,14 @@ async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
             }
             if !stalled && progress.elapsed() > STALL {
                 // What the fleet looked like when it stalled, for whoever reads why.
-                let nodes = sqlx::query_as::<_, (String, String, String, i32)>(
-                    "SELECT p.id, n.id, n.state, n.running_task_slots FROM nodes n
+                let nodes = sqlx::query_as::<_, (String, String, String, i32, String)>(
+                    "SELECT p.id, n.id, n.state, n.running_task_slots, n.errors::text FROM nodes n
                      JOIN pools p ON p.pk = n.pool_pk ORDER BY p.id, n.id",
                 )
                 .fetch_all(&soak.db)
                 .await;
                 soak.seen.add(format!(
-                    "the drain stalled; the nodes (pool, node, state, slots taken): {nodes:?}"
+                    "the drain stalled; the nodes (pool, node, state, slots taken, errors): {nodes:?}"
                 ));
             }
             if stalled || progress.elapsed() > STALL {

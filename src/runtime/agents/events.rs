@@ -51,6 +51,7 @@ impl Link {
     /// it ran before is gone.
     pub(super) fn seen(&self, state: &mut LinkState, boot: &str) {
         state.last_seen = Instant::now();
+        state.last_word = Some(state.last_seen);
         if state.boot.as_deref() == Some(boot) {
             return;
         }

@@ -88,9 +88,8 @@ struct LinkState {
     follows: bool,
     /// The boot last handed the installation's servers, and the list's version it was handed.
     told: Option<(String, u64)>,
-    /// Whether a wait for the agent's first word ran out ([`Agents::await_hello`]): a word
-    /// heard after that came late.
-    waited_in_vain: bool,
+    /// When the agent last spoke (`last_seen` also restarts with a new leader's clocks).
+    last_word: Option<Instant>,
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
@@ -154,7 +153,7 @@ impl Agents {
                 users: false,
                 follows: false,
                 told: None,
-                waited_in_vain: false,
+                last_word: None,
             }),
             work: Notify::new(),
             heard: Notify::new(),
@@ -227,9 +226,6 @@ impl Agents {
         if self.wait_heard(node, self.silence).await {
             return Ok(());
         }
-        if let Some(link) = self.link(node) {
-            link.state.lock().expect("lock").waited_in_vain = true;
-        }
         Err(NodeError {
             code: "NodeAgentUnreachable",
             message: format!(
@@ -239,12 +235,15 @@ impl Agents {
         })
     }
 
-    /// Whether the node's agent, given up on by [`Agents::await_hello`], has spoken since: what
-    /// kept it silent (its network cut, its host loaded) has passed.
-    pub fn spoke_late(&self, node: &str) -> bool {
-        self.link(node).is_some_and(|link| {
-            let state = link.state.lock().expect("lock");
-            state.waited_in_vain && state.boot.is_some()
+    /// Whether the node's agent has spoken to this server since `at`.
+    pub fn spoke_since(&self, node: &str, at: chrono::DateTime<chrono::Utc>) -> bool {
+        let Some(link) = self.link(node) else {
+            return false;
+        };
+        let last_word = link.state.lock().expect("lock").last_word;
+        last_word.is_some_and(|word| {
+            let ago = chrono::Duration::from_std(word.elapsed()).unwrap_or(chrono::TimeDelta::MAX);
+            chrono::Utc::now() - ago > at
         })
     }
 

@@ -151,8 +151,11 @@ impl Allocator {
                 && !running.contains(row.id.as_str())
             {
                 tracing::warn!(node = %row.id, "the node's container is gone or stopped; making it again");
-                store::usage::close(&self.db, &row.id, now).await?;
-                store::nodes::set_state(&self.db, row.pk, NodeState::Creating).await?;
+                // Together: no moment sees the node in use and not billed.
+                let mut tx = self.db.begin().await?;
+                store::usage::close(&mut *tx, &row.id, now).await?;
+                store::nodes::set_state(&mut *tx, row.pk, NodeState::Creating).await?;
+                tx.commit().await?;
             }
         }
         // The running nodes' agents' silence counts from now: one that calls a server gone (the

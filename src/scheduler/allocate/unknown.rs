@@ -51,13 +51,16 @@ impl Allocator {
         Ok(())
     }
 
-    /// Makes `node` again, as a reimage does, if it is `unusable` because its agent did not say
-    /// hello in time (its network cut, its host too loaded) and that agent has spoken since: the
-    /// fault passed, and the pool has its node back. An agent that never reaches this server (a
-    /// wrong `--agent-url`) never speaks, so no node is made again and again.
+    /// Makes `node` again, as a reimage does, if it is `unusable` because its agent did not
+    /// answer in time (its network cut, its host too loaded) and that agent has spoken since
+    /// (to this server, which leads now: the one that gave up on it may be gone): the fault
+    /// passed, and the pool has its node back. An agent that never reaches a server (a wrong
+    /// `--agent-url`) never speaks, so no node is made again and again.
     pub(super) async fn remake_if_heard(&self, node: &NodeRow) -> anyhow::Result<()> {
         let code = node.errors.get(0).and_then(|e| e.get("code")?.as_str());
-        if code != Some("NodeAgentUnreachable") || !self.runtime.agents.spoke_late(&node.id) {
+        let since = node.state_transition_time;
+        if code != Some("NodeAgentUnreachable") || !self.runtime.agents.spoke_since(&node.id, since)
+        {
             return Ok(());
         }
         let again = (NodeState::Unusable, NodeState::Reimaging);
