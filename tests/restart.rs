@@ -273,6 +273,28 @@ on_both_runtimes!(
     sigkill_with_tasks_running
 );
 
+/// Notes in `billing_gaps` each usage record closed while its node is still in use (idle,
+/// running, offline, unknown, at its start task) when the closing transaction commits: a moment
+/// a reader would see the node in use and not billed.
+async fn watch_billing_gaps(db: &sqlx::PgPool) {
+    for statement in [
+        "CREATE TABLE billing_gaps (node_id text, state text)",
+        "CREATE FUNCTION note_billing_gap() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO billing_gaps SELECT n.id, n.state FROM nodes n WHERE n.id = NEW.node_id
+                AND n.state IN ('idle', 'running', 'offline', 'unknown', 'waitingforstarttask',
+                                'starttaskfailed');
+             RETURN NULL;
+         END $$",
+        "CREATE CONSTRAINT TRIGGER billing_gap AFTER UPDATE ON usage_records
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+             WHEN (OLD.ended_at IS NULL AND NEW.ended_at IS NOT NULL)
+             EXECUTE FUNCTION note_billing_gap()",
+    ] {
+        sqlx::query(statement).execute(db).await.unwrap();
+    }
+}
+
 /// When an attempt's process died while no server watched and left no exit code (its node's
 /// agent died with it), its outcome cannot be known: the task is requeued (requeueCount + 1) and
 /// runs again, on the node made again.
@@ -308,6 +330,8 @@ async fn lost_attempt_is_requeued(rt: Rt) {
     })
     .await;
     let container = format!("batchpool-{}-{node}", s.server_id().await);
+    let db = s.db().await;
+    watch_billing_gaps(&db).await;
     s.kill().await;
     // The node's agent dies with the task (a node that crashed), so no one records its end.
     match rt {
@@ -348,6 +372,12 @@ async fn lost_attempt_is_requeued(rt: Rt) {
         (s.shared_file("p", &node, "runs").await == "run\nrun\n").then_some(())
     })
     .await;
+    // The node made again was billed up to the moment it was not in use, never less.
+    let gaps: Vec<(String, String)> = sqlx::query_as("SELECT node_id, state FROM billing_gaps")
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    assert!(gaps.is_empty(), "billing closed while in use: {gaps:?}");
 }
 on_both_runtimes!(
     a_lost_attempt_is_requeued_after_restart,
