@@ -1,8 +1,9 @@
 //! `GET /metrics`: OpenMetrics text (through `prometheus-client`), for the operator (it names
 //! every account's pools and jobs, so it takes `Authorization: Bearer <--metrics-token>`, and
-//! without that token set it is off). What the database holds is read at each scrape (tasks by state, nodes by state,
-//! targets, compute hours); what the process counted comes from `crate::metrics` (HTTP
-//! requests and their durations, dispatch passes); and the leader and agent gauges.
+//! without that token set it is off). What the database holds is read at each scrape (tasks
+//! and nodes by state, targets, compute hours, budgets); what the process counted comes from
+//! `crate::metrics` (HTTP requests and their durations, dispatch passes); and the leader,
+//! agent, server and connection gauges.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
