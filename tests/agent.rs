@@ -6,6 +6,8 @@
 #[macro_use]
 mod common;
 
+use std::collections::HashMap;
+
 use common::{Rt, TestServer};
 use serde_json::json;
 
@@ -896,6 +898,54 @@ async fn a_node_whose_agent_never_says_hello_is_unusable_and_the_resize_says_why
     let errors = pool["resizeErrors"].to_string();
     assert!(errors.contains("NodeAgentUnreachable"), "{pool}");
     assert!(errors.contains("--agent-url"), "{pool}");
+}
+
+/// The node container of each of this server's nodes that has one: node id -> container id.
+fn node_containers(server_id: &str) -> HashMap<String, String> {
+    common::docker_containers(server_id)
+        .iter()
+        .filter(|c| c["Config"]["Labels"].get("batchpool.task").is_none())
+        .filter_map(|c| {
+            let node = c["Config"]["Labels"]["batchpool.node"].as_str()?;
+            Some((node.to_string(), c["Id"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+/// A node `unusable` because its agent never said hello is made again once its container has
+/// stopped (it died with its host, or was killed, before its agent could speak: the Docker
+/// soak's pools lost their nodes so); while its container runs, it is not (an agent that
+/// cannot reach the server, a wrong `--agent-url`, is no fault that passes).
+#[tokio::test]
+async fn a_node_unusable_for_silence_is_made_again_once_its_container_stopped() {
+    let args = ["--agent-url", "http://127.0.0.1:9", "--agent-timeout", "10"];
+    let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &args).await;
+    let server_id = s.server_id().await;
+    let body = json!({"id": "mute", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("mute", 2, "unusable").await;
+    let before = node_containers(&server_id);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let (stopped, running) = {
+        let mut ids = before.keys().cloned();
+        (ids.next().unwrap(), ids.next().unwrap())
+    };
+    common::run_ok(std::process::Command::new("docker").args(["kill", &before[&stopped]]));
+    common::wait_for("the stopped node's container made again", || async {
+        let now = node_containers(&server_id);
+        now.get(&stopped)
+            .is_some_and(|id| *id != before[&stopped])
+            .then_some(())
+    })
+    .await;
+    // The other waited as long, its container running: it is as it was.
+    assert_eq!(
+        node_containers(&server_id).get(&running),
+        before.get(&running)
+    );
+    let nodes = s.nodes("mute").await;
+    let other = nodes.iter().find(|n| n["id"] == running.as_str()).unwrap();
+    assert_eq!(other["state"], "unusable", "{other}");
 }
 
 /// An iptables rule that refuses connections from outside this host to a port, until dropped:

@@ -784,7 +784,9 @@ async fn a_preempted_node_on_a_host_that_is_down_is_retried_at_a_pace() {
 
 /// A node whose container is paused (frozen) when a new server adopts it: the container is
 /// unpaused and the node works, rather than going `unusable` ("cannot start a paused
-/// container"), which cost the Docker soak's pools their nodes one by one.
+/// container"), which cost the Docker soak's pools their nodes one by one; and the task it was
+/// running goes on, rather than being requeued while it ran on (the soak saw a node of 4 slots
+/// run 5 tasks at once so).
 #[tokio::test]
 async fn a_paused_node_is_thawed_when_adopted() {
     let _alone = one_at_a_time().await;
@@ -801,14 +803,51 @@ async fn a_paused_node_is_thawed_when_adopted() {
     ]));
     let container = container.trim();
     assert!(!container.is_empty(), "the node's container");
+    s.job_on("j", "p").await;
+    let once = "sh -c 'sleep 3; echo once >> $AZ_BATCH_NODE_SHARED_DIR/ran'";
+    s.add_tasks("j", vec![json!({"id": "long", "commandLine": once})])
+        .await;
+    s.wait_task("j", "long", "running").await;
     s.kill().await;
     run_ok(std::process::Command::new("docker").args(["pause", container]));
     s.launch().await;
-    s.job_on("j", "p").await;
     s.add_tasks("j", vec![json!({"id": "t", "commandLine": "echo thawed"})])
         .await;
     let t = s.wait_task("j", "t", "completed").await;
     assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    // The task that ran when the node froze goes on where it stopped: it runs once.
+    let long = s.wait_task("j", "long", "completed").await;
+    assert_eq!(long["executionInfo"]["result"], "success", "{long}");
+    assert_eq!(long["executionInfo"]["requeueCount"], 0, "{long}");
+    assert_eq!(s.shared_file("p", &node, "ran").await, "once\n");
     let (_, n) = s.get(&format!("/pools/p/nodes/{node}")).await;
     assert_ne!(n["state"], "unusable", "{n}");
+}
+
+/// A node that could not be made because its host's disk was full is `unusable`, and says
+/// why; once the disk has room again, the node is made again, without anyone asking (the
+/// Docker soak's pools lost their nodes one by one to faults that had passed).
+#[tokio::test]
+async fn a_node_not_made_for_a_full_disk_is_made_again_once_there_is_room() {
+    let _alone = one_at_a_time().await;
+    let dir = format!("/tmp/batchpool-engines/full-{}", std::process::id());
+    let engine = OwnEngine::start_on_disk(&dir, 205, 512);
+    engine.build_test_image(&engine.url());
+    let filled = engine::fill(&engine.data()).expect("a file on the engine's disk");
+    let args = ["--docker-host", &engine.url()];
+    let s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let body = json!({"id": "full", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    let unusable = s.wait_nodes("full", 1, "unusable").await;
+    let error = &unusable[0]["errors"][0];
+    assert_eq!(error["code"], "NodeCreationFailed", "{error}");
+    let message = error["message"].as_str().unwrap().to_lowercase();
+    assert!(message.contains("no space left on device"), "{error}");
+
+    std::fs::remove_file(filled).unwrap();
+    let idle = s.wait_nodes("full", 1, "idle").await;
+    assert_eq!(
+        idle[0]["id"], unusable[0]["id"],
+        "the same node, made again"
+    );
 }

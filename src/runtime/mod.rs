@@ -78,7 +78,10 @@ pub struct NodeHandle {
 #[derive(Clone, Debug)]
 pub struct FoundNode {
     pub node_id: String,
+    /// Its processes are there: running, or frozen (`paused`).
     pub running: bool,
+    /// Frozen (a Docker container paused): its processes are there, stopped.
+    pub paused: bool,
 }
 
 /// Why a task's container could not run, in Azure's terms (`code` goes to the task's
@@ -291,6 +294,11 @@ impl Runtime {
     /// Restarts a node (a reboot).
     pub async fn restart_node(&self, node_id: &str) -> anyhow::Result<()> {
         self.node.restart_node(&self.server_id, node_id).await
+    }
+
+    /// Thaws a frozen node ([`FoundNode::paused`]): its processes go on where they stopped.
+    pub async fn thaw_node(&self, node_id: &str) -> anyhow::Result<()> {
+        self.node.thaw_node(&self.server_id, node_id).await
     }
 
     /// Stops a node, keeping its disk (a deallocate).

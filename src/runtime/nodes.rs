@@ -141,6 +141,14 @@ impl Nodes {
         }
     }
 
+    /// Thaws a frozen node; only a Docker node's container can be frozen (paused).
+    pub async fn thaw_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        match self {
+            Nodes::Docker(hosts) => hosts.thaw_node(server_id, node_id).await,
+            Nodes::Local(_) | Nodes::Simulated(_) => Ok(()),
+        }
+    }
+
     /// Stops the node and what runs on it, keeping its disk (a deallocate); making it
     /// (`create_node`) starts it again. A local node's agent ends, its directory stays.
     pub async fn stop_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {

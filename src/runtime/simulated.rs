@@ -139,6 +139,7 @@ impl SimulatedRuntime {
                 FoundNode {
                     node_id: n.node,
                     running: n.running,
+                    paused: false,
                 }
             })
             .collect())

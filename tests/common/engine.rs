@@ -17,6 +17,9 @@ pub struct OwnEngine {
     /// Its own, apart from every other engine's.
     address_pool: String,
     child: Option<std::process::Child>,
+    /// Its data (images, containers, volumes) on a tmpfs of its own, of a fixed size: a host's
+    /// disk that can be filled without filling this machine's.
+    disk: bool,
 }
 
 impl OwnEngine {
@@ -30,6 +33,26 @@ impl OwnEngine {
         let listen = vec!["-H".to_string(), url.clone()];
         let env = vec![("DOCKER_HOST".to_string(), url.clone())];
         Self::start_with(dir, url, listen, env, octet)
+    }
+
+    /// As [`OwnEngine::start_in`], its data on a disk of `mib` MiB (a tmpfs mounted at
+    /// `<dir>/data`, kept while the engine stops and starts, as a host's disk is).
+    pub fn start_on_disk(dir: &str, octet: u8, mib: u64) -> Self {
+        let data = std::path::Path::new(dir).join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        run_ok(
+            std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+                .arg(&data),
+        );
+        let mut engine = Self::start_in(dir, octet);
+        engine.disk = true;
+        engine
+    }
+
+    /// Where its data is, as this machine sees it.
+    pub fn data(&self) -> std::path::PathBuf {
+        self.dir.join("data")
     }
 
     /// On 127.0.0.1:`port` with TLS: a CA, the engine's certificate and a client certificate
@@ -67,6 +90,7 @@ impl OwnEngine {
             cli_env,
             address_pool: format!("base=10.{pool}.0.0/16,size=24"),
             child: None,
+            disk: false,
         };
         std::fs::create_dir_all(&engine.dir).unwrap();
         engine.launch();
@@ -148,8 +172,25 @@ impl OwnEngine {
 impl Drop for OwnEngine {
     fn drop(&mut self) {
         self.stop();
+        if self.disk {
+            let _ = std::process::Command::new("umount")
+                .arg("--lazy")
+                .arg(self.data())
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Fills the disk `dir` is on with a file of zeros, as far as it takes, in 1 MiB writes: its
+/// path, to remove to give the room back.
+pub fn fill(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::io::Write;
+    let path = dir.join("filled-by-a-test");
+    let mut file = std::fs::File::create(&path).ok()?;
+    let zeros = vec![0u8; 1 << 20];
+    while file.write_all(&zeros).is_ok() {}
+    Some(path)
 }
 
 /// A CA, a certificate for an engine on 127.0.0.1 and a client certificate, made with openssl

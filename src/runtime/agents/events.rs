@@ -47,6 +47,15 @@ impl Link {
         }
     }
 
+    /// Whether the agent has spoken to this server since `at`.
+    pub(super) fn spoke_since(&self, at: chrono::DateTime<chrono::Utc>) -> bool {
+        let last_word = self.state.lock().expect("lock").last_word;
+        last_word.is_some_and(|word| {
+            let ago = chrono::Duration::from_std(word.elapsed()).unwrap_or(chrono::TimeDelta::MAX);
+            chrono::Utc::now() - ago > at
+        })
+    }
+
     /// Notes that the agent spoke; an agent with a new boot is a node that restarted, and what
     /// it ran before is gone.
     pub(super) fn seen(&self, state: &mut LinkState, boot: &str) {

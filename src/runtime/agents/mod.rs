@@ -237,14 +237,7 @@ impl Agents {
 
     /// Whether the node's agent has spoken to this server since `at`.
     pub fn spoke_since(&self, node: &str, at: chrono::DateTime<chrono::Utc>) -> bool {
-        let Some(link) = self.link(node) else {
-            return false;
-        };
-        let last_word = link.state.lock().expect("lock").last_word;
-        last_word.is_some_and(|word| {
-            let ago = chrono::Duration::from_std(word.elapsed()).unwrap_or(chrono::TimeDelta::MAX);
-            chrono::Utc::now() - ago > at
-        })
+        self.link(node).is_some_and(|link| link.spoke_since(at))
     }
 
     /// Whether the node's agent starts a task as the user its launch names, once it is heard

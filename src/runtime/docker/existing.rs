@@ -89,6 +89,13 @@ impl DockerRuntime {
             .context("restarting the node's container")
     }
 
+    pub(super) async fn thaw_node(&self, server_id: &str, node_id: &str) -> anyhow::Result<()> {
+        self.docker
+            .unpause_container(&container_name(server_id, node_id))
+            .await
+            .context("unpausing the node's container")
+    }
+
     pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let filters = HashMap::from([(
             "label".to_string(),
@@ -108,8 +115,13 @@ impl DockerRuntime {
                     return None;
                 }
                 let node_id = labels.get(LABEL_NODE)?.clone();
-                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
-                Some(FoundNode { node_id, running })
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                let paused = state == "paused";
+                Some(FoundNode {
+                    node_id,
+                    running: paused || state == "running",
+                    paused,
+                })
             })
             .collect())
     }

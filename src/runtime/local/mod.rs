@@ -135,6 +135,7 @@ impl LocalRuntime {
                 found.push(FoundNode {
                     node_id: labels.node,
                     running,
+                    paused: false,
                 });
             }
         }

@@ -38,6 +38,9 @@ pub struct Allocator {
     unknown: Mutex<HashSet<String>>,
     /// When the added Docker hosts were last read.
     hosts_synced: Mutex<Option<std::time::Instant>>,
+    /// The nodes whose containers ran when the runtime was last asked, and when (see
+    /// [`Allocator::remake_if_recovered`]).
+    running: Mutex<Option<(chrono::DateTime<Utc>, HashSet<String>)>>,
     /// Bounds how many containers are created or removed at once.
     limit: Arc<Semaphore>,
     /// Fetches start tasks' resource files.
@@ -73,6 +76,7 @@ impl Allocator {
             cleared: Mutex::default(),
             unknown: Mutex::default(),
             hosts_synced: Mutex::default(),
+            running: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             packages: crate::scheduler::packages::Packages::new(
                 db.clone(),
@@ -137,6 +141,14 @@ impl Allocator {
             tracing::info!(node = %node.node_id, "removing a node no pool claims");
             self.runtime.remove_node(&node.node_id).await?;
             store::usage::close(&self.db, &node.node_id, now).await?;
+        }
+        // A frozen node is thawed, and adopted as it was: were it made again, its processes (its
+        // tasks, already requeued) would go on beside their next attempts.
+        for node in found.iter().filter(|n| n.paused) {
+            tracing::warn!(node = %node.node_id, "the node's container was paused; unpausing it");
+            if let Err(e) = self.runtime.thaw_node(&node.node_id).await {
+                tracing::warn!(node = %node.node_id, error = %format!("{e:#}"), "unpausing the node failed");
+            }
         }
         let running: HashSet<&str> = found
             .iter()
@@ -214,7 +226,7 @@ impl Allocator {
                 NodeState::LeavingPool => self.ensure_removal(node, node.retain_data),
                 NodeState::Preempted => self.on_preempted(pool, node, dedicated_waiting),
                 NodeState::Deallocating => self.ensure_deallocated(node),
-                NodeState::Unusable => self.remake_if_heard(node).await?,
+                NodeState::Unusable => self.remake_if_recovered(node).await?,
                 state if being_provisioned(state) => self.ensure_provisioning(pool, node),
                 _ => {}
             }

@@ -1,7 +1,12 @@
 //! Nodes whose agents fall silent are `unknown` (Azure's state for a node the service lost
 //! contact with) until their agents speak again, or until the agent timeout, when they are lost
 //! and replaced ([`Allocator::replace_lost_nodes`]). A new node whose agent did not say hello
-//! in time is `unusable`; once its agent speaks after all, it is made again.
+//! in time, or whose container could not be made, is `unusable`; once the fault has passed, it
+//! is made again ([`Allocator::remake_if_recovered`]).
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::Allocator;
 use crate::domain::pool::NodeState;
@@ -51,23 +56,77 @@ impl Allocator {
         Ok(())
     }
 
-    /// Makes `node` again, as a reimage does, if it is `unusable` because its agent did not
-    /// answer in time (its network cut, its host too loaded) and that agent has spoken since
-    /// (to this server, which leads now: the one that gave up on it may be gone): the fault
-    /// passed, and the pool has its node back. An agent that never reaches a server (a wrong
-    /// `--agent-url`) never speaks, so no node is made again and again.
-    pub(super) async fn remake_if_heard(&self, node: &NodeRow) -> anyhow::Result<()> {
+    /// Makes `node` again, as a reimage does, if it is `unusable` for a fault that has passed:
+    ///
+    /// - its agent did not answer in time (its network cut, its host too loaded), and has
+    ///   spoken since (to this server, which leads now: the one that gave up on it may be gone);
+    /// - or it did not, and its container has stopped ([`REMAKE_AFTER`] on): it died with its
+    ///   host (an engine stopped), or was killed, before its agent could say hello;
+    /// - or its container could not be made (its host did not answer, or had no room on its
+    ///   disk), [`REMAKE_AFTER`] ago.
+    ///
+    /// A node whose container runs and whose agent never reaches a server (a wrong
+    /// `--agent-url`) is not made again and again. A node with no image, or no room on any host,
+    /// (`ImageNotFound`, `AllocationFailed`) stays unusable for its owner to see.
+    pub(super) async fn remake_if_recovered(&self, node: &NodeRow) -> anyhow::Result<()> {
         let code = node.errors.get(0).and_then(|e| e.get("code")?.as_str());
         let since = node.state_transition_time;
-        if code != Some("NodeAgentUnreachable") || !self.runtime.agents.spoke_since(&node.id, since)
-        {
-            return Ok(());
-        }
+        let waited = Utc::now() - since >= REMAKE_AFTER;
+        let agents = &self.runtime.agents;
+        let why = match code {
+            Some("NodeAgentUnreachable") if agents.spoke_since(&node.id, since) => {
+                "the node's agent spoke at last"
+            }
+            Some("NodeAgentUnreachable") if waited && self.stopped_since(&node.id, since).await => {
+                "the node's container stopped before its agent spoke"
+            }
+            Some("NodeCreationFailed") if waited => "the node's container could not be made",
+            _ => return Ok(()),
+        };
         let again = (NodeState::Unusable, NodeState::Reimaging);
         if store::nodes::set_state_from(&self.db, node.pk, again).await? {
-            tracing::info!(node = %node.id, "the agent of a node unusable for its silence spoke at last: making the node again");
+            tracing::info!(node = %node.id, why, "making an unusable node again");
             self.wake.allocate.notify_one();
         }
         Ok(())
     }
 }
+
+impl Allocator {
+    /// Whether the node's container has been seen not running since `since`. The runtime's
+    /// nodes are listed at most every [`LIST_EVERY`], for all such nodes at once; a listing
+    /// that fails (a host down) tells nothing.
+    async fn stopped_since(&self, node: &str, since: DateTime<Utc>) -> bool {
+        let cached = {
+            let running = self.running.lock().expect("lock");
+            running
+                .as_ref()
+                .filter(|(at, _)| Utc::now() - *at < LIST_EVERY)
+                .map(|(at, nodes)| (*at, nodes.contains(node)))
+        };
+        let (at, runs) = match cached {
+            Some(seen) => seen,
+            None => {
+                let Ok(found) = self.runtime.list_nodes().await else {
+                    return false;
+                };
+                let nodes: HashSet<String> = found
+                    .into_iter()
+                    .filter(|n| n.running)
+                    .map(|n| n.node_id)
+                    .collect();
+                let (at, runs) = (Utc::now(), nodes.contains(node));
+                *self.running.lock().expect("lock") = Some((at, nodes));
+                (at, runs)
+            }
+        };
+        at > since && !runs
+    }
+}
+
+/// How often the runtime's nodes are listed while an unusable node waits to be judged.
+const LIST_EVERY: TimeDelta = TimeDelta::seconds(10);
+
+/// How long a node unusable for a fault that may have passed waits before it is made again: a
+/// fault that lasts (a host's disk full) costs an attempt this often, not one a second.
+const REMAKE_AFTER: TimeDelta = TimeDelta::seconds(30);

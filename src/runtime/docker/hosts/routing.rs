@@ -58,6 +58,17 @@ impl DockerHosts {
             .await
     }
 
+    pub(in crate::runtime) async fn thaw_node(
+        &self,
+        server_id: &str,
+        node_id: &str,
+    ) -> anyhow::Result<()> {
+        self.host_of(node_id)?
+            .runtime
+            .thaw_node(server_id, node_id)
+            .await
+    }
+
     pub(in crate::runtime) async fn stop_node(
         &self,
         server_id: &str,
