@@ -441,6 +441,45 @@ async fn a_start_task_runs_in_a_container_of_its_own() {
     );
 }
 
+/// A node runs no more tasks at once than its slots when some run in containers of their own
+/// and others in the node, with tasks held ahead: the node's agent counts only the tasks it
+/// starts, so a node running a task's container holds none ahead (the Docker soak saw 5 tasks
+/// at once on a node of 4 slots). Each task counts the tasks running as it starts.
+#[tokio::test]
+async fn tasks_in_containers_and_in_the_node_share_its_slots() {
+    let args = ["--tasks-ahead-per-slot", "2"];
+    let s = TestServer::start_with(Rt::Docker, Some(common::fresh_database().await), &args).await;
+    container_pool(&s, "mixed").await;
+    s.job_on("j", "mixed").await;
+    let counted = |seconds: u32| {
+        format!(
+            "sh -c 'd=$AZ_BATCH_NODE_SHARED_DIR; mkdir $d/run.$AZ_BATCH_TASK_ID; ls -d $d/run.* | wc -l >> $d/seen; sleep {seconds}; rmdir $d/run.$AZ_BATCH_TASK_ID'"
+        )
+    };
+    let boxed = json!({"id": "boxed", "commandLine": counted(6), "containerSettings": {"imageName": TASK_IMAGE}});
+    s.add_tasks("j", vec![boxed]).await;
+    let node = s.wait_task("j", "boxed", "running").await["nodeInfo"]["nodeId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("the boxed task's count", || async {
+        (!s.shared_file("mixed", &node, "seen").await.is_empty()).then_some(())
+    })
+    .await;
+    let plain = (0..4).map(|i| json!({"id": format!("p{i}"), "commandLine": counted(2)}));
+    s.add_tasks("j", plain.collect()).await;
+    for id in ["boxed", "p0", "p1", "p2", "p3"] {
+        let t = s.wait_task("j", id, "completed").await;
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    }
+    let seen = s.shared_file("mixed", &node, "seen").await;
+    let most = seen
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .max();
+    assert_eq!(most, Some(2), "tasks running as each started: {seen:?}");
+}
+
 #[tokio::test]
 async fn preparation_and_release_tasks_run_in_containers_of_their_own() {
     let s = TestServer::start(Rt::Docker).await;

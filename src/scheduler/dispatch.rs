@@ -169,15 +169,19 @@ const MAX_TURNS: usize = 10_000;
 /// priority order, and jobs of equal priority by the pool's jobDefaultOrder.
 async fn choose(tx: &mut Tx<'_>, ahead: &Ahead) -> sqlx::Result<Chosen> {
     let free = store::nodes::lock_free_slots(&mut **tx, ahead.per_slot).await?;
-    // Looked up once a node, of up to every node of the installation: a set.
-    let running_others: HashSet<i64> = match &ahead.jobs {
-        Some(short) if ahead.per_slot > 0 => {
-            let nodes: Vec<i64> = free.iter().map(|n| n.node_pk).collect();
+    // A set (of up to every node). A node holds no tasks ahead while it runs a task of a job
+    // not known to be short, or one in a container of its own: its agent, which starts a held
+    // task as soon as its own count allows, does not count that container's slots.
+    let mut hold_none: HashSet<i64> = HashSet::new();
+    if ahead.per_slot > 0 {
+        let nodes: Vec<i64> = free.iter().map(|n| n.node_pk).collect();
+        if let Some(short) = &ahead.jobs {
             let others = store::tasks::nodes_running_other_jobs(&mut **tx, &nodes, short).await?;
-            others.into_iter().collect()
+            hold_none.extend(others);
         }
-        _ => HashSet::new(),
-    };
+        let boxed = store::tasks::nodes_running_own_containers(&mut **tx, &nodes).await?;
+        hold_none.extend(boxed);
+    }
     let mut pools: BTreeMap<i64, (String, String, NodeFillType, JobDefaultOrder, Vec<FreeNode>)> =
         BTreeMap::new();
     for row in free {
@@ -185,8 +189,7 @@ async fn choose(tx: &mut Tx<'_>, ahead: &Ahead) -> sqlx::Result<Chosen> {
             let (id, account) = (row.pool_id.clone(), row.account.clone());
             (id, account, row.fill, row.order, Vec::new())
         });
-        // A node running a task of a job not known to be short holds none ahead of it.
-        let per_slot = if running_others.contains(&row.node_pk) {
+        let per_slot = if hold_none.contains(&row.node_pk) {
             0
         } else {
             ahead.per_slot
@@ -230,8 +233,8 @@ async fn choose(tx: &mut Tx<'_>, ahead: &Ahead) -> sqlx::Result<Chosen> {
 }
 
 impl Filling<'_> {
-    /// Takes the room to hold tasks from `node_pk`, where a task of a job not known to be short
-    /// was just placed.
+    /// Takes the room to hold tasks from `node_pk`, where a task of a job not known to be short,
+    /// or one in a container of its own, was just placed.
     fn hold_none_on(&mut self, node_pk: i64) {
         let Some(&i) = self.at.get(&node_pk) else {
             return;
@@ -281,8 +284,11 @@ impl Filling<'_> {
             let near = task.affinity.as_deref();
             let node = match place_near(&mut self.nodes, needs, self.fill, near) {
                 Some(node) => {
-                    if self.ahead.per_slot > 0 && !self.ahead.may_hold(job.pk) {
-                        // Nothing is held behind a task of a job not known to be short.
+                    if self.ahead.per_slot > 0
+                        && (!self.ahead.may_hold(job.pk) || task.own_container)
+                    {
+                        // Nothing is held behind a task of a job not known to be short, or
+                        // beside one in a container of its own.
                         self.hold_none_on(node);
                     }
                     Some(node)

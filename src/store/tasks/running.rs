@@ -259,6 +259,21 @@ pub async fn nodes_running_other_jobs(
     .await
 }
 
+/// Of `nodes`, those running (or preparing) a task in a container of its own, which their
+/// agents do not count among the tasks they run.
+pub async fn nodes_running_own_containers(
+    db: impl PgExecutor<'_>,
+    nodes: &[i64],
+) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar!(
+        r#"SELECT DISTINCT node_pk AS "node_pk!" FROM tasks
+         WHERE node_pk = ANY($1) AND state IN ('preparing', 'running') AND files ? 'containerSettings'"#,
+        nodes,
+    )
+    .fetch_all(db)
+    .await
+}
+
 pub async fn any_running_on_node(db: impl PgExecutor<'_>, node_pk: i64) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM tasks WHERE node_pk = $1 AND state IN ('preparing', 'running')) AS "running!""#,
