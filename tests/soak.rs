@@ -1,16 +1,20 @@
 //! The chaos soak (RELIABILITY.md, "The chaos soak"): a mixed workload on two servers sharing
 //! one PostgreSQL (jobs with dependencies, retries, priorities and maxParallelTasks on a pool
 //! with a low-priority node, one job in five on an autoscaled pool, and a job schedule whose
-//! jobs' manager tasks run alike), while a seeded nemesis injects faults, several at once:
-//! kill -9 of a server, a PostgreSQL restart, kill -9 of the postmaster, the operator's reclaim
-//! of a low-priority node; on local nodes, a node's agent frozen (SIGSTOP) and thawed, or
-//! killed; on Docker nodes (over two hosts), a node's container frozen and thawed, killed, or
-//! cut from its network and joined again, and the second host's engine stopped and started
-//! (`soak/docker.rs`). Then a checker reads the API,
-//! the database, the servers' logs and what every task run recorded, and fails on any violation:
+//! jobs' manager tasks run alike; a task in four reads a resource file from Azurite and leaves
+//! an output file there, and on Docker one in five runs in a container of its own), while a
+//! seeded nemesis injects faults, several at once: kill -9 of a server, a PostgreSQL restart,
+//! kill -9 of the postmaster, the operator's reclaim of a low-priority node; on local nodes, a
+//! node's agent frozen (SIGSTOP) and thawed, or killed; on Docker nodes (over two hosts), a
+//! node's container frozen and thawed, killed, or cut from its network and joined again, the
+//! second host's engine stopped and started, and its disk filled and emptied
+//! (`soak/docker.rs`). Then a checker reads the API, the database, Azurite, the servers' logs
+//! and what every task run recorded, and fails on any violation:
 //!
-//! - every accepted task ends, successfully, and its command ran at least once and at most
+//! - every accepted task ends, successfully (or failed for want of space, its last run on a
+//!   node whose disk was filled), and its command ran at least once and at most
 //!   1 + requeueCount + retryCount times; the drain may take as long as tasks keep completing;
+//! - a task with an output file that succeeded left it in Azurite, as it wrote it;
 //! - no ready task waits [`IDLE_SLOT_BOUND`] while a node of its pool has a free slot it fits
 //!   (looked at through the database every 2 s, during the run and the drain);
 //! - no node ran more tasks at once than its slots;
@@ -53,6 +57,11 @@ const IDLE_SLOT_BOUND: Duration = Duration::from_secs(30);
 const STALL: Duration = Duration::from_secs(120);
 /// Slots of each node.
 const SLOTS: usize = 4;
+/// What the tasks with files find in their resource file, and where.
+const INPUT: &str = "soak-input";
+const INPUT_PATH: &str = "res/in/data.txt";
+/// The size of the second Docker host's disk, which the nemesis fills.
+const DISK_MIB: u64 = 1024;
 
 /// A small, seeded generator (xorshift64*): a seed replays the same choices.
 struct Rng(u64);
@@ -95,6 +104,8 @@ enum Fault {
     Cut(bool, String, String),
     /// The soak's own Docker engine stopped.
     EngineDown,
+    /// The disk of the soak's own Docker engine filled, by this file.
+    Full(std::path::PathBuf),
 }
 
 /// The soak's state: its servers, its PostgreSQL, the jobs it submitted and what it saw.
@@ -126,6 +137,11 @@ struct Soak {
     waiting: HashMap<i64, (Instant, bool)>,
     /// How many connected sockets of its processes the outbound check looked at.
     sockets_seen: usize,
+    /// The Azurite container the tasks with files read their input from and write their output
+    /// to: its name and a URL with a SAS.
+    files: (String, String),
+    /// On Docker: the nodes whose disks were filled (all of a host's at once).
+    filled: std::collections::HashSet<String>,
 }
 
 impl Soak {
@@ -213,7 +229,7 @@ impl Soak {
         }
         self.jobs.push(job.clone());
         let count = 5 + self.rng.below(20);
-        let tasks: Vec<Value> = (0..count).map(|i| self.task(i)).collect();
+        let tasks: Vec<Value> = (0..count).map(|i| self.task(&job, i, true)).collect();
         let path = format!("/jobs/{job}/addtaskcollection");
         // Tasks added after a fault are added again: a task id is added once or refused.
         for _ in 0..20 {
@@ -227,7 +243,10 @@ impl Soak {
         }
     }
 
-    fn task(&mut self, i: u64) -> Value {
+    /// Task `i` of a job: records its runs, sleeps, fails once in seven. With `extras`, one in
+    /// four reads a resource file from Azurite and leaves an output file there, and on Docker
+    /// one in five runs in a container of its own.
+    fn task(&mut self, job: &str, i: u64, extras: bool) -> Value {
         let record = |what: &str| {
             format!(
                 "echo {what} $AZ_BATCH_NODE_ID $AZ_BATCH_JOB_ID $AZ_BATCH_TASK_ID $(date +%s%N) >> {}",
@@ -239,24 +258,60 @@ impl Soak {
             self.marks.path().display()
         );
         let fails_once = self.rng.chance(15);
-        let sleep = format!("sleep {}.{}", self.rng.below(3), self.rng.below(10));
-        if self.rt == Rt::Docker {
-            let command = docker::command(self.sink, &sleep, fails_once);
-            return self.with_dependency(
-                i,
-                json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")}),
+        let mut work = format!("sleep {}.{}", self.rng.below(3), self.rng.below(10));
+        let files = extras && self.rng.chance(25);
+        if files {
+            // The input must be there, and the output written, or the run fails (and is retried).
+            work += &format!(
+                "; grep -q {INPUT} {INPUT_PATH} || exit 4; echo $AZ_BATCH_JOB_ID/$AZ_BATCH_TASK_ID > out.txt || exit 5"
             );
         }
-        let mut command = format!("{}; {sleep}", record("start"));
+        let boxed = extras && self.rt == Rt::Docker && self.rng.chance(20);
+        let command = match self.rt {
+            Rt::Docker => docker::command(self.sink, &work, fails_once),
+            Rt::Local => self.local_command(&record, &mark, &work, fails_once),
+        };
+        let mut task =
+            json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")});
+        if files {
+            let url = &self.files.1;
+            task["resourceFiles"] =
+                json!([{"storageContainerUrl": url, "blobPrefix": "in/", "filePath": "res"}]);
+            task["outputFiles"] = json!([{"filePattern": "out.txt",
+                "destination": {"container": {"containerUrl": url,
+                    "path": format!("out/{job}/t{i:02}.txt")}},
+                "uploadOptions": {"uploadCondition": "tasksuccess"}}]);
+        }
+        if boxed {
+            task["containerSettings"] = json!({"imageName": common::TEST_IMAGE});
+        }
+        // A task that fails for want of space (its disk filled: its output not written, or its
+        // resource file or container not made) holds up none of its dependants, as Azure's
+        // exitConditions allow.
+        task["exitConditions"] = json!({
+            "exitCodes": [{"code": 5, "exitOptions": {"dependencyAction": "satisfy"}}],
+            "preProcessingError": {"dependencyAction": "satisfy"},
+        });
+        self.with_dependency(i, task)
+    }
+
+    /// A task's command on a local node, as [`docker::command`] is on a Docker one, its runs
+    /// recorded in the file `record` writes and its one failure marked in `mark`.
+    fn local_command(
+        &self,
+        record: &dyn Fn(&str) -> String,
+        mark: &str,
+        work: &str,
+        fails_once: bool,
+    ) -> String {
+        let mut command = format!("{}; {work}", record("start"));
         if fails_once {
             command += &format!(
                 "; if [ ! -e {mark} ]; then touch {mark}; {}; exit 3; fi",
                 record("end")
             );
         }
-        command += &format!("; {}", record("end"));
-        let task = json!({"id": format!("t{i:02}"), "commandLine": format!("sh -c '{command}'")});
-        self.with_dependency(i, task)
+        command + &format!("; {}", record("end"))
     }
 
     /// Some tasks depend on the one before.
@@ -299,6 +354,19 @@ fn agents(roots: &[std::path::PathBuf]) -> Vec<(String, i32)> {
     found
 }
 
+impl Soak {
+    /// Whether a task that did not succeed failed as it should have: its last run on a node
+    /// whose disk the nemesis filled, for want of space (its output not written, exit code 5,
+    /// or its agent's own words).
+    fn failed_for_space(&self, t: &Value) -> bool {
+        let info = &t["executionInfo"];
+        let node = t["nodeInfo"]["nodeId"].as_str().unwrap_or_default();
+        let message = info["failureInfo"]["message"].as_str().unwrap_or_default();
+        self.filled.contains(node)
+            && (info["exitCode"] == 5 || message.to_lowercase().contains("no space left on device"))
+    }
+}
+
 fn signal(pid: i32, sig: i32) {
     // SAFETY: a signal to a process this test's servers started.
     unsafe { libc::kill(pid, sig) };
@@ -316,7 +384,7 @@ fn rss_kib(pid: u32) -> u64 {
 impl Soak {
     /// One fault, chosen by the seed; those that last end later ([`Soak::heal_due`]).
     async fn inject(&mut self) {
-        let kinds = if self.rt == Rt::Docker { 8 } else { 6 };
+        let kinds = if self.rt == Rt::Docker { 9 } else { 6 };
         let kind = self.rng.below(kinds);
         let name = match kind {
             0 => {
@@ -338,7 +406,7 @@ impl Soak {
                 self.pg.kill_postmaster();
                 "kill -9 of the postmaster, then started"
             }
-            3 | 4 | 6 | 7 if self.rt == Rt::Docker => match self.docker_fault(kind) {
+            3 | 4 | 6 | 7 | 8 if self.rt == Rt::Docker => match self.docker_fault(kind) {
                 Some(name) => name,
                 None => return,
             },
@@ -396,6 +464,9 @@ impl Soak {
                         engine.launch();
                     }
                 }
+                Fault::Full(file) => {
+                    let _ = std::fs::remove_file(file);
+                }
             }
         }
     }
@@ -408,21 +479,48 @@ impl Soak {
         }
     }
 
+    /// Whether the soak's own engine is stopped, or its disk full (then it is not stopped: an
+    /// engine started on a full disk may not start).
     fn engine_down(&self) -> bool {
         self.faults
             .iter()
             .any(|(_, f)| matches!(f, Fault::EngineDown))
     }
 
+    fn disk_full(&self) -> bool {
+        self.faults.iter().any(|(_, f)| matches!(f, Fault::Full(_)))
+    }
+
+    /// Fills the disk of a node on the soak's own engine (which its other nodes share), emptied
+    /// `later`. The engine's nodes are remembered: a task that failed there for want of space
+    /// failed as it should.
+    fn fill_disk(&mut self, later: Instant) -> Option<&'static str> {
+        if self.engine_down() || self.disk_full() {
+            return None;
+        }
+        let own = docker::nodes(&mut self.cli(true), &self.server_id);
+        if own.is_empty() {
+            return None;
+        }
+        let (container, _) = &own[self.rng.below(own.len() as u64) as usize];
+        let disk = docker::disk(&mut self.cli(true), container)?;
+        let file = engine::fill(&disk)?;
+        self.filled.extend(own.into_iter().map(|(_, node)| node));
+        self.faults.push((later, Fault::Full(file)));
+        Some(
+            "a node's disk filled (the second host's, which its nodes share), emptied 2-15 s later",
+        )
+    }
+
     /// One of the soak's node containers, on either engine (true: its own), if any.
     fn pick_node(&mut self) -> Option<(bool, String)> {
         let mut all: Vec<(bool, String)> = docker::nodes(&mut self.cli(false), &self.server_id)
             .into_iter()
-            .map(|c| (false, c))
+            .map(|(c, _)| (false, c))
             .collect();
         if self.engine.is_some() && !self.engine_down() {
             let own = docker::nodes(&mut self.cli(true), &self.server_id);
-            all.extend(own.into_iter().map(|c| (true, c)));
+            all.extend(own.into_iter().map(|(c, _)| (true, c)));
         }
         if all.is_empty() {
             return None;
@@ -435,9 +533,16 @@ impl Soak {
     /// nothing to do it to.
     fn docker_fault(&mut self, kind: u64) -> Option<&'static str> {
         let later = Instant::now() + Duration::from_secs(2 + self.rng.below(14));
+        if kind == 8 {
+            // One in three, as engine stops: tasks on a full disk fail, and would be most.
+            return match self.rng.chance(33) {
+                true => self.fill_disk(later),
+                false => None,
+            };
+        }
         if kind == 7 {
             // One in three: the engine's nodes are lost with it, and made again elsewhere.
-            if self.engine_down() || !self.rng.chance(33) {
+            if self.engine_down() || self.disk_full() || !self.rng.chance(33) {
                 return None;
             }
             self.engine.as_mut()?.stop();
@@ -562,12 +667,12 @@ impl Soak {
             .collect();
         roots.extend(agents(&self.roots()).into_iter().map(|(_, pid)| pid));
         if self.rt == Rt::Docker {
-            // Each node container's first process, and with it all it started.
+            // Each node's and task's container's first process, and with it all it started.
             for own in [false, true] {
                 if own && (self.engine.is_none() || self.engine_down()) {
                     continue;
                 }
-                for container in docker::nodes(&mut self.cli(own), &self.server_id) {
+                for container in docker::containers(&mut self.cli(own), &self.server_id) {
                     roots.extend(docker::pid(&mut self.cli(own), &container));
                 }
             }
@@ -624,11 +729,16 @@ async fn soak(rt: Rt) {
     let url = pg.fresh_database().await;
     let engine = (rt == Rt::Docker).then(|| {
         let dir = format!("/tmp/batchpool-engines/soak-{}", std::process::id());
-        let engine = engine::OwnEngine::start_in(&dir, 207);
+        let engine = engine::OwnEngine::start_on_disk(&dir, 207, DISK_MIB);
         engine.build_test_image(&engine.url());
         engine
     });
-    let mut args = vec!["--agent-timeout".to_string(), "10".into()];
+    // Azurite, on this machine, holds the tasks' files.
+    let mut args = vec![
+        "--agent-timeout".to_string(),
+        "10".into(),
+        "--allow-local-urls".into(),
+    ];
     if let Some(engine) = &engine {
         args.extend(["--docker-host".into(), "unix:///var/run/docker.sock".into()]);
         // Long enough that a busy machine's own engine, slow to answer a ping, is not lost.
@@ -649,7 +759,11 @@ async fn soak(rt: Rt) {
         Rt::Local => 0,
     };
     let server_id = first.server_id().await;
+    let files = common::blobs::container("rwl").await;
+    common::blobs::put_blob(&format!("{}/in/data.txt", files.0), INPUT).await;
     let mut soak = Soak {
+        files,
+        filled: Default::default(),
         rt,
         engine,
         sink,
@@ -673,16 +787,28 @@ async fn soak(rt: Rt) {
         waiting: HashMap::new(),
         sockets_seen: 0,
     };
-    let pool = json!({"id": "soak", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
+    let mut pool = json!({"id": "soak", "vmSize": "standard_a1", "targetDedicatedNodes": 3,
                       "targetLowPriorityNodes": 1, "taskSlotsPerNode": SLOTS});
-    assert_eq!(soak.servers[0].post("/pools", &pool).await.0, 201);
     // A pool that grows to 2 nodes while tasks wait for it, and shrinks to none as they end.
-    let auto = json!({"id": "auto", "vmSize": "standard_a1", "taskSlotsPerNode": SLOTS,
+    let mut auto = json!({"id": "auto", "vmSize": "standard_a1", "taskSlotsPerNode": SLOTS,
         "enableAutoScale": true, "autoScaleEvaluationInterval": "PT5S",
         "autoScaleFormula": "$TargetDedicatedNodes = min(2, $PendingTasks.GetSample(1)); $NodeDeallocationOption = taskcompletion;"});
-    assert_eq!(soak.servers[0].post("/pools", &auto).await.0, 201);
+    if rt == Rt::Docker {
+        // Their nodes run tasks in containers of their own too.
+        let vm = json!({
+            "imageReference": {"publisher": "microsoft-azure-batch", "offer": "ubuntu-server-container", "sku": "20-04-lts"},
+            "nodeAgentSKUId": "batch.node.ubuntu 20.04",
+            "containerConfiguration": {"type": "dockerCompatible", "containerImageNames": [common::TEST_IMAGE]},
+        });
+        pool["virtualMachineConfiguration"] = vm.clone();
+        auto["virtualMachineConfiguration"] = vm;
+    }
+    for body in [pool, auto] {
+        let (status, answer) = soak.servers[0].post("/pools", &body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
     // A schedule that makes a job every 20 s, whose job manager task runs as the others do.
-    let manager = soak.task(0)["commandLine"].clone();
+    let manager = soak.task("", 0, false)["commandLine"].clone();
     let schedule = json!({"id": "sched", "schedule": {"recurrenceInterval": "PT20S"},
         "jobSpecification": {"poolInfo": {"poolId": "soak"},
                              "jobManagerTask": {"id": "jm", "commandLine": manager,
@@ -731,6 +857,7 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
     let tasks = drain(soak).await;
     let text = std::fs::read_to_string(&soak.ran).unwrap_or_default();
     let mut runs: HashMap<(String, String), u64> = HashMap::new();
+    let (mut with_files, mut boxed, mut failed_for_space) = (0, 0, 0);
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         if f.len() == 5 && f[0] == "start" {
@@ -749,10 +876,28 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
             .get(&(job.clone(), id.to_string()))
             .copied()
             .unwrap_or(0);
+        let for_space = info["result"] != "success" && soak.failed_for_space(t);
         if info["result"] != "success" {
-            soak.seen.add(format!("{job}/{id} did not succeed: {t}"));
+            if for_space {
+                failed_for_space += 1;
+            } else {
+                soak.seen.add(format!("{job}/{id} did not succeed: {t}"));
+            }
+        } else if t["outputFiles"].is_array() {
+            let blob = format!("{}/out/{job}/{id}.txt", soak.files.0);
+            let wanted = format!("{job}/{id}\n");
+            if common::blobs::get_blob(&blob).await.map(|b| b.0) != Some(wanted) {
+                soak.seen.add(format!(
+                    "{job}/{id} succeeded, its output not in storage: {t}"
+                ));
+            }
+            with_files += 1;
         }
-        if ran == 0 || ran > allowed {
+        if t["containerSettings"].is_object() {
+            boxed += 1;
+        }
+        // A task that failed for want of space may have failed before its command ran.
+        if (ran == 0 && !for_space) || ran > allowed {
             soak.seen.add(format!(
                 "{job}/{id} ran {ran} times, {allowed} allowed: {t}"
             ));
@@ -775,7 +920,7 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
             .add(format!("a server's RSS reached {} KiB", soak.max_rss));
     }
     println!(
-        "soak seed {seed}: {:.0} s, {} jobs, {} tasks, {} runs; faults {:?}; answers {:?}; peak RSS {} MiB; {} sockets looked at; {} violations",
+        "soak seed {seed}: {:.0} s, {} jobs, {} tasks ({with_files} with files, {boxed} in containers, {failed_for_space} failed for a full disk), {} runs; faults {:?}; answers {:?}; peak RSS {} MiB; {} sockets looked at; {} violations",
         started.elapsed().as_secs_f64(),
         soak.jobs.len(),
         tasks.len(),
@@ -811,7 +956,9 @@ async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
             soak.sample_rss();
             soak.look_for_idle_slots().await;
             soak.look_at_billing().await;
-            let path = format!("/jobs/{job}/tasks?$select=id,state,executionInfo,nodeInfo");
+            let path = format!(
+                "/jobs/{job}/tasks?$select=id,state,executionInfo,nodeInfo,outputFiles,containerSettings"
+            );
             let mut not_done = Vec::new();
             if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
                 let all = list["value"].as_array().cloned().unwrap_or_default();
@@ -847,6 +994,19 @@ async fn drain(soak: &mut Soak) -> Vec<(String, Value)> {
             }
             if stalled || progress.elapsed() > STALL {
                 stalled = true;
+                // The job's tasks that did not succeed, whole: what holds up those left.
+                let path = format!("/jobs/{job}/tasks");
+                if let Some((200, list)) = soak.call(reqwest::Method::GET, &path, None).await {
+                    let all = list["value"].as_array().cloned().unwrap_or_default();
+                    let unwell = all
+                        .iter()
+                        .filter(|t| t["executionInfo"]["result"] != "success")
+                        .map(Value::to_string);
+                    eprintln!(
+                        "job {job}'s tasks not successful:\n{}",
+                        unwell.collect::<Vec<_>>().join("\n")
+                    );
+                }
                 soak.seen.add(format!(
                     "job {job}'s tasks did not all complete, and no task completed for {} s: {not_done:?}",
                     STALL.as_secs()

@@ -1,7 +1,8 @@
 //! The soak's Docker side: where the tasks of Docker nodes record their runs (an HTTP sink on
 //! this host, which they reach at their network's gateway), and the faults only Docker nodes
 //! have: a node's container frozen (`docker pause`) and thawed, killed, or cut from its network
-//! and joined again, and a whole engine stopped and started (a host lost and back).
+//! and joined again, a whole engine stopped and started (a host lost and back), and a node's
+//! disk filled and emptied.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -75,18 +76,18 @@ pub async fn sink(ran: PathBuf) -> u16 {
     port
 }
 
-/// A task's command on a Docker node: records its start, sleeps `sleep`, fails once with exit
+/// A task's command on a Docker node: records its start, does `work`, fails once with exit
 /// code 3 if `fails_once` (the first of its runs, wherever it runs), and records its end. A
 /// record that cannot be sent (the node cut from its network) is sent again until it is. It
 /// speaks HTTP through busybox's `nc` (the test image's static busybox `wget` crashes).
-pub fn command(port: u16, sleep: &str, fails_once: bool) -> String {
+pub fn command(port: u16, work: &str, fails_once: bool) -> String {
     let ids = "$AZ_BATCH_NODE_ID/$AZ_BATCH_JOB_ID/$AZ_BATCH_TASK_ID";
     let ask = |path: &str| {
         format!("printf \"GET /{path} HTTP/1.0\\r\\n\\r\\n\" | busybox nc -w 3 $gw {port}")
     };
     let mut c = format!(
         "set -- $(busybox ip route | grep ^default); gw=$3; \
-         say() {{ until {} | grep -q \"200 OK\"; do sleep 0.5; done; }}; say start; {sleep}",
+         say() {{ until {} | grep -q \"200 OK\"; do sleep 0.5; done; }}; say start; {work}",
         ask(&format!("$1/{ids}"))
     );
     if fails_once {
@@ -98,14 +99,37 @@ pub fn command(port: u16, sleep: &str, fails_once: bool) -> String {
     c + "; say end"
 }
 
-/// The node containers of installation `server` on an engine (`docker` is its CLI): their ids.
-pub fn nodes(docker: &mut std::process::Command, server: &str) -> Vec<String> {
+/// The containers of installation `server`'s nodes on an engine (`docker` is its CLI), tasks'
+/// own containers among them: their ids.
+pub fn containers(docker: &mut std::process::Command, server: &str) -> Vec<String> {
     words(
         docker
             .args(["ps", "-q", "--filter"])
             .arg(format!("label=batchpool.server={server}"))
             .args(["--filter", "label=batchpool.node"]),
     )
+}
+
+/// The node containers of installation `server` on an engine (`docker` is its CLI): their ids,
+/// and their nodes' ids. A task's own container carries its node's labels too: it is left out
+/// (killing it is killing the task, which then fails as it should).
+pub fn nodes(docker: &mut std::process::Command, server: &str) -> Vec<(String, String)> {
+    let format = "{{.ID}} {{.Label \"batchpool.node\"}} {{.Label \"batchpool.task\"}}";
+    let out = docker
+        .args(["ps", "--format", format, "--filter"])
+        .arg(format!("label=batchpool.server={server}"))
+        .args(["--filter", "label=batchpool.node"])
+        .output();
+    let text = out.map(|o| o.stdout).unwrap_or_default();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [container, node] => Some((container.to_string(), node.to_string())),
+                _ => None,
+            },
+        )
+        .collect()
 }
 
 /// The words a docker command writes; none if it fails.
@@ -147,4 +171,13 @@ pub fn quietly(cmd: &mut std::process::Command) {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status();
+}
+
+/// A node container's disk (the volume at its root, `/mnt/batch/tasks`) as this machine sees it.
+pub fn disk(docker: &mut std::process::Command, container: &str) -> Option<PathBuf> {
+    let format =
+        "{{range .Mounts}}{{if eq .Destination \"/mnt/batch/tasks\"}}{{.Source}}{{end}}{{end}}";
+    words(docker.args(["inspect", "-f", format]).arg(container))
+        .pop()
+        .map(PathBuf::from)
 }
