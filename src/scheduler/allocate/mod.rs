@@ -196,6 +196,7 @@ impl Allocator {
         self.track_contact(&silent.unknown).await?;
         let pools = store::pools::list_all(&self.db).await?;
         let all = store::nodes::list_all(&self.db).await?;
+        self.forget_cleared(&all);
         // Dedicated nodes get capacity first: no preempted node comes back while one waits.
         let dedicated_waiting = all
             .iter()

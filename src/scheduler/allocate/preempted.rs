@@ -42,16 +42,31 @@ impl Allocator {
             return;
         }
         let this = Arc::clone(self);
+        let again = (NodeState::Preempted, NodeState::Creating);
         let pk = node.pk;
         tokio::spawn(async move {
-            match store::nodes::set_state(&this.db, pk, NodeState::Creating).await {
-                Ok(_) => {
-                    this.cleared.lock().expect("lock").retain(|(p, _)| *p != pk);
-                    this.wake.allocate.notify_one();
-                }
+            match store::nodes::set_state_from(&this.db, pk, again).await {
+                Ok(true) => this.wake.allocate.notify_one(),
+                Ok(false) => {}
                 Err(e) => tracing::error!(error = %e, "making a preempted node again"),
             }
         });
+    }
+
+    /// Forgets the preemptions whose containers went, of nodes `all` (read at the start of a
+    /// pass) no longer shows so preempted. Not when the node is made again: a pass that read
+    /// the node before then would take it for a new preemption, and remove the container being
+    /// made (a local node's agent then found no directory, and the node went `unusable`).
+    pub(super) fn forget_cleared(&self, all: &[NodeRow]) {
+        let preempted: std::collections::HashSet<(i64, chrono::DateTime<Utc>)> = all
+            .iter()
+            .filter(|n| n.state == NodeState::Preempted)
+            .map(|n| (n.pk, n.state_transition_time))
+            .collect();
+        self.cleared
+            .lock()
+            .expect("lock")
+            .retain(|key| preempted.contains(key));
     }
 
     async fn remove_container(&self, node: &NodeRow) -> anyhow::Result<()> {
