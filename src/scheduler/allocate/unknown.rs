@@ -90,9 +90,7 @@ impl Allocator {
         }
         Ok(())
     }
-}
 
-impl Allocator {
     /// Whether the node's container has been seen not running since `since`. The runtime's
     /// nodes are listed at most every [`LIST_EVERY`], for all such nodes at once; a listing
     /// that fails (a host down) tells nothing.
