@@ -851,3 +851,73 @@ async fn a_node_not_made_for_a_full_disk_is_made_again_once_there_is_room() {
         "the same node, made again"
     );
 }
+
+/// A server that takes the lead while a Docker host has stopped answering (it answered when
+/// the server started) adopts the nodes of the host that answers and runs tasks on them at
+/// once. The silent host's node is `unknown`: no task is placed on a node no one can reach
+/// (none is requeued, none fails) until the host answers again, and the node is made again.
+#[tokio::test]
+async fn a_new_leader_sets_aside_the_nodes_of_a_host_that_stopped_answering() {
+    let _alone = one_at_a_time().await;
+    images_on_every_host();
+    let mut engine = OwnEngine::start(&format!(
+        "/tmp/batchpool-engines/aside-{}",
+        std::process::id()
+    ));
+    engine.build_test_image(&engine.url());
+    let own = host_args("")[1].clone();
+    let args = ["--docker-host", &own, "--docker-host", &engine.url()];
+    let db = fresh_database().await;
+    let mut first = TestServer::start_with(Rt::Docker, Some(db.clone()), &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 2});
+    assert_eq!(first.post("/pools", &body).await.0, 201);
+    first.wait_nodes("p", 2, "idle").await;
+    let server = first.server_id().await;
+    assert_eq!(engine.containers(&server), 1, "a node on each host");
+    let second = TestServer::start_with(Rt::Docker, Some(db), &args).await;
+    // The agents hear of the second server as the leader does.
+    wait_for("the leader to know of both servers", || async {
+        first
+            .log_contains("the installation's servers changed count=2")
+            .then_some(())
+    })
+    .await;
+
+    engine.stop();
+    first.kill().await;
+    wait_for("the second server to lead", || async {
+        second
+            .log_contains("this server leads the scheduler")
+            .then_some(())
+    })
+    .await;
+    second.job_on("j", "p").await;
+    let tasks: Vec<_> = (0..6)
+        .map(|i| json!({"id": format!("t{i}"), "commandLine": "echo $AZ_BATCH_TASK_ID"}))
+        .collect();
+    second.add_tasks("j", tasks).await;
+    for t in second.wait_all_completed("j", 6).await {
+        assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+        assert_eq!(t["executionInfo"]["requeueCount"], 0, "{t}");
+    }
+    let mut states: Vec<String> = second
+        .nodes("p")
+        .await
+        .iter()
+        .map(|n| n["state"].as_str().unwrap().to_string())
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        ["idle", "unknown"],
+        "the silent host's node is unknown"
+    );
+
+    engine.launch();
+    second.wait_nodes("p", 2, "idle").await;
+    assert_eq!(
+        engine.containers(&server),
+        1,
+        "the node is made again on its host"
+    );
+}

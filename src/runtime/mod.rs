@@ -84,6 +84,23 @@ pub struct FoundNode {
     pub paused: bool,
 }
 
+/// The nodes of this installation found on the runtime, and the Docker hosts that could not be
+/// asked: nodes on those may run still, and are not among `nodes`.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub nodes: Vec<FoundNode>,
+    /// The URLs of the hosts that did not answer.
+    pub unanswered: Vec<String>,
+}
+
+impl Found {
+    /// The nodes whose processes are there (running, or frozen).
+    pub fn running(&self) -> std::collections::HashSet<&str> {
+        let running = self.nodes.iter().filter(|n| n.running);
+        running.map(|n| n.node_id.as_str()).collect()
+    }
+}
+
 /// Why a task's container could not run, in Azure's terms (`code` goes to the task's
 /// failureInfo, and the task is retried as a task whose resource files failed).
 #[derive(Debug, thiserror::Error)]
@@ -338,8 +355,8 @@ impl Runtime {
         self.agents.silent()
     }
 
-    /// The nodes of this installation that exist on the runtime.
-    pub async fn list_nodes(&self) -> anyhow::Result<Vec<FoundNode>> {
+    /// The nodes of this installation that exist on the runtime, on the hosts that answer.
+    pub async fn list_nodes(&self) -> anyhow::Result<Found> {
         self.node.list_nodes(&self.server_id).await
     }
 }

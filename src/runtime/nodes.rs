@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use super::{
-    AttemptPid, ContainerError, DockerHosts, FoundNode, Layout, LocalRuntime, NodeCommand,
-    NodeError, NodeHandle, NodeSpec, SimulatedRuntime, Started, TaskContainer,
+    AttemptPid, ContainerError, DockerHosts, Found, Layout, LocalRuntime, NodeCommand, NodeError,
+    NodeHandle, NodeSpec, SimulatedRuntime, Started, TaskContainer,
 };
 use crate::domain::host::HostSpec;
 
@@ -178,9 +178,17 @@ impl Nodes {
         }
     }
 
-    /// The nodes of this installation that exist on the runtime.
-    pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
-        each!(self, n => n.list_nodes(server_id).await)
+    /// The nodes of this installation that exist on the runtime, on the hosts that answer.
+    pub async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Found> {
+        let nodes = match self {
+            Nodes::Docker(hosts) => return Ok(hosts.list_nodes(server_id).await),
+            Nodes::Local(local) => local.list_nodes(server_id).await?,
+            Nodes::Simulated(sim) => sim.list_nodes(server_id).await?,
+        };
+        Ok(Found {
+            nodes,
+            unanswered: Vec::new(),
+        })
     }
 
     /// Runs the command on the node, as Azure does and keeping the attempt's record (through

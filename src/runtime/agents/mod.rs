@@ -164,6 +164,11 @@ impl Agents {
         }
     }
 
+    /// How long an agent may be silent before its node is lost (`--agent-timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.silence
+    }
+
     /// How many nodes' agents are known.
     pub fn count(&self) -> usize {
         self.links.lock().expect("lock").len()

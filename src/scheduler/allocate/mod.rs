@@ -8,6 +8,7 @@ mod provision;
 mod removal;
 mod resize;
 mod unknown;
+mod unreached;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -36,11 +37,13 @@ pub struct Allocator {
     cleared: Mutex<HashSet<(i64, chrono::DateTime<Utc>)>>,
     /// Nodes this server made `unknown` (their agents silent), until their agents speak again.
     unknown: Mutex<HashSet<String>>,
+    /// Nodes on a host that did not answer at adoption, and when adoption set them aside.
+    unreached: Mutex<(std::time::Instant, unreached::Unreached)>,
     /// When the added Docker hosts were last read.
     hosts_synced: Mutex<Option<std::time::Instant>>,
-    /// The nodes whose containers ran when the runtime was last asked, and when (see
-    /// [`Allocator::remake_if_recovered`]).
-    running: Mutex<Option<(chrono::DateTime<Utc>, HashSet<String>)>>,
+    /// The nodes whose containers ran when the runtime was last asked (None if a host did not
+    /// answer), and when (see [`Allocator::remake_if_recovered`]).
+    running: Mutex<Option<(chrono::DateTime<Utc>, Option<HashSet<String>>)>>,
     /// Bounds how many containers are created or removed at once.
     limit: Arc<Semaphore>,
     /// Fetches start tasks' resource files.
@@ -75,6 +78,7 @@ impl Allocator {
             retained: Mutex::default(),
             cleared: Mutex::default(),
             unknown: Mutex::default(),
+            unreached: Mutex::new((std::time::Instant::now(), unreached::Unreached::new())),
             hosts_synced: Mutex::default(),
             running: Mutex::default(),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
@@ -127,48 +131,42 @@ impl Allocator {
     /// After a start: makes the runtime agree with the database. Containers of this installation
     /// that no node row claims (their pool was deleted meanwhile) are removed; nodes whose
     /// container vanished are made again; everything else is adopted as it is, usage records and all.
+    /// Nodes that may be on a host that does not answer are set aside until it does.
     async fn adopt(&self) -> anyhow::Result<()> {
         let found = self.runtime.list_nodes().await?;
         let rows = store::nodes::list_all(&self.db).await?;
         let known: HashMap<&str, &NodeRow> = rows.iter().map(|n| (n.id.as_str(), n)).collect();
-        let now = Utc::now();
         let mut adopted = 0;
-        for node in &found {
+        for node in &found.nodes {
             if known.contains_key(node.node_id.as_str()) {
                 adopted += 1;
                 continue;
             }
             tracing::info!(node = %node.node_id, "removing a node no pool claims");
             self.runtime.remove_node(&node.node_id).await?;
-            store::usage::close(&self.db, &node.node_id, now).await?;
+            store::usage::close(&self.db, &node.node_id, Utc::now()).await?;
         }
         // A frozen node is thawed, and adopted as it was: were it made again, its processes (its
         // tasks, already requeued) would go on beside their next attempts.
-        for node in found.iter().filter(|n| n.paused) {
+        for node in found.nodes.iter().filter(|n| n.paused) {
             tracing::warn!(node = %node.node_id, "the node's container was paused; unpausing it");
             if let Err(e) = self.runtime.thaw_node(&node.node_id).await {
                 tracing::warn!(node = %node.node_id, error = %format!("{e:#}"), "unpausing the node failed");
             }
         }
-        let running: HashSet<&str> = found
+        let running = found.running();
+        // A deallocating node's container stops anyway: the next pass goes on with that.
+        let missing: Vec<&NodeRow> = rows
             .iter()
-            .filter(|n| n.running)
-            .map(|n| n.node_id.as_str())
+            .filter(|row| {
+                row.state.is_provisioned()
+                    && !matches!(row.state, NodeState::Unusable | NodeState::Deallocating)
+                    && !running.contains(row.id.as_str())
+            })
             .collect();
-        for row in &rows {
-            let state = row.state;
-            // A deallocating node's container stops anyway: the next pass goes on with that.
-            if state.is_provisioned()
-                && !matches!(state, NodeState::Unusable | NodeState::Deallocating)
-                && !running.contains(row.id.as_str())
-            {
-                tracing::warn!(node = %row.id, "the node's container is gone or stopped; making it again");
-                // Together: no moment sees the node in use and not billed.
-                let mut tx = self.db.begin().await?;
-                store::usage::close(&mut *tx, &row.id, now).await?;
-                store::nodes::set_state(&mut *tx, row.pk, NodeState::Creating).await?;
-                tx.commit().await?;
-            }
+        let unreached = self.on_unanswered(&missing, &found.unanswered).await?;
+        for row in missing.iter().filter(|r| !unreached.contains_key(&r.id)) {
+            self.make_again(row.pk, &row.id).await?;
         }
         // The running nodes' agents' silence counts from now: one that calls a server gone (the
         // last leader, which made the node) and finds no other never speaks here, and its node
@@ -177,10 +175,10 @@ impl Allocator {
         let adopted_running = running.iter().filter(|node| known.contains_key(*node));
         let learnt = adopted_running.map(|node| self.runtime.learn_agent(node));
         futures_util::future::join_all(learnt).await;
-        self.runtime.agents.set_all_learnt(true);
         // Records whose node row is gone (deleted with its pool while no server ran) end now.
-        store::usage::close_orphaned(&self.db, now).await?;
+        store::usage::close_orphaned(&self.db, Utc::now()).await?;
         self.regain_unknown().await?;
+        self.set_aside(unreached).await?;
         tracing::info!(
             adopted,
             runtime = self.runtime.name(),
@@ -189,10 +187,24 @@ impl Allocator {
         Ok(())
     }
 
+    /// Makes a node whose container is gone or stopped again.
+    async fn make_again(&self, pk: i64, id: &str) -> anyhow::Result<()> {
+        tracing::warn!(node = %id, "the node's container is gone or stopped; making it again");
+        // Together: no moment sees the node in use and not billed.
+        let mut tx = self.db.begin().await?;
+        store::usage::close(&mut *tx, id, Utc::now()).await?;
+        store::nodes::set_state(&mut *tx, pk, NodeState::Creating).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn pass(self: &Arc<Self>) -> anyhow::Result<()> {
         self.sync_hosts().await?;
         let silent = self.runtime.silent_nodes();
         self.replace_lost_nodes(&silent.lost).await?;
+        // After the hosts are pinged (a host that answers again is cleared of lost nodes).
+        let unreached = self.reach_unreached().await?;
+        self.replace_lost_nodes(&unreached).await?;
         self.track_contact(&silent.unknown).await?;
         let pools = store::pools::list_all(&self.db).await?;
         let all = store::nodes::list_all(&self.db).await?;

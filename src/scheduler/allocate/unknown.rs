@@ -100,7 +100,7 @@ impl Allocator {
             running
                 .as_ref()
                 .filter(|(at, _)| Utc::now() - *at < LIST_EVERY)
-                .map(|(at, nodes)| (*at, nodes.contains(node)))
+                .map(|(at, nodes)| (*at, nodes.as_ref().is_none_or(|n| n.contains(node))))
         };
         let (at, runs) = match cached {
             Some(seen) => seen,
@@ -108,12 +108,12 @@ impl Allocator {
                 let Ok(found) = self.runtime.list_nodes().await else {
                     return false;
                 };
-                let nodes: HashSet<String> = found
-                    .into_iter()
-                    .filter(|n| n.running)
-                    .map(|n| n.node_id)
-                    .collect();
-                let (at, runs) = (Utc::now(), nodes.contains(node));
+                // A host that did not answer may have any node running.
+                let nodes: Option<HashSet<String>> = found.unanswered.is_empty().then(|| {
+                    let running = found.running().into_iter();
+                    running.map(str::to_string).collect()
+                });
+                let (at, runs) = (Utc::now(), nodes.as_ref().is_none_or(|n| n.contains(node)));
                 *self.running.lock().expect("lock") = Some((at, nodes));
                 (at, runs)
             }

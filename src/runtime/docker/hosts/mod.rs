@@ -10,15 +10,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use anyhow::Context;
-
 mod health;
 mod routing;
 mod start;
 
 use super::DockerRuntime;
 pub use crate::domain::host::HostSpec;
-use crate::runtime::{FoundNode, Layout, NodeError, NodeHandle, NodeSpec};
+use crate::runtime::{Found, FoundNode, Layout, NodeError, NodeHandle, NodeSpec};
 
 /// One engine and its caps.
 struct Host {
@@ -354,33 +352,43 @@ impl DockerHosts {
         Ok(())
     }
 
-    /// The nodes on every host, each remembered where it is with what it takes.
-    pub(in crate::runtime) async fn list_nodes(
+    /// The nodes on every host that answers, each remembered where it is with what it takes.
+    /// A host that does not (stopped since the server started) is named apart: its nodes may
+    /// run still, and are neither adopted nor taken for gone.
+    pub(in crate::runtime) async fn list_nodes(&self, server_id: &str) -> Found {
+        let mut all = Found::default();
+        for (i, host) in self.all().iter().enumerate() {
+            match self.list_host(i, host, server_id).await {
+                Ok(found) => all.nodes.extend(found),
+                Err(e) => {
+                    tracing::warn!(host = %host.spec.url, error = %format!("{e:#}"), "listing a Docker host's nodes failed");
+                    all.unanswered.push(host.spec.url.clone());
+                }
+            }
+        }
+        all
+    }
+
+    async fn list_host(
         &self,
+        i: usize,
+        host: &Host,
         server_id: &str,
     ) -> anyhow::Result<Vec<FoundNode>> {
-        let mut all = Vec::new();
-        for (i, host) in self.all().iter().enumerate() {
-            let found = host
-                .runtime
-                .list_nodes(server_id)
-                .await
-                .with_context(|| format!("listing the nodes on {}", host.spec.url))?;
-            for node in &found {
-                let (pool, vcpus, memory_mib) =
-                    host.runtime.node_size(server_id, &node.node_id).await?;
-                self.placed.lock().expect("lock").insert(
-                    node.node_id.clone(),
-                    Placed {
-                        host: i,
-                        pool,
-                        vcpus,
-                        memory_mib,
-                    },
-                );
-            }
-            all.extend(found);
+        let found = host.runtime.list_nodes(server_id).await?;
+        for node in &found {
+            let (pool, vcpus, memory_mib) =
+                host.runtime.node_size(server_id, &node.node_id).await?;
+            self.placed.lock().expect("lock").insert(
+                node.node_id.clone(),
+                Placed {
+                    host: i,
+                    pool,
+                    vcpus,
+                    memory_mib,
+                },
+            );
         }
-        Ok(all)
+        Ok(found)
     }
 }
