@@ -6,6 +6,22 @@ use std::time::Instant;
 use super::{Link, LinkState};
 use crate::domain::agent::{Event, Work};
 
+/// The id of the kill of the abandoned command `run`: ids of work count up from below 2^52
+/// ([`super::Agents::new`]), so this one is no other's, and its answer goes to no one.
+fn kill_id(run: u64) -> u64 {
+    run | 1 << 63
+}
+
+impl LinkState {
+    /// Gives the command `id` up (its agent silent too long): not yet taken by the agent, it is
+    /// never sent, nor sent again; taken, it is killed as soon as the agent says it started.
+    pub(super) fn abandon(&mut self, id: u64) {
+        self.runs.remove(&id);
+        self.queue.retain(|w| w.id() != id);
+        self.abandoned.insert(id);
+    }
+}
+
 impl Link {
     /// Takes the agent's events: tells the callers of `run` what became of their commands.
     /// Events of commands no one here waits for (a previous server's) are let go.
@@ -14,8 +30,21 @@ impl Link {
         self.seen(&mut state, boot);
         for event in events {
             let id = event.id();
+            if !matches!(event, Event::Started { .. }) {
+                state.abandoned.remove(&id);
+            }
             match event {
                 Event::Started { pid, .. } => {
+                    if state.abandoned.remove(&id) {
+                        // Its task is requeued and its slot given to another: it must not run.
+                        let boot = Some(boot.to_string());
+                        state.queue.push(Work::Kill {
+                            id: kill_id(id),
+                            pid,
+                            boot,
+                        });
+                        self.work.notify_one();
+                    }
                     if let Some(tx) = state.runs.get_mut(&id).and_then(|r| r.started.take()) {
                         let _ = tx.send(pid);
                     }
@@ -81,6 +110,8 @@ impl Link {
             // Their askers learn it as their senders go.
             state.replies.retain(|id, _| queued.contains(id));
             state.inflight = None;
+            // What the old boot ran is gone with it.
+            state.abandoned.clear();
         }
         state.boot = Some(boot.to_string());
         self.heard.notify_waiters();

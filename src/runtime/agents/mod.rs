@@ -3,7 +3,7 @@
 //! [`Agents::run`], which waits for their end as `docker exec` did; the API's agent routes hand
 //! work out and events in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -90,6 +90,9 @@ struct LinkState {
     told: Option<(String, u64)>,
     /// When the agent last spoke (`last_seen` also restarts with a new leader's clocks).
     last_word: Option<Instant>,
+    /// Commands given up on for the agent's silence that it may have taken: one that starts
+    /// all the same is killed (events.rs).
+    abandoned: HashSet<u64>,
 }
 
 /// What became of a piece of work: an exit code (or an answer), or why there is none.
@@ -154,6 +157,7 @@ impl Agents {
                 follows: false,
                 told: None,
                 last_word: None,
+                abandoned: HashSet::new(),
             }),
             work: Notify::new(),
             heard: Notify::new(),
@@ -309,7 +313,7 @@ impl Agents {
                 () = tokio::time::sleep(Duration::from_secs(5)) => {
                     let mut state = link.state.lock().expect("lock");
                     if state.last_seen.elapsed() > self.silence {
-                        state.runs.remove(&id);
+                        state.abandon(id);
                         anyhow::bail!(
                             "node {node}: its agent has not been heard from for {} s",
                             self.silence.as_secs()

@@ -238,6 +238,50 @@ mod tests {
         assert!(agents.follows("n"));
     }
 
+    /// Runs `true` on node `n` in the background, as a task's command goes out.
+    fn run_true(agents: &std::sync::Arc<Agents>) -> tokio::task::JoinHandle<anyhow::Result<i64>> {
+        let running = agents.clone();
+        tokio::spawn(async move {
+            let run = |id| Work::Run {
+                id,
+                argv: vec!["true".into()],
+                env: Vec::new(),
+                task: None,
+            };
+            running.run("n", run, Default::default()).await
+        })
+    }
+
+    /// A command given up on for its agent's silence has had its task requeued, and its slot
+    /// given to another: the agent, back, must not run it. Not yet taken, it is never sent;
+    /// taken, it is killed as soon as the agent says it started.
+    #[tokio::test]
+    async fn a_command_given_up_for_silence_never_runs_on() {
+        let agents =
+            std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_millis(100)));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        let never_taken = run_true(&agents);
+        assert!(never_taken.await.unwrap().is_err(), "given up");
+        let short = std::time::Duration::from_millis(200);
+        let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
+        assert!(after.is_err(), "nothing is handed out: {after:?}");
+
+        let taken = run_true(&agents);
+        let batch = link.take_work(&hello(None)).await;
+        let [Work::Run { id, .. }] = batch.work.as_slice() else {
+            panic!("{:?}", batch.work)
+        };
+        assert!(taken.await.unwrap().is_err(), "given up");
+        let started = crate::domain::agent::Event::Started { id: *id, pid: 42 };
+        link.deliver("b", vec![started]);
+        let kill = link.take_work(&hello(batch.batch)).await;
+        let [Work::Kill { pid: 42, boot, .. }] = kill.work.as_slice() else {
+            panic!("{:?}", kill.work)
+        };
+        assert_eq!(boot.as_deref(), Some("b"));
+    }
+
     #[tokio::test]
     async fn only_the_latest_request_takes_work() {
         let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
