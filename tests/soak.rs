@@ -440,6 +440,11 @@ impl Soak {
 
     /// Ends the faults whose time has come (or, with `all`, every one).
     async fn heal_due(&mut self, all: bool) {
+        // A node made on the full disk's host meanwhile shares the disk too.
+        if self.disk_full() {
+            let own = docker::nodes(&mut self.cli(true), &self.server_id);
+            self.filled.extend(own.into_iter().map(|(_, node)| node));
+        }
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.faults)
             .into_iter()

@@ -64,7 +64,8 @@ pub async fn container(permissions: &str) -> (String, String) {
         &account,
         &name,
         permissions,
-        Utc::now() + Duration::hours(1),
+        // A day: a soak of an hour and its drain read and write through it to the end.
+        Utc::now() + Duration::days(1),
     );
     (name.clone(), format!("{}/{name}{sas}", azurite()))
 }
