@@ -282,6 +282,24 @@ mod tests {
         assert_eq!(boot.as_deref(), Some("b"));
     }
 
+    /// A server that led before and leads again hands out nothing its earlier term queued:
+    /// the attempt it would start has been recovered (with no record, requeued) meanwhile.
+    #[tokio::test]
+    async fn work_of_an_earlier_term_is_never_handed_out() {
+        let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
+        agents.register("n", "s");
+        let link = agents.authenticate("n", "s").unwrap();
+        agents.set_term(1);
+        // The term ends before the agent asks: its loops, and the command's caller, go.
+        let caller = run_true(&agents);
+        tokio::task::yield_now().await;
+        caller.abort();
+        agents.set_term(3);
+        let short = std::time::Duration::from_millis(200);
+        let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
+        assert!(after.is_err(), "nothing is handed out: {after:?}");
+    }
+
     #[tokio::test]
     async fn only_the_latest_request_takes_work() {
         let agents = std::sync::Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));

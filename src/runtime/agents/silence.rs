@@ -51,9 +51,15 @@ impl Agents {
             .store(learnt, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The leader's term this server leads in, as agents learn it with their work.
+    /// The leader's term this server leads in, as agents learn it with their work. What an
+    /// earlier term of this server's left queued for an agent is dropped, never handed out:
+    /// its callers are gone, and the attempts it would start are the new term's to recover
+    /// (with no record, they are requeued) and place again.
     pub fn set_term(&self, epoch: i64) {
         self.term.store(epoch, std::sync::atomic::Ordering::Relaxed);
+        for link in self.links.lock().expect("lock").values() {
+            link.fail_all("this server's term as leader ended");
+        }
     }
 
     /// The term this server leads in, if it has led ([`WorkBatch::term`]).
