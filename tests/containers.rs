@@ -596,3 +596,31 @@ async fn a_node_image_with_a_user_of_its_own_still_runs_tasks_as_root() {
     s.wait_task("j", "t", "completed").await;
     assert_eq!(s.stdout("j", "t").await, "0\n");
 }
+
+/// A node made again (a reimage gives it a new container of the same name) runs its task
+/// containers in its new container: what the server read of the old one is not used again.
+#[tokio::test]
+async fn a_reimaged_node_runs_task_containers_in_its_new_container() {
+    let s = TestServer::start(Rt::Docker).await;
+    container_pool(&s, "cp").await;
+    s.job_on("j", "cp").await;
+    let boxed = |id: &str| json!({"id": id, "commandLine": "echo $AZ_BATCH_TASK_ID", "containerSettings": {"imageName": TASK_IMAGE}});
+    s.add_tasks("j", vec![boxed("before")]).await;
+    let before = s.wait_task("j", "before", "completed").await;
+    assert_eq!(before["executionInfo"]["result"], "success", "{before}");
+    let node = s.nodes("cp").await[0].clone();
+    let id = node["id"].as_str().unwrap();
+    let (status, body) = s
+        .post(&format!("/pools/cp/nodes/{id}/reimage"), &json!({}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    common::wait_for("the reimaged node", || async {
+        let (_, n) = s.get(&format!("/pools/cp/nodes/{id}")).await;
+        (n["state"] == "idle" && n["lastBootTime"] != node["lastBootTime"]).then_some(())
+    })
+    .await;
+    s.add_tasks("j", vec![boxed("after")]).await;
+    let after = s.wait_task("j", "after", "completed").await;
+    assert_eq!(after["executionInfo"]["result"], "success", "{after}");
+    assert_eq!(s.stdout("j", "after").await, "after\n");
+}

@@ -17,6 +17,7 @@ mod logs;
 mod networks;
 mod node;
 mod task_container;
+mod task_images;
 mod volumes;
 
 use anyhow::Context;

@@ -28,6 +28,8 @@ impl DockerRuntime {
         self.ready_task_images(spec).await?;
         self.check_image(spec).await?;
         let name = container_name(&spec.server_id, &spec.node_id);
+        // A container made again has a new id: what was read of the old one is stale.
+        self.forget_node(&spec.server_id, &spec.node_id);
         // The account's network can go before the container holds it (another server removed
         // it with its last node, or kept an older twin): then it is looked up again.
         for _ in 0..3 {

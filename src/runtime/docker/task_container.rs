@@ -9,19 +9,17 @@
 use std::collections::HashMap;
 
 use anyhow::Context;
-use bollard::auth::DockerCredentials;
 use bollard::models::{
     ContainerCreateBody, HostConfig, ImageInspect, SystemInfoCgroupDriverEnum,
     SystemInfoCgroupVersionEnum,
 };
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
 use super::exec::read_pid_to_end;
-use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT};
+use super::{container_name, removal, DockerRuntime, NODE_PIDS_LIMIT};
 use crate::domain::container::{container_command, ContainerRegistry, WorkingDirectory};
 use crate::domain::task_token::{TOKEN_VAR, URL_VAR};
 use crate::runtime::task::WRAPPER;
@@ -62,25 +60,9 @@ impl DockerRuntime {
             .ready_image(&settings.image_name, &registries)
             .await
             .map_err(|(code, message)| refused(code, message))?;
-        let node = self.node_container(server_id, node_id).await?;
-        let body = self.task_body(&node, env, container, &image).await;
         let id = self
-            .docker
-            .create_container(
-                None::<bollard::query_parameters::CreateContainerOptions>,
-                body,
-            )
-            .await
-            .map_err(|e| {
-                refused(
-                    "ContainerCreateFailed",
-                    format!(
-                        "the task's container from {:?} could not be created: {e}",
-                        settings.image_name
-                    ),
-                )
-            })?
-            .id;
+            .create_task_container((server_id, node_id), env, container, &image)
+            .await?;
         if let Some(tell) = started.container {
             let _ = tell.send(id.clone());
         }
@@ -91,6 +73,37 @@ impl DockerRuntime {
             let _ = docker.remove_container(&id, Some(removal())).await;
         });
         ran
+    }
+
+    /// Creates the task's container in its node's. The node's container as last read may be
+    /// gone: made again since (by another server, while this one did not lead), the name the
+    /// same, the id not. Then it is read again, once.
+    async fn create_task_container(
+        &self,
+        (server_id, node_id): (&str, &str),
+        env: Vec<(String, String)>,
+        container: &TaskContainer,
+        image: &ImageInspect,
+    ) -> anyhow::Result<String> {
+        let mut again = true;
+        loop {
+            let node = self.node_container(server_id, node_id).await?;
+            let body = self.task_body(&node, env.clone(), container, image).await;
+            let options = None::<bollard::query_parameters::CreateContainerOptions>;
+            match self.docker.create_container(options, body).await {
+                Ok(made) => return Ok(made.id),
+                Err(e) if again && names_no_container(&e) => {
+                    self.forget_node(server_id, node_id);
+                    again = false;
+                }
+                Err(e) => {
+                    let image = &container.settings.image_name;
+                    let why =
+                        format!("the task's container from {image:?} could not be created: {e}");
+                    return Err(refused("ContainerCreateFailed", why));
+                }
+            }
+        }
     }
 
     /// Starts the created container attached, learns the wrapper's pid, and returns its exit
@@ -127,64 +140,6 @@ impl DockerRuntime {
             Some(Err(e)) => Err(e).context("waiting for the task's container"),
             None => anyhow::bail!("the engine said nothing of the task container's end"),
         }
-    }
-
-    /// The image, pulled with the registries' credentials when the engine lacks it; its
-    /// configuration. Err: (code, message) in Azure's terms.
-    pub(super) async fn ready_image(
-        &self,
-        image: &str,
-        registries: &[ContainerRegistry],
-    ) -> Result<ImageInspect, (&'static str, String)> {
-        match self.docker.inspect_image(image).await {
-            Ok(found) => return Ok(found),
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => {
-                return Err((
-                    "ContainerImageNotFound",
-                    format!("inspecting the image {image:?}: {e}"),
-                ))
-            }
-        }
-        let Some(registry) = registry_for(image, registries) else {
-            return Err((
-                "ContainerImageNotFound",
-                format!("the image {image:?} is not on the Docker engine and no registry is given to pull it from; load it on the engine (docker load or docker build), or name a registry with credentials"),
-            ));
-        };
-        let credentials = DockerCredentials {
-            username: registry.user_name.clone(),
-            password: registry.password.clone(),
-            serveraddress: registry.registry_server.clone(),
-            ..Default::default()
-        };
-        let options = CreateImageOptionsBuilder::default()
-            .from_image(image)
-            .build();
-        let mut pull = self
-            .docker
-            .create_image(Some(options), None, Some(credentials));
-        while let Some(step) = pull.next().await {
-            let failed = match step {
-                Ok(info) => info.error_detail.and_then(|d| d.message),
-                Err(e) => Some(e.to_string()),
-            };
-            if let Some(why) = failed {
-                return Err((
-                    "ContainerImagePullFailed",
-                    format!(
-                        "pulling {image:?} from {:?}: {why}",
-                        registry.registry_server.as_deref().unwrap_or("Docker Hub")
-                    ),
-                ));
-            }
-        }
-        self.docker.inspect_image(image).await.map_err(|e| {
-            (
-                "ContainerImagePullFailed",
-                format!("the pulled image {image:?} is not there: {e}"),
-            )
-        })
     }
 
     /// The node's container as a task container needs it; read from the engine once per node.
@@ -380,20 +335,13 @@ impl DockerRuntime {
     }
 }
 
-/// The registry an image comes from: the one whose server starts its name, else the only one.
-fn registry_for<'a>(
-    image: &str,
-    registries: &'a [ContainerRegistry],
-) -> Option<&'a ContainerRegistry> {
-    registries
-        .iter()
-        .find(|r| {
-            r.registry_server
-                .as_deref()
-                .is_some_and(|s| image.starts_with(&format!("{}/", s.trim_end_matches('/'))))
-        })
-        .or(match registries {
-            [only] => Some(only),
-            _ => None,
-        })
+/// Whether the engine refused for want of a container the request named (the node's).
+fn names_no_container(e: &bollard::errors::Error) -> bool {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => *status_code == 404 || message.contains("No such container"),
+        _ => false,
+    }
 }
