@@ -298,6 +298,15 @@ mod tests {
         let short = std::time::Duration::from_millis(200);
         let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
         assert!(after.is_err(), "nothing is handed out: {after:?}");
+        // Nor is a batch the earlier term handed out and the agent did not say it got: it
+        // may have run it.
+        let caller = run_true(&agents);
+        let taken = link.take_work(&hello(None)).await;
+        assert_eq!(taken.work.len(), 1);
+        caller.abort();
+        agents.set_term(5);
+        let after = tokio::time::timeout(short, link.take_work(&hello(None))).await;
+        assert!(after.is_err(), "nothing is sent again: {after:?}");
     }
 
     #[tokio::test]
