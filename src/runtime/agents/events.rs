@@ -30,12 +30,10 @@ impl Link {
         self.seen(&mut state, boot);
         for event in events {
             let id = event.id();
-            if !matches!(event, Event::Started { .. }) {
-                state.abandoned.remove(&id);
-            }
+            let abandoned = state.abandoned.remove(&id);
             match event {
                 Event::Started { pid, .. } => {
-                    if state.abandoned.remove(&id) {
+                    if abandoned {
                         // Its task is requeued and its slot given to another: it must not run.
                         let boot = Some(boot.to_string());
                         state.queue.push(Work::Kill {

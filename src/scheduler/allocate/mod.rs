@@ -204,7 +204,9 @@ impl Allocator {
         self.replace_lost_nodes(&silent.lost).await?;
         // After the hosts are pinged (a host that answers again is cleared of lost nodes).
         let unreached = self.reach_unreached().await?;
-        self.replace_lost_nodes(&unreached).await?;
+        if !unreached.is_empty() {
+            self.replace_lost_nodes(&unreached).await?;
+        }
         self.track_contact(&silent.unknown).await?;
         let pools = store::pools::list_all(&self.db).await?;
         let all = store::nodes::list_all(&self.db).await?;
