@@ -5,6 +5,7 @@
 pub mod blobs;
 pub mod pg;
 mod shared_key;
+mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -34,7 +35,7 @@ impl Rt {
 }
 
 /// An HTTP client that signs every request with Shared Key, as the Azure SDKs do.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Signed {
     client: reqwest::Client,
     /// (account, base64 key), known once the server has started.
@@ -44,6 +45,20 @@ pub struct Signed {
 pub struct SignedRequest {
     builder: reqwest::RequestBuilder,
     signer: Signed,
+}
+
+impl Default for Signed {
+    /// A request unanswered for 5 minutes fails its test, naming the request, rather than
+    /// hanging it.
+    fn default() -> Self {
+        Signed {
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(300))
+                .build()
+                .expect("an HTTP client"),
+            credentials: Default::default(),
+        }
+    }
 }
 
 impl Signed {
@@ -110,6 +125,8 @@ pub struct TestServer {
     extra_args: Vec<String>,
     /// Where Docker nodes' agents reach the server.
     agent_port: u16,
+    /// Ends the test binary should this server outlive its bound (a hang).
+    _watchdog: watchdog::Watchdog,
 }
 
 /// A command line no other test's process has: `sleep` of a number unique to the runtime and
@@ -245,18 +262,21 @@ impl TestServer {
         if runtime == Rt::Docker {
             ensure_test_image();
         }
+        let data_dir = tempfile::Builder::new()
+            .prefix("bp")
+            .tempdir()
+            .expect("tempdir");
+        let _watchdog = watchdog::Watchdog::arm(data_dir.path().join("server.log"));
         let mut server = TestServer {
             runtime,
             base: String::new(),
             http: Signed::default(),
-            data_dir: tempfile::Builder::new()
-                .prefix("bp")
-                .tempdir()
-                .expect("tempdir"),
+            data_dir,
             database_url,
             child: None,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             agent_port: free_port(),
+            _watchdog,
         };
         server.launch().await;
         server
