@@ -27,6 +27,12 @@ impl Watchdog {
         std::thread::spawn(move || {
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(bound) {
                 report_hang(&log, bound);
+                // Its servers (and any docker CLI) end with it, not to run on beside the next
+                // test binary.
+                let me = std::process::id().to_string();
+                let _ = std::process::Command::new("pkill")
+                    .args(["-KILL", "-P", &me])
+                    .status();
                 std::process::exit(101);
             }
         });
@@ -49,10 +55,26 @@ fn report_hang(log: &std::path::Path, bound: Duration) {
                 .join("\n")
         })
         .unwrap_or_default();
-    eprintln!(
+    // What this machine's engine said last (scripts/test-env.sh starts it logging there).
+    let engine_log = std::env::var("BATCHPOOL_DOCKERD_LOG")
+        .unwrap_or_else(|_| "/tmp/batchpool-dockerd.log".into());
+    let engine_said = std::fs::read_to_string(&engine_log).unwrap_or_default();
+    // Its errors and warnings, but for the shim clean-up each container's end writes.
+    let engine_lines: Vec<&str> = engine_said
+        .lines()
+        .filter(|l| l.contains("level=error") || l.contains("level=warning"))
+        .filter(|l| !l.contains("shim") && !l.contains("cleanup warnings"))
+        .collect();
+    let engine_tail = engine_lines[engine_lines.len().saturating_sub(30)..].join("\n");
+    // Straight to the standard error: the test harness captures `eprintln!`, even from this
+    // thread, and would show nothing of a binary that exits.
+    let report = format!(
         "---- a test server lived past {} s: the test hangs ----\n\
-         ---- server log ({}) ----\n{tail}\n---- processes ----\n{processes}",
+         ---- server log ({}) ----\n{tail}\n---- processes ----\n{processes}\n\
+         ---- engine log ({engine_log}) ----\n{engine_tail}\n",
         bound.as_secs(),
         log.display()
     );
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(report.as_bytes());
 }
