@@ -101,6 +101,10 @@ impl Runtime {
         bytes: ByteStream,
         mode: Option<u32>,
     ) -> Result<(), NodeError> {
+        if let Some(node) = node {
+            // As for `file`: a node made before a restart has its agent known by its secret.
+            self.learn_agent(node).await;
+        }
         if let Some(node) = node.filter(|n| self.agents.knows(n)) {
             if let Some(root) = self.in_node(node, at) {
                 let rel = at.rel.to_string_lossy().into_owned();
