@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc;
 
-use link::{Backoff, Failover, Link};
+use link::{Backoff, Failover, Link, NotLeading};
 
 use crate::domain::agent::{
     self, Event, Events, FileOp, Hello, Work, WorkBatch, ENV_DIRS, ENV_NODE, ENV_ROOT, ENV_SECRET,
@@ -168,6 +168,18 @@ pub(crate) async fn poll_work(link: &Link, new_term: impl Fn(), mut take: impl F
                 continue;
             }
         };
+        if let (Some(got), Some(seen)) = (batch.term, term) {
+            if got < seen {
+                // A server that led before the leader this agent has heard from, and does not
+                // know yet that it leads no more: its commands were given up by the newer
+                // term (requeued, placed again), and run now they would run twice.
+                let e = anyhow::Error::new(NotLeading)
+                    .context(format!("work of term {got}, after term {seen}"));
+                failover.failed(link, &e);
+                backoff.wait("asking for work", &e).await;
+                continue;
+            }
+        }
         backoff.reset();
         failover.answered();
         link.learn_servers(batch.servers);
@@ -284,5 +296,115 @@ pub(crate) async fn send_events(
             backoff.wait("sending events", &e).await;
         }
         backoff.reset();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn run(id: u64) -> Work {
+        Work::Run {
+            id,
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            task: None,
+        }
+    }
+
+    fn batch(id: u64, term: i64, work: Vec<Work>) -> WorkBatch {
+        WorkBatch {
+            batch: Some(id),
+            work,
+            servers: Vec::new(),
+            term: Some(term),
+        }
+    }
+
+    /// A server that answers each ask for work with the next of `batches`, then never again.
+    async fn server(batches: Vec<WorkBatch>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            for answer in batches {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                read_request(&mut conn).await;
+                let body = serde_json::to_vec(&answer).unwrap();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                conn.write_all(head.as_bytes()).await.unwrap();
+                conn.write_all(&body).await.unwrap();
+            }
+            std::future::pending::<()>().await;
+        });
+        url
+    }
+
+    /// Reads a request's head and body, whatever they say.
+    async fn read_request(conn: &mut tokio::net::TcpStream) {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let (head_end, length) = loop {
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the request ended early");
+            seen.extend_from_slice(&chunk[..n]);
+            if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&seen[..at]).to_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                break (at + 4, length);
+            }
+        };
+        while seen.len() < head_end + length {
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the request's body ended early");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The minute-52 case of the hour on Docker: a leader of term 5 hands a command out; a new
+    /// leader (term 6) takes over and requeues it; then the server of term 5, not yet aware it
+    /// leads no more, hands out more. The agent runs none of term 5's after term 6's.
+    #[tokio::test]
+    async fn work_of_a_term_older_than_one_heard_from_is_never_taken() {
+        crate::install_tls();
+        let url = server(vec![
+            batch(1, 5, vec![run(1)]),
+            batch(1, 6, vec![run(2)]),
+            batch(2, 5, vec![run(3)]),
+            batch(2, 6, vec![run(4)]),
+        ])
+        .await;
+        let client = || reqwest::Client::new();
+        let link = Link::new(&url, "BatchpoolNode n:s".into(), (client(), client()));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let terms = std::sync::atomic::AtomicUsize::new(0);
+        let new_term = || {
+            terms.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
+        let polling = poll_work(&link, new_term, |work| {
+            let Work::Run { id, .. } = work else {
+                panic!("{work:?}")
+            };
+            tx.send(id).unwrap();
+        });
+        let mut taken = Vec::new();
+        tokio::select! {
+            () = polling => unreachable!("the node is never given up"),
+            () = async { while taken.last() != Some(&4) { taken.push(rx.recv().await.unwrap()) } } => {}
+            () = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+        assert_eq!(taken, [1, 2, 4]);
+        assert_eq!(
+            terms.load(std::sync::atomic::Ordering::Relaxed),
+            2,
+            "5, then 6"
+        );
     }
 }
