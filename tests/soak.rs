@@ -973,6 +973,7 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
     );
     if !soak.seen.0.is_empty() {
         if let Ok(dir) = std::env::var("BATCHPOOL_SOAK_KEEP") {
+            let _ = std::fs::create_dir_all(&dir);
             for (i, s) in soak.servers.iter().enumerate() {
                 let _ = std::fs::copy(s.log_path(), format!("{dir}/server{i}.log"));
             }

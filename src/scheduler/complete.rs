@@ -94,6 +94,14 @@ pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, V
                 done.push(one);
                 continue;
             }
+            // The fence refusing a term that is over refuses no record: the outcome is the
+            // next leader's to find (it reads the attempt's record, or requeues the task).
+            // Recorded as refused, it failed a task that had run, should the new leader's
+            // lock come a moment before its epoch (a stale write passes then).
+            Err(e) if store::leader::is_stale(&e) => {
+                left.push(one);
+                continue;
+            }
             Err(sqlx::Error::Database(e)) => e.message().to_string(),
             Err(_) => {
                 left.push(one);
