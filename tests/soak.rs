@@ -12,9 +12,8 @@
 //! and what every task run recorded, and fails on any violation:
 //!
 //! - every accepted task ends, successfully (or failed for want of space, its last run on a
-//!   node whose disk was filled; or failed its one designed failure with its retries spent,
-//!   while a disk was full, by attempts that failed before their command ran), and its
-//!   command ran at least once and at most 1 + requeueCount + retryCount times; the drain may
+//!   node whose disk was filled: its output not written, or its resource files, a
+//!   pre-processing error that is not retried), and its command ran at least once and at most 1 + requeueCount + retryCount times; the drain may
 //!   take as long as tasks keep completing;
 //! - a task with an output file that succeeded left it in Azurite, as it wrote it;
 //! - no ready task waits [`IDLE_SLOT_BOUND`] while a node of its pool has a free slot it fits
@@ -144,11 +143,6 @@ struct Soak {
     files: (String, String),
     /// On Docker: the nodes whose disks were filled (all of a host's at once).
     filled: std::collections::HashSet<String>,
-    /// On Docker: when a disk was filled and when emptied (None: full still), wall clock.
-    full_between: Vec<(
-        chrono::DateTime<chrono::Utc>,
-        Option<chrono::DateTime<chrono::Utc>>,
-    )>,
 }
 
 impl Soak {
@@ -372,27 +366,6 @@ impl Soak {
         self.filled.contains(node)
             && (info["exitCode"] == 5 || message.to_lowercase().contains("no space left on device"))
     }
-
-    /// Whether a task that did not succeed spent its retries on a full disk: it failed with
-    /// its one designed failure (exit code 3, its only run of the command), its earlier
-    /// attempts never ran its command (failed preparing: its resource files, for want of
-    /// space), and its last attempt began while a disk was full, or within 15 s after.
-    fn retries_spent_on_a_full_disk(&self, t: &Value, ran: u64, allowed: u64) -> bool {
-        let info = &t["executionInfo"];
-        let began = info["lastRetryTime"]
-            .as_str()
-            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-            .map(|at| at.with_timezone(&chrono::Utc));
-        let slack = chrono::Duration::seconds(15);
-        info["exitCode"] == 3
-            && ran == 1
-            && allowed > 1
-            && began.is_some_and(|at| {
-                self.full_between
-                    .iter()
-                    .any(|(from, to)| *from <= at && to.is_none_or(|to| at <= to + slack))
-            })
-    }
 }
 
 fn signal(pid: i32, sig: i32) {
@@ -499,9 +472,6 @@ impl Soak {
                 }
                 Fault::Full(file) => {
                     let _ = std::fs::remove_file(file);
-                    if let Some((_, to @ None)) = self.full_between.last_mut() {
-                        *to = Some(chrono::Utc::now());
-                    }
                 }
             }
         }
@@ -540,10 +510,8 @@ impl Soak {
         }
         let (container, _) = &own[self.rng.below(own.len() as u64) as usize];
         let disk = docker::disk(&mut self.cli(true), container)?;
-        let from = chrono::Utc::now();
         let file = engine::fill(&disk)?;
         self.filled.extend(own.into_iter().map(|(_, node)| node));
-        self.full_between.push((from, None));
         self.faults.push((later, Fault::Full(file)));
         Some(
             "a node's disk filled (the second host's, which its nodes share), emptied 2-15 s later",
@@ -802,7 +770,6 @@ async fn soak(rt: Rt) {
     let mut soak = Soak {
         files,
         filled: Default::default(),
-        full_between: Vec::new(),
         rt,
         engine,
         sink,
@@ -915,8 +882,7 @@ async fn check(soak: &mut Soak, seed: u64, started: Instant) {
             .get(&(job.clone(), id.to_string()))
             .copied()
             .unwrap_or(0);
-        let for_space = info["result"] != "success"
-            && (soak.failed_for_space(t) || soak.retries_spent_on_a_full_disk(t, ran, allowed));
+        let for_space = info["result"] != "success" && soak.failed_for_space(t);
         if info["result"] != "success" {
             if for_space {
                 failed_for_space += 1;

@@ -113,6 +113,9 @@ pub struct ContainerError {
 /// The code of a node that no host has room for.
 pub const ALLOCATION_FAILED: &str = "AllocationFailed";
 
+/// The code of a node whose agent did not answer: the node's doing, not its task's.
+pub const AGENT_UNREACHABLE: &str = "NodeAgentUnreachable";
+
 /// Why a node could not be made, in Azure's terms (`code` goes to the node's errors and the
 /// pool's resizeErrors).
 #[derive(Debug, thiserror::Error)]

@@ -279,7 +279,7 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
                 verdict(end, Some(info), judged.job_action)
             }
         }
-        Outcome::NotPrepared(f) => not_prepared(a, &conditions, f),
+        Outcome::NotPrepared(f) => not_prepared(&conditions, f),
         Outcome::UploadFailed {
             exit_code,
             failure: f,
@@ -322,17 +322,11 @@ fn failed_without_code(code: &str, message: String) -> Verdict {
     }
 }
 
-/// Resource files could not be downloaded: the task is retried while it may be, then fails as
-/// its preProcessingError says.
-fn not_prepared(a: &AttemptRow, conditions: &ExitConditions, f: &Failure) -> Verdict {
-    let retries_left = a.max_task_retry_count == -1 || a.retry_count < a.max_task_retry_count;
-    if retries_left {
-        return Verdict {
-            end: End::Retry { exit_code: None },
-            failure_info: None,
-            job_action: JobAction::None,
-        };
-    }
+/// Resource files could not be downloaded: the task fails as its preProcessingError says. Not
+/// retried, whatever its maxTaskRetryCount: Azure retries a task for its exit code only
+/// ("pre-processing errors (the Task could not be run) and file upload errors are not
+/// retried").
+fn not_prepared(conditions: &ExitConditions, f: &Failure) -> Verdict {
     let judged = conditions.pre_processing_verdict();
     Verdict {
         end: End::Completed {

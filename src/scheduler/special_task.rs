@@ -14,6 +14,7 @@ use crate::domain::rfc3339;
 use crate::domain::run_as::RunAs;
 use crate::runtime::{
     AttemptPid, ContainerError, ExecSpec, Runtime, Started, TaskContainer, TaskDirs, TaskFiles,
+    AGENT_UNREACHABLE,
 };
 
 /// A command a node runs apart from its job tasks: a pool's start task, a job's preparation or
@@ -78,9 +79,14 @@ where
             node: Some(at.node_id),
             dirs: &spec.dirs,
         };
-        let result = match task_files::download(fetcher, on, files, linked).await {
-            Err(f) => Err(f),
-            Ok(()) => exec(runtime, at, &spec, command.limit).await,
+        // A pre-processing error (its resource files) is not retried, as Azure does not; a
+        // node whose agent did not answer is no error of the task's.
+        let (result, retriable) = match task_files::download(fetcher, on, files, linked).await {
+            Err(f) => {
+                let node_lost = f.code == AGENT_UNREACHABLE;
+                (Err(f), node_lost)
+            }
+            Ok(()) => (exec(runtime, at, &spec, command.limit).await, true),
         };
         info["state"] = json!("completed");
         info["endTime"] = json!(rfc3339(chrono::Utc::now()));
@@ -96,7 +102,10 @@ where
                     info,
                 };
             }
-            Some(f) if command.max_retries != -1 && retry_count >= command.max_retries => {
+            Some(f)
+                if !retriable
+                    || (command.max_retries != -1 && retry_count >= command.max_retries) =>
+            {
                 info["result"] = json!("failure");
                 info["failureInfo"] = f;
                 return ExecutionInfo {

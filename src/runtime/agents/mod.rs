@@ -236,7 +236,7 @@ impl Agents {
             return Ok(());
         }
         Err(NodeError {
-            code: "NodeAgentUnreachable",
+            code: crate::runtime::AGENT_UNREACHABLE,
             message: format!(
                 "node {node}'s agent did not reach this server within {} s; {advice}",
                 self.silence.as_secs()

@@ -87,7 +87,7 @@ impl Peers {
     pub async fn file(&self, url: &str, question: &PeerFile) -> Result<FileAnswer, NodeError> {
         let node = &question.node;
         let failed = |why: String| NodeError {
-            code: "NodeAgentUnreachable",
+            code: crate::runtime::AGENT_UNREACHABLE,
             message: format!("the server that runs node {node} ({url}) did not answer: {why}"),
         };
         let deadline = tokio::time::Instant::now() + FILE_ANSWER_TIMEOUT + Duration::from_secs(5);
@@ -111,7 +111,7 @@ impl Peers {
                 .map_or_else(|| format!("{status}"), str::to_string);
             // The leader's own error (its node's agent did not answer), as it gave it.
             return Err(NodeError {
-                code: "NodeAgentUnreachable",
+                code: crate::runtime::AGENT_UNREACHABLE,
                 message,
             });
         }

@@ -77,7 +77,7 @@ impl Drop for Waiting<'_> {
 
 fn unreachable(node: &str, why: impl std::fmt::Display) -> NodeError {
     NodeError {
-        code: "NodeAgentUnreachable",
+        code: crate::runtime::AGENT_UNREACHABLE,
         message: format!("node {node}'s agent {why}"),
     }
 }

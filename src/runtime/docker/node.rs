@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 
+use super::task_images::ImageError;
 use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT, NODE_ROOT};
 use crate::domain::agent::{ENV_DIRS, ENV_NODE, ENV_SECRET, ENV_URL};
 use crate::runtime::agents::new_secret;
@@ -175,8 +176,11 @@ impl DockerRuntime {
             {
                 // The node's own image, missing with no registry to pull it: `check_image` says
                 // what to do, as for any pool.
-                Err(("ContainerImageNotFound", _)) if *image == spec.image => {}
-                Err((code, message)) => return Err(NodeError { code, message }),
+                Err(ImageError::Refused("ContainerImageNotFound", _)) if *image == spec.image => {}
+                Err(ImageError::Refused(code, message)) => return Err(NodeError { code, message }),
+                Err(ImageError::Unanswered(e)) => {
+                    return Err(failed(spec, &format!("readying the image {image:?}"), e))
+                }
                 Ok(_) => {}
             }
         }

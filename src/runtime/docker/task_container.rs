@@ -19,7 +19,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::exec::read_pid_to_end;
-use super::{container_name, removal, DockerRuntime, NODE_PIDS_LIMIT};
+use super::task_images::ImageError;
+use super::{container_name, removal, status_of, DockerRuntime, NODE_PIDS_LIMIT};
 use crate::domain::container::{container_command, ContainerRegistry, WorkingDirectory};
 use crate::domain::task_token::{TOKEN_VAR, URL_VAR};
 use crate::runtime::task::WRAPPER;
@@ -59,7 +60,10 @@ impl DockerRuntime {
         let image = self
             .ready_image(&settings.image_name, &registries)
             .await
-            .map_err(|(code, message)| refused(code, message))?;
+            .map_err(|e| match e {
+                ImageError::Refused(code, message) => refused(code, message),
+                ImageError::Unanswered(e) => anyhow::Error::new(e).context("readying the image"),
+            })?;
         let id = self
             .create_task_container((server_id, node_id), env, container, &image)
             .await?;
@@ -96,6 +100,10 @@ impl DockerRuntime {
                     self.forget_node(server_id, node_id);
                     again = false;
                 }
+                // No answer: the attempt is lost (and requeued), not the task's doing.
+                Err(e) if status_of(&e).is_none() => {
+                    return Err(e).context("creating the task's container")
+                }
                 Err(e) => {
                     let image = &container.settings.image_name;
                     let why =
@@ -124,6 +132,9 @@ impl DockerRuntime {
             .await
             .context("attaching to the task's container")?;
         self.docker.start_container(id, None).await.map_err(|e| {
+            if status_of(&e).is_none() {
+                return anyhow::Error::new(e).context("starting the task's container");
+            }
             refused(
                 "ContainerStartFailed",
                 format!("the task's container could not start (its image needs /bin/sh): {e}"),

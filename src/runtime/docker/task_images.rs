@@ -9,26 +9,36 @@ use futures_util::StreamExt;
 use super::{status_of, DockerRuntime};
 use crate::domain::container::ContainerRegistry;
 
+/// Why an image could not be made ready.
+#[derive(Debug)]
+pub(super) enum ImageError {
+    /// The engine (or the registry through it) refused: (code, message) in Azure's terms.
+    Refused(&'static str, String),
+    /// The engine did not answer: the attempt is lost, not the task's doing.
+    Unanswered(bollard::errors::Error),
+}
+
 impl DockerRuntime {
     /// The image, pulled with the registries' credentials when the engine lacks it; its
-    /// configuration. Err: (code, message) in Azure's terms.
+    /// configuration.
     pub(super) async fn ready_image(
         &self,
         image: &str,
         registries: &[ContainerRegistry],
-    ) -> Result<ImageInspect, (&'static str, String)> {
+    ) -> Result<ImageInspect, ImageError> {
         match self.docker.inspect_image(image).await {
             Ok(found) => return Ok(found),
             Err(e) if status_of(&e) == Some(404) => {}
+            Err(e) if status_of(&e).is_none() => return Err(ImageError::Unanswered(e)),
             Err(e) => {
-                return Err((
+                return Err(ImageError::Refused(
                     "ContainerImageNotFound",
                     format!("inspecting the image {image:?}: {e}"),
                 ))
             }
         }
         let Some(registry) = registry_for(image, registries) else {
-            return Err((
+            return Err(ImageError::Refused(
                 "ContainerImageNotFound",
                 format!("the image {image:?} is not on the Docker engine and no registry is given to pull it from; load it on the engine (docker load or docker build), or name a registry with credentials"),
             ));
@@ -48,10 +58,11 @@ impl DockerRuntime {
         while let Some(step) = pull.next().await {
             let failed = match step {
                 Ok(info) => info.error_detail.and_then(|d| d.message),
+                Err(e) if status_of(&e).is_none() => return Err(ImageError::Unanswered(e)),
                 Err(e) => Some(e.to_string()),
             };
             if let Some(why) = failed {
-                return Err((
+                return Err(ImageError::Refused(
                     "ContainerImagePullFailed",
                     format!(
                         "pulling {image:?} from {:?}: {why}",
@@ -61,7 +72,7 @@ impl DockerRuntime {
             }
         }
         self.docker.inspect_image(image).await.map_err(|e| {
-            (
+            ImageError::Refused(
                 "ContainerImagePullFailed",
                 format!("the pulled image {image:?} is not there: {e}"),
             )

@@ -6,7 +6,9 @@ use tokio_util::sync::CancellationToken;
 use super::Executor;
 use crate::domain::agent::Slots;
 use crate::domain::run_as::{Command, RunAs};
-use crate::runtime::{container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs};
+use crate::runtime::{
+    container_label, ContainerError, ExecSpec, Started, TaskContainer, TaskDirs, AGENT_UNREACHABLE,
+};
 use crate::scheduler::complete::Failure;
 use crate::scheduler::complete::Outcome;
 use crate::scheduler::environment::task_environment;
@@ -91,8 +93,11 @@ impl Executor {
             failure = task_files::download_for(&self.fetcher, &self.db, a, self.task_files(node_id, dirs)) => failure,
             _ = stop.cancelled() => return Err(stopped()),
         };
-        if let Some(failure) = downloaded {
-            return Err(Outcome::NotPrepared(failure));
+        match downloaded {
+            // Its node's agent did not answer: the attempt is lost, and the task requeued.
+            Some(f) if f.code == AGENT_UNREACHABLE => return Err(Outcome::Lost(f.message)),
+            Some(failure) => return Err(Outcome::NotPrepared(failure)),
+            None => {}
         }
         let on = self.task_files(node_id, dirs);
         let staged = tokio::select! {

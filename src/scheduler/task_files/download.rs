@@ -6,7 +6,7 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use super::{Fetcher, PARALLEL};
 use crate::domain::files::{self, ResourceFile, Source};
-use crate::runtime::TaskFiles;
+use crate::runtime::{NodeError, TaskFiles, AGENT_UNREACHABLE};
 use crate::scheduler::complete::Failure;
 use crate::scheduler::transfer::{self, HttpFailure};
 use crate::storage::{self, Container};
@@ -188,7 +188,7 @@ async fn fetch(http: &reqwest::Client, on: TaskFiles<'_>, f: Fetch<'_>) -> Resul
     };
     on.write(&Path::new("wd").join(&to), bytes, Some(mode))
         .await
-        .map_err(|e| write_failure(&to, &e.message))
+        .map_err(|e| write_failure(&to, &e))
 }
 
 async fn refuse_local(fetcher: &Fetcher, url: &str) -> Result<(), Failure> {
@@ -198,13 +198,17 @@ async fn refuse_local(fetcher: &Fetcher, url: &str) -> Result<(), Failure> {
         .map_err(|why| Failure::new("BlobDownloadMiscError", why))
 }
 
-fn write_failure(to: &Path, e: &str) -> Failure {
+/// A file not written: the task's failure, unless its node's agent did not answer (then the
+/// code says so, and the attempt is the node's loss, not the task's).
+fn write_failure(to: &Path, e: &NodeError) -> Failure {
+    let code = match e.code {
+        AGENT_UNREACHABLE => AGENT_UNREACHABLE,
+        _ => "BlobDownloadMiscError",
+    };
+    let (to, why) = (to.display(), &e.message);
     Failure::new(
-        "BlobDownloadMiscError",
-        format!(
-            "writing {} in the task's working directory failed: {e}",
-            to.display()
-        ),
+        code,
+        format!("writing {to} in the task's working directory failed: {why}"),
     )
 }
 
