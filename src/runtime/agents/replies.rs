@@ -3,7 +3,7 @@
 //! from the agent's request to whoever asked, so a large file costs no memory here.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -158,16 +158,11 @@ impl Agents {
         mode: Option<u32>,
     ) -> Result<FileInfo, NodeError> {
         let (link, id) = self.connected(node)?;
-        let progress = Arc::new(Mutex::new(Instant::now()));
-        let body = {
-            let progress = Arc::clone(&progress);
-            bytes
-                .map(move |chunk| {
-                    *progress.lock().expect("lock") = Instant::now();
-                    chunk
-                })
-                .boxed()
-        };
+        let flow = Arc::new(Mutex::new(Flow {
+            moved: tokio::time::Instant::now(),
+            awaits_source: false,
+        }));
+        let body = watched(bytes, Arc::clone(&flow));
         let (tx, mut rx) = oneshot::channel();
         {
             let mut state = link.state.lock().expect("lock");
@@ -180,9 +175,22 @@ impl Agents {
         link.work.notify_one();
         let waiting = Waiting { link: &link, id };
         let body = loop {
-            let quiet = progress.lock().expect("lock").elapsed();
-            let Some(left) = FILE_ANSWER_TIMEOUT.checked_sub(quiet) else {
+            let Flow {
+                moved,
+                awaits_source,
+            } = *flow.lock().expect("lock");
+            let left = FILE_ANSWER_TIMEOUT.checked_sub(moved.elapsed());
+            let Some(left) = left.filter(|left| !left.is_zero()) else {
                 let secs = FILE_ANSWER_TIMEOUT.as_secs();
+                // The agent waits for bytes that do not come: the source's fault, not the node's.
+                if awaits_source {
+                    return Err(NodeError {
+                        code: "FileWriteFailed",
+                        message: format!(
+                            "node {node}: the file's source sent nothing for {secs} s"
+                        ),
+                    });
+                }
                 return Err(unreachable(
                     node,
                     format!("made no progress writing a file for {secs} s"),
@@ -205,6 +213,30 @@ impl Agents {
             _ => Err(unreachable(node, "answered a write with something else")),
         }
     }
+}
+
+/// How the bytes of a write move to the agent: when they last moved, and whether the agent is
+/// waiting on their source (else the source waits on the agent, or nothing was asked yet).
+#[derive(Clone, Copy)]
+struct Flow {
+    moved: tokio::time::Instant,
+    awaits_source: bool,
+}
+
+/// `bytes`, keeping `flow` as they are asked for and come.
+fn watched(mut bytes: ByteStream, flow: Arc<Mutex<Flow>>) -> ByteStream {
+    stream::poll_fn(move |cx| {
+        flow.lock().expect("lock").awaits_source = true;
+        let polled = bytes.poll_next_unpin(cx);
+        if polled.is_ready() {
+            *flow.lock().expect("lock") = Flow {
+                moved: tokio::time::Instant::now(),
+                awaits_source: false,
+            };
+        }
+        polled
+    })
+    .boxed()
 }
 
 /// An answer as it streams in (from an agent, or from another server): its head line, then what
@@ -327,4 +359,78 @@ async fn read_listing(mut stream: ByteStream, count: usize) -> anyhow::Result<Ve
         .collect::<Result<Vec<FileInfo>, _>>()?;
     anyhow::ensure!(infos.len() == count, "{} lines, not {count}", infos.len());
     Ok(infos)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures_util::StreamExt;
+
+    use super::{Agents, ByteStream};
+    use crate::domain::agent::{Hello, Work};
+    use crate::runtime::AGENT_UNREACHABLE;
+
+    fn hello() -> Hello {
+        Hello {
+            boot: "b".into(),
+            got: None,
+            users: true,
+            follows: true,
+        }
+    }
+
+    /// Node `n`'s agents, with a write to it from `bytes` begun in the background.
+    fn writing(bytes: ByteStream) -> (Arc<Agents>, tokio::task::JoinHandle<super::NodeError>) {
+        let agents = Arc::new(Agents::new(None, 0, std::time::Duration::from_secs(60)));
+        agents.register("n", "s");
+        let asking = agents.clone();
+        let write = tokio::spawn(async move {
+            let to = ("/root".to_string(), "f".to_string());
+            asking.write("n", to, bytes, None).await.unwrap_err()
+        });
+        (agents, write)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_whose_source_sends_nothing_fails_as_the_file_s_not_the_node_s() {
+        let (agents, write) = writing(futures_util::stream::pending().boxed());
+        let link = agents.authenticate("n", "s").unwrap();
+        let taken = link.take_work(&hello()).await;
+        let [Work::File { id, .. }] = taken.work.as_slice() else {
+            panic!("{:?}", taken.work)
+        };
+        // The agent reads the body, which never comes; all the while it is heard from.
+        let mut body = link.take_body(*id).expect("the write's bytes");
+        let read = tokio::spawn(async move { body.next().await.is_none() });
+        let failed = write.await.unwrap();
+        assert_eq!(failed.code, "FileWriteFailed", "{failed:?}");
+        assert!(failed.message.contains("source sent nothing"), "{failed:?}");
+        read.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_agent_never_takes_fails_as_the_node_s() {
+        let bytes = futures_util::stream::iter([Ok(bytes::Bytes::from_static(b"x"))]).boxed();
+        let (_agents, write) = writing(bytes);
+        let failed = write.await.unwrap();
+        assert_eq!(failed.code, AGENT_UNREACHABLE, "{failed:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_whose_bytes_the_agent_stops_reading_fails_as_the_node_s() {
+        let chunks = (0..3).map(|_| Ok(bytes::Bytes::from_static(b"chunk")));
+        let (agents, write) = writing(futures_util::stream::iter(chunks).boxed());
+        let link = agents.authenticate("n", "s").unwrap();
+        let taken = link.take_work(&hello()).await;
+        let [Work::File { id, .. }] = taken.work.as_slice() else {
+            panic!("{:?}", taken.work)
+        };
+        // One chunk read, then the agent freezes: the source waits on it.
+        let mut body = link.take_body(*id).expect("the write's bytes");
+        assert!(body.next().await.is_some());
+        let failed = write.await.unwrap();
+        assert_eq!(failed.code, AGENT_UNREACHABLE, "{failed:?}");
+        drop(body);
+    }
 }
