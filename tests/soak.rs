@@ -437,6 +437,8 @@ impl Soak {
             }
         };
         *self.injected.entry(name).or_default() += 1;
+        // When, for reading a violation against the servers' logs.
+        println!("FAULT {} {name}", chrono::Utc::now().to_rfc3339());
     }
 
     /// Ends the faults whose time has come (or, with `all`, every one).

@@ -279,7 +279,10 @@ fn judge(a: &AttemptRow, outcome: &Outcome) -> Verdict {
                 verdict(end, Some(info), judged.job_action)
             }
         }
-        Outcome::NotPrepared(f) => not_prepared(&conditions, f),
+        Outcome::NotPrepared(f) => {
+            tracing::info!(task = %a.task_id, job = %a.job_id, code = f.code, message = %f.message, "the task could not be prepared; it fails, not retried");
+            not_prepared(&conditions, f)
+        }
         Outcome::UploadFailed {
             exit_code,
             failure: f,
