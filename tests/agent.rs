@@ -365,8 +365,10 @@ fn found(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
 }
 
 /// What the server puts in a node is written by the node's agent: with the agent stopped, a
-/// task's resource file is not written behind its back, and the task fails once the write has
-/// made no progress for 15 s; with the agent going again, the same file arrives.
+/// task's resource file is not written behind its back, and once the write has made no
+/// progress for 15 s the attempt is the node's loss, not the task's: the task is requeued (a
+/// pre-processing error would fail it, not retried). With the agent going again (or its node
+/// replaced), the same file arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_files_are_written_by_the_nodes_agent() {
     let s = TestServer::start_allowing_local_urls(Rt::Local, &[]).await;
@@ -380,19 +382,40 @@ async fn resource_files_are_written_by_the_nodes_agent() {
                "resourceFiles": [{"storageContainerUrl": url, "filePath": "in"}]})
     };
 
-    freeze(Rt::Local, &s, &node, true);
+    let agent = local_agent_pid(&s, &node).to_string();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &agent])
+            .status()
+    };
+    assert!(signal("-STOP").expect("freezing the agent").success());
     s.add_tasks("j", vec![task("frozen")]).await;
-    let t = s.wait_task("j", "frozen", "completed").await;
-    let nodes = s.data_dir.path().join("nodes");
-    let written = found(&nodes, "agent-input.txt");
-    freeze(Rt::Local, &s, &node, false);
-    let failure = &t["executionInfo"]["failureInfo"];
-    assert_eq!(failure["code"], "BlobDownloadMiscError", "{t}");
-    assert!(failure.to_string().contains("no progress"), "{t}");
+    let t = common::wait_for("the task requeued", || async {
+        let t = s.task("j", "frozen").await;
+        let requeued = t["executionInfo"]["requeueCount"].as_i64() >= Some(1);
+        assert!(
+            requeued || t["state"] != "completed",
+            "ended, not requeued: {t}"
+        );
+        requeued.then_some(t)
+    })
+    .await;
+    let written = found(
+        &s.data_dir.path().join("nodes").join(&node),
+        "agent-input.txt",
+    );
+    // The node may be gone by now (replaced for its silence), its agent with it.
+    let _ = signal("-CONT");
+    assert!(t["executionInfo"].get("failureInfo").is_none(), "{t}");
     assert!(
         written.is_empty(),
         "written behind the agent's back: {written:?}"
     );
+    let t = s.wait_task("j", "frozen", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(t["executionInfo"]["retryCount"], 0, "{t}");
+    let out = s.file("/jobs/j/tasks/frozen/files/stdout.txt").await;
+    assert_eq!(out.as_deref(), Some("input\n"));
 
     s.add_tasks("j", vec![task("thawed")]).await;
     let t = s.wait_task("j", "thawed", "completed").await;

@@ -508,7 +508,7 @@ pub const EXIT_CONDITIONS: Table = &[
     ),
     (
         "preProcessingError",
-        Works("data.rs::a_failed_download_fails_the_task_without_running_it_after_its_retries"),
+        Works("data.rs::a_failed_download_fails_the_task_at_once_without_running_it"),
     ),
 ];
 
