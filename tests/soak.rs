@@ -358,13 +358,17 @@ fn agents(roots: &[std::path::PathBuf]) -> Vec<(String, i32)> {
 impl Soak {
     /// Whether a task that did not succeed failed as it should have: its last run on a node
     /// whose disk the nemesis filled, for want of space (its output not written, exit code 5,
-    /// or its agent's own words).
+    /// or its agent's own words), or its container refused by the engine whose disk it is (a
+    /// node made and gone while the disk was full, between two looks at the engine's nodes).
     fn failed_for_space(&self, t: &Value) -> bool {
         let info = &t["executionInfo"];
         let node = t["nodeInfo"]["nodeId"].as_str().unwrap_or_default();
         let message = info["failureInfo"]["message"].as_str().unwrap_or_default();
-        self.filled.contains(node)
-            && (info["exitCode"] == 5 || message.to_lowercase().contains("no space left on device"))
+        let no_space = message.to_lowercase().contains("no space left on device");
+        let data = self.engine.as_ref().map(|e| e.data());
+        let on_the_full_disk = data.is_some_and(|d| message.contains(&*d.to_string_lossy()));
+        (self.filled.contains(node) && (info["exitCode"] == 5 || no_space))
+            || (no_space && on_the_full_disk)
     }
 }
 

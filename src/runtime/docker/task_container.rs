@@ -64,13 +64,17 @@ impl DockerRuntime {
                 ImageError::Refused(code, message) => refused(code, message),
                 ImageError::Unanswered(e) => anyhow::Error::new(e).context("readying the image"),
             })?;
-        let id = self
-            .create_task_container((server_id, node_id), env, container, &image)
+        let at = (server_id, node_id);
+        let (id, node) = self
+            .create_task_container(at, env, container, &image)
             .await?;
         if let Some(tell) = started.container {
             let _ = tell.send(id.clone());
         }
-        let ran = self.run_to_end(&id, started.pid).await;
+        let ran = match self.run_to_end(&id, started.pid).await {
+            Err(e) => Err(self.blame(at, &node, e).await),
+            ran => ran,
+        };
         // Off the task's path: the next task need not wait for the engine to tidy up.
         let docker = self.docker.clone();
         tokio::spawn(async move {
@@ -88,14 +92,14 @@ impl DockerRuntime {
         env: Vec<(String, String)>,
         container: &TaskContainer,
         image: &ImageInspect,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<(String, String)> {
         let mut again = true;
         loop {
             let node = self.node_container(server_id, node_id).await?;
             let body = self.task_body(&node, env.clone(), container, image).await;
             let options = None::<bollard::query_parameters::CreateContainerOptions>;
             match self.docker.create_container(options, body).await {
-                Ok(made) => return Ok(made.id),
+                Ok(made) => return Ok((made.id, node.id)),
                 Err(e) if again && names_no_container(&e) => {
                     self.forget_node(server_id, node_id);
                     again = false;
@@ -108,7 +112,8 @@ impl DockerRuntime {
                     let image = &container.settings.image_name;
                     let why =
                         format!("the task's container from {image:?} could not be created: {e}");
-                    return Err(refused("ContainerCreateFailed", why));
+                    let refusal = refused("ContainerCreateFailed", why);
+                    return Err(self.blame((server_id, node_id), &node.id, refusal).await);
                 }
             }
         }
@@ -151,6 +156,32 @@ impl DockerRuntime {
             Some(Err(e)) => Err(e).context("waiting for the task's container"),
             None => anyhow::bail!("the engine said nothing of the task container's end"),
         }
+    }
+
+    /// What a refusal of the task's container was: the task's (its image, its options), or its
+    /// node's when the node's container, `node` when the task's was made, no longer runs
+    /// (killed, paused, stopping with its engine, made again). The engine then refuses the
+    /// task's container too ("cannot join network of a non running container"), and the
+    /// attempt is lost, not failed: it goes back to the queue, as any attempt of a node that
+    /// died.
+    async fn blame(
+        &self,
+        (server_id, node_id): (&str, &str),
+        node: &str,
+        refusal: anyhow::Error,
+    ) -> anyhow::Error {
+        if refusal.downcast_ref::<ContainerError>().is_none() {
+            return refusal;
+        }
+        let name = container_name(server_id, node_id);
+        let now = self.docker.inspect_container(&name, None).await.ok();
+        let state = now.as_ref().and_then(|c| c.state.as_ref());
+        let runs = state.is_some_and(|s| s.running == Some(true) && s.paused != Some(true));
+        if runs && now.as_ref().and_then(|c| c.id.as_deref()) == Some(node) {
+            return refusal;
+        }
+        self.forget_node(server_id, node_id);
+        anyhow::anyhow!("the node's container stopped under its task's: {refusal:#}")
     }
 
     /// The node's container as a task container needs it; read from the engine once per node.
