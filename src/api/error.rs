@@ -111,24 +111,9 @@ impl ApiError {
 /// How long a client is told to wait before it retries a 503.
 pub const RETRY_AFTER_SECS: u64 = 2;
 
-/// Whether a database error means the database cannot be reached or used right now (no
-/// connection within the acquire timeout, a refused or dropped connection, a server shutting
-/// down or out of connections), rather than something wrong with the request.
-pub fn database_unavailable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            // Class 08: connection exception; 53300: too many connections; 57P01-57P03: the
-            // server is shutting down or starting.
-            code.starts_with("08") || code == "53300" || code.starts_with("57P0")
-        }),
-        _ => false,
-    }
-}
-
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        if database_unavailable(&e) {
+        if crate::store::unavailable(&e) {
             tracing::warn!(error = %e, "the database is unavailable");
             return Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -102,6 +102,14 @@ pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, V
                 left.push(one);
                 continue;
             }
+            // A server shutting down ("terminating connection due to unexpected postmaster
+            // exit") refuses no record either: it is tried again once the database is back.
+            // Taken for a refusal, it failed a task that had run, should the database come
+            // back before the task's failure was written.
+            Err(e) if store::unavailable(&e) => {
+                left.push(one);
+                continue;
+            }
             Err(sqlx::Error::Database(e)) => e.message().to_string(),
             Err(_) => {
                 left.push(one);

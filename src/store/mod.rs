@@ -55,6 +55,22 @@ pub async fn operator_token(db: &PgPool) -> sqlx::Result<String> {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(e) if e.is_unique_violation())
 }
+
+/// Whether a database error means the database cannot be reached or used right now (no
+/// connection within the acquire timeout, a refused or dropped connection, a server shutting
+/// down or out of connections), rather than something wrong with what was asked of it.
+pub fn unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // Class 08: connection exception; 53300: too many connections; 57P01-57P03: the
+            // server is shutting down or starting.
+            code.starts_with("08") || code == "53300" || code.starts_with("57P0")
+        }),
+        _ => false,
+    }
+}
+
 /// Whether the database answers (readiness).
 pub async fn ping(db: impl sqlx::PgExecutor<'_>) -> sqlx::Result<()> {
     sqlx::query!("SELECT 1 AS one").fetch_one(db).await?;

@@ -84,7 +84,7 @@ impl BesError {
 
 impl From<sqlx::Error> for BesError {
     fn from(e: sqlx::Error) -> Self {
-        if crate::api::error::database_unavailable(&e) {
+        if crate::store::unavailable(&e) {
             tracing::warn!(error = %e, "the database is unavailable");
             return Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
