@@ -94,27 +94,11 @@ pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, V
                 done.push(one);
                 continue;
             }
-            // The fence refusing a term that is over refuses no record: the outcome is the
-            // next leader's to find (it reads the attempt's record, or requeues the task).
-            // Recorded as refused, it failed a task that had run, should the new leader's
-            // lock come a moment before its epoch (a stale write passes then).
-            Err(e) if store::leader::is_stale(&e) => {
-                left.push(one);
-                continue;
-            }
-            // A server shutting down ("terminating connection due to unexpected postmaster
-            // exit") refuses no record either: it is tried again once the database is back.
-            // Taken for a refusal, it failed a task that had run, should the database come
-            // back before the task's failure was written.
-            Err(e) if store::unavailable(&e) => {
-                left.push(one);
-                continue;
-            }
-            Err(sqlx::Error::Database(e)) => e.message().to_string(),
-            Err(_) => {
-                left.push(one);
-                continue;
-            }
+            Err(e) => refusal(&e),
+        };
+        let Some(refused) = refused else {
+            left.push(one);
+            continue;
         };
         let (a, outcome, _) = &one;
         tracing::error!(task = %a.task_id, job = %a.job_id, ?outcome, %refused, "the database refused an outcome; recording the task as failed");
@@ -129,6 +113,23 @@ pub async fn record_many(db: &PgPool, batch: Vec<Finished>) -> (Vec<Finished>, V
         }
     }
     (done, left)
+}
+
+/// The database's refusal of a record, in its words; `None` for an error that refuses no
+/// record, whose outcome is tried again:
+/// - the fence refusing a term that is over: the outcome is the next leader's to find (it reads
+///   the attempt's record, or requeues the task). Recorded as refused, it failed a task that
+///   had run, should the new leader's lock come a moment before its epoch (a stale write
+///   passes then);
+/// - a database away or going away ("terminating connection due to unexpected postmaster
+///   exit"): taken for a refusal, it failed a task that had run, should the database come
+///   back before the task's failure was written.
+fn refusal(e: &sqlx::Error) -> Option<String> {
+    match e {
+        _ if store::leader::is_stale(e) || store::unavailable(e) => None,
+        sqlx::Error::Database(db) => Some(db.message().to_string()),
+        _ => None,
+    }
 }
 
 async fn record_together(db: &PgPool, batch: &[Finished]) -> sqlx::Result<()> {
