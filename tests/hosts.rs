@@ -852,6 +852,72 @@ async fn a_node_not_made_for_a_full_disk_is_made_again_once_there_is_room() {
     );
 }
 
+/// The engine lists containers from a view it updates only once it has written their state
+/// to its disk: a node's container started while that disk was full runs, and is listed as
+/// exited. A server that adopted the node then took it for stopped: it "made it again" (the
+/// same container, running on), and requeued the task running there, which then ran twice at
+/// once (the hour on Docker, seed 7). Now the node is adopted as it runs: its task runs once.
+#[tokio::test]
+async fn a_node_the_engine_lists_as_stopped_while_it_runs_is_adopted_as_it_runs() {
+    let _alone = one_at_a_time().await;
+    let dir = format!("/tmp/batchpool-engines/stale-{}", std::process::id());
+    let engine = OwnEngine::start_on_disk(&dir, 206, 512);
+    engine.build_test_image(&engine.url());
+    let args = ["--docker-host", &engine.url()];
+    let mut s = TestServer::start_with(Rt::Docker, Some(fresh_database().await), &args).await;
+    let body = json!({"id": "p", "vmSize": "standard_a1", "targetDedicatedNodes": 1});
+    assert_eq!(s.post("/pools", &body).await.0, 201);
+    s.wait_nodes("p", 1, "idle").await;
+    let label = format!("label=batchpool.server={}", s.server_id().await);
+    let listed = || run_ok(engine.cli().args(["ps", "-q", "--filter", &label]));
+    let container = listed().trim().to_string();
+    start_unlisted(&engine, &container, listed);
+
+    s.wait_nodes("p", 1, "idle").await;
+    s.job_on("j", "p").await;
+    let task = json!({"id": "t", "commandLine": "/bin/sh -c 'sleep 8'"});
+    s.add_tasks("j", vec![task]).await;
+    s.wait_task("j", "t", "running").await;
+    assert_eq!(
+        listed().trim(),
+        "",
+        "the engine still lists the node as stopped"
+    );
+    s.kill().await;
+    s.launch().await;
+    let t = s.wait_task("j", "t", "completed").await;
+    assert_eq!(t["executionInfo"]["result"], "success", "{t}");
+    assert_eq!(t["executionInfo"]["requeueCount"], 0, "{t}");
+    assert!(
+        !s.log_contains("making it again"),
+        "the running node was taken for stopped"
+    );
+}
+
+/// Kills `container` and starts it again on a disk with a page or a few free: enough for the
+/// engine to start it, too little to write its state, so that `listed` leaves it out.
+fn start_unlisted(engine: &OwnEngine, container: &str, listed: impl Fn() -> String) {
+    for free in [4, 8, 12, 16, 24, 32] {
+        run_ok(engine.cli().args(["kill", container]));
+        let filled = engine::fill(&engine.data()).expect("a file on the engine's disk");
+        let file = std::fs::OpenOptions::new().write(true).open(&filled);
+        let size = std::fs::metadata(&filled).unwrap().len();
+        file.unwrap().set_len(size - free * 1024).unwrap();
+        let started = engine.cli().args(["start", container]).output().unwrap();
+        std::fs::remove_file(filled).unwrap();
+        let mut inspect = engine.cli();
+        inspect.args(["inspect", "-f", "{{.State.Running}}", container]);
+        let running = run_ok(&mut inspect).trim() == "true";
+        if started.status.success() && running && listed().trim().is_empty() {
+            return;
+        }
+        if !running {
+            run_ok(engine.cli().args(["start", container]));
+        }
+    }
+    panic!("the engine never listed a running container as stopped");
+}
+
 /// A server that takes the lead while a Docker host has stopped answering (it answered when
 /// the server started) adopts the nodes of the host that answers and runs tasks on them at
 /// once. The silent host's node is `unknown`: no task is placed on a node no one can reach

@@ -447,9 +447,10 @@ impl Soak {
 
     /// Ends the faults whose time has come (or, with `all`, every one).
     async fn heal_due(&mut self, all: bool) {
-        // A node made on the full disk's host meanwhile shares the disk too.
+        // A node made on the full disk's host meanwhile shares the disk too, whatever the
+        // engine lists it as.
         if self.disk_full() {
-            let own = docker::nodes(&mut self.cli(true), &self.server_id);
+            let own = docker::nodes(&mut self.cli(true), &self.server_id, true);
             self.filled.extend(own.into_iter().map(|(_, node)| node));
         }
         let now = Instant::now();
@@ -510,7 +511,7 @@ impl Soak {
         if self.engine_down() || self.disk_full() {
             return None;
         }
-        let own = docker::nodes(&mut self.cli(true), &self.server_id);
+        let own = docker::nodes(&mut self.cli(true), &self.server_id, true);
         if own.is_empty() {
             return None;
         }
@@ -526,12 +527,13 @@ impl Soak {
 
     /// One of the soak's node containers, on either engine (true: its own), if any.
     fn pick_node(&mut self) -> Option<(bool, String)> {
-        let mut all: Vec<(bool, String)> = docker::nodes(&mut self.cli(false), &self.server_id)
-            .into_iter()
-            .map(|(c, _)| (false, c))
-            .collect();
+        let mut all: Vec<(bool, String)> =
+            docker::nodes(&mut self.cli(false), &self.server_id, false)
+                .into_iter()
+                .map(|(c, _)| (false, c))
+                .collect();
         if self.engine.is_some() && !self.engine_down() {
-            let own = docker::nodes(&mut self.cli(true), &self.server_id);
+            let own = docker::nodes(&mut self.cli(true), &self.server_id, false);
             all.extend(own.into_iter().map(|(c, _)| (true, c)));
         }
         if all.is_empty() {

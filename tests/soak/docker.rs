@@ -110,13 +110,19 @@ pub fn containers(docker: &mut std::process::Command, server: &str) -> Vec<Strin
     )
 }
 
-/// The node containers of installation `server` on an engine (`docker` is its CLI): their ids,
-/// and their nodes' ids. A task's own container carries its node's labels too: it is left out
-/// (killing it is killing the task, which then fails as it should).
-pub fn nodes(docker: &mut std::process::Command, server: &str) -> Vec<(String, String)> {
+/// The running node containers of installation `server` on an engine (`docker` is its CLI),
+/// or with `all` those in any state: their ids, and their nodes' ids. A task's own container
+/// carries its node's labels too: it is left out (killing it is killing the task, which then
+/// fails as it should). The engine lists from a view it updates only once it has written a
+/// container's state to its disk: one started while that disk is full runs, listed as stopped.
+pub fn nodes(docker: &mut std::process::Command, server: &str, all: bool) -> Vec<(String, String)> {
     let format = "{{.ID}} {{.Label \"batchpool.node\"}} {{.Label \"batchpool.task\"}}";
+    docker.arg("ps");
+    if all {
+        docker.arg("--all");
+    }
     let out = docker
-        .args(["ps", "--format", format, "--filter"])
+        .args(["--format", format, "--filter"])
         .arg(format!("label=batchpool.server={server}"))
         .args(["--filter", "label=batchpool.node"])
         .output();

@@ -96,6 +96,12 @@ impl DockerRuntime {
             .context("unpausing the node's container")
     }
 
+    /// The installation's node containers on this host. The engine lists containers from a
+    /// view it updates only once it has written their state to its disk: a container started
+    /// while that disk was full runs, and is listed as created or exited. Those listed as not
+    /// running are asked about one by one (an inspection reads the container itself), so that
+    /// a node that runs is not taken for stopped, made again, and its running tasks requeued
+    /// beside themselves.
     pub(super) async fn list_nodes(&self, server_id: &str) -> anyhow::Result<Vec<FoundNode>> {
         let filters = HashMap::from([(
             "label".to_string(),
@@ -106,23 +112,46 @@ impl DockerRuntime {
             .filters(&filters)
             .build();
         let containers = self.docker.list_containers(Some(options)).await?;
-        Ok(containers
-            .into_iter()
-            .filter_map(|c| {
-                let labels = c.labels.as_ref()?;
-                // A task's own container carries its node's labels too; it is not a node.
-                if labels.contains_key(LABEL_TASK) {
-                    return None;
-                }
-                let node_id = labels.get(LABEL_NODE)?.clone();
-                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
-                let paused = state == "paused";
-                Some(FoundNode {
-                    node_id,
-                    running: paused || state == "running",
-                    paused,
-                })
-            })
-            .collect())
+        let mut found = Vec::with_capacity(containers.len());
+        for c in containers {
+            let Some(labels) = c.labels.as_ref() else {
+                continue;
+            };
+            // A task's own container carries its node's labels too; it is not a node.
+            let Some(node_id) = labels
+                .get(LABEL_NODE)
+                .filter(|_| !labels.contains_key(LABEL_TASK))
+            else {
+                continue;
+            };
+            let listed = c.state.map(|s| s.to_string()).unwrap_or_default();
+            let (running, paused) = match listed.as_str() {
+                "running" => (true, false),
+                "paused" => (true, true),
+                _ => self.live_state(c.id.as_deref()).await?,
+            };
+            found.push(FoundNode {
+                node_id: node_id.clone(),
+                running,
+                paused,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Whether a container runs, and whether it is paused, as the engine knows it now. One
+    /// gone meanwhile runs not.
+    async fn live_state(&self, id: Option<&str>) -> anyhow::Result<(bool, bool)> {
+        let Some(id) = id else {
+            return Ok((false, false));
+        };
+        let info = match self.docker.inspect_container(id, None).await {
+            Ok(info) => info,
+            Err(e) if status_of(&e) == Some(404) => return Ok((false, false)),
+            Err(e) => return Err(e).context("inspecting a node's container"),
+        };
+        let state = info.state.unwrap_or_default();
+        let paused = state.paused == Some(true);
+        Ok((paused || state.running == Some(true), paused))
     }
 }
