@@ -82,14 +82,28 @@ async fn written(
     Ok(crate::sys::file_write::write(&root, &rel, bytes, mode).await?)
 }
 
-/// The bytes the server holds for the write `id`, as they come.
+/// The bytes the server holds for the write `id`, as they come. A request that got no answer
+/// is sent again, twice at most: a connection kept from a server that restarted on the same
+/// port is reset as it is used, and the server that asked for the write holds the bytes still.
+/// One that reached the server, which gives the bytes once, is answered 404 the second time.
 pub(crate) async fn body(link: &Link, id: u64) -> reqwest::Result<reqwest::Response> {
-    link.streams
-        .get(format!("{}{BODIES_PATH}/{id}", link.url()))
-        .header("authorization", &link.authorization)
-        .send()
-        .await?
-        .error_for_status()
+    let mut attempt = 1;
+    loop {
+        let sent = link
+            .streams
+            .get(format!("{}{BODIES_PATH}/{id}", link.url()))
+            .header("authorization", &link.authorization)
+            .send()
+            .await;
+        match sent {
+            Ok(response) => return response.error_for_status(),
+            Err(e) if attempt < 3 => {
+                tracing::debug!(error = %e, id, "a write's bytes did not come; asking again");
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Makes the answer and streams it to the server.
@@ -211,6 +225,31 @@ pub fn give_to_user(
 mod tests {
     use super::make_dirs;
     use crate::domain::agent::MakeDirs;
+
+    /// A server that resets the first connection, as a kept connection to a server that
+    /// restarted is reset, and answers on the next: the bytes come (the hour on Docker, seed 7,
+    /// failed a task for a reset body request to a server that had just restarted).
+    #[tokio::test]
+    async fn a_body_request_reset_before_any_answer_is_sent_again() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        crate::install_tls();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (first, _) = listener.accept().await.unwrap();
+            first.set_zero_linger().unwrap();
+            drop(first);
+            let (mut next, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = next.read(&mut head).await.unwrap();
+            let answer = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nbytes";
+            next.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let clients = (reqwest::Client::new(), reqwest::Client::new());
+        let link = super::Link::new(&url, "BatchpoolNode n:s".into(), clients);
+        let body = super::body(&link, 7).await.expect("the bytes, asked again");
+        assert_eq!(body.text().await.unwrap(), "bytes");
+    }
 
     fn make(base: &std::path::Path, remove: &[&str], dirs: &[&str]) -> std::io::Result<()> {
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
