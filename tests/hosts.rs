@@ -900,9 +900,12 @@ fn start_unlisted(engine: &OwnEngine, container: &str, listed: impl Fn() -> Stri
     for free in [4, 8, 12, 16, 24, 32] {
         run_ok(engine.cli().args(["kill", container]));
         let filled = engine::fill(&engine.data()).expect("a file on the engine's disk");
-        let file = std::fs::OpenOptions::new().write(true).open(&filled);
         let size = std::fs::metadata(&filled).unwrap().len();
-        file.unwrap().set_len(size - free * 1024).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&filled)
+            .unwrap();
+        file.set_len(size - free * 1024).unwrap();
         let started = engine.cli().args(["start", container]).output().unwrap();
         std::fs::remove_file(filled).unwrap();
         let mut inspect = engine.cli();
